@@ -1,0 +1,126 @@
+# ElasticEP top-level Makefile: one non-recursive build; each folder lists its sources in module.mk.
+#
+#   make            libeep (shared + static), libeep_agent, eepd, eepctl, eep-info
+#   make test       installs what is missing, builds and runs every test that needs no GPU
+#   make asan|ubsan the same tests under AddressSanitizer / UndefinedBehaviorSanitizer
+#   make gpu-check  GPU tests, one process per visible GPU (GPU machine)
+#   make bench      benchmarks against NCCL, written to bench/RESULTS.md (GPU machine)
+#   make run        local etcd + eepd + one rank per GPU (control plane alone without a GPU)
+#
+# Knobs (override on the command line): CUDA_HOME, NCCL_HOME, DEBUG, SANITIZER, WERROR, BUILD.
+
+CUDA_HOME ?= /usr/local/cuda
+# NCCL: an explicit NCCL_HOME wins; else the Python environment's NCCL wheel if it has headers
+# (the GPU machine, see shared/DEVICE.md); else the CUDA toolkit's folder.
+NCCL_WHEEL := $(shell python3 -c 'import nvidia.nccl as m, os; p=list(m.__path__)[0]; print(p if os.path.exists(p+"/include/nccl.h") else "")' 2>/dev/null)
+NCCL_HOME ?= $(if $(NCCL_WHEEL),$(NCCL_WHEEL),$(CUDA_HOME))
+DEBUG     ?= 0
+SANITIZER ?=
+WERROR    ?= 0
+BUILD     ?= build$(if $(SANITIZER),-$(SANITIZER))
+
+CC    ?= gcc
+CXX   ?= g++
+NVCC  ?= $(CUDA_HOME)/bin/nvcc
+
+NCCL_LIBDIR := $(firstword $(wildcard $(NCCL_HOME)/lib64/libnccl.so.2 $(NCCL_HOME)/lib/libnccl.so.2))
+NCCL_LIBDIR := $(patsubst %/,%,$(dir $(NCCL_LIBDIR)))
+
+CPPFLAGS += -I. -Iinclude -I$(BUILD)/gen
+CUDA_CPPFLAGS := -isystem $(NCCL_HOME)/include -isystem $(CUDA_HOME)/include
+WARN     := -Wall -Wextra $(if $(filter 1,$(WERROR)),-Werror)
+OPT      := $(if $(filter 1,$(DEBUG)),-O0 -g3,-O2 -g -DNDEBUG)
+SAN      := $(if $(SANITIZER),-fsanitize=$(SANITIZER) -fno-omit-frame-pointer -fno-sanitize-recover=all)
+CFLAGS   += -std=c11 -D_GNU_SOURCE -fPIC -pthread $(WARN) -Wstrict-prototypes $(OPT) $(SAN) -MMD -MP
+CXXFLAGS += -std=c++17 -D_GNU_SOURCE -fPIC -pthread $(WARN) $(OPT) $(SAN) -MMD -MP
+LDFLAGS  += -pthread $(SAN)
+comma := ,
+NCCL_LDFLAGS := $(if $(NCCL_LIBDIR),-L$(NCCL_LIBDIR) -Wl$(comma)-rpath$(comma)$(NCCL_LIBDIR)) -l:libnccl.so.2
+
+# Filled by the module.mk files.
+UTIL_SRCS  :=
+LIBEEP_SRCS :=
+AGENT_SRCS :=
+TOOLS      :=
+UNIT_TESTS :=
+CLEAN_EXTRA :=
+
+# Output names, defined before the module.mk files use them in rules.
+# The data-plane library: CUDA (through dlopen), NCCL and libc only.
+LIBEEP_SO := $(BUILD)/lib/libeep.so
+LIBEEP_A  := $(BUILD)/lib/libeep.a
+# The base every binary links: status, log, knobs, hashing.  No CUDA, no NCCL.
+LIBUTIL_A := $(BUILD)/lib/libeep_util.a
+
+.PHONY: all test asan ubsan gpu-check bench run clean deps-build deps-test deps-run check-cuda format-check
+all:
+
+include elastic/module.mk
+include barrier/module.mk
+include kernels/module.mk
+include control/module.mk
+include proto/module.mk
+include tools/module.mk
+include tests/module.mk
+
+obj = $(patsubst %.c,$(BUILD)/%.o,$(patsubst %.cc,$(BUILD)/%.o,$(1)))
+
+UTIL_OBJS   := $(call obj,$(UTIL_SRCS))
+LIBEEP_OBJS := $(call obj,$(LIBEEP_SRCS))
+
+
+all: check-cuda $(LIBEEP_SO) $(LIBEEP_A) $(TOOLS)
+
+check-cuda:
+	@test -x $(NVCC) || { echo "error: no CUDA toolkit at CUDA_HOME=$(CUDA_HOME) (nvcc missing); install CUDA 13 or set CUDA_HOME." >&2; exit 1; }
+	@test -f $(NCCL_HOME)/include/nccl.h || { echo "error: no NCCL headers under NCCL_HOME=$(NCCL_HOME)/include; install NCCL 2.28.9 or set NCCL_HOME." >&2; exit 1; }
+
+$(LIBUTIL_A): $(UTIL_OBJS)
+	@mkdir -p $(dir $@)
+	$(AR) rcs $@ $^
+
+$(LIBEEP_SO): $(LIBEEP_OBJS) $(UTIL_OBJS)
+	@mkdir -p $(dir $@)
+	$(CXX) -shared -o $@ $^ $(LDFLAGS) $(NCCL_LDFLAGS) -ldl
+
+$(LIBEEP_A): $(LIBEEP_OBJS) $(UTIL_OBJS)
+	@mkdir -p $(dir $@)
+	$(AR) rcs $@ $^
+
+# A flag change forces a rebuild: every object depends on a stamp holding the flags.
+FLAGS_STAMP := $(BUILD)/flags.stamp
+FLAGS_NOW   := $(CC) $(CXX) $(CPPFLAGS) $(CUDA_CPPFLAGS) $(CFLAGS) $(CXXFLAGS) $(LDFLAGS)
+$(shell mkdir -p $(BUILD); echo '$(FLAGS_NOW)' | cmp -s - $(FLAGS_STAMP) || echo '$(FLAGS_NOW)' > $(FLAGS_STAMP))
+
+$(BUILD)/%.o: %.c $(FLAGS_STAMP)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CUDA_CPPFLAGS) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/%.o: %.cc $(FLAGS_STAMP)
+	@mkdir -p $(dir $@)
+	$(CXX) $(CPPFLAGS) $(CUDA_CPPFLAGS) $(CXXFLAGS) -c $< -o $@
+
+# Dependencies: apt-get only what is missing, quietly; one clear sentence when it cannot.
+deps-build:
+	@scripts/deps.sh build
+deps-test:
+	@scripts/deps.sh test
+deps-run:
+	@scripts/deps.sh run
+
+test: deps-test
+	@$(MAKE) --no-print-directory all unit-tests
+	@BUILD=$(BUILD) tests/run.sh $(UNIT_TEST_BINS) $(SCRIPT_TESTS)
+
+asan:
+	@$(MAKE) --no-print-directory SANITIZER=address test
+ubsan:
+	@$(MAKE) --no-print-directory SANITIZER=undefined test
+
+format-check:
+	@clang-format --dry-run --Werror $$(git ls-files '*.c' '*.h' '*.cc' '*.cu' '*.cuh')
+
+clean:
+	rm -rf build build-address build-undefined build-thread $(CLEAN_EXTRA)
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

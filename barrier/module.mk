@@ -1,0 +1,1 @@
+# barrier/: see README.md in this folder.

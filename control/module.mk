@@ -1,0 +1,1 @@
+# control/: see README.md in this folder.

@@ -1,0 +1,19 @@
+/*
+ * config_registry.c - the list of every module's knob table.
+ *
+ * Adding a module's knobs means adding one line here.  The tables are plain data with no
+ * dependencies, so every process (ranks, eepd, tools) knows every knob and the unknown-variable
+ * warning is never a false alarm.
+ */
+#include "elastic/config.h"
+#include "elastic/core_knobs.h"
+
+static const eep_knob_table_t *const eep_config_registry[] = {
+    &eep_core_knob_table,
+};
+
+const eep_knob_table_t *const *eep_config_tables(size_t *count_p)
+{
+    *count_p = sizeof(eep_config_registry) / sizeof(eep_config_registry[0]);
+    return eep_config_registry;
+}

@@ -1,0 +1,1 @@
+# kernels/: see README.md in this folder.

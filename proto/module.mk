@@ -1,0 +1,1 @@
+# proto/: see README.md in this folder.
