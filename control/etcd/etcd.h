@@ -1,0 +1,139 @@
+/*
+ * etcd.h - an etcd v3 client in C on gRPC's C core (the contract; see etcd.c for the design).
+ *
+ * Every call takes a deadline; several endpoints are tried in turn (failover); client keepalive
+ * pings notice a hung etcd; TLS with client certificates is optional.  Watches and lease
+ * keepalives are streams owned by the client, delivered through callbacks on the client's own
+ * thread; a watch that loses its stream reconnects and resumes from the revision after the last
+ * event it delivered, so no event is lost or repeated.
+ */
+#ifndef EEP_ETCD_H
+#define EEP_ETCD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "eep/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct eep_etcd       eep_etcd_t;
+typedef struct eep_etcd_watch eep_etcd_watch_t;
+
+typedef struct {
+    size_t      size;             /* sizeof(eep_etcd_params_t) */
+    const char *endpoints;        /* "127.0.0.1:2379,127.0.0.1:22379" */
+    int         timeout_ms;       /* deadline of each call; 0: EEP_ETCD_TIMEOUT_MS */
+    int         keepalive_ms;     /* client keepalive ping interval; 0: EEP_ETCD_KEEPALIVE_MS */
+    const char *ca_file;          /* TLS: NULL for plaintext */
+    const char *cert_file;        /* client certificate (mutual TLS), or NULL */
+    const char *key_file;
+} eep_etcd_params_t;
+
+typedef struct {
+    const uint8_t *key;
+    size_t         key_len;
+    const uint8_t *value;
+    size_t         value_len;
+    int64_t        create_revision;
+    int64_t        mod_revision;
+    int64_t        version;
+    int64_t        lease;
+} eep_etcd_kv_t;
+
+/* A range result; free with eep_etcd_range_free(). */
+typedef struct {
+    eep_etcd_kv_t *kvs;
+    size_t         count;
+    int64_t        revision; /* store revision at the time of the read */
+    int            more;
+} eep_etcd_range_t;
+
+/* One compare of a transaction (etcd's Compare, the subset we use). */
+typedef enum { EEP_ETCD_CMP_VERSION, EEP_ETCD_CMP_CREATE, EEP_ETCD_CMP_MOD,
+               EEP_ETCD_CMP_VALUE } eep_etcd_cmp_target_t;
+typedef enum { EEP_ETCD_EQUAL, EEP_ETCD_GREATER, EEP_ETCD_LESS,
+               EEP_ETCD_NOT_EQUAL } eep_etcd_cmp_op_t;
+typedef struct {
+    const char           *key;
+    eep_etcd_cmp_target_t target;
+    eep_etcd_cmp_op_t     op;
+    int64_t               number;     /* VERSION, CREATE, MOD */
+    const uint8_t        *value;      /* VALUE */
+    size_t                value_len;
+} eep_etcd_cmp_t;
+
+typedef enum { EEP_ETCD_OP_PUT, EEP_ETCD_OP_DELETE, EEP_ETCD_OP_GET } eep_etcd_op_type_t;
+typedef struct {
+    eep_etcd_op_type_t type;
+    const char        *key;
+    const uint8_t     *value;      /* PUT */
+    size_t             value_len;
+    int64_t            lease;      /* PUT: 0 for none */
+    int                prefix;     /* DELETE/GET: the key is a prefix */
+} eep_etcd_op_t;
+
+typedef enum { EEP_ETCD_EVENT_PUT, EEP_ETCD_EVENT_DELETE } eep_etcd_event_type_t;
+typedef struct {
+    eep_etcd_event_type_t type;
+    eep_etcd_kv_t         kv;
+} eep_etcd_event_t;
+
+/*
+ * Watch callback: a batch of events, in revision order; or, with @p events NULL and @p status not
+ * EEP_OK, the watch ended for good (compacted past its revision, cancelled by the server, client
+ * destroyed).  Runs on the client's thread: keep it short and do not call back into this client's
+ * blocking calls from it.
+ */
+typedef void (*eep_etcd_watch_func_t)(const eep_etcd_event_t *events, size_t count,
+                                      int64_t revision, eep_status_t status, void *arg);
+
+/* Lease callback: the lease was lost (expired, revoked, or keepalive failed past its TTL). */
+typedef void (*eep_etcd_lease_lost_func_t)(int64_t lease, eep_status_t status, void *arg);
+
+eep_status_t eep_etcd_create(const eep_etcd_params_t *params, eep_etcd_t **client_p);
+void         eep_etcd_destroy(eep_etcd_t *client);
+
+/** Get one key, or with @p prefix every key under it. */
+eep_status_t eep_etcd_range(eep_etcd_t *client, const char *key, int prefix,
+                            eep_etcd_range_t *result_p);
+void         eep_etcd_range_free(eep_etcd_range_t *result);
+
+eep_status_t eep_etcd_put(eep_etcd_t *client, const char *key, const uint8_t *value,
+                          size_t value_len, int64_t lease, int64_t *revision_p);
+eep_status_t eep_etcd_delete(eep_etcd_t *client, const char *key, int prefix,
+                             int64_t *deleted_p);
+
+/**
+ * If every compare holds run @p success, else @p failure.  @p succeeded_p says which ran; results
+ * of GET ops are not returned (read with eep_etcd_range afterwards).
+ */
+eep_status_t eep_etcd_txn(eep_etcd_t *client, const eep_etcd_cmp_t *cmps, size_t n_cmps,
+                          const eep_etcd_op_t *success, size_t n_success,
+                          const eep_etcd_op_t *failure, size_t n_failure, int *succeeded_p,
+                          int64_t *revision_p);
+
+/**
+ * Grant a lease of @p ttl_s seconds; @p granted_ttl_p is what etcd actually granted (callers must
+ * check it: etcd may raise it to its minimum).
+ */
+eep_status_t eep_etcd_lease_grant(eep_etcd_t *client, int64_t ttl_s, int64_t *lease_p,
+                                  int64_t *granted_ttl_p);
+/** Keep @p lease alive on the client's thread (a KeepAlive stream) until revoked or lost. */
+eep_status_t eep_etcd_lease_keepalive(eep_etcd_t *client, int64_t lease,
+                                      eep_etcd_lease_lost_func_t lost, void *arg);
+eep_status_t eep_etcd_lease_revoke(eep_etcd_t *client, int64_t lease);
+
+/** Watch @p key (or the prefix) from @p start_revision (0: from now). */
+eep_status_t eep_etcd_watch_create(eep_etcd_t *client, const char *key, int prefix,
+                                   int64_t start_revision, eep_etcd_watch_func_t func, void *arg,
+                                   eep_etcd_watch_t **watch_p);
+void         eep_etcd_watch_cancel(eep_etcd_watch_t *watch);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* EEP_ETCD_H */

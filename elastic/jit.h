@@ -1,0 +1,109 @@
+/*
+ * jit.h - run-time compilation of kernels for the exact shape of a call.
+ *
+ * A kernel is a device function template in a header under the kernel source root (kernels/,
+ * barrier/), taking one parameter struct by reference:
+ *
+ *     template <int NRanks, bool Parallel>
+ *     __device__ void eep_barrier_body(const eep_barrier_params_t &p);
+ *
+ * eep_jit writes a small instantiation unit for a spec {header, function, template arguments,
+ * parameter type}:
+ *
+ *     #include "barrier/barrier_kernel.cuh"
+ *     extern "C" __global__ void __launch_bounds__(256) eep_jit_entry(const eep_barrier_params_t p)
+ *     { eep_barrier_body<2, true>(p); }
+ *
+ * compiles it for sm_90 (NVRTC in process where the headers allow; nvcc as a subprocess where they
+ * do not, e.g. NCCL 2.28.9's GIN headers), stores the cubin in an on-disk cache keyed by a hash of
+ * everything that shapes it, and loads it with the driver API.  Compiling needs no GPU; loading and
+ * launching do.  A warm lookup never runs a compiler.
+ */
+#ifndef EEP_JIT_H
+#define EEP_JIT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "eep/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct eep_jit        eep_jit_t;        /* one per process or runtime; thread-safe */
+typedef struct eep_jit_kernel eep_jit_kernel_t; /* a loaded kernel; owned by its eep_jit_t */
+
+typedef enum {
+    EEP_JIT_BACKEND_AUTO = 0, /* NVRTC unless the spec needs nvcc (needs_gin) */
+    EEP_JIT_BACKEND_NVRTC,
+    EEP_JIT_BACKEND_NVCC,
+} eep_jit_backend_t;
+
+typedef struct {
+    size_t            size;          /* sizeof(eep_jit_spec_t): lets the struct grow */
+    const char       *header;        /* relative to the kernel source root: "barrier/barrier_kernel.cuh" */
+    const char       *function;      /* device function template: "eep_barrier_body" */
+    const char       *template_args; /* "2, true"; NULL or "" for a non-template function */
+    const char       *param_type;    /* the one parameter's type: "eep_barrier_params_t" */
+    int               launch_bounds; /* max threads per block, 0 for none */
+    int               needs_gin;     /* includes GIN headers: NVRTC cannot compile it (nvcc) */
+    eep_jit_backend_t backend;       /* AUTO, or force one */
+    const char       *extra_flags;   /* extra compiler flags, space separated, or NULL */
+} eep_jit_spec_t;
+
+typedef struct {
+    size_t      size;        /* sizeof(eep_jit_params_t) */
+    const char *cache_dir;   /* NULL: EEP_JIT_CACHE_DIR, else $XDG_CACHE_HOME/eep, else ~/.cache/eep */
+    const char *source_root; /* NULL: EEP_JIT_SOURCE_ROOT, else the installed/compiled-in root */
+    const char *arch;        /* NULL: "sm_90" */
+} eep_jit_params_t;
+
+/* What a compile did, for tests and benchmarks. */
+typedef struct {
+    int               cache_hit;  /* the cubin came from the cache: no compiler ran */
+    eep_jit_backend_t backend;    /* backend that compiled it (on a miss) */
+    double            compile_ms; /* compiler time (0 on a hit) */
+    double            total_ms;   /* key + lookup (+ compile + store) */
+    char              key[65];    /* hex cache key */
+    char              path[4096]; /* cache entry path */
+} eep_jit_info_t;
+
+/** Create a JIT context.  Needs no GPU. */
+eep_status_t eep_jit_create(const eep_jit_params_t *params, eep_jit_t **jit_p);
+
+/** Destroy; unloads its kernels.  NULL is a no-op. */
+void eep_jit_destroy(eep_jit_t *jit);
+
+/**
+ * Compute the key, look the cache up, compile and store on a miss.  Needs no GPU.
+ * @param [out] info_p  what happened (may be NULL).
+ * @return EEP_OK; EEP_ERR_JIT with the compiler log (logged, and in eep_jit_last_log()) when the
+ *         source does not compile; EEP_ERR_INVALID_ARG for a malformed spec.
+ */
+eep_status_t eep_jit_compile(eep_jit_t *jit, const eep_jit_spec_t *spec, eep_jit_info_t *info_p);
+
+/**
+ * Compile if needed, then load into the current CUDA context (driver API) and return the entry.
+ * Loaded kernels are kept per (context, key): a second call returns the same kernel.
+ * @return EEP_ERR_NO_DEVICE without a GPU driver.
+ */
+eep_status_t eep_jit_get_kernel(eep_jit_t *jit, const eep_jit_spec_t *spec,
+                                eep_jit_kernel_t **kernel_p);
+
+/**
+ * Launch @p kernel with its one parameter struct (copied by value into the launch).
+ * @param [in] stream  a CUstream (void * so that callers need no CUDA header), NULL for default.
+ */
+eep_status_t eep_jit_launch(const eep_jit_kernel_t *kernel, unsigned grid_x, unsigned block_x,
+                            size_t shared_bytes, void *stream, const void *params,
+                            size_t params_size);
+
+/** The last compiler log of this thread ("" if none); valid until the next compile. */
+const char *eep_jit_last_log(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* EEP_JIT_H */
