@@ -55,6 +55,9 @@ LIBUTIL_A := $(BUILD)/lib/libeep_util.a
 .PHONY: all test asan ubsan gpu-check bench run clean deps-build deps-test deps-run check-cuda format-check
 all:
 
+# Keep intermediate objects (test objects are otherwise deleted after linking).
+.SECONDARY:
+
 include elastic/module.mk
 include barrier/module.mk
 include kernels/module.mk
