@@ -7,9 +7,11 @@
  */
 #include "elastic/config.h"
 #include "elastic/core_knobs.h"
+#include "elastic/runtime_knobs.h"
 
 static const eep_knob_table_t *const eep_config_registry[] = {
     &eep_core_knob_table,
+    &eep_runtime_knob_table,
 };
 
 const eep_knob_table_t *const *eep_config_tables(size_t *count_p)

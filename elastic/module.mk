@@ -2,3 +2,7 @@
 UTIL_SRCS += elastic/status.c elastic/log.c elastic/config.c elastic/config_registry.c \
              elastic/core_knobs.c
 LIBEEP_SRCS += elastic/nccl_util.c
+# runtime (runtime*.c, runtime_nccl.cc) and the standalone bootstrap (bootstrap*.c): knobs in the
+# util base.
+UTIL_SRCS += elastic/runtime_knobs.c
+LIBEEP_SRCS += elastic/bootstrap.c elastic/bootstrap_file.c elastic/bootstrap_tcp.c

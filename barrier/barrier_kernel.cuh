@@ -1,0 +1,176 @@
+/*
+ * barrier/barrier_kernel.cuh - the hybrid barrier, as a device function template for the JIT.
+ *
+ *   template <int Mode, bool Gin> __device__ void eep_barrier_body(const eep_barrier_params_t &p)
+ *
+ * Mode 0 (parallel): block 0 runs the scale-up barrier (LSA stores over NVLink), block 1 the
+ * scale-out barrier (GIN signals on the rail team), at the same time; launched with 1 block when
+ * there is no scale-out (Gin false).  Mode 1 (sequential): one block, scale-out then scale-up: a
+ * node peer signals the scale-up barrier only after its own scale-out barrier, so leaving it proves
+ * that every rank of the job has arrived.
+ *
+ * Scale-up algorithm: window slot arrive[j] of rank r holds how many barriers LSA peer j has
+ * entered (only j writes it).  To enter barrier e, thread t stores e into arrive[me] of peer t
+ * (release, system scope; t == me is the own slot), then waits until its own arrive[t] >= e.  My
+ * own slot is thus my barrier count, read once per launch: no epoch word, no reset, no atomics.
+ * A peer can be at most one barrier ahead (it cannot leave e+1 before I enter it), so ">=" is
+ * exact.  Scale-out: the same counting with GIN signals: SignalInc{signal0 + my rail rank} to each
+ * rail peer; signal signal0 + t counts the barriers rail peer t entered; my own count lives in a
+ * local window word.  Every wait is bounded (impl/bounded_wait.cuh).
+ *
+ * GIN code is compiled only with -DEEP_BARRIER_GIN=1 (nvcc): NCCL 2.28.9's GIN headers do not
+ * compile under NVRTC, and the LSA-only variants must.
+ */
+#ifndef EEP_BARRIER_KERNEL_CUH
+#define EEP_BARRIER_KERNEL_CUH
+
+#include <nccl.h>
+#include <nccl_device.h>
+
+#include "barrier_params.h"
+#include "impl/bounded_wait.cuh"
+
+static_assert(sizeof(ncclDevComm) == EEP_DEVCOMM_BYTES, "ncclDevComm is not the 2.28.9 layout");
+static_assert(alignof(ncclDevComm) <= 8, "ncclDevComm alignment");
+static_assert(sizeof(ncclWindow_t) == sizeof(void *), "ncclWindow_t is a pointer");
+
+#ifndef EEP_BARRIER_GIN
+#define EEP_BARRIER_GIN 0
+#endif
+
+__device__ __forceinline__ const ncclDevComm &eep_barrier_devcomm(const eep_barrier_params_t &p)
+{
+    return *reinterpret_cast<const ncclDevComm *>(&p.devcomm);
+}
+
+/* One scale-up (LSA) barrier: entering barrier `epoch`.  All threads of the block call it. */
+__device__ __forceinline__ bool eep_barrier_lsa(const eep_barrier_params_t &p,
+                                                const eep_wait_ctx &w, unsigned long long epoch)
+{
+    const ncclDevComm &dc  = eep_barrier_devcomm(p);
+    ncclWindow_t       win = (ncclWindow_t)p.window;
+    const int          me  = dc.lsaRank;
+    bool               ok  = true;
+
+    for (int t = threadIdx.x; t < dc.lsaSize; t += blockDim.x) {
+        unsigned long long *slot = (unsigned long long *)ncclGetLsaPointer(
+            win, p.lsa_arrive_off + sizeof(unsigned long long) * (size_t)me, t);
+        eep_st_release_sys(slot, epoch);
+    }
+    for (int t = threadIdx.x; t < dc.lsaSize && ok; t += blockDim.x) {
+        const unsigned long long *slot = (const unsigned long long *)ncclGetLsaPointer(
+            win, p.lsa_arrive_off + sizeof(unsigned long long) * (size_t)t, me);
+        ok = eep_wait_geq(w, [slot] { return eep_ld_acquire_sys(slot); }, epoch,
+                          EEP_PHASE_BARRIER_LSA, ncclTeamRankToWorld(dc, ncclTeamLsa(dc), t));
+    }
+    return ok;
+}
+
+#if EEP_BARRIER_GIN
+/* One scale-out (GIN, rail team) barrier: entering barrier `epoch`.  All threads call it. */
+__device__ __forceinline__ bool eep_barrier_gin(const eep_barrier_params_t &p,
+                                                const eep_wait_ctx &w, unsigned long long epoch)
+{
+    const ncclDevComm &dc   = eep_barrier_devcomm(p);
+    const ncclTeam     rail = ncclTeamRail(dc);
+    ncclGin            gin(dc, 0);
+    bool               ok = true;
+
+    for (int t = threadIdx.x; t < rail.nRanks; t += blockDim.x) {
+        if (t != rail.rank) {
+            gin.signal(rail, t, ncclGin_SignalInc{(ncclGinSignal_t)(p.gin_signal0 + rail.rank)});
+        }
+    }
+    for (int t = threadIdx.x; t < rail.nRanks && ok; t += blockDim.x) {
+        if (t == rail.rank) {
+            continue;
+        }
+        const ncclGinSignal_t sig = (ncclGinSignal_t)(p.gin_signal0 + t);
+        ok = eep_wait_geq(w, [&gin, sig] { return (unsigned long long)gin.readSignal(sig); },
+                          epoch, EEP_PHASE_BARRIER_GIN, ncclTeamRankToWorld(dc, rail, t));
+    }
+    return ok;
+}
+#endif
+
+template <int Mode, bool Gin>
+__device__ void eep_barrier_body(const eep_barrier_params_t &p)
+{
+    static_assert(Mode == 0 || Mode == 1, "Mode: 0 parallel, 1 sequential");
+    static_assert(!Gin || EEP_BARRIER_GIN, "GIN variants need -DEEP_BARRIER_GIN=1 (nvcc)");
+    __shared__ int                block_failed;
+    __shared__ unsigned long long epoch0;
+
+    const ncclDevComm &dc = eep_barrier_devcomm(p);
+    /* Which barriers this block runs: parallel splits them over blocks 0 (LSA) and 1 (GIN). */
+    const bool do_lsa = Mode == 1 || blockIdx.x == 0;
+    const bool do_gin = Gin && (Mode == 1 || blockIdx.x == 1);
+    unsigned long long *gin_epoch =
+        (unsigned long long *)ncclGetLsaPointer((ncclWindow_t)p.window, p.gin_epoch_off,
+                                                dc.lsaRank);
+
+    if (threadIdx.x == 0) {
+        block_failed = 0;
+        if (do_lsa) {
+            /* My own arrival slot holds the number of barriers I entered. */
+            epoch0 = *(volatile unsigned long long *)ncclGetLsaPointer(
+                (ncclWindow_t)p.window, p.lsa_arrive_off + 8ull * (unsigned)dc.lsaRank, dc.lsaRank);
+        }
+    }
+    __syncthreads();
+    unsigned long long lsa_epoch = epoch0;
+    unsigned long long gin_count = do_gin ? *(volatile unsigned long long *)gin_epoch : 0;
+    unsigned int       done = 0;
+
+    for (unsigned int it = 0; it < p.iterations; it++) {
+        eep_wait_ctx w;
+        w.fault        = p.fault;
+        w.fault_claim  = p.fault_claim;
+        w.block_failed = &block_failed;
+        w.rank         = dc.rank;
+        w.start_ns     = eep_globaltimer();
+        if (p.delay_ns != 0) {
+            while (eep_globaltimer() < w.start_ns + p.delay_ns) {
+            }
+            __syncthreads();
+            w.start_ns = eep_globaltimer();
+        }
+        w.deadline_ns = w.start_ns + p.timeout_ns;
+        if (p.stamps != nullptr && threadIdx.x == 0 && blockIdx.x == 0) {
+            p.stamps[2ull * it] = w.start_ns;
+        }
+        bool ok = true;
+#if EEP_BARRIER_GIN
+        if (do_gin) {
+            ok = eep_barrier_gin(p, w, ++gin_count);
+            if (Mode == 1) {
+                __syncthreads(); /* every GIN wait of the block done before arriving on LSA */
+                ok = ok && !*(volatile int *)&block_failed;
+            }
+        }
+#endif
+        if (do_lsa && ok) {
+            __syncthreads(); /* release: the block's earlier writes precede the arrival stores */
+            ok = eep_barrier_lsa(p, w, ++lsa_epoch);
+        }
+        __syncthreads();
+        if (*(volatile int *)&block_failed) {
+            break;
+        }
+        done++;
+        if (threadIdx.x == 0 && blockIdx.x == 0) {
+            if (p.stamps != nullptr) {
+                p.stamps[2ull * it + 1] = eep_globaltimer();
+            }
+            if (p.cycles != nullptr) {
+                p.cycles[it] = clock64();
+            }
+        }
+    }
+    (void)done;
+    if (do_gin && threadIdx.x == 0) {
+        *(volatile unsigned long long *)gin_epoch = gin_count;
+    }
+}
+
+#endif /* EEP_BARRIER_KERNEL_CUH */

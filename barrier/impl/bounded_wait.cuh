@@ -1,0 +1,121 @@
+/*
+ * barrier/impl/bounded_wait.cuh - the device side of "every wait is bounded".
+ *
+ * A wait spins on one word with system-scope acquire loads.  Every 8 polls it reads %globaltimer
+ * against the deadline; at most every EEP_ABORT_CHECK_NS it also reads the host-mapped abort flag
+ * (a PCIe round trip, so not on every poll: a barrier that completes in a few microseconds never
+ * pays for it).  On expiry the first waiting thread of the block records {phase, peer, expected,
+ * observed} in the fault page and raises the abort flag; every other wait of every kernel of the
+ * runtime then leaves at its next abort check.  Nothing traps: the CUDA context stays usable.
+ *
+ * The fault page lives in pinned host memory; atomics on it are not portable across PCIe, so a
+ * record slot is claimed with an atomic on a device counter and the record is written with plain
+ * stores, its `valid` word last, each step fenced at system scope.
+ */
+#ifndef EEP_BARRIER_BOUNDED_WAIT_CUH
+#define EEP_BARRIER_BOUNDED_WAIT_CUH
+
+#include "../../include/eep/layout.h"
+
+#define EEP_ABORT_CHECK_NS 20000ull
+
+__device__ __forceinline__ unsigned long long eep_globaltimer(void)
+{
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+__device__ __forceinline__ unsigned long long eep_ld_acquire_sys(const unsigned long long *p)
+{
+    unsigned long long v;
+    asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+
+__device__ __forceinline__ void eep_st_release_sys(unsigned long long *p, unsigned long long v)
+{
+    asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+__device__ __forceinline__ unsigned int eep_abort_raised(const eep_fault_page_t *fault)
+{
+    return *(volatile const unsigned int *)&fault->abort_flag;
+}
+
+/* Everything a wait needs to give up properly. */
+struct eep_wait_ctx {
+    eep_fault_page_t   *fault;
+    unsigned int       *fault_claim;
+    int                *block_failed; /* shared: set once a wait of this block gave up */
+    unsigned long long  start_ns;
+    unsigned long long  deadline_ns;
+    int                 rank;
+};
+
+/* Record a fault (first waiter of the block only) and raise the abort flag. */
+__device__ __noinline__ void eep_fault_raise(const eep_wait_ctx &w, int phase, int peer,
+                                             unsigned long long expected,
+                                             unsigned long long observed, unsigned long long now)
+{
+    if (atomicCAS(w.block_failed, 0, 1) != 0) {
+        return;
+    }
+    unsigned int slot = atomicAdd(w.fault_claim, 1u);
+    if (slot < EEP_FAULT_MAX_RECORDS) {
+        volatile eep_fault_record_t *r = &w.fault->records[slot];
+        r->phase     = phase;
+        r->rank      = w.rank;
+        r->peer      = peer;
+        r->expected  = expected;
+        r->observed  = observed;
+        r->time_ns   = now;
+        r->waited_ns = now - w.start_ns;
+        __threadfence_system();
+        r->valid = 1u;
+        *(volatile unsigned int *)&w.fault->nrecords = slot + 1u;
+    }
+    __threadfence_system();
+    *(volatile unsigned int *)&w.fault->abort_flag = EEP_ABORT_TIMEOUT;
+    __threadfence_system();
+}
+
+/*
+ * Spin until load() >= target (a monotonic counter).  @return true when reached; false when this
+ * wait (or another of the block, or the runtime) gave up.
+ */
+template <typename Load>
+__device__ __forceinline__ bool eep_wait_geq(const eep_wait_ctx &w, Load load,
+                                             unsigned long long target, int phase, int peer)
+{
+    unsigned long long v = load();
+    if (v >= target) {
+        return true;
+    }
+    unsigned long long next_abort_check = w.start_ns + EEP_ABORT_CHECK_NS;
+    for (unsigned int polls = 1;; polls++) {
+        v = load();
+        if (v >= target) {
+            return true;
+        }
+        if ((polls & 7u) == 0) {
+            unsigned long long now = eep_globaltimer();
+            if (*(volatile int *)w.block_failed) {
+                return false;
+            }
+            if (now >= w.deadline_ns) {
+                eep_fault_raise(w, phase, peer, target, v, now);
+                return false;
+            }
+            if (now >= next_abort_check) {
+                next_abort_check = now + EEP_ABORT_CHECK_NS;
+                if (eep_abort_raised(w.fault)) {
+                    atomicCAS(w.block_failed, 0, 1);
+                    return false;
+                }
+            }
+        }
+    }
+}
+
+#endif /* EEP_BARRIER_BOUNDED_WAIT_CUH */

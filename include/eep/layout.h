@@ -1,0 +1,84 @@
+/*
+ * eep/layout.h - memory layouts shared by the host (C11) and the device (nvcc and NVRTC).
+ *
+ * Every struct here is read on one side and written on the other, so its size and offsets are
+ * pinned by static asserts that run in both builds.  NVRTC has no libc headers, so this header
+ * includes none: it uses int, unsigned int and unsigned long long, whose widths (32, 32, 64) are
+ * the same on x86-64/aarch64 Linux hosts and on the GPU, and asserts them.
+ */
+#ifndef EEP_LAYOUT_H
+#define EEP_LAYOUT_H
+
+#if defined(__cplusplus)
+#define EEP_LAYOUT_ASSERT(_cond, _msg) static_assert(_cond, _msg)
+#else
+#define EEP_LAYOUT_ASSERT(_cond, _msg) _Static_assert(_cond, _msg)
+#endif
+
+#define EEP_LAYOUT_VERSION 1
+
+/* ------------------------------------------------------------------------------------------ */
+/* Fault page: pinned host memory mapped into the device.  Kernels raise the abort flag and     */
+/* append fault records; the host reads them with eep_poll().                                  */
+
+#define EEP_FAULT_MAGIC       0x45455046u /* "EEPF" */
+#define EEP_FAULT_MAX_RECORDS 16
+
+/* Where a device wait gave up (eep_fault_record_t.phase). */
+#define EEP_PHASE_NONE            0
+#define EEP_PHASE_BARRIER_LSA     1 /* scale-up (NVLink, LSA stores) barrier */
+#define EEP_PHASE_BARRIER_GIN     2 /* scale-out (GIN signals, rail team) barrier */
+
+/* Why the abort flag is up (eep_fault_page_t.abort_flag; 0 is "not raised"). */
+#define EEP_ABORT_NONE    0u
+#define EEP_ABORT_TIMEOUT 1u /* a device wait expired; see the records */
+#define EEP_ABORT_HOST    2u /* the host asked every kernel to leave (eep_runtime_abort) */
+
+typedef struct eep_fault_record {
+    unsigned int       valid;       /* written last (1) once the other fields are visible */
+    int                phase;       /* EEP_PHASE_* */
+    int                rank;        /* world rank that recorded it */
+    int                peer;        /* world rank suspected of not arriving, -1 unknown */
+    unsigned long long expected;    /* value waited for */
+    unsigned long long observed;    /* value seen when the deadline passed */
+    unsigned long long time_ns;     /* %globaltimer when it gave up */
+    unsigned long long waited_ns;   /* how long it had waited */
+} eep_fault_record_t;
+
+typedef struct eep_fault_page {
+    volatile unsigned int abort_flag; /* EEP_ABORT_*; device and host raise it, host clears it */
+    unsigned int          magic;      /* EEP_FAULT_MAGIC */
+    unsigned int          version;    /* EEP_LAYOUT_VERSION */
+    unsigned int          nrecords;   /* records claimed (atomically); may exceed the array */
+    unsigned int          pad[12];
+    eep_fault_record_t    records[EEP_FAULT_MAX_RECORDS];
+} eep_fault_page_t;
+
+EEP_LAYOUT_ASSERT(sizeof(int) == 4 && sizeof(unsigned long long) == 8, "type widths");
+EEP_LAYOUT_ASSERT(sizeof(eep_fault_record_t) == 48, "eep_fault_record_t layout");
+EEP_LAYOUT_ASSERT(__builtin_offsetof(eep_fault_record_t, expected) == 16, "record.expected");
+EEP_LAYOUT_ASSERT(__builtin_offsetof(eep_fault_record_t, waited_ns) == 40, "record.waited_ns");
+EEP_LAYOUT_ASSERT(__builtin_offsetof(eep_fault_page_t, records) == 64, "page.records");
+EEP_LAYOUT_ASSERT(sizeof(eep_fault_page_t) == 64 + 48 * EEP_FAULT_MAX_RECORDS, "fault page size");
+
+/* ------------------------------------------------------------------------------------------ */
+/* Workspace: the first bytes of the symmetric window.  Offsets are computed by the host       */
+/* (eep_workspace_layout) and handed to kernels; these are the fixed limits and alignments.    */
+
+#define EEP_MAX_LSA_RANKS     128   /* NVLink domain size the scale-up barrier supports */
+#define EEP_MAX_RANKS         1024
+#define EEP_WS_ALIGN          128   /* every region starts on its own cache line */
+#define EEP_WS_DATA_ALIGN     4096  /* the data area after the workspace */
+#define EEP_WS_COUNTERS       64    /* u64 counters reserved for kernels (monotonic) */
+
+/*
+ * The devcomm is NCCL's ncclDevComm (200 bytes, 8-byte aligned in 2.28.9), carried by the C side
+ * as an opaque blob; barrier/ and kernels/ reinterpret it and assert the size in the device build.
+ */
+#define EEP_DEVCOMM_BYTES 200
+typedef struct eep_devcomm_blob {
+    unsigned long long words[EEP_DEVCOMM_BYTES / 8];
+} eep_devcomm_blob_t;
+EEP_LAYOUT_ASSERT(sizeof(eep_devcomm_blob_t) == EEP_DEVCOMM_BYTES, "devcomm blob");
+
+#endif /* EEP_LAYOUT_H */
