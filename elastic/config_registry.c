@@ -7,10 +7,12 @@
  */
 #include "elastic/config.h"
 #include "elastic/core_knobs.h"
+#include "elastic/ep_knobs.h"
 #include "elastic/runtime_knobs.h"
 
 static const eep_knob_table_t *const eep_config_registry[] = {
     &eep_core_knob_table,
+    &eep_ep_knob_table,
     &eep_runtime_knob_table,
 };
 

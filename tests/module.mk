@@ -13,3 +13,11 @@ unit-tests: $(UNIT_TEST_BINS)
 $(BUILD)/tests/unit/%: $(BUILD)/tests/unit/%.o $(LIBEEP_A)
 	@mkdir -p $(dir $@)
 	$(CXX) -o $@ $^ $(LDFLAGS) $(NCCL_LDFLAGS) -lcmocka -ldl
+
+# test_ep_*: the CPU reference of dispatch/combine (tests/unit/ep_reference.c) is linked in; it
+# must come before libeep.a on the link line, hence a rule of their own.
+EP_REFERENCE_OBJ := $(BUILD)/tests/unit/ep_reference.o
+EP_REFERENCE_TESTS := $(BUILD)/tests/unit/test_ep_layout $(BUILD)/tests/unit/test_ep_reference
+$(EP_REFERENCE_TESTS): $(BUILD)/tests/unit/%: $(BUILD)/tests/unit/%.o $(EP_REFERENCE_OBJ) $(LIBEEP_A)
+	@mkdir -p $(dir $@)
+	$(CXX) -o $@ $^ $(LDFLAGS) $(NCCL_LDFLAGS) -lcmocka -ldl

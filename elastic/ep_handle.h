@@ -1,0 +1,50 @@
+/*
+ * ep_handle.h - what a dispatch handle records (private to elastic/ep_*).
+ *
+ * A handle belongs to one runtime and one membership epoch: combine and cached dispatch refuse it
+ * elsewhere.  Its device arrays live in memory the runtime allocated; `release` gives them back,
+ * so this header needs no CUDA.  The layout fields are those the kernels need to reverse a
+ * dispatch without a count exchange.
+ */
+#ifndef EEP_EP_HANDLE_H
+#define EEP_EP_HANDLE_H
+
+#include <stdint.h>
+
+#include "eep/ep.h"
+#include "elastic/ep_layout.h"
+
+#define EEP_EP_HANDLE_MAGIC 0x65706831u /* "eph1" */
+
+struct eep_ep_handle {
+    uint32_t       magic;          /* EEP_EP_HANDLE_MAGIC while alive, 0 after destroy */
+    const void    *runtime;        /* identity of the runtime that made it */
+    uint64_t       epoch;          /* membership epoch it was made in */
+    int            rank;           /* this rank in that epoch */
+    eep_ep_shape_t shape;          /* world, max tokens, hidden, K, experts, alignment, dtype */
+    int            num_tokens;     /* T of the dispatch that made the layout */
+    int            num_sms;        /* combine reuses the dispatch's SM count */
+    int            has_layout;     /* a non-cached dispatch filled the arrays below */
+    uint64_t       seq;            /* call number of that dispatch */
+    int64_t        num_recv_rows;  /* padded rows: exact (CPU_SYNC) or rows_max */
+
+    /* Device arrays, owned by the handle through release(). */
+    int32_t *d_expert_counts;      /* [El] real rows per local expert */
+    int32_t *d_expert_offsets;     /* [El + 1] exclusive prefix sums of padded counts */
+    int32_t *d_send_slot;          /* [max_tokens, world]: my slot in each destination's
+                                      region, -1 where the token does not go (cached mode) */
+    int32_t *d_row_src;            /* [rows]: source rank * max_tokens + source token, -1 pad */
+    float   *d_row_weight;         /* [rows]: the weight of this row's (token, expert) */
+
+    void (*release)(struct eep_ep_handle *handle); /* frees the device arrays; may be NULL */
+    void  *release_arg;
+};
+
+/**
+ * Allocate a zeroed handle (no device arrays yet).
+ * @return EEP_OK or EEP_ERR_NO_MEMORY.
+ */
+eep_status_t eep_ep_handle_create(const void *runtime, uint64_t epoch, int rank,
+                                  eep_ep_handle_t **handle_p);
+
+#endif /* EEP_EP_HANDLE_H */

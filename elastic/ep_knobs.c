@@ -1,0 +1,34 @@
+/* ep_knobs.c - knob table of dispatch/combine: the SM model's constants and overrides. */
+#include "elastic/ep_knobs.h"
+
+#include <stddef.h>
+
+#define EEP_EP_KNOB(_name, _def, _type, _field, _min, _max, _doc)                            \
+    { _name, _def, _doc, _type, offsetof(eep_ep_config_t, _field), EEP_KNOB_RUNTIME, _min, _max }
+
+static const eep_knob_t eep_ep_knobs[] = {
+    EEP_EP_KNOB("EEP_EP_NUM_SMS", "0", EEP_KNOB_INT, num_sms, 0, 1024,
+                "SMs for dispatch/combine kernels when a call passes num_sms = 0; 0 runs the "
+                "bandwidth model (docs/dispatch.md)."),
+    EEP_EP_KNOB("EEP_EP_LINK_GBPS", "0", EEP_KNOB_DOUBLE, link_gbps, 0, 0,
+                "NVLink bandwidth out of one GPU in GB/s for the SM model; 0: measured from the "
+                "device's links, else 430 (H200, 18 links x 26.56 GB/s x 0.9)."),
+    EEP_EP_KNOB("EEP_EP_SM_READ_GBPS", "200", EEP_KNOB_DOUBLE, sm_read_gbps, 0, 0,
+                "SM model: what one SM reads from HBM, GB/s (DeepEP: 200)."),
+    EEP_EP_KNOB("EEP_EP_SM_WRITE_GBPS", "50", EEP_KNOB_DOUBLE, sm_write_gbps, 0, 0,
+                "SM model: what one SM writes to peers for large tokens, GB/s (DeepEP: 50)."),
+    EEP_EP_KNOB("EEP_EP_TOKEN_OVERHEAD_BYTES", "1024", EEP_KNOB_DOUBLE, token_overhead_bytes,
+                0, 0, "SM model: fixed per-token cost expressed as bytes of write time "
+                "(uncalibrated guess; eep-bench --sweep-sms measures it)."),
+    EEP_EP_KNOB("EEP_EP_SM_MARGIN", "1.25", EEP_KNOB_DOUBLE, sm_margin, 0, 0,
+                "SM model: safety factor on the computed SM count (DeepEP: 1.25)."),
+    EEP_EP_KNOB("EEP_EP_MIN_SMS", "4", EEP_KNOB_INT, min_sms, 1, 1024,
+                "SM model: the fewest SMs it picks."),
+};
+
+const eep_knob_table_t eep_ep_knob_table = {
+    .module      = "ep",
+    .knobs       = eep_ep_knobs,
+    .count       = sizeof(eep_ep_knobs) / sizeof(eep_ep_knobs[0]),
+    .struct_size = sizeof(eep_ep_config_t),
+};

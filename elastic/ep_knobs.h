@@ -1,0 +1,21 @@
+/* ep_knobs.h - settings of dispatch/combine (the SM model and its overrides). */
+#ifndef EEP_EP_KNOBS_H
+#define EEP_EP_KNOBS_H
+
+#include <stdint.h>
+
+#include "elastic/config.h"
+
+typedef struct {
+    int64_t num_sms;              /* 0: the model */
+    double  link_gbps;            /* 0: the device's NVLink (or the H200 default) */
+    double  sm_read_gbps;
+    double  sm_write_gbps;
+    double  token_overhead_bytes;
+    double  sm_margin;
+    int64_t min_sms;
+} eep_ep_config_t;
+
+extern const eep_knob_table_t eep_ep_knob_table;
+
+#endif

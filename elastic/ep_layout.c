@@ -1,0 +1,258 @@
+/*
+ * ep_layout.c - sizes, offsets and the SM model of dispatch/combine.
+ *
+ * Pure arithmetic on a shape, so the host runtime, the CPU reference and the benchmark agree by
+ * construction.  Every buffer is sized for the worst case of the shape (max_tokens_per_rank from
+ * every rank), never for a call: a call then needs no allocation and no flow control.
+ */
+#include "elastic/ep_layout.h"
+
+#include <math.h>
+
+#define EEP_EP_MAX_WORLD      1024
+#define EEP_EP_MAX_ALIGNMENT  4096
+#define EEP_EP_REGION_ALIGN   256
+#define EEP_EP_WINDOW_ALIGN   (2u << 20)
+
+size_t eep_ep_elem_bytes(eep_dtype_t dtype)
+{
+    switch (dtype) {
+    case EEP_DTYPE_BF16:
+        return 2;
+    case EEP_DTYPE_FP8_E4M3:
+        return 1;
+    }
+    return 0;
+}
+
+int64_t eep_ep_align_up(int64_t value, int64_t align)
+{
+    return (value + align - 1) / align * align;
+}
+
+int eep_ep_local_experts(const eep_ep_shape_t *shape)
+{
+    return shape->num_experts / shape->world;
+}
+
+static int eep_ep_is_pow2(int v)
+{
+    return v > 0 && (v & (v - 1)) == 0;
+}
+
+eep_status_t eep_ep_shape_check(const eep_ep_shape_t *s, const char **why_p)
+{
+    const char *why  = NULL;
+    size_t      elem = eep_ep_elem_bytes(s->dtype);
+
+    if (elem == 0) {
+        why = "dtype";
+    } else if (s->world < 1 || s->world > EEP_EP_MAX_WORLD) {
+        why = "world";
+    } else if (s->max_tokens < 1) {
+        why = "max_tokens_per_rank";
+    } else if (s->hidden <= 0 || ((size_t)s->hidden * elem) % 16 != 0) {
+        why = "hidden";
+    } else if (s->dtype == EEP_DTYPE_FP8_E4M3 && s->hidden % EEP_EP_FP8_BLOCK != 0) {
+        why = "hidden";
+    } else if (s->num_topk < 1 || s->num_topk > EEP_EP_MAX_TOPK) {
+        why = "num_topk";
+    } else if (s->num_experts < 1 || s->num_experts > EEP_EP_MAX_EXPERTS ||
+               s->num_experts % s->world != 0 ||
+               s->num_experts / s->world > EEP_EP_MAX_LOCAL_EXPERTS ||
+               s->num_topk > s->num_experts) {
+        why = "num_experts";
+    } else if (!eep_ep_is_pow2(s->alignment) || s->alignment > EEP_EP_MAX_ALIGNMENT) {
+        why = "expert_alignment";
+    }
+    if (why == NULL && eep_ep_rows_max(s) > INT32_MAX) {
+        /* Kernels index rows with 32-bit integers. */
+        why = "max_tokens_per_rank";
+    }
+    if (why != NULL) {
+        if (why_p != NULL) {
+            *why_p = why;
+        }
+        return EEP_ERR_INVALID_ARG;
+    }
+    return EEP_OK;
+}
+
+void eep_ep_wire_layout(const eep_ep_shape_t *s, eep_ep_wire_t *wire_p)
+{
+    eep_ep_wire_t w;
+
+    w.hidden_bytes = (size_t)s->hidden * eep_ep_elem_bytes(s->dtype);
+    w.scale_bytes  = s->dtype == EEP_DTYPE_FP8_E4M3 ?
+                     (size_t)(s->hidden / EEP_EP_FP8_BLOCK) * sizeof(float) : 0;
+    w.meta_bytes   = (size_t)s->num_topk * (sizeof(int32_t) + sizeof(float)) + sizeof(int32_t);
+    w.scale_off    = (size_t)eep_ep_align_up((int64_t)w.hidden_bytes, EEP_EP_WIRE_ALIGN);
+    w.meta_off     = w.scale_off + (size_t)eep_ep_align_up((int64_t)w.scale_bytes,
+                                                           EEP_EP_WIRE_ALIGN);
+    w.token_bytes  = w.meta_off + (size_t)eep_ep_align_up((int64_t)w.meta_bytes,
+                                                          EEP_EP_WIRE_ALIGN);
+    *wire_p = w;
+}
+
+static int64_t eep_ep_rows_max_raw(int64_t world, int64_t max_tokens, int64_t num_topk,
+                                   int64_t num_local, int64_t alignment)
+{
+    int64_t pairs = world * max_tokens * (num_topk < num_local ? num_topk : num_local);
+
+    /* Each padded group adds at most alignment - 1 rows and the total is a multiple of it. */
+    return (pairs + num_local * (alignment - 1)) / alignment * alignment;
+}
+
+int64_t eep_ep_rows_max(const eep_ep_shape_t *s)
+{
+    if (s->world < 1 || s->num_experts < s->world || s->num_experts % s->world != 0 ||
+        s->max_tokens < 1 || s->num_topk < 1 || !eep_ep_is_pow2(s->alignment)) {
+        return -1;
+    }
+    return eep_ep_rows_max_raw(s->world, s->max_tokens, s->num_topk, s->num_experts / s->world,
+                               s->alignment);
+}
+
+int64_t eep_ep_recv_rows_max(int world, int max_tokens_per_rank, int num_topk, int num_experts,
+                             int expert_alignment)
+{
+    eep_ep_shape_t s = {
+        .world = world, .max_tokens = max_tokens_per_rank, .hidden = 0,
+        .num_topk = num_topk, .num_experts = num_experts, .alignment = expert_alignment,
+        .dtype = EEP_DTYPE_BF16,
+    };
+
+    return eep_ep_rows_max(&s);
+}
+
+eep_status_t eep_ep_buffer_sizes(const eep_ep_shape_t *s, eep_ep_buffer_sizes_t *sizes_p)
+{
+    eep_ep_buffer_sizes_t z;
+    eep_ep_wire_t         wire;
+    eep_status_t          status;
+    size_t                regions, off;
+
+    status = eep_ep_shape_check(s, NULL);
+    if (status != EEP_OK) {
+        return status;
+    }
+    eep_ep_wire_layout(s, &wire);
+    z.count_slot_bytes = (size_t)eep_ep_align_up(
+        (int64_t)(2 + eep_ep_local_experts(s)) * (int64_t)sizeof(uint64_t),
+        EEP_EP_COUNT_SLOT_ALIGN);
+    z.counts_bytes        = (size_t)s->world * EEP_EP_PARITIES * z.count_slot_bytes;
+    z.allocator_bytes     = (size_t)eep_ep_align_up((int64_t)s->world * 4, EEP_EP_REGION_ALIGN);
+    z.dispatch_recv_bytes = (size_t)EEP_EP_PARITIES * (size_t)s->world *
+                            (size_t)s->max_tokens * wire.token_bytes;
+    regions = (size_t)(s->world < s->num_topk ? s->world : s->num_topk);
+    z.combine_recv_bytes  = (size_t)EEP_EP_PARITIES * regions * (size_t)s->max_tokens *
+                            (size_t)s->hidden * 2;
+
+    off = 0;
+    z.counts_off = off;
+    off += (size_t)eep_ep_align_up((int64_t)z.counts_bytes, EEP_EP_REGION_ALIGN);
+    z.allocator_off = off;
+    off += z.allocator_bytes;
+    z.dispatch_recv_off = off;
+    off += (size_t)eep_ep_align_up((int64_t)z.dispatch_recv_bytes, EEP_EP_REGION_ALIGN);
+    z.combine_recv_off = off;
+    off += (size_t)eep_ep_align_up((int64_t)z.combine_recv_bytes, EEP_EP_REGION_ALIGN);
+    z.total_bytes = (size_t)eep_ep_align_up((int64_t)off, EEP_EP_WINDOW_ALIGN);
+    *sizes_p = z;
+    return EEP_OK;
+}
+
+int64_t eep_ep_expert_offsets(const int32_t *counts, int num_local, int alignment,
+                              int64_t *offsets)
+{
+    int e;
+
+    offsets[0] = 0;
+    for (e = 0; e < num_local; e++) {
+        offsets[e + 1] = offsets[e] + eep_ep_align_up(counts[e], alignment);
+    }
+    return offsets[num_local];
+}
+
+double eep_ep_expected_groups(int num_experts, int num_topk, int groups)
+{
+    double miss = 1.0; /* P(no expert of one given group): C(E - E/G, K) / C(E, K) */
+    int    per_group, i;
+
+    if (groups < 1 || num_experts < groups || num_topk < 1 || num_topk > num_experts) {
+        return 0.0;
+    }
+    per_group = num_experts / groups;
+    for (i = 0; i < num_topk; i++) {
+        double num = (double)(num_experts - per_group - i);
+
+        if (num <= 0.0) {
+            miss = 0.0;
+            break;
+        }
+        miss *= num / (double)(num_experts - i);
+    }
+    return groups * (1.0 - miss);
+}
+
+void eep_ep_sm_model_init(eep_ep_sm_model_t *m, int world, int hidden, eep_dtype_t dtype,
+                          int num_topk, int num_experts, int device_sms)
+{
+    m->world                = world;
+    m->hidden               = hidden;
+    m->dtype                = dtype;
+    m->num_topk             = num_topk;
+    m->num_experts          = num_experts;
+    m->device_sms           = device_sms;
+    m->link_gbps            = EEP_EP_DEFAULT_LINK_GBPS;
+    m->sm_read_gbps         = EEP_EP_SM_READ_GBPS;
+    m->sm_write_gbps        = EEP_EP_SM_WRITE_GBPS;
+    m->token_overhead_bytes = EEP_EP_TOKEN_OVERHEAD_B;
+    m->margin               = EEP_EP_SM_MARGIN;
+    m->min_sms              = EEP_EP_MIN_SMS;
+}
+
+int eep_ep_sm_model_run(const eep_ep_sm_model_t *m, eep_ep_sm_estimate_t *est_p)
+{
+    eep_ep_sm_estimate_t est = { 0 };
+    eep_ep_shape_t       shape = {
+        .world = m->world, .max_tokens = 1, .hidden = m->hidden, .num_topk = m->num_topk,
+        .num_experts = m->num_experts, .alignment = 1, .dtype = m->dtype,
+    };
+    eep_ep_wire_t wire;
+    double        sms;
+    int           n;
+
+    if (eep_ep_shape_check(&shape, NULL) != EEP_OK || m->device_sms < 1 || m->link_gbps <= 0.0 ||
+        m->sm_read_gbps <= 0.0 || m->sm_write_gbps <= 0.0 || m->token_overhead_bytes < 0.0 ||
+        m->margin < 1.0 || m->min_sms < 1) {
+        return -1;
+    }
+    eep_ep_wire_layout(&shape, &wire);
+    est.token_bytes       = (double)wire.token_bytes;
+    est.distinct_ranks    = eep_ep_expected_groups(m->num_experts, m->num_topk, m->world);
+    est.per_sm_write_gbps = m->sm_write_gbps * est.token_bytes /
+                            (est.token_bytes + m->token_overhead_bytes);
+    if (m->world == 1) {
+        /* No link traffic: a local copy, bounded by HBM; every SM helps. */
+        n = m->device_sms;
+    } else {
+        est.write_gbps = m->link_gbps / (1.0 - 1.0 / m->world);
+        est.read_gbps  = est.write_gbps / est.distinct_ranks;
+        sms = m->margin * fmax(est.write_gbps / est.per_sm_write_gbps,
+                               est.read_gbps / m->sm_read_gbps);
+        n = (int)ceil(sms);
+        n += n & 1;
+        if (n < m->min_sms) {
+            n = m->min_sms;
+        }
+        if (n > m->device_sms) {
+            n = m->device_sms;
+        }
+    }
+    est.num_sms = n;
+    if (est_p != NULL) {
+        *est_p = est;
+    }
+    return n;
+}

@@ -1,0 +1,206 @@
+/*
+ * eep/ep.h - expert-parallel dispatch and combine.
+ *
+ * dispatch sends every token once to each rank that holds at least one of its top-k experts;
+ * combine brings each token's expert outputs back to the rank it came from and sums them with its
+ * top-k weights.  Both are device-side: one JIT-compiled kernel family over the runtime's
+ * symmetric window, enqueued on the caller's stream.
+ *
+ * Received layout (every mode): expert-major.  Local expert e (0 <= e < El, El = num_experts /
+ * world, global expert id rank * El + e) owns rows [offsets[e], offsets[e] + counts[e]); its group
+ * is padded with zero rows up to offsets[e + 1] = offsets[e] + align_up(counts[e],
+ * expert_alignment), so a grouped GEMM can take recv_x as it is.  A token that hits several local
+ * experts gets one row in each of their groups.  Within a group, rows are ordered by source rank
+ * ascending, then by source token index ascending: the order is a function of the inputs alone,
+ * never of arrival order.  Padding rows hold x = 0, scales = 0, topk_idx = -1, weights = 0.
+ *
+ * Synchronisation per dispatch+combine pair, steady state: no barrier kernel, no memset, no
+ * separate notify kernel.  Each kernel ends with one point-to-point "done" signal from every rank
+ * to every peer, tagged with the call's sequence number (the world-wide handshake that keeps buffer
+ * reuse safe); a non-cached dispatch also sends one count message per peer, inside the same
+ * kernel.  Host synchronisations: CPU_SYNC 1 (dispatch waits for the counts, not for the data),
+ * NO_CPU_SYNC 0, CACHED 0.  docs/dispatch.md explains why this is enough.
+ *
+ * Threading: calls on one runtime are serialised by the caller (one stream per runtime, like NCCL
+ * collectives on one communicator); every rank of the runtime must make the same sequence of
+ * dispatch/combine calls with the same shapes.
+ */
+#ifndef EEP_EP_H
+#define EEP_EP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "eep/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The runtime (include/eep/eep.h); a repeated identical typedef is legal C11 and C++. */
+#ifndef EEP_RUNTIME_T_DECLARED
+#define EEP_RUNTIME_T_DECLARED
+typedef struct eep_runtime eep_runtime_t;
+#endif
+
+/* A dispatch's layout, kept for combine and for cached dispatches.  Opaque. */
+typedef struct eep_ep_handle eep_ep_handle_t;
+
+/* Limits checked on the host before any launch. */
+#define EEP_EP_MAX_TOPK          32   /* K: one lane per top-k entry */
+#define EEP_EP_MAX_EXPERTS       2048
+#define EEP_EP_MAX_LOCAL_EXPERTS 256  /* num_experts / world */
+#define EEP_EP_FP8_BLOCK         128  /* channels per fp8 scale */
+#define EEP_EP_PTR_ALIGN         16   /* bytes; every tensor pointer */
+
+typedef enum {
+    EEP_DTYPE_BF16     = 0, /* 2 bytes, x as given */
+    EEP_DTYPE_FP8_E4M3 = 1, /* 1 byte + one float scale per 128 channels (x_scales) */
+} eep_dtype_t;
+
+typedef enum {
+    EEP_INDEX_INT32 = 0,
+    EEP_INDEX_INT64 = 1,
+} eep_index_dtype_t;
+
+typedef enum {
+    /*
+     * Exact-size outputs.  The counts reach pinned host memory as soon as the count exchange has
+     * finished, while the data still moves; eep_dispatch waits for them (not for the data), writes
+     * *num_recv_rows_p and host_expert_counts, gets the outputs (alloc callback, or the caller's
+     * buffers checked against the exact size) and enqueues the copy that fills them.
+     */
+    EEP_EP_MODE_CPU_SYNC    = 0,
+    /*
+     * No host wait.  Outputs must hold the worst case (eep_ep_recv_rows_max()); the real counts
+     * and offsets stay on the GPU (recv_expert_counts, recv_expert_offsets).  Rows past
+     * recv_expert_offsets[El] are not written.  A dispatch+combine pair in this mode can be
+     * captured in a CUDA graph and replayed.
+     */
+    EEP_EP_MODE_NO_CPU_SYNC = 1,
+    /*
+     * Reuse the layout of *handle_p (same topk_idx as the dispatch that made it): no count
+     * exchange, no host wait, only data moves.  Graph-capturable.
+     */
+    EEP_EP_MODE_CACHED      = 2,
+} eep_ep_mode_t;
+
+/*
+ * CPU_SYNC allocation hook: return @p bytes of device memory (16-byte aligned) for output @p what
+ * ("recv_x", "recv_x_scales", "recv_topk_idx", "recv_topk_weights"), or NULL to fail the call
+ * with EEP_ERR_NO_MEMORY.  Called on the calling thread, inside eep_dispatch, once the exact row
+ * count is known.  The memory must stay valid until the stream has consumed the dispatch (and for
+ * recv_topk_weights, until the matching combine is enqueued).
+ */
+typedef void *(*eep_ep_alloc_func_t)(void *arg, size_t bytes, const char *what);
+
+typedef struct {
+    size_t size; /* sizeof(eep_dispatch_args_t): lets the struct grow */
+
+    /* ---- inputs (device memory, 16-byte aligned, row-major, contiguous) ---- */
+    const void       *x;              /* [num_tokens, hidden] bf16 or fp8 e4m3 */
+    const float      *x_scales;       /* [num_tokens, hidden / 128]; fp8 only, else NULL */
+    eep_dtype_t       dtype;
+    const void       *topk_idx;       /* [num_tokens, num_topk] global expert ids; -1 = none */
+    eep_index_dtype_t topk_idx_dtype;
+    const float      *topk_weights;   /* [num_tokens, num_topk] */
+
+    /* ---- shape: identical on every rank except num_tokens ---- */
+    int num_tokens;          /* T of this call, 0 <= T <= max_tokens_per_rank */
+    int hidden;              /* H; H * element size a multiple of 16 bytes; fp8: multiple of 128 */
+    int num_topk;            /* K, 1..EEP_EP_MAX_TOPK */
+    int num_experts;         /* divisible by the rank count; <= EEP_EP_MAX_EXPERTS */
+    int expert_alignment;    /* power of two >= 1; each expert group is padded to it */
+    int max_tokens_per_rank; /* sizes every buffer; the same on every rank and every call */
+
+    eep_ep_mode_t mode;
+    int           num_sms;   /* 0: the bandwidth model (or EEP_EP_NUM_SMS); else this many */
+
+    /* ---- outputs (device memory, 16-byte aligned) ---- */
+    /*
+     * Rows available in the four row outputs below.  NO_CPU_SYNC and CACHED: at least
+     * eep_ep_recv_rows_max().  CPU_SYNC without alloc: at least the exact row count, checked
+     * before the copy is enqueued (EEP_ERR_INVALID_ARG naming recv_capacity if too small).
+     */
+    int64_t  recv_capacity;
+    void    *recv_x;               /* [rows, hidden], dtype of x */
+    float   *recv_x_scales;        /* [rows, hidden / 128]; fp8 only, else NULL */
+    int32_t *recv_topk_idx;        /* [rows, num_topk]: local expert id (0..El-1) or -1 */
+    float   *recv_topk_weights;    /* [rows, num_topk]: the weight where recv_topk_idx >= 0, else 0 */
+    int32_t *recv_expert_counts;   /* [El] real (unpadded) rows per local expert, GPU */
+    int32_t *recv_expert_offsets;  /* [El + 1] exclusive prefix sums of padded counts, GPU */
+
+    /* CPU_SYNC only */
+    eep_ep_alloc_func_t alloc;     /* NULL: use the buffers above; else fills them */
+    void               *alloc_arg;
+    int32_t            *host_expert_counts; /* [El] host memory, real counts, or NULL */
+    int64_t            *num_recv_rows_p;    /* host: padded total rows (exact in CPU_SYNC,
+                                               eep_ep_recv_rows_max() otherwise), or NULL */
+} eep_dispatch_args_t;
+
+/**
+ * Send tokens to the ranks of their experts; lay them out expert-major on arrival.
+ *
+ * Checked on the host before launch (EEP_ERR_INVALID_ARG, the message names the argument): NULL
+ * or misaligned pointers, a hidden size that is not a multiple of 16 bytes (of 128 channels for
+ * fp8), num_tokens > max_tokens_per_rank, K out of range, num_experts not divisible by the rank
+ * count, an alignment that is not a power of two, fp8 without scales, too small a recv_capacity.
+ * A handle made by another runtime gives EEP_ERR_INVALID_ARG, one from an older membership epoch
+ * EEP_ERR_STALE_EPOCH.  Only the device sees expert ids: an id outside [-1, num_experts) or twice
+ * in one token is recorded by the kernel in the runtime's fault page with the offending token, the
+ * token is dropped (nothing is written past any buffer), and the next eep_poll()/call on the
+ * runtime returns EEP_ERR_DEVICE_FAULT.
+ *
+ * @param [in]     rt        the runtime; every rank of it must call eep_dispatch in step.
+ * @param [in]     args      inputs, shape, mode and outputs (args->size must be set).
+ * @param [in,out] handle_p  *handle_p NULL: a new handle is created and returned.  Non-NULL: in
+ *                           CACHED mode its layout is reused; in the other modes it is refilled in
+ *                           place (no allocation in steady state).  Left untouched on error.
+ * @param [in]     stream    CUstream (void * so callers need no CUDA header); NULL: default.
+ * @return EEP_OK once the work is enqueued (CPU_SYNC: and the counts are known on the host);
+ *         EEP_ERR_INVALID_ARG / EEP_ERR_STALE_EPOCH for bad input; EEP_ERR_PEER_TIMEOUT when the
+ *         counts did not arrive in time (CPU_SYNC); EEP_ERR_DEVICE_FAULT for an earlier fault.
+ */
+eep_status_t eep_dispatch(eep_runtime_t *rt, const eep_dispatch_args_t *args,
+                          eep_ep_handle_t **handle_p, void *stream);
+
+/**
+ * The reverse of the dispatch that made @p handle.  For each of its tokens t, on the rank that
+ * sent t: out[t] = bf16( sum over ranks r ascending of float(p_r) ), where, on rank r,
+ * p_r = bf16( sum over top-k lanes k ascending with expert k on r of w[t][k] * float(y[row(t, k)]) ),
+ * every sum accumulated in fp32 from 0 with fmaf (partial) and plain adds (total), every bf16
+ * rounding to nearest even.  The order is fixed, so the result is bitwise reproducible.  A token
+ * with no expert gives zeros.
+ *
+ * @param [in]  rt      the runtime that made @p handle.
+ * @param [in]  y       [rows, hidden] bf16, the expert outputs in the handle's received layout
+ *                      (padding rows are ignored); device, 16-byte aligned.
+ * @param [in]  handle  from eep_dispatch on this runtime and this membership epoch.
+ * @param [out] out     [num_tokens of that dispatch, hidden] bf16; device, 16-byte aligned.
+ * @param [in]  stream  CUstream, NULL: default.
+ * @return EEP_OK once enqueued; EEP_ERR_INVALID_ARG (NULL/misaligned pointer, foreign handle),
+ *         EEP_ERR_STALE_EPOCH (handle from an older membership epoch).
+ */
+eep_status_t eep_combine(eep_runtime_t *rt, const void *y, const eep_ep_handle_t *handle,
+                         void *out, void *stream);
+
+/**
+ * Destroy a handle and the device memory it holds; NULL is a no-op.  The stream work that uses it
+ * must have completed (or the caller keeps it alive until then).
+ */
+void eep_ep_handle_destroy(eep_ep_handle_t *handle);
+
+/**
+ * Worst-case row count of the received layout: what NO_CPU_SYNC and CACHED outputs must hold.
+ * rows = floor((world * max_tokens_per_rank * min(K, El) + El * (alignment - 1)) / alignment)
+ *        * alignment, with El = num_experts / world.
+ * @return the row count, or -1 when the arguments are out of range.
+ */
+int64_t eep_ep_recv_rows_max(int world, int max_tokens_per_rank, int num_topk, int num_experts,
+                             int expert_alignment);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* EEP_EP_H */

@@ -1,0 +1,531 @@
+/*
+ * ep_reference.c - CPU reference of dispatch and combine (see ep_reference.h for the contract).
+ *
+ * Written for obviousness, not speed: dispatch walks destination rank, local expert, source rank,
+ * source token in exactly the order the layout promises, so the order is visible in the loop
+ * nest; combine walks the same fixed order the kernels must use.  Number conversions are done on
+ * bits, never through the host FPU's conversion instructions, so the results do not depend on the
+ * machine.
+ */
+#include "ep_reference.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------------------------------- */
+/* Number formats                                                                             */
+
+static uint32_t f32_bits(float f)
+{
+    uint32_t u;
+
+    memcpy(&u, &f, sizeof(u));
+    return u;
+}
+
+static float bits_f32(uint32_t u)
+{
+    float f;
+
+    memcpy(&f, &u, sizeof(f));
+    return f;
+}
+
+uint16_t eep_ref_f32_to_bf16(float f)
+{
+    uint32_t u = f32_bits(f);
+
+    if ((u & 0x7fffffffu) > 0x7f800000u) {
+        return 0x7fff;
+    }
+    /* Round to nearest even on the 16 bits dropped; an overflow carries into the exponent and
+       ends as infinity, as it should. */
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+float eep_ref_bf16_to_f32(uint16_t b)
+{
+    return bits_f32((uint32_t)b << 16);
+}
+
+uint8_t eep_ref_f32_to_e4m3(float f)
+{
+    uint32_t u    = f32_bits(f);
+    uint8_t  sign = (uint8_t)((u >> 31) << 7);
+    float    a    = fabsf(f);
+    int      exp;
+    float    r;
+
+    if (isnan(f)) {
+        return 0x7f;
+    }
+    if (a > 448.0f) {
+        return sign | 0x7e; /* saturate (infinity included) */
+    }
+    if (a < 0.015625f) {
+        /* Subnormal range (below 2^-6): steps of 2^-9; scaling by 2^9 is exact. */
+        r = nearbyintf(ldexpf(a, 9)); /* default rounding mode: to nearest even */
+        return sign | (uint8_t)r;     /* r == 8 encodes 2^-6 (exponent 1, mantissa 0): right */
+    }
+    frexpf(a, &exp); /* a = m * 2^exp, m in [0.5, 1) */
+    exp -= 1;        /* a = 1.xxx * 2^exp */
+    r = nearbyintf(ldexpf(a, 3 - exp)); /* in [8, 16] */
+    if (r >= 16.0f) {
+        r = 8.0f;
+        exp++;
+    }
+    /* a <= 448 keeps (exp, r) at or below (8, 14): never the NaN pattern. */
+    return sign | (uint8_t)((exp + 7) << 3) | (uint8_t)((int)r - 8);
+}
+
+float eep_ref_e4m3_to_f32(uint8_t b)
+{
+    int   exp  = (b >> 3) & 0xf;
+    int   mant = b & 0x7;
+    float v;
+
+    if (exp == 0xf && mant == 0x7) {
+        return nanf("");
+    }
+    v = exp == 0 ? ldexpf((float)mant, -9) : ldexpf(1.0f + (float)mant / 8.0f, exp - 7);
+    return (b & 0x80) ? -v : v;
+}
+
+void eep_ref_quantize_row(const uint16_t *x, int hidden, uint8_t *q, float *scales)
+{
+    int blk, i;
+
+    for (blk = 0; blk < hidden / EEP_EP_FP8_BLOCK; blk++) {
+        const uint16_t *in   = x + blk * EEP_EP_FP8_BLOCK;
+        float           amax = 0.0f, scale;
+
+        for (i = 0; i < EEP_EP_FP8_BLOCK; i++) {
+            amax = fmaxf(amax, fabsf(eep_ref_bf16_to_f32(in[i])));
+        }
+        scale       = amax > 0.0f ? amax / 448.0f : 1.0f;
+        scales[blk] = scale;
+        for (i = 0; i < EEP_EP_FP8_BLOCK; i++) {
+            q[blk * EEP_EP_FP8_BLOCK + i] = eep_ref_f32_to_e4m3(eep_ref_bf16_to_f32(in[i]) / scale);
+        }
+    }
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Inputs                                                                                     */
+
+uint64_t eep_ref_rand(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* Uniform in [0, 1) with 24 random bits. */
+static float rand_unit(uint64_t *state)
+{
+    return (float)(eep_ref_rand(state) >> 40) * (1.0f / 16777216.0f);
+}
+
+void eep_ref_gen_init(eep_ref_gen_t *gen, uint64_t seed)
+{
+    memset(gen, 0, sizeof(*gen));
+    gen->seed           = seed;
+    gen->hotspot_expert = -1;
+    gen->silent_rank    = -1;
+    gen->masked_rank    = -1;
+}
+
+void eep_ref_input_free(eep_ref_input_t *in)
+{
+    if (in == NULL) {
+        return;
+    }
+    free(in->x);
+    free(in->x_scales);
+    free(in->topk_idx);
+    free(in->topk_weights);
+    memset(in, 0, sizeof(*in));
+}
+
+static int gen_num_tokens(const eep_ep_shape_t *s, const eep_ref_gen_t *gen, int rank)
+{
+    int t;
+
+    if (rank == gen->silent_rank) {
+        return 0;
+    }
+    if (gen->num_tokens > 0) {
+        return gen->num_tokens < s->max_tokens ? gen->num_tokens : s->max_tokens;
+    }
+    t = gen->tokens_mode == 1 ? s->max_tokens - rank : s->max_tokens;
+    return t < 1 ? 1 : t;
+}
+
+/* K distinct experts (or -1) for one token. */
+static void gen_topk(const eep_ep_shape_t *s, const eep_ref_gen_t *gen, int masked,
+                     uint64_t *st, int64_t *idx, float *w)
+{
+    int k, j;
+
+    for (k = 0; k < s->num_topk; k++) {
+        int64_t e;
+        int     dup;
+
+        w[k] = 0.0625f + rand_unit(st); /* never 0: a lost weight must show */
+        if (masked || (gen->hotspot_only && gen->hotspot_expert >= 0 && k > 0) ||
+            (gen->masked_fraction > 0.0 && rand_unit(st) < gen->masked_fraction)) {
+            idx[k] = -1;
+            continue;
+        }
+        if (k == 0 && gen->hotspot_expert >= 0) {
+            idx[k] = gen->hotspot_expert;
+            continue;
+        }
+        do {
+            e   = (int64_t)(eep_ref_rand(st) % (uint64_t)s->num_experts);
+            dup = e == gen->hotspot_expert;
+            for (j = 0; j < k && !dup; j++) {
+                dup = idx[j] == e;
+            }
+        } while (dup);
+        idx[k] = e;
+    }
+}
+
+eep_status_t eep_ref_input_generate(const eep_ep_shape_t *s, const eep_ref_gen_t *gen, int rank,
+                                    eep_ref_input_t *in_p)
+{
+    eep_ref_input_t in = { 0 };
+    size_t          elem = eep_ep_elem_bytes(s->dtype);
+    uint16_t       *row = NULL;
+    uint64_t        st;
+    int             t, h, fp8 = s->dtype == EEP_DTYPE_FP8_E4M3;
+
+    if (eep_ep_shape_check(s, NULL) != EEP_OK || rank < 0 || rank >= s->world) {
+        return EEP_ERR_INVALID_ARG;
+    }
+    st            = gen->seed ^ (0x5851f42d4c957f2dull * (uint64_t)(rank + 1));
+    in.num_tokens = gen_num_tokens(s, gen, rank);
+    /* +1 so that zero tokens still allocate (NULL would look like a failure). */
+    in.x            = malloc((size_t)in.num_tokens * (size_t)s->hidden * elem + 1);
+    in.topk_idx     = malloc((size_t)in.num_tokens * (size_t)s->num_topk * sizeof(int64_t) + 1);
+    in.topk_weights = malloc((size_t)in.num_tokens * (size_t)s->num_topk * sizeof(float) + 1);
+    in.x_scales     = fp8 ? malloc((size_t)in.num_tokens * (size_t)(s->hidden / EEP_EP_FP8_BLOCK) *
+                                   sizeof(float) + 1) : NULL;
+    row             = malloc((size_t)s->hidden * sizeof(uint16_t));
+    if (in.x == NULL || in.topk_idx == NULL || in.topk_weights == NULL || row == NULL ||
+        (fp8 && in.x_scales == NULL)) {
+        free(row);
+        eep_ref_input_free(&in);
+        return EEP_ERR_NO_MEMORY;
+    }
+    for (t = 0; t < in.num_tokens; t++) {
+        /* Values in [-2, 2), bf16-exact, so bf16 inputs and fp8 sources start from the same data;
+           the token index is folded in so no two tokens are alike. */
+        for (h = 0; h < s->hidden; h++) {
+            row[h] = eep_ref_f32_to_bf16(4.0f * rand_unit(&st) - 2.0f);
+        }
+        if (fp8) {
+            eep_ref_quantize_row(row, s->hidden, in.x + (size_t)t * (size_t)s->hidden,
+                                 in.x_scales + (size_t)t * (size_t)(s->hidden / EEP_EP_FP8_BLOCK));
+        } else {
+            memcpy(in.x + (size_t)t * (size_t)s->hidden * 2, row, (size_t)s->hidden * 2);
+        }
+        gen_topk(s, gen, rank == gen->masked_rank, &st,
+                 in.topk_idx + (size_t)t * (size_t)s->num_topk,
+                 in.topk_weights + (size_t)t * (size_t)s->num_topk);
+    }
+    free(row);
+    *in_p = in;
+    return EEP_OK;
+}
+
+void eep_ref_topk_to_i32(const eep_ref_input_t *in, int num_topk, int32_t *out)
+{
+    size_t i, n = (size_t)in->num_tokens * (size_t)num_topk;
+
+    for (i = 0; i < n; i++) {
+        out[i] = (int32_t)in->topk_idx[i];
+    }
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Dispatch                                                                                   */
+
+void eep_ref_recv_free(eep_ref_recv_t *r)
+{
+    if (r == NULL) {
+        return;
+    }
+    free(r->expert_counts);
+    free(r->expert_offsets);
+    free(r->tokens_from);
+    free(r->x);
+    free(r->x_scales);
+    free(r->topk_idx);
+    free(r->topk_weights);
+    free(r->src_rank);
+    free(r->src_token);
+    free(r->src_lane);
+    memset(r, 0, sizeof(*r));
+}
+
+/* An id outside [-1, E) or repeated in one token: what the kernel flags into the fault page. */
+static int check_ids(const eep_ep_shape_t *s, const eep_ref_input_t *inputs, int *bad_rank_p,
+                     int *bad_token_p)
+{
+    int r, t, k, j;
+
+    for (r = 0; r < s->world; r++) {
+        for (t = 0; t < inputs[r].num_tokens; t++) {
+            const int64_t *idx = inputs[r].topk_idx + (size_t)t * (size_t)s->num_topk;
+
+            for (k = 0; k < s->num_topk; k++) {
+                int bad = idx[k] < -1 || idx[k] >= s->num_experts;
+
+                for (j = 0; j < k && !bad; j++) {
+                    bad = idx[k] >= 0 && idx[j] == idx[k];
+                }
+                if (bad) {
+                    if (bad_rank_p != NULL) {
+                        *bad_rank_p = r;
+                    }
+                    if (bad_token_p != NULL) {
+                        *bad_token_p = t;
+                    }
+                    return 0;
+                }
+            }
+        }
+    }
+    return 1;
+}
+
+/* The top-k lane of token t (of input in) holding expert e, or -1. */
+static int lane_of(const eep_ep_shape_t *s, const eep_ref_input_t *in, int t, int64_t e)
+{
+    const int64_t *idx = in->topk_idx + (size_t)t * (size_t)s->num_topk;
+    int            k;
+
+    for (k = 0; k < s->num_topk; k++) {
+        if (idx[k] == e) {
+            return k;
+        }
+    }
+    return -1;
+}
+
+static eep_status_t dispatch_one(const eep_ep_shape_t *s, const eep_ref_input_t *inputs, int dst,
+                                 eep_ref_recv_t *out)
+{
+    eep_ref_recv_t r = { 0 };
+    size_t         row_bytes = (size_t)s->hidden * eep_ep_elem_bytes(s->dtype);
+    size_t         nsc = s->dtype == EEP_DTYPE_FP8_E4M3 ? (size_t)(s->hidden / EEP_EP_FP8_BLOCK) : 0;
+    size_t         K = (size_t)s->num_topk;
+    int            El = eep_ep_local_experts(s);
+    int            e, src, t, k;
+    int64_t        row, rows;
+
+    r.num_local      = El;
+    r.expert_counts  = calloc((size_t)El, sizeof(int32_t));
+    r.expert_offsets = calloc((size_t)El + 1, sizeof(int64_t));
+    r.tokens_from    = calloc((size_t)s->world, sizeof(int32_t));
+    if (r.expert_counts == NULL || r.expert_offsets == NULL || r.tokens_from == NULL) {
+        goto err_free;
+    }
+    /* Counts first, so the outputs are allocated at their exact size. */
+    for (src = 0; src < s->world; src++) {
+        for (t = 0; t < inputs[src].num_tokens; t++) {
+            int hit = 0;
+
+            for (e = 0; e < El; e++) {
+                if (lane_of(s, &inputs[src], t, (int64_t)dst * El + e) >= 0) {
+                    r.expert_counts[e]++;
+                    hit = 1;
+                }
+            }
+            r.tokens_from[src] += hit;
+        }
+    }
+    rows       = eep_ep_expert_offsets(r.expert_counts, El, s->alignment, r.expert_offsets);
+    r.num_rows = rows;
+    r.x            = calloc((size_t)rows * row_bytes + 1, 1);
+    r.x_scales     = nsc ? calloc((size_t)rows * nsc + 1, sizeof(float)) : NULL;
+    r.topk_idx     = malloc(((size_t)rows * K + 1) * sizeof(int32_t));
+    r.topk_weights = calloc((size_t)rows * K + 1, sizeof(float));
+    r.src_rank     = malloc(((size_t)rows + 1) * sizeof(int32_t));
+    r.src_token    = malloc(((size_t)rows + 1) * sizeof(int32_t));
+    r.src_lane     = malloc(((size_t)rows + 1) * sizeof(int32_t));
+    if (r.x == NULL || (nsc && r.x_scales == NULL) || r.topk_idx == NULL ||
+        r.topk_weights == NULL || r.src_rank == NULL || r.src_token == NULL || r.src_lane == NULL) {
+        goto err_free;
+    }
+    /* Padding rows stay as initialised here: x, scales, weights 0; ids and sources -1. */
+    for (row = 0; row < rows; row++) {
+        r.src_rank[row] = r.src_token[row] = r.src_lane[row] = -1;
+        for (k = 0; k < (int)K; k++) {
+            r.topk_idx[(size_t)row * K + (size_t)k] = -1;
+        }
+    }
+    /* The layout's order, spelled out: expert, then source rank, then source token. */
+    for (e = 0; e < El; e++) {
+        row = r.expert_offsets[e];
+        for (src = 0; src < s->world; src++) {
+            const eep_ref_input_t *in = &inputs[src];
+
+            for (t = 0; t < in->num_tokens; t++) {
+                int lane = lane_of(s, in, t, (int64_t)dst * El + e);
+
+                if (lane < 0) {
+                    continue;
+                }
+                memcpy(r.x + (size_t)row * row_bytes, in->x + (size_t)t * row_bytes, row_bytes);
+                if (nsc) {
+                    memcpy(r.x_scales + (size_t)row * nsc, in->x_scales + (size_t)t * nsc,
+                           nsc * sizeof(float));
+                }
+                for (k = 0; k < (int)K; k++) {
+                    int64_t g  = in->topk_idx[(size_t)t * K + (size_t)k];
+                    int     on = g >= (int64_t)dst * El && g < (int64_t)(dst + 1) * El;
+
+                    r.topk_idx[(size_t)row * K + (size_t)k] = on ? (int32_t)(g - (int64_t)dst * El)
+                                                                 : -1;
+                    r.topk_weights[(size_t)row * K + (size_t)k] =
+                        on ? in->topk_weights[(size_t)t * K + (size_t)k] : 0.0f;
+                }
+                r.src_rank[row]  = src;
+                r.src_token[row] = t;
+                r.src_lane[row]  = lane;
+                row++;
+            }
+        }
+    }
+    *out = r;
+    return EEP_OK;
+
+err_free:
+    eep_ref_recv_free(&r);
+    return EEP_ERR_NO_MEMORY;
+}
+
+eep_status_t eep_ref_dispatch(const eep_ep_shape_t *s, const eep_ref_input_t *inputs,
+                              eep_ref_recv_t *recv, int *bad_rank_p, int *bad_token_p)
+{
+    eep_status_t status;
+    int          r, i;
+
+    if (eep_ep_shape_check(s, NULL) != EEP_OK) {
+        return EEP_ERR_INVALID_ARG;
+    }
+    if (!check_ids(s, inputs, bad_rank_p, bad_token_p)) {
+        return EEP_ERR_INVALID_ARG;
+    }
+    for (r = 0; r < s->world; r++) {
+        status = dispatch_one(s, inputs, r, &recv[r]);
+        if (status != EEP_OK) {
+            for (i = 0; i < r; i++) {
+                eep_ref_recv_free(&recv[i]);
+            }
+            return status;
+        }
+    }
+    return EEP_OK;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Combine                                                                                    */
+
+eep_status_t eep_ref_combine(const eep_ep_shape_t *s, const eep_ref_input_t *inputs,
+                             const eep_ref_recv_t *recv, const uint16_t *const *y,
+                             uint16_t *const *out)
+{
+    size_t   K = (size_t)s->num_topk, H = (size_t)s->hidden, T = (size_t)s->max_tokens;
+    int      El = eep_ep_local_experts(s);
+    int32_t **row_of; /* [rank r][src * T * K + t * K + k]: r's row for that (token, lane) */
+    float    *total = malloc(H * sizeof(float)), *partial = malloc(H * sizeof(float));
+    int       r, src, t, k;
+    size_t    h;
+    int64_t   row;
+
+    row_of = calloc((size_t)s->world, sizeof(*row_of));
+    if (row_of == NULL || total == NULL || partial == NULL) {
+        free(row_of);
+        free(total);
+        free(partial);
+        return EEP_ERR_NO_MEMORY;
+    }
+    for (r = 0; r < s->world; r++) {
+        row_of[r] = malloc((size_t)s->world * T * K * sizeof(int32_t));
+        if (row_of[r] == NULL) {
+            goto err_free;
+        }
+        memset(row_of[r], 0xff, (size_t)s->world * T * K * sizeof(int32_t));
+        for (row = 0; row < recv[r].num_rows; row++) {
+            if (recv[r].src_rank[row] >= 0) {
+                row_of[r][(size_t)recv[r].src_rank[row] * T * K +
+                          (size_t)recv[r].src_token[row] * K + (size_t)recv[r].src_lane[row]] =
+                    (int32_t)row;
+            }
+        }
+    }
+    for (src = 0; src < s->world; src++) {
+        for (t = 0; t < inputs[src].num_tokens; t++) {
+            const int64_t *idx = inputs[src].topk_idx + (size_t)t * K;
+
+            for (h = 0; h < H; h++) {
+                total[h] = 0.0f;
+            }
+            for (r = 0; r < s->world; r++) {
+                int hit = 0;
+
+                for (h = 0; h < H; h++) {
+                    partial[h] = 0.0f;
+                }
+                for (k = 0; k < (int)K; k++) {
+                    const uint16_t *yr;
+                    float           w;
+
+                    if (idx[k] < (int64_t)r * El || idx[k] >= (int64_t)(r + 1) * El) {
+                        continue;
+                    }
+                    row = row_of[r][(size_t)src * T * K + (size_t)t * K + (size_t)k];
+                    /* The expert rank weighs with the weight it received. */
+                    w  = recv[r].topk_weights[(size_t)row * K + (size_t)k];
+                    yr = y[r] + (size_t)row * H;
+                    for (h = 0; h < H; h++) {
+                        partial[h] = fmaf(w, eep_ref_bf16_to_f32(yr[h]), partial[h]);
+                    }
+                    hit = 1;
+                }
+                if (hit) {
+                    for (h = 0; h < H; h++) {
+                        total[h] += eep_ref_bf16_to_f32(eep_ref_f32_to_bf16(partial[h]));
+                    }
+                }
+            }
+            for (h = 0; h < H; h++) {
+                out[src][(size_t)t * H + h] = eep_ref_f32_to_bf16(total[h]);
+            }
+        }
+    }
+    for (r = 0; r < s->world; r++) {
+        free(row_of[r]);
+    }
+    free(row_of);
+    free(total);
+    free(partial);
+    return EEP_OK;
+
+err_free:
+    for (r = 0; r < s->world; r++) {
+        free(row_of[r]);
+    }
+    free(row_of);
+    free(total);
+    free(partial);
+    return EEP_ERR_NO_MEMORY;
+}
