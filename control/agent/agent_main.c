@@ -1,0 +1,99 @@
+/*
+ * agent_main.c - eep-agent: one agent as a process, printing what the runtime would see.
+ *
+ *   eep-agent [--job J] [--ttl S] [--gpu UUID]
+ *
+ * One JSON object per line on stdout, each with the wall clock in ms: "registered" (and again
+ * with a new id after a lost lease), "view" (epoch, my rank, member ids), "lease_lost".  SIGTERM
+ * or SIGINT leave gracefully.  Used by `make run` and the control-plane tests.
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "control/agent/agent.h"
+#include "elastic/config.h"
+#include "elastic/log.h"
+
+static volatile sig_atomic_t eep_agent_main_stop;
+
+static void eep_agent_main_signal(int sig)
+{
+    (void)sig;
+    eep_agent_main_stop = 1;
+}
+
+static long long eep_agent_main_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int main(int argc, char **argv)
+{
+    eep_agent_params_t p;
+    eep_agent_t       *agent = NULL;
+    eep_agent_view_t  *view;
+    eep_status_t       status;
+    struct sigaction   sa;
+    char               id[256] = "", now_id[256];
+    uint32_t           i;
+    int                a;
+
+    memset(&p, 0, sizeof(p));
+    p.size = sizeof(p);
+    for (a = 1; a < argc; a++) {
+        if (a + 1 < argc && strcmp(argv[a], "--job") == 0) {
+            p.job = argv[++a];
+        } else if (a + 1 < argc && strcmp(argv[a], "--ttl") == 0) {
+            p.lease_ttl_s = atoi(argv[++a]);
+        } else if (a + 1 < argc && strcmp(argv[a], "--gpu") == 0) {
+            p.gpu_uuid = argv[++a];
+        } else {
+            fprintf(stderr, "usage: eep-agent [--job J] [--ttl S] [--gpu UUID]\n");
+            return strcmp(argv[a], "--help") == 0 ? 0 : 2;
+        }
+    }
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = eep_agent_main_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    eep_config_check_env();
+    status = eep_agent_create(&p, &agent);
+    if (status != EEP_OK) {
+        fprintf(stderr, "eep-agent: cannot join: %s\n", eep_status_string(status));
+        return 1;
+    }
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    while (!eep_agent_main_stop) {
+        if (eep_agent_member_id(agent, now_id, sizeof(now_id)) == EEP_OK &&
+            strcmp(now_id, id) != 0) {
+            snprintf(id, sizeof(id), "%s", now_id);
+            printf("{\"t_ms\":%lld,\"event\":\"registered\",\"member\":\"%s\"}\n",
+                   eep_agent_main_ms(), id);
+        }
+        status = eep_agent_wait(agent, 100, &view);
+        if (status == EEP_ERR_LEASE_LOST) {
+            printf("{\"t_ms\":%lld,\"event\":\"lease_lost\",\"member\":\"%s\"}\n",
+                   eep_agent_main_ms(), id);
+        } else if (status == EEP_OK) {
+            printf("{\"t_ms\":%lld,\"event\":\"view\",\"epoch\":%llu,\"rank\":%d,\"n\":%u,"
+                   "\"reason\":\"%s\",\"members\":[", eep_agent_main_ms(),
+                   (unsigned long long)view->epoch, view->my_rank, view->n_ranks, view->reason);
+            for (i = 0; i < view->n_ranks; i++) {
+                printf("%s\"%s\"", i ? "," : "", view->members[i].id);
+            }
+            printf("]}\n");
+            eep_agent_view_free(view);
+        }
+    }
+    eep_agent_leave(agent);
+    printf("{\"t_ms\":%lld,\"event\":\"left\",\"member\":\"%s\"}\n", eep_agent_main_ms(), id);
+    eep_agent_destroy(agent);
+    return 0;
+}

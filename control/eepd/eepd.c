@@ -1,0 +1,914 @@
+/*
+ * eepd.c - the eepd controller: one loop thread, etcd as the source of truth, views by Txn.
+ *
+ * Redis's shape (STYLE.md habit 13): the loop waits in gRPC's completion queue for at most
+ * 1/hz s, then drains the queue of etcd events (filled by the etcd client's thread, copied under
+ * a lock) and runs the cron (election, settle window, metrics).  Every replica mirrors all of
+ * /eep/<job>/ through one prefix watch, so a follower that wins the election already knows the
+ * members and the current view.  The leader publishes view N with one Txn whose compares are:
+ * views/<N> absent, the leader key still ours (value and create revision), and view/current
+ * unchanged since we read it; so two replicas that both think they lead cannot both publish, and
+ * an epoch is never written twice.  One round trip per view change in the steady state.
+ */
+#include "control/eepd/eepd.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "control/etcd/etcd_knobs.h"
+#include "elastic/log.h"
+
+int64_t eepd_now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int64_t eepd_unix_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void eepd_key(const eepd_t *eepd, char *buf, size_t len, const char *fmt, ...)
+{
+    va_list ap;
+    int     n = snprintf(buf, len, "%s", eepd->prefix);
+
+    va_start(ap, fmt);
+    if (n >= 0 && (size_t)n < len) {
+        vsnprintf(buf + n, len - (size_t)n, fmt, ap);
+    }
+    va_end(ap);
+}
+
+/* ---- id sets and the member table ------------------------------------------------------- */
+
+int eepd_idset_has(const eepd_idset_t *set, const char *id)
+{
+    size_t i;
+
+    for (i = 0; i < set->count; i++) {
+        if (strcmp(set->ids[i], id) == 0) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static int eepd_idset_add(eepd_idset_t *set, const char *id)
+{
+    if (eepd_idset_has(set, id)) {
+        return 0;
+    }
+    if (set->count == set->cap) {
+        size_t cap = set->cap ? 2 * set->cap : 8;
+        char **ids = realloc(set->ids, cap * sizeof(*ids));
+
+        if (ids == NULL) {
+            return 0;
+        }
+        set->ids = ids;
+        set->cap = cap;
+    }
+    set->ids[set->count] = strdup(id);
+    if (set->ids[set->count] == NULL) {
+        return 0;
+    }
+    set->count++;
+    return 1;
+}
+
+static int eepd_idset_del(eepd_idset_t *set, const char *id)
+{
+    size_t i;
+
+    for (i = 0; i < set->count; i++) {
+        if (strcmp(set->ids[i], id) == 0) {
+            free(set->ids[i]);
+            set->ids[i] = set->ids[--set->count];
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static void eepd_idset_clear(eepd_idset_t *set)
+{
+    while (set->count > 0) {
+        free(set->ids[--set->count]);
+    }
+    free(set->ids);
+    set->ids = NULL;
+    set->cap = 0;
+}
+
+eepd_member_t *eepd_member_find(eepd_t *eepd, const char *id)
+{
+    size_t i;
+
+    for (i = 0; i < eepd->n_members; i++) {
+        if (strcmp(eepd->members[i].id, id) == 0) {
+            return &eepd->members[i];
+        }
+    }
+    return NULL;
+}
+
+static void eepd_member_remove(eepd_t *eepd, const char *id)
+{
+    eepd_member_t *m = eepd_member_find(eepd, id);
+
+    if (m == NULL) {
+        return;
+    }
+    free(m->id);
+    eep__v1__member__free_unpacked(m->member, NULL);
+    *m = eepd->members[--eepd->n_members];
+}
+
+static void eepd_members_clear(eepd_t *eepd)
+{
+    while (eepd->n_members > 0) {
+        eepd_member_remove(eepd, eepd->members[0].id);
+    }
+}
+
+static int eepd_in_view(const eepd_t *eepd, const char *id)
+{
+    size_t i;
+
+    for (i = 0; eepd->view != NULL && i < eepd->view->n_members; i++) {
+        if (strcmp(eepd->view->members[i]->id, id) == 0) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* ---- changes -------------------------------------------------------------------------- */
+
+static void eepd_note_change(eepd_t *eepd, const char *reason, int urgent)
+{
+    if (eepd->settle.pending_since_ms < 0) {
+        snprintf(eepd->reason, sizeof(eepd->reason), "%s", reason);
+    }
+    eepd_settle_note(&eepd->settle, eepd_now_ms());
+    eepd->urgent |= urgent;
+}
+
+static void eepd_adopt_view(eepd_t *eepd, const uint8_t *value, size_t len, int64_t mod_rev)
+{
+    Eep__V1__View *v = eep__v1__view__unpack(NULL, len, value);
+
+    if (v == NULL) {
+        eep_error(EEP_SUBSYS_EEPD, "view/current does not decode (%zu bytes); ignored", len);
+        return;
+    }
+    if (eepd->view != NULL && eepd_epoch_check(eepd->view->epoch, v->epoch) != EEP_OK) {
+        /* Our own publish arrives again through the watch: keep the revision fresh. */
+        if (v->epoch == eepd->view->epoch && mod_rev > eepd->view_mod_rev) {
+            eepd->view_mod_rev = mod_rev;
+        }
+        eep__v1__view__free_unpacked(v, NULL);
+        return;
+    }
+    if (eepd->view != NULL) {
+        eep__v1__view__free_unpacked(eepd->view, NULL);
+    }
+    eepd->view         = v;
+    eepd->view_mod_rev = mod_rev;
+    eep_info(EEP_SUBSYS_EEPD, "view %llu: %zu ranks (%s, by %s)", (unsigned long long)v->epoch,
+             v->n_members, v->reason, v->leader);
+    eepd_api_broadcast(eepd);
+    /* Members that changed while this view was in flight still need a look. */
+    if (eepd->is_leader) {
+        eepd_note_change(eepd, "reconcile", 0);
+    }
+}
+
+/* One key under our prefix changed (or was read at startup). */
+static void eepd_apply(eepd_t *eepd, int type, const char *key, const uint8_t *value,
+                       size_t len, int64_t create_rev, int64_t mod_rev)
+{
+    const char *rel = key + strlen(eepd->prefix);
+    const char *id;
+
+    if (strncmp(key, eepd->prefix, strlen(eepd->prefix)) != 0) {
+        return;
+    }
+    if (strncmp(rel, "members/", 8) == 0) {
+        id = rel + 8;
+        if (type == EEPD_EV_DELETE) {
+            if (eepd_member_find(eepd, id) != NULL) {
+                eep_info(EEP_SUBSYS_EEPD, "member %s gone", id);
+                eepd_member_remove(eepd, id);
+                if (eepd_in_view(eepd, id)) {
+                    eepd_note_change(eepd, "lost", 0);
+                }
+            }
+            return;
+        } else {
+            Eep__V1__Member *m = eep__v1__member__unpack(NULL, len, value);
+            eepd_member_t   *old;
+
+            if (m == NULL || strcmp(m->id, id) != 0) {
+                eep_warn(EEP_SUBSYS_EEPD, "member key %s holds no valid Member; ignored", key);
+                if (m != NULL) {
+                    eep__v1__member__free_unpacked(m, NULL);
+                }
+                return;
+            }
+            m->join_revision = create_rev;
+            old              = eepd_member_find(eepd, id);
+            if (old != NULL) {
+                eep__v1__member__free_unpacked(old->member, NULL);
+                old->member = m;
+            } else {
+                if (eepd->n_members == eepd->cap_members) {
+                    size_t         cap = eepd->cap_members ? 2 * eepd->cap_members : 16;
+                    eepd_member_t *nm  = realloc(eepd->members, cap * sizeof(*nm));
+
+                    if (nm == NULL) {
+                        eep__v1__member__free_unpacked(m, NULL);
+                        return;
+                    }
+                    eepd->members     = nm;
+                    eepd->cap_members = cap;
+                }
+                old             = &eepd->members[eepd->n_members];
+                old->id         = strdup(id);
+                old->member     = m;
+                old->create_rev = create_rev;
+                if (old->id == NULL) {
+                    eep__v1__member__free_unpacked(m, NULL);
+                    return;
+                }
+                eepd->n_members++;
+                eep_info(EEP_SUBSYS_EEPD, "member %s joined (host %s, pid %d)", id, m->host,
+                         m->pid);
+            }
+            if (m->leaving) {
+                eepd_note_change(eepd, "leave", 1);
+            } else if (!eepd_in_view(eepd, id)) {
+                eepd_note_change(eepd, "join", 0);
+            }
+        }
+    } else if (strncmp(rel, "cordon/", 7) == 0) {
+        if (type == EEPD_EV_PUT) {
+            eepd_idset_add(&eepd->cordoned, rel + 7);
+        } else if (eepd_idset_del(&eepd->cordoned, rel + 7)) {
+            eepd_note_change(eepd, "uncordon", 0);
+        }
+    } else if (strncmp(rel, "drain/", 6) == 0) {
+        if (type == EEPD_EV_PUT) {
+            if (eepd_idset_add(&eepd->drained, rel + 6)) {
+                eepd_note_change(eepd, "drain", 1);
+            }
+        } else if (eepd_idset_del(&eepd->drained, rel + 6)) {
+            eepd_note_change(eepd, "uncordon", 0);
+        }
+    } else if (strncmp(rel, "faults/", 7) == 0) {
+        if (type == EEPD_EV_PUT) {
+            eepd_idset_add(&eepd->faults, rel + 7);
+        } else {
+            eepd_idset_del(&eepd->faults, rel + 7);
+        }
+    } else if (strcmp(rel, "view/current") == 0) {
+        if (type == EEPD_EV_PUT) {
+            eepd_adopt_view(eepd, value, len, mod_rev);
+        }
+    } else if (strcmp(rel, "leader") == 0) {
+        if (type == EEPD_EV_DELETE) {
+            if (eepd->is_leader) {
+                eep_warn(EEP_SUBSYS_EEPD, "leader key deleted: stepping down");
+            }
+            eepd->is_leader    = 0;
+            eepd->leader_id[0] = '\0';
+        } else {
+            snprintf(eepd->leader_id, sizeof(eepd->leader_id), "%.*s", (int)len,
+                     (const char *)value);
+            if (eepd->is_leader && (create_rev != eepd->leader_create_rev ||
+                                    strcmp(eepd->leader_id, eepd->replica_id) != 0)) {
+                eep_warn(EEP_SUBSYS_EEPD, "leader key now %s: stepping down", eepd->leader_id);
+                eepd->is_leader = 0;
+            }
+        }
+    }
+}
+
+/* ---- etcd thread -> loop ---------------------------------------------------------------- */
+
+static void eepd_push(eepd_t *eepd, eepd_event_t *ev)
+{
+    pthread_mutex_lock(&eepd->lock);
+    if (eepd->ev_tail != NULL) {
+        eepd->ev_tail->next = ev;
+    } else {
+        eepd->ev_head = ev;
+    }
+    eepd->ev_tail = ev;
+    pthread_mutex_unlock(&eepd->lock);
+}
+
+static void eepd_on_watch(const eep_etcd_event_t *events, size_t count, int64_t revision,
+                          eep_status_t status, void *arg)
+{
+    eepd_t *eepd = arg;
+    size_t  i;
+
+    if (events == NULL) {
+        eepd_event_t *ev = calloc(1, sizeof(*ev));
+
+        if (ev != NULL) {
+            ev->type = EEPD_EV_WATCH_LOST;
+            eepd_push(eepd, ev);
+        }
+        eep_warn(EEP_SUBSYS_EEPD, "watch ended: %s", eep_status_string(status));
+        return;
+    }
+    for (i = 0; i < count; i++) {
+        const eep_etcd_kv_t *kv = &events[i].kv;
+        eepd_event_t        *ev = calloc(1, sizeof(*ev));
+
+        if (ev == NULL) {
+            continue;
+        }
+        ev->type       = events[i].type == EEP_ETCD_EVENT_PUT ? EEPD_EV_PUT : EEPD_EV_DELETE;
+        ev->key        = strndup((const char *)kv->key, kv->key_len);
+        ev->value      = malloc(kv->value_len + 1);
+        ev->value_len  = kv->value_len;
+        ev->create_rev = kv->create_revision;
+        ev->mod_rev    = kv->mod_revision;
+        ev->revision   = revision;
+        if (ev->key == NULL || ev->value == NULL) {
+            free(ev->key);
+            free(ev->value);
+            free(ev);
+            continue;
+        }
+        if (kv->value_len > 0) {
+            memcpy(ev->value, kv->value, kv->value_len);
+        }
+        eepd_push(eepd, ev);
+    }
+}
+
+static void eepd_on_lease_lost(int64_t lease, eep_status_t status, void *arg)
+{
+    eepd_t       *eepd = arg;
+    eepd_event_t *ev   = calloc(1, sizeof(*ev));
+
+    eep_warn(EEP_SUBSYS_EEPD, "replica lease %llx lost: %s", (unsigned long long)lease,
+             eep_status_string(status));
+    if (ev != NULL) {
+        ev->type     = EEPD_EV_LEASE_LOST;
+        ev->revision = lease;
+        eepd_push(eepd, ev);
+    }
+}
+
+static void eepd_drain_events(eepd_t *eepd)
+{
+    eepd_event_t *ev, *next;
+
+    pthread_mutex_lock(&eepd->lock);
+    ev            = eepd->ev_head;
+    eepd->ev_head = eepd->ev_tail = NULL;
+    pthread_mutex_unlock(&eepd->lock);
+    for (; ev != NULL; ev = next) {
+        next = ev->next;
+        switch (ev->type) {
+        case EEPD_EV_PUT:
+        case EEPD_EV_DELETE:
+            eepd_apply(eepd, ev->type, ev->key, ev->value, ev->value_len, ev->create_rev,
+                       ev->mod_rev);
+            break;
+        case EEPD_EV_WATCH_LOST:
+            eepd->watch_lost = 1;
+            break;
+        case EEPD_EV_LEASE_LOST:
+            if (ev->revision == eepd->lease) {
+                eepd->lease = 0;
+                if (eepd->is_leader) {
+                    eep_warn(EEP_SUBSYS_EEPD, "lost leadership with the lease");
+                }
+                eepd->is_leader = 0;
+            }
+            break;
+        }
+        free(ev->key);
+        free(ev->value);
+        free(ev);
+    }
+}
+
+/* Read everything under the prefix, then watch from the next revision. */
+static eep_status_t eepd_sync(eepd_t *eepd)
+{
+    eep_etcd_range_t r;
+    eep_status_t     status;
+    size_t           i;
+
+    if (eepd->watch != NULL) {
+        eep_etcd_watch_cancel(eepd->watch);
+        eepd->watch = NULL;
+    }
+    eepd_drain_events(eepd);
+    eepd->etcd_round_trips++;
+    status = eep_etcd_range(eepd->etcd, eepd->prefix, 1, &r);
+    if (status != EEP_OK) {
+        return status;
+    }
+    eepd_members_clear(eepd);
+    eepd_idset_clear(&eepd->cordoned);
+    eepd_idset_clear(&eepd->drained);
+    eepd_idset_clear(&eepd->faults);
+    eepd->leader_id[0] = '\0';
+    for (i = 0; i < r.count; i++) {
+        char *key = strndup((const char *)r.kvs[i].key, r.kvs[i].key_len);
+
+        if (key != NULL) {
+            eepd_apply(eepd, EEPD_EV_PUT, key, r.kvs[i].value, r.kvs[i].value_len,
+                       r.kvs[i].create_revision, r.kvs[i].mod_revision);
+            free(key);
+        }
+    }
+    status = eep_etcd_watch_create(eepd->etcd, eepd->prefix, 1, r.revision + 1, eepd_on_watch,
+                                   eepd, &eepd->watch);
+    eep_etcd_range_free(&r);
+    if (status == EEP_OK) {
+        eepd->watch_lost = 0;
+    }
+    return status;
+}
+
+/* ---- election ----------------------------------------------------------------------------- */
+
+static void eepd_campaign(eepd_t *eepd)
+{
+    char           key[EEPD_KEY_MAX];
+    eep_etcd_cmp_t cmp;
+    eep_etcd_op_t  put;
+    eep_status_t   status;
+    int64_t        ttl, rev = 0;
+    int            won = 0;
+
+    if (eepd->lease == 0) {
+        eepd->etcd_round_trips++;
+        status = eep_etcd_lease_grant(eepd->etcd, eepd->cfg.lease_ttl_s, &eepd->lease, &ttl);
+        if (status != EEP_OK) {
+            eepd->lease = 0;
+            return;
+        }
+        if (ttl != eepd->cfg.lease_ttl_s) {
+            eep_warn(EEP_SUBSYS_EEPD, "etcd granted a %lld s leader lease (asked %lld s)",
+                     (long long)ttl, (long long)eepd->cfg.lease_ttl_s);
+        }
+        status = eep_etcd_lease_keepalive(eepd->etcd, eepd->lease, eepd_on_lease_lost, eepd);
+        if (status != EEP_OK) {
+            eep_etcd_lease_revoke(eepd->etcd, eepd->lease);
+            eepd->lease = 0;
+            return;
+        }
+    }
+    eepd_key(eepd, key, sizeof(key), "leader");
+    memset(&cmp, 0, sizeof(cmp));
+    cmp.key    = key;
+    cmp.target = EEP_ETCD_CMP_CREATE;
+    cmp.op     = EEP_ETCD_EQUAL;
+    cmp.number = 0;
+    memset(&put, 0, sizeof(put));
+    put.type      = EEP_ETCD_OP_PUT;
+    put.key       = key;
+    put.value     = (const uint8_t *)eepd->replica_id;
+    put.value_len = strlen(eepd->replica_id);
+    put.lease     = eepd->lease;
+    eepd->etcd_round_trips++;
+    status = eep_etcd_txn(eepd->etcd, &cmp, 1, &put, 1, NULL, 0, &won, &rev);
+    if (status != EEP_OK || !won) {
+        return;
+    }
+    eepd->is_leader         = 1;
+    eepd->leader_create_rev = rev;
+    snprintf(eepd->leader_id, sizeof(eepd->leader_id), "%s", eepd->replica_id);
+    eepd->elections_won++;
+    eep_info(EEP_SUBSYS_EEPD, "replica %s is the leader (revision %lld)", eepd->replica_id,
+             (long long)rev);
+    /* Reconcile at once: members may have come and gone while nobody led. */
+    eepd_note_change(eepd, "failover", 1);
+}
+
+/* After a failed publish: learn whether we still lead and what the current view is. */
+static void eepd_refresh(eepd_t *eepd)
+{
+    char             key[EEPD_KEY_MAX];
+    eep_etcd_range_t r;
+
+    eepd_key(eepd, key, sizeof(key), "leader");
+    eepd->etcd_round_trips++;
+    if (eep_etcd_range(eepd->etcd, key, 0, &r) == EEP_OK) {
+        if (r.count == 0 || r.kvs[0].create_revision != eepd->leader_create_rev) {
+            if (eepd->is_leader) {
+                eep_warn(EEP_SUBSYS_EEPD, "no longer the leader: stepping down");
+            }
+            eepd->is_leader = 0;
+        }
+        eep_etcd_range_free(&r);
+    }
+    eepd_key(eepd, key, sizeof(key), "view/current");
+    eepd->etcd_round_trips++;
+    if (eep_etcd_range(eepd->etcd, key, 0, &r) == EEP_OK) {
+        if (r.count == 1) {
+            eepd_adopt_view(eepd, r.kvs[0].value, r.kvs[0].value_len, r.kvs[0].mod_revision);
+        }
+        eep_etcd_range_free(&r);
+    }
+}
+
+/* ---- publishing ------------------------------------------------------------------------- */
+
+static eep_status_t eepd_publish(eepd_t *eepd)
+{
+    size_t                    n_cands = eepd->n_members, n = 0, i, n_cur = 0;
+    eepd_candidate_t         *cands   = NULL;
+    size_t                   *order   = NULL;
+    const char              **cur     = NULL, **next_ids = NULL;
+    Eep__V1__View             view    = EEP__V1__VIEW__INIT;
+    Eep__V1__Member         **vm      = NULL;
+    Eep__V1__ExpertPlacement *pl = NULL, **plp = NULL;
+    uint32_t                 *ranks = NULL, copies = 0;
+    uint32_t                  n_exp = (uint32_t)eepd->cfg.num_experts;
+    uint8_t                  *buf = NULL;
+    size_t                    len;
+    char                      vkey[EEPD_KEY_MAX], ckey[EEPD_KEY_MAX], lkey[EEPD_KEY_MAX];
+    char                      okey[EEPD_KEY_MAX];
+    eep_etcd_cmp_t            cmps[4];
+    eep_etcd_op_t             ops[3];
+    int                       ok = 0, n_ops = 2;
+    int64_t                   rev = 0;
+    uint64_t                  epoch;
+    eep_status_t              status = EEP_ERR_NO_MEMORY;
+
+    n_cur    = eepd->view != NULL ? eepd->view->n_members : 0;
+    cands    = calloc(n_cands + 1, sizeof(*cands));
+    order    = calloc(n_cands + 1, sizeof(*order));
+    cur      = calloc(n_cur + 1, sizeof(*cur));
+    next_ids = calloc(n_cands + 1, sizeof(*next_ids));
+    vm       = calloc(n_cands + 1, sizeof(*vm));
+    if (cands == NULL || order == NULL || cur == NULL || next_ids == NULL || vm == NULL) {
+        goto out;
+    }
+    for (i = 0; i < n_cur; i++) {
+        cur[i] = eepd->view->members[i]->id;
+    }
+    for (i = 0; i < n_cands; i++) {
+        const eepd_member_t *m = &eepd->members[i];
+        int cordoned = eepd_idset_has(&eepd->cordoned, m->id) && !eepd_in_view(eepd, m->id);
+
+        cands[i].id            = m->id;
+        cands[i].join_revision = m->create_rev;
+        cands[i].eligible      = !m->member->leaving && !cordoned &&
+                                 !eepd_idset_has(&eepd->drained, m->id);
+    }
+    status = eepd_view_order(cur, n_cur, cands, n_cands, (size_t)eepd->cfg.max_ranks, order, &n);
+    if (status != EEP_OK) {
+        goto out;
+    }
+    for (i = 0; i < n; i++) {
+        next_ids[i] = eepd->members[order[i]].id;
+    }
+    if (!eepd_view_differs(cur, n_cur, next_ids, n)) {
+        status = EEP_OK; /* nothing to publish */
+        goto out;
+    }
+    if (n < (size_t)eepd->cfg.min_ranks) {
+        if (!eepd->below_min_warned) {
+            eep_warn(EEP_SUBSYS_EEPD, "%zu eligible members, fewer than EEP_EEPD_MIN_RANKS %lld: "
+                     "no view published", n, (long long)eepd->cfg.min_ranks);
+            eepd->below_min_warned = 1;
+        }
+        status = EEP_ERR_BUSY;
+        goto out;
+    }
+    eepd->below_min_warned = 0;
+    epoch = (eepd->view != NULL ? eepd->view->epoch : 0) + 1;
+    for (i = 0; i < n; i++) {
+        vm[i]           = eepd->members[order[i]].member;
+        vm[i]->cordoned = eepd_idset_has(&eepd->cordoned, vm[i]->id);
+    }
+    if (n_exp > 0) {
+        ranks = calloc((size_t)n_exp * (1 + (size_t)eepd->cfg.redundant_experts), sizeof(*ranks));
+        pl    = calloc(n_exp, sizeof(*pl));
+        plp   = calloc(n_exp, sizeof(*plp));
+        if (ranks == NULL || pl == NULL || plp == NULL) {
+            status = EEP_ERR_NO_MEMORY;
+            goto out;
+        }
+        status = eepd_view_place(n_exp, (uint32_t)eepd->cfg.redundant_experts, (uint32_t)n,
+                                 ranks, &copies);
+        if (status != EEP_OK) {
+            goto out;
+        }
+        for (i = 0; i < n_exp; i++) {
+            eep__v1__expert_placement__init(&pl[i]);
+            pl[i].expert  = (uint32_t)i;
+            pl[i].n_ranks = copies;
+            pl[i].ranks   = &ranks[i * copies];
+            plp[i]        = &pl[i];
+        }
+    }
+    view.epoch           = epoch;
+    view.n_members       = n;
+    view.members         = vm;
+    view.n_placement     = n_exp;
+    view.placement       = plp;
+    view.root            = 0;
+    view.reason          = eepd->reason[0] ? eepd->reason : "change";
+    view.leader          = eepd->replica_id;
+    view.created_unix_ms = eepd_unix_ms();
+    view.num_experts     = n_exp;
+    len = eep__v1__view__get_packed_size(&view);
+    buf = malloc(len ? len : 1);
+    if (buf == NULL) {
+        status = EEP_ERR_NO_MEMORY;
+        goto out;
+    }
+    eep__v1__view__pack(&view, buf);
+
+    eepd_key(eepd, vkey, sizeof(vkey), "views/%020llu", (unsigned long long)epoch);
+    eepd_key(eepd, ckey, sizeof(ckey), "view/current");
+    eepd_key(eepd, lkey, sizeof(lkey), "leader");
+    memset(cmps, 0, sizeof(cmps));
+    cmps[0] = (eep_etcd_cmp_t){ .key = vkey, .target = EEP_ETCD_CMP_CREATE, .op = EEP_ETCD_EQUAL,
+                                .number = 0 };
+    cmps[1] = (eep_etcd_cmp_t){ .key = lkey, .target = EEP_ETCD_CMP_CREATE, .op = EEP_ETCD_EQUAL,
+                                .number = eepd->leader_create_rev };
+    cmps[2] = (eep_etcd_cmp_t){ .key = lkey, .target = EEP_ETCD_CMP_VALUE, .op = EEP_ETCD_EQUAL,
+                                .value = (const uint8_t *)eepd->replica_id,
+                                .value_len = strlen(eepd->replica_id) };
+    cmps[3] = (eep_etcd_cmp_t){ .key = ckey, .target = EEP_ETCD_CMP_MOD, .op = EEP_ETCD_EQUAL,
+                                .number = eepd->view_mod_rev };
+    memset(ops, 0, sizeof(ops));
+    ops[0] = (eep_etcd_op_t){ .type = EEP_ETCD_OP_PUT, .key = vkey, .value = buf,
+                              .value_len = len };
+    ops[1] = (eep_etcd_op_t){ .type = EEP_ETCD_OP_PUT, .key = ckey, .value = buf,
+                              .value_len = len };
+    if (epoch > (uint64_t)eepd->cfg.view_history) {
+        eepd_key(eepd, okey, sizeof(okey), "views/%020llu",
+                 (unsigned long long)(epoch - (uint64_t)eepd->cfg.view_history));
+        ops[n_ops++] = (eep_etcd_op_t){ .type = EEP_ETCD_OP_DELETE, .key = okey };
+    }
+    eepd->etcd_round_trips++;
+    status = eep_etcd_txn(eepd->etcd, cmps, 4, ops, (size_t)n_ops, NULL, 0, &ok, &rev);
+    if (status != EEP_OK) {
+        goto out;
+    }
+    if (!ok) {
+        eepd->publish_conflicts++;
+        eep_warn(EEP_SUBSYS_EEPD, "publishing view %llu lost a race (leader key or "
+                 "view/current changed); re-reading", (unsigned long long)epoch);
+        eepd_refresh(eepd);
+        status = EEP_ERR_STALE_EPOCH;
+        goto out;
+    }
+    eepd->views_published++;
+    eepd->last_publish_ms       = (double)(eepd_now_ms() - eepd->settle.pending_since_ms);
+    eepd->last_view_round_trips = 1;
+    eep_info(EEP_SUBSYS_EEPD, "published view %llu: %zu ranks (%s)", (unsigned long long)epoch,
+             n, view.reason);
+    eepd_adopt_view(eepd, buf, len, rev);
+    status = EEP_OK;
+out:
+    free(buf);
+    free(plp);
+    free(pl);
+    free(ranks);
+    free(vm);
+    free(next_ids);
+    free(cur);
+    free(order);
+    free(cands);
+    return status;
+}
+
+/* The leader acts on fault reports: evict the suspect (its agent rejoins as a new member). */
+static void eepd_handle_faults(eepd_t *eepd)
+{
+    char          mkey[EEPD_KEY_MAX], fkey[EEPD_KEY_MAX];
+    eep_etcd_op_t ops[2];
+    int           ok = 0;
+
+    while (eepd->faults.count > 0) {
+        const char *id = eepd->faults.ids[eepd->faults.count - 1];
+
+        eepd_key(eepd, mkey, sizeof(mkey), "members/%s", id);
+        eepd_key(eepd, fkey, sizeof(fkey), "faults/%s", id);
+        memset(ops, 0, sizeof(ops));
+        ops[0] = (eep_etcd_op_t){ .type = EEP_ETCD_OP_DELETE, .key = mkey };
+        ops[1] = (eep_etcd_op_t){ .type = EEP_ETCD_OP_DELETE, .key = fkey };
+        eepd->etcd_round_trips++;
+        if (eep_etcd_txn(eepd->etcd, NULL, 0, ops, 2, NULL, 0, &ok, NULL) != EEP_OK) {
+            return; /* retried at the next cron */
+        }
+        if (eepd_member_find(eepd, id) != NULL) {
+            eep_warn(EEP_SUBSYS_EEPD, "evicted member %s after a fault report", id);
+            eepd_member_remove(eepd, id);
+            eepd_note_change(eepd, "fault", 1);
+        }
+        eepd_idset_del(&eepd->faults, id);
+    }
+}
+
+static void eepd_cron(eepd_t *eepd, int64_t now)
+{
+    eep_status_t status;
+
+    if (eepd->etcd == NULL) {
+        return;
+    }
+    if (eepd->watch == NULL || eepd->watch_lost) {
+        if (eepd_sync(eepd) != EEP_OK) {
+            return;
+        }
+    }
+    /* Campaign at once when the leader key is gone, and now and then anyway (a missed event). */
+    if (!eepd->is_leader && now >= eepd->no_campaign_until_ms &&
+        (eepd->leader_id[0] == '\0' || now - eepd->last_campaign_ms >= 2000)) {
+        eepd->last_campaign_ms = now;
+        eepd_campaign(eepd);
+    }
+    if (!eepd->is_leader) {
+        return;
+    }
+    eepd_handle_faults(eepd);
+    if (eepd->settle.pending_since_ms >= 0 &&
+        (eepd->urgent || eepd_settle_ready(&eepd->settle, now, eepd->cfg.settle_ms))) {
+        status = eepd_publish(eepd);
+        if (status == EEP_OK) {
+            eepd_settle_reset(&eepd->settle);
+            eepd->urgent    = 0;
+            eepd->reason[0] = '\0';
+        }
+    }
+}
+
+eep_status_t eepd_run(eepd_t *eepd)
+{
+    int64_t period = 1000 / eepd->cfg.hz, next_cron = 0, next_metrics = 0, now;
+
+    if (period < 1) {
+        period = 1;
+    }
+    while (!eepd->stop) {
+        now = eepd_now_ms();
+        if (now >= next_cron) {
+            eepd_drain_events(eepd);
+            eepd_cron(eepd, now);
+            next_cron = now + period;
+            if (now >= next_metrics) {
+                eepd_metrics_update(eepd);
+                next_metrics = now + 250;
+            }
+        }
+        now = eepd_now_ms();
+        eep_rpc_server_poll(eepd->rpc, (int)(next_cron > now ? next_cron - now : 0));
+        eepd_drain_events(eepd);
+    }
+    return EEP_OK;
+}
+
+eep_status_t eepd_create(const eepd_config_t *cfg, int with_etcd, eepd_t **eepd_p)
+{
+    eepd_t              *eepd;
+    eep_etcd_config_t    ecfg;
+    eep_etcd_params_t    ep;
+    eep_rpc_server_params_t rp;
+    char                 host[128];
+    eep_status_t         status;
+    int                  port = 0;
+
+    if (cfg == NULL || eepd_p == NULL || cfg->job[0] == '\0' || strchr(cfg->job, '/') != NULL) {
+        eep_error(EEP_SUBSYS_EEPD, "eepd_create: EEP_JOB must be a non-empty name without '/'");
+        return EEP_ERR_INVALID_ARG;
+    }
+    eepd = calloc(1, sizeof(*eepd));
+    if (eepd == NULL) {
+        return EEP_ERR_NO_MEMORY;
+    }
+    eepd->cfg = *cfg;
+    pthread_mutex_init(&eepd->lock, NULL);
+    pthread_mutex_init(&eepd->metrics_lock, NULL);
+    eepd_settle_reset(&eepd->settle);
+    snprintf(eepd->prefix, sizeof(eepd->prefix), "/eep/%.200s/", cfg->job);
+    if (gethostname(host, sizeof(host)) != 0) {
+        snprintf(host, sizeof(host), "unknown");
+    }
+    host[sizeof(host) - 1] = '\0';
+    if (!with_etcd) {
+        snprintf(eepd->replica_id, sizeof(eepd->replica_id), "%.200s",
+                 cfg->id[0] ? cfg->id : "local");
+        *eepd_p = eepd;
+        return EEP_OK;
+    }
+    status = eep_config_load(&eep_etcd_knob_table, &ecfg);
+    if (status != EEP_OK) {
+        goto err_free;
+    }
+    memset(&ep, 0, sizeof(ep));
+    ep.size      = sizeof(ep);
+    ep.endpoints = ecfg.endpoints;
+    ep.timeout_ms = (int)ecfg.timeout_ms;
+    ep.keepalive_ms = (int)ecfg.keepalive_ms;
+    ep.ca_file   = ecfg.ca_file[0] ? ecfg.ca_file : NULL;
+    ep.cert_file = ecfg.cert_file[0] ? ecfg.cert_file : NULL;
+    ep.key_file  = ecfg.key_file[0] ? ecfg.key_file : NULL;
+    status = eep_etcd_create(&ep, &eepd->etcd);
+    if (status != EEP_OK) {
+        goto err_free;
+    }
+    memset(&rp, 0, sizeof(rp));
+    rp.size        = sizeof(rp);
+    rp.listen      = cfg->listen;
+    rp.tls_cert    = cfg->tls_cert;
+    rp.tls_key     = cfg->tls_key;
+    rp.tls_ca      = cfg->tls_ca;
+    rp.max_message = (size_t)cfg->max_message;
+    status = eep_rpc_server_create(&rp, &eepd->rpc);
+    if (status != EEP_OK) {
+        goto err_etcd;
+    }
+    status = eepd_api_register(eepd);
+    if (status != EEP_OK) {
+        goto err_rpc;
+    }
+    status = eep_rpc_server_start(eepd->rpc, &port);
+    if (status != EEP_OK) {
+        goto err_rpc;
+    }
+    if (cfg->id[0] != '\0') {
+        snprintf(eepd->replica_id, sizeof(eepd->replica_id), "%.200s", cfg->id);
+    } else {
+        snprintf(eepd->replica_id, sizeof(eepd->replica_id), "%s:%d:%d", host, (int)getpid(),
+                 port);
+    }
+    status = eepd_metrics_start(eepd);
+    if (status != EEP_OK) {
+        goto err_rpc;
+    }
+    eep_info(EEP_SUBSYS_EEPD, "replica %s: job %s, grpc port %d%s", eepd->replica_id, cfg->job,
+             port, cfg->fault_injection ? ", fault injection ON" : "");
+    *eepd_p = eepd;
+    return EEP_OK;
+
+err_rpc:
+    eep_rpc_server_destroy(eepd->rpc);
+err_etcd:
+    eep_etcd_destroy(eepd->etcd);
+err_free:
+    pthread_mutex_destroy(&eepd->metrics_lock);
+    pthread_mutex_destroy(&eepd->lock);
+    free(eepd);
+    return status;
+}
+
+void eepd_destroy(eepd_t *eepd)
+{
+    if (eepd == NULL) {
+        return;
+    }
+    eepd_metrics_stop(eepd);
+    eepd_api_drop_watchers(eepd);
+    eep_rpc_server_destroy(eepd->rpc);
+    if (eepd->watch != NULL) {
+        eep_etcd_watch_cancel(eepd->watch);
+    }
+    if (eepd->etcd != NULL && eepd->lease != 0) {
+        /* Resign at once rather than make the others wait for the TTL. */
+        eep_etcd_lease_revoke(eepd->etcd, eepd->lease);
+    }
+    eep_etcd_destroy(eepd->etcd);
+    eepd_drain_events(eepd);
+    eepd_members_clear(eepd);
+    free(eepd->members);
+    eepd_idset_clear(&eepd->cordoned);
+    eepd_idset_clear(&eepd->drained);
+    eepd_idset_clear(&eepd->faults);
+    if (eepd->view != NULL) {
+        eep__v1__view__free_unpacked(eepd->view, NULL);
+    }
+    free(eepd->watchers);
+    free(eepd->metrics_text);
+    pthread_mutex_destroy(&eepd->metrics_lock);
+    pthread_mutex_destroy(&eepd->lock);
+    free(eepd);
+}

@@ -1,0 +1,52 @@
+/* eepd_knobs.c - knob table of the eepd controller. */
+#include "control/eepd/eepd_knobs.h"
+
+#include <stddef.h>
+
+#define EEPD_KNOB(_name, _def, _type, _field, _min, _max, _doc)                                \
+    { _name, _def, _doc, _type, offsetof(eepd_config_t, _field), EEP_KNOB_STARTUP, _min, _max }
+
+static const eep_knob_t eepd_knobs[] = {
+    EEPD_KNOB("EEP_JOB", "default", EEP_KNOB_STRING, job, 0, 0,
+              "Job name: every key lives under /eep/<job>/ in etcd (agents and eepd share it)."),
+    EEPD_KNOB("EEP_EEPD_ID", "", EEP_KNOB_STRING, id, 0, 0,
+              "Replica id written to the leader key; empty: <host>:<pid>:<listen port>."),
+    EEPD_KNOB("EEP_EEPD_LISTEN", "127.0.0.1:7070", EEP_KNOB_STRING, listen, 0, 0,
+              "gRPC listen address of the EepControl service."),
+    EEPD_KNOB("EEP_EEPD_HZ", "50", EEP_KNOB_INT, hz, 1, 1000,
+              "Cron frequency: election, settle window, metrics; also bounds event latency."),
+    EEPD_KNOB("EEP_EEPD_SETTLE_MS", "500", EEP_KNOB_INT, settle_ms, 0, 600000,
+              "Settle window: publish a change once membership was quiet this long (at most 4x "
+              "after the first change); leave, drain and faults skip it."),
+    EEPD_KNOB("EEP_EEPD_MIN_RANKS", "1", EEP_KNOB_INT, min_ranks, 1, 1000000,
+              "No view is published with fewer ranks."),
+    EEPD_KNOB("EEP_EEPD_MAX_RANKS", "0", EEP_KNOB_INT, max_ranks, 0, 1000000,
+              "Largest view; extra members wait as standby (0: unbounded)."),
+    EEPD_KNOB("EEP_EEPD_LEASE_TTL_S", "3", EEP_KNOB_INT, lease_ttl_s, 1, 3600,
+              "TTL of the leader lease in seconds: a dead leader is replaced within it."),
+    EEPD_KNOB("EEP_EEPD_NUM_EXPERTS", "0", EEP_KNOB_INT, num_experts, 0, 1000000,
+              "Experts placed evenly over the ranks of each view (0: no placement)."),
+    EEPD_KNOB("EEP_EEPD_REDUNDANT_EXPERTS", "0", EEP_KNOB_INT, redundant_experts, 0, 64,
+              "Extra copies of each expert, on the following ranks."),
+    EEPD_KNOB("EEP_EEPD_VIEW_HISTORY", "100", EEP_KNOB_INT, view_history, 1, 1000000,
+              "views/<epoch> keys kept in etcd; older ones are deleted with each publish."),
+    EEPD_KNOB("EEP_EEPD_FAULT_INJECTION", "0", EEP_KNOB_BOOL, fault_injection, 0, 0,
+              "Enable the InjectFault RPC (testing only; startup only)."),
+    EEPD_KNOB("EEP_EEPD_TLS_CERT", "", EEP_KNOB_STRING, tls_cert, 0, 0,
+              "PEM server certificate; empty: plaintext gRPC (bind to loopback then)."),
+    EEPD_KNOB("EEP_EEPD_TLS_KEY", "", EEP_KNOB_STRING, tls_key, 0, 0,
+              "PEM private key of EEP_EEPD_TLS_CERT."),
+    EEPD_KNOB("EEP_EEPD_TLS_CA", "", EEP_KNOB_STRING, tls_ca, 0, 0,
+              "PEM CA that signs client certificates; mutating calls need one under TLS."),
+    EEPD_KNOB("EEP_EEPD_METRICS_PORT", "0", EEP_KNOB_INT, metrics_port, 0, 65535,
+              "Prometheus metrics over HTTP on 127.0.0.1:<port>/metrics (0: off)."),
+    EEPD_KNOB("EEP_EEPD_MAX_MESSAGE", "1048576", EEP_KNOB_INT, max_message, 1024, 67108864,
+              "Largest request accepted in bytes; larger ones get RESOURCE_EXHAUSTED."),
+};
+
+const eep_knob_table_t eepd_knob_table = {
+    .module      = "eepd",
+    .knobs       = eepd_knobs,
+    .count       = sizeof(eepd_knobs) / sizeof(eepd_knobs[0]),
+    .struct_size = sizeof(eepd_config_t),
+};
