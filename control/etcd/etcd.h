@@ -85,7 +85,8 @@ typedef struct {
  * Watch callback: a batch of events, in revision order; or, with @p events NULL and @p status not
  * EEP_OK, the watch ended for good (compacted past its revision, cancelled by the server, client
  * destroyed).  Runs on the client's thread: keep it short and do not call back into this client's
- * blocking calls from it.
+ * blocking calls from it (eep_etcd_watch_cancel() is allowed).  @p events and the bytes they point
+ * to are valid during the call only; @p revision is etcd's store revision of the batch.
  */
 typedef void (*eep_etcd_watch_func_t)(const eep_etcd_event_t *events, size_t count,
                                       int64_t revision, eep_status_t status, void *arg);
@@ -93,8 +94,26 @@ typedef void (*eep_etcd_watch_func_t)(const eep_etcd_event_t *events, size_t cou
 /* Lease callback: the lease was lost (expired, revoked, or keepalive failed past its TTL). */
 typedef void (*eep_etcd_lease_lost_func_t)(int64_t lease, eep_status_t status, void *arg);
 
+/**
+ * Create a client.  @p params may be NULL (every setting from the EEP_ETCD_* knobs); its unset
+ * fields (NULL, 0) fall back to the knobs too.  No connection is made until the first call.
+ */
 eep_status_t eep_etcd_create(const eep_etcd_params_t *params, eep_etcd_t **client_p);
+/**
+ * Stop every keepalive (no lost callback), end every live watch with EEP_ERR_ABORTED through its
+ * callback (on the client's thread; the watch handles are freed then, do not cancel them after),
+ * and free the client.  Not from a callback.
+ */
 void         eep_etcd_destroy(eep_etcd_t *client);
+
+/*
+ * Unary calls (range, put, delete, txn, lease grant/revoke) run on the caller's thread, bounded
+ * by the client's timeout; on UNAVAILABLE or DEADLINE_EXCEEDED they move to the next endpoint
+ * until the timeout is spent, then fail with EEP_ERR_CONTROL_UNAVAILABLE.  A retried write may
+ * have been applied by the attempt that timed out (a txn then reports its compare failed; callers
+ * of compare-and-swap re-read).  Keys are NUL-terminated strings; key and value bytes returned in
+ * eep_etcd_kv_t are followed by a NUL byte that is not counted in their length.
+ */
 
 /** Get one key, or with @p prefix every key under it. */
 eep_status_t eep_etcd_range(eep_etcd_t *client, const char *key, int prefix,
@@ -121,16 +140,47 @@ eep_status_t eep_etcd_txn(eep_etcd_t *client, const eep_etcd_cmp_t *cmps, size_t
  */
 eep_status_t eep_etcd_lease_grant(eep_etcd_t *client, int64_t ttl_s, int64_t *lease_p,
                                   int64_t *granted_ttl_p);
-/** Keep @p lease alive on the client's thread (a KeepAlive stream) until revoked or lost. */
+/**
+ * Keep @p lease alive on the client's thread (a KeepAlive stream) until revoked or lost.  Returns
+ * after etcd's first reply: EEP_ERR_LEASE_LOST if the lease does not exist (any more),
+ * EEP_ERR_EXISTS if this client already keeps it alive.  Afterwards a request goes out every
+ * TTL/3; when no reply came for a whole TTL, or etcd says the lease is gone, @p lost runs once
+ * with EEP_ERR_LEASE_LOST and the keepalive stops.
+ */
 eep_status_t eep_etcd_lease_keepalive(eep_etcd_t *client, int64_t lease,
                                       eep_etcd_lease_lost_func_t lost, void *arg);
+/** Stop the lease's keepalive (no lost callback) and revoke it: its keys are deleted. */
 eep_status_t eep_etcd_lease_revoke(eep_etcd_t *client, int64_t lease);
 
-/** Watch @p key (or the prefix) from @p start_revision (0: from now). */
+/**
+ * Watch @p key (or the prefix) from @p start_revision (0: from now).  Returns once etcd confirmed
+ * the watch (or the timeout passed: EEP_ERR_CONTROL_UNAVAILABLE); a revision already compacted
+ * gives EEP_ERR_ETCD.  After eep_etcd_watch_cancel() returns no callback runs for the watch.
+ */
 eep_status_t eep_etcd_watch_create(eep_etcd_t *client, const char *key, int prefix,
                                    int64_t start_revision, eep_etcd_watch_func_t func, void *arg,
                                    eep_etcd_watch_t **watch_p);
 void         eep_etcd_watch_cancel(eep_etcd_watch_t *watch);
+
+/* Counters of one client since its creation (to report etcd round trips per operation). */
+typedef struct {
+    uint64_t round_trips;       /* unary request/response exchanges, failover retries included */
+    uint64_t failovers;         /* unary attempts that moved on to another endpoint */
+    uint64_t ranges;            /* successful calls, by kind */
+    uint64_t puts;
+    uint64_t deletes;
+    uint64_t txns;
+    uint64_t lease_grants;
+    uint64_t lease_revokes;
+    uint64_t watch_streams;     /* Watch streams opened (creations and reconnections) */
+    uint64_t watch_events;      /* events delivered to callbacks */
+    uint64_t keepalives_sent;   /* LeaseKeepAlive requests sent */
+    uint64_t keepalive_replies;
+    uint64_t leases_lost;
+} eep_etcd_stats_t;
+
+/** Copy the client's counters into @p stats_p. */
+void eep_etcd_stats(eep_etcd_t *client, eep_etcd_stats_t *stats_p);
 
 #ifdef __cplusplus
 }

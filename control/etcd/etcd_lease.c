@@ -1,0 +1,296 @@
+/*
+ * etcd_lease.c - leases: grant, revoke, and keepalive over one LeaseKeepAlive stream per lease.
+ *
+ * A keepalive has at most one request awaiting its reply and sends the next TTL/3 after the last
+ * one was answered.  The lease counts as alive until one TTL after the SEND time of the last
+ * answered request (etcd refreshed it no earlier than that), so "lost" is reported no later than
+ * the lease can really have expired, whatever happened to the stream meanwhile.  A reply with
+ * TTL <= 0 means etcd no longer has the lease.  A request unanswered for TTL/3 (a hung member)
+ * or a failed stream moves the keepalive to the next endpoint.
+ */
+#include "control/etcd/etcd_int.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "elastic/log.h"
+
+#define EEP_ETCD_KEEPALIVE_METHOD "/etcdserverpb.Lease/LeaseKeepAlive"
+
+static int64_t eep_etcd_ka_period_ms(const eep_etcd_keepalive_t *ka)
+{
+    int64_t period = ka->ttl_s * 1000 / 3;
+
+    return period > 100 ? period : 100;
+}
+
+/* The lease is gone (lock held): tell the creator, or the callback, once; then let go of it. */
+static void eep_etcd_ka_lost(eep_etcd_keepalive_t *ka, const char *why)
+{
+    eep_etcd_t *client = ka->owner.client;
+
+    if (ka->owner.cancelled || ka->ended) {
+        return;
+    }
+    eep_rpc_stream_cancel(ka->owner.stream);
+    if (!ka->first_done) {
+        /* The creator is waiting and still uses it: it cancels it, the thread frees it. */
+        ka->ended        = 1;
+        ka->first_done   = 1;
+        ka->first_status = EEP_ERR_LEASE_LOST;
+        pthread_cond_broadcast(&client->cond);
+        eep_warn(EEP_SUBSYS_ETCD, "lease %llx: %s", (unsigned long long)ka->lease, why);
+        return;
+    }
+    ka->owner.cancelled = 1;
+    EEP_ETCD_STAT_INC(client, leases_lost);
+    eep_error(EEP_SUBSYS_ETCD, "lease %llx lost: %s", (unsigned long long)ka->lease, why);
+    if (ka->lost != NULL) {
+        eep_etcd_dispatch_begin(client, &ka->owner);
+        ka->lost(ka->lease, EEP_ERR_LEASE_LOST, ka->arg);
+        eep_etcd_dispatch_end(client);
+    }
+}
+
+void eep_etcd_keepalive_on_sent(eep_etcd_keepalive_t *ka)
+{
+    (void)ka; /* one request at a time is enforced by sent_at_ms, not by the send */
+}
+
+void eep_etcd_keepalive_on_message(eep_etcd_keepalive_t *ka,
+                                   Etcdserverpb__LeaseKeepAliveResponse *msg)
+{
+    eep_etcd_t *client = ka->owner.client;
+    int64_t     now = eep_rpc_now_ms();
+
+    if (ka->owner.cancelled || ka->ended) {
+        return;
+    }
+    EEP_ETCD_STAT_INC(client, keepalive_replies);
+    if (msg->ttl <= 0) {
+        eep_etcd_ka_lost(ka, "etcd says it expired or was revoked (TTL <= 0)");
+        return;
+    }
+    ka->ttl_s          = msg->ttl;
+    ka->last_ok_ms     = ka->sent_at_ms != 0 ? ka->sent_at_ms : now;
+    ka->sent_at_ms     = 0;
+    ka->next_send_ms   = ka->last_ok_ms + eep_etcd_ka_period_ms(ka);
+    ka->owner.backoff_ms = EEP_ETCD_BACKOFF_MIN_MS;
+    if (!ka->first_done) {
+        ka->first_done   = 1;
+        ka->first_status = EEP_OK;
+        pthread_cond_broadcast(&client->cond);
+    }
+}
+
+void eep_etcd_keepalive_on_closed(eep_etcd_keepalive_t *ka, const eep_rpc_result_t *result)
+{
+    if (ka->owner.cancelled || ka->ended) {
+        return;
+    }
+    ka->sent_at_ms = 0;
+    eep_etcd_owner_schedule(&ka->owner);
+    eep_warn(EEP_SUBSYS_ETCD, "lease %llx: keepalive stream lost (%s: %s); reconnecting through "
+             "%s", (unsigned long long)ka->lease, eep_rpc_code_name(result->code),
+             result->details, ka->owner.client->endpoints[ka->owner.endpoint]);
+}
+
+void eep_etcd_keepalive_timer(eep_etcd_keepalive_t *ka, int64_t now_ms)
+{
+    Etcdserverpb__LeaseKeepAliveRequest req = ETCDSERVERPB__LEASE_KEEP_ALIVE_REQUEST__INIT;
+    eep_etcd_t                         *client = ka->owner.client;
+
+    if (ka->ended) {
+        return;
+    }
+    if (ka->ttl_s > 0 && now_ms - ka->last_ok_ms >= ka->ttl_s * 1000) {
+        eep_etcd_ka_lost(ka, "no keepalive reply within its TTL");
+        return;
+    }
+    if (ka->owner.stream == NULL) {
+        if (now_ms >= ka->owner.retry_at_ms) {
+            eep_etcd_owner_connect(&ka->owner, EEP_ETCD_KEEPALIVE_METHOD,
+                                   &etcdserverpb__lease_keep_alive_response__descriptor);
+            ka->next_send_ms = now_ms;
+        }
+        return;
+    }
+    if (ka->sent_at_ms != 0) {
+        if (now_ms - ka->sent_at_ms > eep_etcd_ka_period_ms(ka) ||
+            now_ms - ka->sent_at_ms > client->timeout_ms) {
+            eep_warn(EEP_SUBSYS_ETCD, "lease %llx: no keepalive reply from %s in %lld ms; trying "
+                     "the next endpoint", (unsigned long long)ka->lease,
+                     client->endpoints[ka->owner.endpoint],
+                     (long long)(now_ms - ka->sent_at_ms));
+            eep_rpc_stream_cancel(ka->owner.stream);
+            ka->sent_at_ms   = 0;
+            ka->next_send_ms = INT64_MAX; /* until the stream is replaced */
+        }
+        return;
+    }
+    if (now_ms < ka->next_send_ms || eep_rpc_stream_sending(ka->owner.stream)) {
+        return;
+    }
+    req.id = ka->lease;
+    if (eep_rpc_stream_send(ka->owner.stream, &req.base) == EEP_OK) {
+        ka->sent_at_ms = now_ms;
+        EEP_ETCD_STAT_INC(client, keepalives_sent);
+    }
+}
+
+eep_status_t eep_etcd_lease_grant(eep_etcd_t *client, int64_t ttl_s, int64_t *lease_p,
+                                  int64_t *granted_ttl_p)
+{
+    Etcdserverpb__LeaseGrantRequest   req = ETCDSERVERPB__LEASE_GRANT_REQUEST__INIT;
+    Etcdserverpb__LeaseGrantResponse *resp = NULL;
+    eep_status_t                      status;
+    int64_t                           id, ttl;
+
+    if (client == NULL || lease_p == NULL) {
+        eep_error(EEP_SUBSYS_ETCD, "etcd lease grant: %s is NULL",
+                  client == NULL ? "client" : "lease_p");
+        return EEP_ERR_INVALID_ARG;
+    }
+    if (ttl_s <= 0) {
+        eep_error(EEP_SUBSYS_ETCD, "etcd lease grant: ttl_s %lld must be positive",
+                  (long long)ttl_s);
+        return EEP_ERR_INVALID_ARG;
+    }
+    req.ttl = ttl_s;
+    status = eep_etcd_unary(client, "/etcdserverpb.Lease/LeaseGrant", "etcd lease grant",
+                            &req.base, &etcdserverpb__lease_grant_response__descriptor,
+                            (ProtobufCMessage **)&resp);
+    if (status != EEP_OK) {
+        return status;
+    }
+    id  = resp->id;
+    ttl = resp->ttl;
+    if (resp->error != NULL && resp->error[0] != '\0') {
+        eep_error(EEP_SUBSYS_ETCD, "etcd lease grant of %lld s: %s", (long long)ttl_s,
+                  resp->error);
+        status = EEP_ERR_ETCD;
+    } else if (id == 0 || ttl <= 0) {
+        eep_error(EEP_SUBSYS_ETCD, "etcd lease grant of %lld s: etcd granted lease %lld with TTL "
+                  "%lld", (long long)ttl_s, (long long)id, (long long)ttl);
+        status = EEP_ERR_ETCD;
+    }
+    protobuf_c_message_free_unpacked(&resp->base, NULL);
+    if (status != EEP_OK) {
+        return status;
+    }
+    if (ttl != ttl_s) {
+        eep_info(EEP_SUBSYS_ETCD, "etcd granted lease %llx a TTL of %lld s (asked %lld s)",
+                 (unsigned long long)id, (long long)ttl, (long long)ttl_s);
+    }
+    pthread_mutex_lock(&client->lock);
+    client->lease_ids[client->lease_next % EEP_ETCD_MAX_LEASES]  = id;
+    client->lease_ttls[client->lease_next % EEP_ETCD_MAX_LEASES] = ttl;
+    client->lease_next++;
+    pthread_mutex_unlock(&client->lock);
+    EEP_ETCD_STAT_INC(client, lease_grants);
+    *lease_p = id;
+    if (granted_ttl_p != NULL) {
+        *granted_ttl_p = ttl;
+    }
+    return EEP_OK;
+}
+
+/* The keepalive of @p lease (lock held), or NULL. */
+static eep_etcd_keepalive_t *eep_etcd_ka_find(eep_etcd_t *client, int64_t lease)
+{
+    eep_etcd_owner_t *owner;
+
+    for (owner = client->owners; owner != NULL; owner = owner->next) {
+        if (owner->kind == EEP_ETCD_OWNER_KEEPALIVE && !owner->cancelled &&
+            ((eep_etcd_keepalive_t *)owner)->lease == lease) {
+            return (eep_etcd_keepalive_t *)owner;
+        }
+    }
+    return NULL;
+}
+
+eep_status_t eep_etcd_lease_keepalive(eep_etcd_t *client, int64_t lease,
+                                      eep_etcd_lease_lost_func_t lost, void *arg)
+{
+    eep_etcd_keepalive_t *ka;
+    eep_status_t          status;
+    size_t                i;
+
+    if (client == NULL || lease == 0) {
+        eep_error(EEP_SUBSYS_ETCD, "etcd lease keepalive: %s",
+                  client == NULL ? "client is NULL" : "lease is 0");
+        return EEP_ERR_INVALID_ARG;
+    }
+    ka = calloc(1, sizeof(*ka));
+    if (ka == NULL) {
+        return EEP_ERR_NO_MEMORY;
+    }
+    ka->owner.kind       = EEP_ETCD_OWNER_KEEPALIVE;
+    ka->owner.client     = client;
+    ka->owner.backoff_ms = EEP_ETCD_BACKOFF_MIN_MS;
+    ka->lease            = lease;
+    ka->lost             = lost;
+    ka->arg              = arg;
+
+    pthread_mutex_lock(&client->lock);
+    if (client->stopping || eep_etcd_ka_find(client, lease) != NULL) {
+        pthread_mutex_unlock(&client->lock);
+        free(ka);
+        eep_error(EEP_SUBSYS_ETCD, "etcd lease keepalive %llx: %s", (unsigned long long)lease,
+                  client->stopping ? "the client is being destroyed" : "already kept alive");
+        return client->stopping ? EEP_ERR_ABORTED : EEP_ERR_EXISTS;
+    }
+    for (i = 0; i < EEP_ETCD_MAX_LEASES; i++) {
+        if (client->lease_ids[i] == lease) {
+            ka->ttl_s = client->lease_ttls[i];
+        }
+    }
+    ka->last_ok_ms     = eep_rpc_now_ms();
+    ka->owner.endpoint = __atomic_load_n(&client->preferred, __ATOMIC_RELAXED);
+    ka->owner.next     = client->owners;
+    client->owners     = &ka->owner;
+    /* The client thread connects and sends at its next tick (within EEP_ETCD_POLL_MS). */
+    if (!eep_etcd_wait_flag(client, &ka->first_done, eep_rpc_now_ms() + client->timeout_ms)) {
+        eep_error(EEP_SUBSYS_ETCD, "etcd lease keepalive %llx: no reply within %d ms",
+                  (unsigned long long)lease, client->timeout_ms);
+        status = EEP_ERR_CONTROL_UNAVAILABLE;
+    } else {
+        status = ka->first_status;
+    }
+    if (status != EEP_OK) {
+        eep_etcd_owner_cancel(&ka->owner);
+    }
+    pthread_mutex_unlock(&client->lock);
+    return status;
+}
+
+eep_status_t eep_etcd_lease_revoke(eep_etcd_t *client, int64_t lease)
+{
+    Etcdserverpb__LeaseRevokeRequest   req = ETCDSERVERPB__LEASE_REVOKE_REQUEST__INIT;
+    Etcdserverpb__LeaseRevokeResponse *resp = NULL;
+    eep_etcd_keepalive_t              *ka;
+    eep_status_t                       status;
+
+    if (client == NULL || lease == 0) {
+        eep_error(EEP_SUBSYS_ETCD, "etcd lease revoke: %s",
+                  client == NULL ? "client is NULL" : "lease is 0");
+        return EEP_ERR_INVALID_ARG;
+    }
+    pthread_mutex_lock(&client->lock);
+    ka = eep_etcd_ka_find(client, lease);
+    if (ka != NULL) {
+        eep_etcd_owner_cancel(&ka->owner);
+    }
+    pthread_mutex_unlock(&client->lock);
+    req.id = lease;
+    status = eep_etcd_unary(client, "/etcdserverpb.Lease/LeaseRevoke", "etcd lease revoke",
+                            &req.base, &etcdserverpb__lease_revoke_response__descriptor,
+                            (ProtobufCMessage **)&resp);
+    if (status != EEP_OK) {
+        return status;
+    }
+    protobuf_c_message_free_unpacked(&resp->base, NULL);
+    EEP_ETCD_STAT_INC(client, lease_revokes);
+    return EEP_OK;
+}

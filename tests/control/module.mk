@@ -1,0 +1,14 @@
+# tests/control/: control-plane tests against a real etcd (skipped when etcd is missing).
+#
+# The etcd client's tests (eepd's are in eepd.mk), each one cmocka program linked with the etcd
+# test support (tests/control/support/), the control library, the generated protos and
+# libeep_util, and run by `make test` (UNIT_TEST_BINS).
+CONTROL_TEST_SUPPORT_SRCS := tests/control/support/etcd_server.c
+ETCD_TEST_BINS := $(BUILD)/tests/control/test_etcd $(BUILD)/tests/control/test_etcd_cluster
+UNIT_TEST_BINS += $(ETCD_TEST_BINS)
+
+$(ETCD_TEST_BINS): $(BUILD)/tests/control/%: $(BUILD)/tests/control/%.o \
+        $(patsubst %.c,$(BUILD)/%.o,$(CONTROL_TEST_SUPPORT_SRCS)) $(LIBEEP_CONTROL_A) \
+        $(BUILD)/lib/libeep_proto.a $(LIBUTIL_A)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $^ $(LDFLAGS) $(CONTROL_LDLIBS) -lcmocka

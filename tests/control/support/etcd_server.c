@@ -1,0 +1,246 @@
+/*
+ * etcd_server.c - real etcd members for tests, as children of the test process.
+ *
+ * Ports come from binding port 0 and closing (a small race, acceptable in tests).  etcd runs with
+ * short raft timings (50 ms heartbeat, 500 ms election) so a 3-member cluster elects a leader in
+ * well under a second and the minimum lease TTL is 1 s, and with --grpc-keepalive-min-time 1s so
+ * the client's keepalive pings are allowed.  Health is polled over HTTP GET /health, bounded.
+ */
+#include "tests/control/support/etcd_server.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define EEP_TEST_ETCD_HEALTH_MS 20000
+
+const char *eep_test_etcd_binary(void)
+{
+    static const char *const candidates[] = { "/usr/bin/etcd", "/usr/local/bin/etcd",
+                                              "/usr/sbin/etcd" };
+    size_t i;
+
+    for (i = 0; i < sizeof(candidates) / sizeof(candidates[0]); i++) {
+        if (access(candidates[i], X_OK) == 0) {
+            return candidates[i];
+        }
+    }
+    return NULL;
+}
+
+int eep_test_free_port(void)
+{
+    struct sockaddr_in addr;
+    socklen_t          len = sizeof(addr);
+    int                fd, port = -1;
+
+    fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) {
+        return -1;
+    }
+    memset(&addr, 0, sizeof(addr));
+    addr.sin_family      = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (bind(fd, (struct sockaddr *)&addr, sizeof(addr)) == 0 &&
+        getsockname(fd, (struct sockaddr *)&addr, &len) == 0) {
+        port = ntohs(addr.sin_port);
+    }
+    close(fd);
+    return port;
+}
+
+static int64_t eep_test_now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* One HTTP GET /health; @return 1 when etcd says it is healthy. */
+static int eep_test_etcd_healthy(int port)
+{
+    struct sockaddr_in addr;
+    struct timeval     tv = { 1, 0 };
+    char               buf[1024];
+    const char        *req = "GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+    ssize_t            got;
+    size_t             total = 0;
+    int                fd, ok = 0;
+
+    fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) {
+        return 0;
+    }
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    memset(&addr, 0, sizeof(addr));
+    addr.sin_family      = AF_INET;
+    addr.sin_port        = htons((uint16_t)port);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&addr, sizeof(addr)) == 0 &&
+        write(fd, req, strlen(req)) == (ssize_t)strlen(req)) {
+        while (total < sizeof(buf) - 1 &&
+               (got = read(fd, buf + total, sizeof(buf) - 1 - total)) > 0) {
+            total += (size_t)got;
+        }
+        buf[total] = '\0';
+        ok = strstr(buf, "\"health\":\"true\"") != NULL;
+    }
+    close(fd);
+    return ok;
+}
+
+static pid_t eep_test_etcd_spawn(eep_test_etcd_t *etcd, int i)
+{
+    char  name[16], data[320], log[320], client[64], peer[64], cluster[512];
+    pid_t pid;
+    int   j, fd;
+
+    snprintf(name, sizeof(name), "m%d", i);
+    snprintf(data, sizeof(data), "%s/%s.etcd", etcd->dir, name);
+    snprintf(log, sizeof(log), "%s/%s.log", etcd->dir, name);
+    snprintf(client, sizeof(client), "http://127.0.0.1:%d", etcd->client_port[i]);
+    snprintf(peer, sizeof(peer), "http://127.0.0.1:%d", etcd->peer_port[i]);
+    cluster[0] = '\0';
+    for (j = 0; j < etcd->n; j++) {
+        size_t len = strlen(cluster);
+
+        snprintf(cluster + len, sizeof(cluster) - len, "%sm%d=http://127.0.0.1:%d",
+                 j > 0 ? "," : "", j, etcd->peer_port[j]);
+    }
+    pid = fork();
+    if (pid != 0) {
+        return pid;
+    }
+    /* Child: die with the test; output to the member's log. */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd >= 0) {
+        dup2(fd, 1);
+        dup2(fd, 2);
+        close(fd);
+    }
+#if !defined(__x86_64__) && !defined(__aarch64__)
+    setenv("ETCD_UNSUPPORTED_ARCH", "1", 1);
+#endif
+    execl(etcd->binary, etcd->binary, "--name", name, "--data-dir", data,
+          "--listen-client-urls", client, "--advertise-client-urls", client,
+          "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+          "--initial-cluster", cluster, "--initial-cluster-state", "new",
+          "--initial-cluster-token", etcd->dir, "--heartbeat-interval", "50",
+          "--election-timeout", "500", "--grpc-keepalive-min-time", "1s",
+          "--logger", "zap", "--log-level", "warn", (char *)NULL);
+    fprintf(stderr, "exec %s: %s\n", etcd->binary, strerror(errno));
+    _exit(127);
+}
+
+static int eep_test_etcd_wait_healthy(eep_test_etcd_t *etcd, int i)
+{
+    int64_t deadline = eep_test_now_ms() + EEP_TEST_ETCD_HEALTH_MS;
+    int     status;
+
+    while (eep_test_now_ms() < deadline) {
+        if (waitpid(etcd->pid[i], &status, WNOHANG) == etcd->pid[i]) {
+            fprintf(stderr, "etcd member %d exited early (log %s/m%d.log)\n", i, etcd->dir, i);
+            etcd->pid[i] = 0;
+            return -1;
+        }
+        if (eep_test_etcd_healthy(etcd->client_port[i])) {
+            return 0;
+        }
+        usleep(50 * 1000);
+    }
+    fprintf(stderr, "etcd member %d not healthy after %d ms (log %s/m%d.log)\n", i,
+            EEP_TEST_ETCD_HEALTH_MS, etcd->dir, i);
+    return -1;
+}
+
+int eep_test_etcd_start(eep_test_etcd_t *etcd, int n)
+{
+    const char *binary = eep_test_etcd_binary();
+    int         i;
+
+    memset(etcd, 0, sizeof(*etcd));
+    if (binary == NULL || n < 1 || n > EEP_TEST_ETCD_MAX) {
+        return -1;
+    }
+    snprintf(etcd->binary, sizeof(etcd->binary), "%s", binary);
+    snprintf(etcd->dir, sizeof(etcd->dir), "/tmp/eep-etcd-test-XXXXXX");
+    if (mkdtemp(etcd->dir) == NULL) {
+        perror("mkdtemp");
+        return -1;
+    }
+    etcd->n = n;
+    for (i = 0; i < n; i++) {
+        size_t len = strlen(etcd->endpoints);
+
+        etcd->client_port[i] = eep_test_free_port();
+        etcd->peer_port[i]   = eep_test_free_port();
+        snprintf(etcd->endpoints + len, sizeof(etcd->endpoints) - len, "%s127.0.0.1:%d",
+                 i > 0 ? "," : "", etcd->client_port[i]);
+    }
+    for (i = 0; i < n; i++) {
+        etcd->pid[i] = eep_test_etcd_spawn(etcd, i);
+        if (etcd->pid[i] < 0) {
+            etcd->pid[i] = 0;
+            eep_test_etcd_destroy(etcd);
+            return -1;
+        }
+    }
+    for (i = 0; i < n; i++) {
+        if (eep_test_etcd_wait_healthy(etcd, i) != 0) {
+            eep_test_etcd_destroy(etcd);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+void eep_test_etcd_kill(eep_test_etcd_t *etcd, int i)
+{
+    if (etcd->pid[i] > 0) {
+        kill(etcd->pid[i], SIGKILL);
+        waitpid(etcd->pid[i], NULL, 0);
+        etcd->pid[i] = 0;
+    }
+}
+
+int eep_test_etcd_restart(eep_test_etcd_t *etcd, int i)
+{
+    eep_test_etcd_kill(etcd, i);
+    etcd->pid[i] = eep_test_etcd_spawn(etcd, i);
+    if (etcd->pid[i] < 0) {
+        etcd->pid[i] = 0;
+        return -1;
+    }
+    return eep_test_etcd_wait_healthy(etcd, i);
+}
+
+void eep_test_etcd_destroy(eep_test_etcd_t *etcd)
+{
+    char cmd[300];
+    int  i;
+
+    for (i = 0; i < etcd->n; i++) {
+        eep_test_etcd_kill(etcd, i);
+    }
+    if (etcd->dir[0] != '\0' && strncmp(etcd->dir, "/tmp/eep-etcd-test-", 19) == 0) {
+        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", etcd->dir);
+        if (system(cmd) != 0) {
+            fprintf(stderr, "could not remove %s\n", etcd->dir);
+        }
+    }
+    etcd->dir[0] = '\0';
+}

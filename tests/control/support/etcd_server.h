@@ -1,0 +1,43 @@
+/*
+ * etcd_server.h - start real etcd members for tests: 127.0.0.1 only, free ports, a temp dir.
+ *
+ * Members are children of the test process (killed with SIGKILL if the test dies, through
+ * PR_SET_PDEATHSIG, and by eep_test_etcd_destroy() otherwise); each waits until etcd answers
+ * /health, bounded.  A member can be killed and restarted with the same data dir and ports.
+ */
+#ifndef EEP_TEST_ETCD_SERVER_H
+#define EEP_TEST_ETCD_SERVER_H
+
+#include <sys/types.h>
+
+#define EEP_TEST_ETCD_MAX 5
+
+typedef struct {
+    int   n;
+    char  dir[256];                    /* temp dir holding every member's data and log */
+    char  endpoints[256];              /* "127.0.0.1:c0,127.0.0.1:c1,..." */
+    int   client_port[EEP_TEST_ETCD_MAX];
+    int   peer_port[EEP_TEST_ETCD_MAX];
+    pid_t pid[EEP_TEST_ETCD_MAX];      /* 0 when the member is down */
+    char  binary[256];
+} eep_test_etcd_t;
+
+/** @return the etcd binary's path, or NULL when etcd is not installed (skip the test). */
+const char *eep_test_etcd_binary(void);
+
+/** Start an @p n-member cluster and wait until every member is healthy (bounded). @return 0. */
+int eep_test_etcd_start(eep_test_etcd_t *etcd, int n);
+
+/** SIGKILL member @p i and reap it. */
+void eep_test_etcd_kill(eep_test_etcd_t *etcd, int i);
+
+/** Start member @p i again with its data dir and ports; wait until healthy.  @return 0. */
+int eep_test_etcd_restart(eep_test_etcd_t *etcd, int i);
+
+/** Kill every member and remove the temp dir. */
+void eep_test_etcd_destroy(eep_test_etcd_t *etcd);
+
+/** @return a TCP port on 127.0.0.1 that was free a moment ago. */
+int eep_test_free_port(void);
+
+#endif

@@ -1,0 +1,114 @@
+/*
+ * test_etcd_cluster.c - endpoint failover against a real 3-member etcd cluster.
+ *
+ * The client lists the three members, first one first.  Killing that member must not interrupt
+ * anything: unary calls move to the next endpoint within their deadline, a watch streaming from
+ * the dead member reconnects through the next one and misses no event, a keepalive holds its
+ * lease, and a new client whose first endpoint is the dead one still works.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "control/etcd/etcd.h"
+#include "tests/control/etcd_test_util.h"
+#include "tests/control/support/etcd_server.h"
+
+static eep_etcd_t *connect_to(const char *endpoints, int timeout_ms)
+{
+    eep_etcd_params_t params;
+    eep_etcd_t       *client = NULL;
+
+    memset(&params, 0, sizeof(params));
+    params.size         = sizeof(params);
+    params.endpoints    = endpoints;
+    params.timeout_ms   = timeout_ms;
+    params.keepalive_ms = 1000;
+    assert_int_equal(eep_etcd_create(&params, &client), EEP_OK);
+    return client;
+}
+
+static void test_failover_when_first_member_dies(void **state)
+{
+    eep_test_etcd_t   etcd;
+    eep_etcd_t       *client, *late;
+    eep_etcd_watch_t *watch = NULL;
+    eep_etcd_range_t  r;
+    eep_etcd_stats_t  st;
+    collector_t       c;
+    lost_t            lost;
+    int64_t           lease, ttl, start, took;
+
+    (void)state;
+    if (eep_test_etcd_binary() == NULL) {
+        printf("skip: no etcd binary (install etcd-server)\n");
+        skip();
+    }
+    assert_int_equal(eep_test_etcd_start(&etcd, 3), 0);
+    printf("etcd cluster at %s\n", etcd.endpoints);
+    collector_init(&c);
+    lost_init(&lost);
+    client = connect_to(etcd.endpoints, 3000);
+    assert_int_equal(eep_etcd_put(client, "/t/c/a", (const uint8_t *)"1", 1, 0, NULL), EEP_OK);
+    assert_int_equal(eep_etcd_watch_create(client, "/t/c/", 1, 0, collector_func, &c, &watch),
+                     EEP_OK);
+    assert_int_equal(eep_etcd_lease_grant(client, 2, &lease, &ttl), EEP_OK);
+    assert_int_equal(eep_etcd_put(client, "/t/c/leased", (const uint8_t *)"x", 1, lease, NULL),
+                     EEP_OK);
+    assert_int_equal(eep_etcd_lease_keepalive(client, lease, lost_func, &lost), EEP_OK);
+    assert_int_equal(eep_etcd_put(client, "/t/c/b", (const uint8_t *)"2", 1, 0, NULL), EEP_OK);
+    assert_int_equal(collector_wait(&c, 2, 3000), 2);
+
+    eep_test_etcd_kill(&etcd, 0);
+    start = test_now_ms();
+    assert_int_equal(eep_etcd_put(client, "/t/c/c", (const uint8_t *)"3", 1, 0, NULL), EEP_OK);
+    took = test_now_ms() - start;
+    printf("first put after the first member died took %lld ms\n", (long long)took);
+    assert_true(took < 3000);
+    assert_int_equal(eep_etcd_range(client, "/t/c/", 1, &r), EEP_OK);
+    assert_int_equal(r.count, 4);
+    eep_etcd_range_free(&r);
+    assert_int_equal(collector_wait(&c, 3, 5000), 3);
+    assert_string_equal(c.ev[2].key, "/t/c/c");
+
+    /* A client that starts on the dead member. */
+    late = connect_to(etcd.endpoints, 3000);
+    start = test_now_ms();
+    assert_int_equal(eep_etcd_put(late, "/t/c/d", (const uint8_t *)"4", 1, 0, NULL), EEP_OK);
+    printf("a new client's first put (dead first endpoint) took %lld ms\n",
+           (long long)(test_now_ms() - start));
+    assert_int_equal(collector_wait(&c, 4, 5000), 4);
+
+    /* The lease outlives two TTLs with its member gone. */
+    start = test_now_ms();
+    while (test_now_ms() - start < 2 * ttl * 1000 + 300) {
+        usleep(100 * 1000);
+    }
+    assert_int_equal(lost_calls(&lost), 0);
+    assert_int_equal(eep_etcd_range(late, "/t/c/leased", 0, &r), EEP_OK);
+    assert_int_equal(r.count, 1);
+    eep_etcd_range_free(&r);
+    usleep(200 * 1000);
+    assert_int_equal(collector_count(&c), 4); /* no duplicates */
+    eep_etcd_stats(client, &st);
+    printf("client: round trips %llu, failovers %llu, watch streams %llu\n",
+           (unsigned long long)st.round_trips, (unsigned long long)st.failovers,
+           (unsigned long long)st.watch_streams);
+    eep_etcd_watch_cancel(watch);
+    eep_etcd_destroy(late);
+    eep_etcd_destroy(client);
+    eep_test_etcd_destroy(&etcd);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_failover_when_first_member_dies),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
