@@ -9,3 +9,17 @@ LIBEEP_SRCS += elastic/ep_layout.c elastic/ep_args.c elastic/ep_handle.c elastic
 # util base.
 UTIL_SRCS += elastic/runtime_knobs.c
 LIBEEP_SRCS += elastic/bootstrap.c elastic/bootstrap_file.c elastic/bootstrap_tcp.c
+# JIT (jit*.c) and the CUDA/NVRTC symbol table: knobs and hashing in the util base, the rest in
+# libeep.  Build-time defaults baked in: the toolkit, the NCCL headers libeep was built with, and
+# this checkout as the kernel source root, so tests and tools work from the build tree.
+UTIL_SRCS += elastic/sha256.c elastic/jit_knobs.c
+LIBEEP_SRCS += elastic/cuda_sym.c elastic/jit.c elastic/jit_source.c elastic/jit_cache.c \
+               elastic/jit_nvrtc.c elastic/jit_nvcc.c
+$(BUILD)/elastic/jit_knobs.o: CPPFLAGS += -DEEP_JIT_DEFAULT_NVCC='"$(NVCC)"' \
+                                          -DEEP_JIT_DEFAULT_SOURCE_ROOT='"$(CURDIR)"'
+$(BUILD)/elastic/jit.o: CPPFLAGS += -DEEP_JIT_CUDA_HOME='"$(CUDA_HOME)"' \
+                                    -DEEP_JIT_NCCL_INCLUDE='"$(NCCL_HOME)/include"'
+# JIT tests: the repository root (kernels/probe) and libeep.so (checked for not linking libcuda).
+$(BUILD)/tests/unit/test_jit%.o: CPPFLAGS += -DEEP_TEST_SOURCE_ROOT='"$(CURDIR)"'
+$(BUILD)/tests/unit/test_cuda_sym.o: CPPFLAGS += -DEEP_TEST_LIBEEP_SO='"$(abspath $(LIBEEP_SO))"'
+$(BUILD)/tests/unit/test_cuda_sym: | $(LIBEEP_SO)

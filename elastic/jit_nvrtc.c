@@ -1,0 +1,177 @@
+/*
+ * jit_nvrtc.c - the NVRTC backend: compile a unit in process, no files, no subprocess.
+ *
+ * NVRTC has no libc headers and rejects a few constructs in NCCL 2.28.9's device headers, so a
+ * prelude and libc shims are handed to it in memory (nvrtcCreateProgram's headers), following
+ * shared/reference/nccl-2.28.9-device-api.md section 2.6: the GIN backends are compiled out
+ * (their packed layouts break under NVRTC), explicit __host__ on prototypes is neutralised, and
+ * loadConst gets specialisations that avoid zero-length arrays.  This makes the LSA subset of the
+ * device API (teams, windows, ncclSymPtr, LSA barrier, LL A2A) compile; GIN kernels need nvcc.
+ */
+#include "elastic/jit_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "elastic/cuda_sym.h"
+#include "elastic/log.h"
+
+#define EEP_JIT_NVRTC_PRELUDE "eep_jit_nvrtc_prelude.h"
+
+static const eep_jit_mem_header_t eep_jit_nvrtc_headers[] = {
+    { EEP_JIT_NVRTC_PRELUDE,
+      "#pragma once\n"
+      "/* NVRTC cannot compile NCCL's GIN backends (packed layouts); compile them out. */\n"
+      "#define NCCL_GIN_PROXY_ENABLE 0\n"
+      "#define NCCL_GIN_GDAKI_ENABLE 0\n"
+      "#include <cuda_runtime.h>\n"
+      "/* NVRTC rejects prototypes marked __host__ (nccl_device/core.h and others). */\n"
+      "#undef __host__\n"
+      "#define __host__\n"
+      "#include <nccl_device/utility.h>\n"
+      "/* loadConst's dead branches declare zero-length arrays, a hard error without GNU mode. */\n"
+      "namespace nccl { namespace utility {\n"
+      "template <> NCCL_DEVICE_INLINE int loadConst<int>(int const *p) { return __ldg(p); }\n"
+      "template <> NCCL_DEVICE_INLINE uint32_t loadConst<uint32_t>(uint32_t const *p)\n"
+      "{ return __ldg(p); }\n"
+      "template <> NCCL_DEVICE_INLINE char *loadConst<char *>(char *const *p)\n"
+      "{ return (char *)__ldg((unsigned long long const *)p); }\n"
+      "template <> NCCL_DEVICE_INLINE void *loadConst<void *>(void *const *p)\n"
+      "{ return (void *)__ldg((unsigned long long const *)p); }\n"
+      "}}\n" },
+    { "stdint.h", "#pragma once\n#include <cuda/std/cstdint>\n" },
+    { "cstdint", "#pragma once\n#include <cuda/std/cstdint>\n" },
+    { "limits.h", "#pragma once\n#include <cuda/std/climits>\n" },
+    { "stddef.h", "#pragma once\n#include <cuda/std/cstddef>\n" },
+    { "stdlib.h", "#pragma once\n#include <cuda/std/cstddef>\n" },
+    { "assert.h", "#pragma once\n#include <cuda/std/cassert>\n" },
+    { "stdbool.h", "#pragma once\n" },
+    { "stdio.h", "#pragma once\n" },
+    { "math.h", "#pragma once\n" },
+    { "errno.h", "#pragma once\n#define EBUSY 16\n#define EIO 5\n" },
+    { "linux/types.h",
+      "#pragma once\n#include <cuda/std/cstdint>\n"
+      "typedef uint8_t __u8; typedef uint16_t __u16; typedef uint32_t __u32; typedef uint64_t __u64;\n"
+      "typedef uint16_t __be16; typedef uint32_t __be32; typedef uint64_t __be64;\n" },
+};
+
+static const char *const eep_jit_nvrtc_flags[] = { "-default-device", NULL };
+
+static eep_status_t eep_jit_nvrtc_identity(eep_jit_t *jit, eep_sha256_t *hash)
+{
+    const eep_cuda_sym_t *sym;
+    struct stat           st;
+    eep_status_t          status;
+    char                  id[4096 + 128];
+
+    (void)jit;
+    status = eep_cuda_sym_nvrtc(&sym);
+    if (status != EEP_OK) {
+        return status;
+    }
+    if (stat(sym->nvrtc_path, &st) != 0) {
+        memset(&st, 0, sizeof(st));
+    }
+    snprintf(id, sizeof(id), "nvrtc %d.%d %s %lld %lld.%09ld", sym->nvrtc_major, sym->nvrtc_minor,
+             sym->nvrtc_path, (long long)st.st_size, (long long)st.st_mtim.tv_sec,
+             st.st_mtim.tv_nsec);
+    eep_sha256_update(hash, "compiler", sizeof("compiler"));
+    eep_sha256_update(hash, id, strlen(id) + 1);
+    return EEP_OK;
+}
+
+static char *eep_jit_nvrtc_log(const eep_cuda_sym_t *sym, nvrtcProgram prog)
+{
+    size_t size = 0;
+    char  *log;
+
+    if (sym->nvrtcGetProgramLogSize(prog, &size) != NVRTC_SUCCESS || size == 0) {
+        return NULL;
+    }
+    log = malloc(size + 1);
+    if (log != NULL && sym->nvrtcGetProgramLog(prog, log) != NVRTC_SUCCESS) {
+        free(log);
+        return NULL;
+    }
+    if (log != NULL) {
+        log[size] = '\0';
+    }
+    return log;
+}
+
+static eep_status_t eep_jit_nvrtc_compile(eep_jit_t *jit, const eep_jit_unit_t *unit,
+                                         void **cubin_p, size_t *size_p, char **log_p)
+{
+    const char           *names[sizeof(eep_jit_nvrtc_headers) / sizeof(eep_jit_nvrtc_headers[0])];
+    const char           *contents[sizeof(names) / sizeof(names[0])];
+    const eep_cuda_sym_t *sym;
+    nvrtcProgram          prog;
+    nvrtcResult           res;
+    eep_status_t          status;
+    size_t                i, size = 0;
+    void                 *cubin;
+
+    (void)jit;
+    *log_p = NULL;
+    status = eep_cuda_sym_nvrtc(&sym);
+    if (status != EEP_OK) {
+        return status;
+    }
+    for (i = 0; i < unit->n_mem_headers && i < sizeof(names) / sizeof(names[0]); i++) {
+        names[i]    = unit->mem_headers[i].name;
+        contents[i] = unit->mem_headers[i].content;
+    }
+    res = sym->nvrtcCreateProgram(&prog, unit->source, unit->name, (int)i, contents, names);
+    if (res != NVRTC_SUCCESS) {
+        return eep_status_from_nvrtc(res, "nvrtcCreateProgram");
+    }
+    eep_jit_count_compiler_run();
+    res    = sym->nvrtcCompileProgram(prog, unit->n_options, unit->options);
+    *log_p = eep_jit_nvrtc_log(sym, prog);
+    if (res == NVRTC_ERROR_COMPILATION) {
+        status = EEP_ERR_JIT; /* the caller logs the compiler's own words */
+        goto out_destroy;
+    }
+    if (res != NVRTC_SUCCESS) {
+        status = eep_status_from_nvrtc(res, "nvrtcCompileProgram");
+        goto out_destroy;
+    }
+    res = sym->nvrtcGetCUBINSize(prog, &size);
+    if (res != NVRTC_SUCCESS || size == 0) {
+        status = res != NVRTC_SUCCESS ? eep_status_from_nvrtc(res, "nvrtcGetCUBINSize") : EEP_ERR_JIT;
+        if (size == 0 && res == NVRTC_SUCCESS) {
+            eep_error(EEP_SUBSYS_JIT, "nvrtc produced no cubin for %s (is -arch a real sm_XX?)",
+                      unit->name);
+        }
+        goto out_destroy;
+    }
+    cubin = malloc(size);
+    if (cubin == NULL) {
+        status = EEP_ERR_NO_MEMORY;
+        goto out_destroy;
+    }
+    res = sym->nvrtcGetCUBIN(prog, cubin);
+    if (res != NVRTC_SUCCESS) {
+        free(cubin);
+        status = eep_status_from_nvrtc(res, "nvrtcGetCUBIN");
+        goto out_destroy;
+    }
+    *cubin_p = cubin;
+    *size_p  = size;
+    status   = EEP_OK;
+out_destroy:
+    sym->nvrtcDestroyProgram(&prog);
+    return status;
+}
+
+const eep_jit_backend_ops_t eep_jit_nvrtc_ops = {
+    .name          = "nvrtc",
+    .identity      = eep_jit_nvrtc_identity,
+    .flags         = eep_jit_nvrtc_flags,
+    .mem_headers   = eep_jit_nvrtc_headers,
+    .n_mem_headers = sizeof(eep_jit_nvrtc_headers) / sizeof(eep_jit_nvrtc_headers[0]),
+    .unit_prologue = "#include \"" EEP_JIT_NVRTC_PRELUDE "\"\n",
+    .compile       = eep_jit_nvrtc_compile,
+};

@@ -1,0 +1,407 @@
+/*
+ * test_jit.c - compiling and caching kernels, CPU-only (the CUDA toolkit is enough).
+ *
+ * Cold compile then warm lookup of the LSA probe with NVRTC (the warm path runs no compiler:
+ * the process-wide compiler-run counter and a fresh process both say so); the GIN probe with nvcc
+ * through a counting wrapper; four processes asking for one key at once compile it once and read
+ * identical cubins; a truncated or bit-flipped entry is detected, logged and rebuilt; a syntax
+ * error is EEP_ERR_JIT with the compiler's words in eep_jit_last_log(); no driver means
+ * eep_jit_get_kernel fails cleanly with EEP_ERR_NO_DEVICE.  Every test uses its own temp cache.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <sys/wait.h>
+
+#include "elastic/cuda_sym.h"
+#include "elastic/jit_int.h"
+#include "test_jit_util.h"
+
+static const eep_jit_spec_t lsa_spec = {
+    .size = sizeof(eep_jit_spec_t), .header = "kernels/probe/lsa_probe.cuh",
+    .function = "eep_lsa_probe_body", .template_args = "1",
+    .param_type = "eep_lsa_probe_params_t", .launch_bounds = 256,
+};
+static const eep_jit_spec_t gin_spec = {
+    .size = sizeof(eep_jit_spec_t), .header = "kernels/probe/gin_probe.cuh",
+    .function = "eep_gin_probe_body", .template_args = "0",
+    .param_type = "eep_gin_probe_params_t", .needs_gin = 1,
+};
+static const eep_jit_spec_t fill_spec = {
+    .size = sizeof(eep_jit_spec_t), .header = "kernels/probe/fill_probe.cuh",
+    .function = "eep_fill_probe_body", .template_args = "3u",
+    .param_type = "eep_fill_probe_params_t",
+};
+
+static eep_jit_t *make_jit(const char *cache)
+{
+    eep_jit_params_t params = { .size = sizeof(params), .cache_dir = cache };
+    eep_jit_t       *jit = NULL;
+
+    assert_int_equal(eep_jit_create(&params, &jit), EEP_OK);
+    return jit;
+}
+
+/* A shell script that counts its runs in <dir>/nvcc.count and then runs the real nvcc. */
+static void make_counting_nvcc(const char *dir, char *path_p, size_t len)
+{
+    char text[8192];
+    eep_jit_t *jit = make_jit(dir);
+
+    assert_true(jit->nvcc[0] != '\0'); /* the toolkit's nvcc, found from the baked default */
+    snprintf(text, sizeof(text), "#!/bin/sh\necho run >> '%s/nvcc.count'\nexec '%s' \"$@\"\n", dir,
+             jit->nvcc);
+    eep_jit_destroy(jit);
+    jt_write(dir, "nvcc-wrapper", text);
+    snprintf(path_p, len, "%s/nvcc-wrapper", dir);
+    assert_int_equal(chmod(path_p, 0755), 0);
+}
+
+static int count_lines(const char *dir, const char *name)
+{
+    char  path[4096], line[64];
+    FILE *f;
+    int   n = 0;
+
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    f = fopen(path, "r");
+    if (f == NULL) {
+        return 0;
+    }
+    while (fgets(line, sizeof(line), f) != NULL) {
+        n++;
+    }
+    fclose(f);
+    return n;
+}
+
+static void check_entry(const char *path, uint8_t digest_p[EEP_SHA256_BYTES])
+{
+    void  *cubin = NULL;
+    size_t size = 0;
+
+    assert_int_equal(eep_jit_cache_read(path, &cubin, &size), EEP_OK);
+    assert_true(size > 64);
+    assert_memory_equal(cubin, "\177ELF", 4); /* a cubin is an ELF image */
+    if (digest_p != NULL) {
+        eep_sha256(cubin, size, digest_p);
+    }
+    free(cubin);
+}
+
+static void test_lsa_nvrtc_cold_then_warm(void **state)
+{
+    char          *cache = jt_mkdtemp("jit-lsa");
+    eep_jit_info_t cold, warm;
+    eep_jit_t     *jit = make_jit(cache);
+    unsigned long  runs;
+    pid_t          pid;
+    int            wstatus;
+
+    (void)state;
+    runs = eep_jit_compiler_runs();
+    assert_int_equal(eep_jit_compile(jit, &lsa_spec, &cold), EEP_OK);
+    assert_int_equal(cold.cache_hit, 0);
+    assert_int_equal(cold.backend, EEP_JIT_BACKEND_NVRTC);
+    assert_true(cold.compile_ms > 0);
+    assert_int_equal(eep_jit_compiler_runs(), runs + 1);
+    check_entry(cold.path, NULL);
+    printf("lsa probe: nvrtc cold %.0f ms (compile %.0f ms)\n", cold.total_ms, cold.compile_ms);
+
+    assert_int_equal(eep_jit_compile(jit, &lsa_spec, &warm), EEP_OK);
+    assert_int_equal(warm.cache_hit, 1);
+    assert_int_equal(warm.compile_ms, 0);
+    assert_string_equal(warm.key, cold.key);
+    assert_string_equal(warm.path, cold.path);
+    assert_int_equal(eep_jit_compiler_runs(), runs + 1); /* no compiler ran */
+    printf("lsa probe: warm %.2f ms\n", warm.total_ms);
+    eep_jit_destroy(jit);
+
+    /* A fresh process with a fresh jit: hit, and no compiler run there either. */
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        eep_jit_info_t info;
+        unsigned long  before = eep_jit_compiler_runs();
+        eep_jit_t     *child = NULL;
+        eep_jit_params_t params = { .size = sizeof(params), .cache_dir = cache };
+
+        if (eep_jit_create(&params, &child) != EEP_OK ||
+            eep_jit_compile(child, &lsa_spec, &info) != EEP_OK) {
+            _exit(2);
+        }
+        _exit(info.cache_hit == 1 && eep_jit_compiler_runs() == before &&
+              strcmp(info.key, cold.key) == 0 ? 0 : 3);
+    }
+    assert_int_equal(waitpid(pid, &wstatus, 0), pid);
+    assert_true(WIFEXITED(wstatus));
+    assert_int_equal(WEXITSTATUS(wstatus), 0);
+    jt_rm_rf(cache);
+}
+
+static void test_gin_nvcc(void **state)
+{
+    char          *cache = jt_mkdtemp("jit-gin"), wrapper[4096];
+    eep_jit_info_t cold, warm;
+    eep_jit_t     *jit;
+
+    (void)state;
+    make_counting_nvcc(cache, wrapper, sizeof(wrapper));
+    setenv("EEP_JIT_NVCC", wrapper, 1);
+    jit = make_jit(cache);
+    assert_string_equal(jit->nvcc, wrapper);
+    assert_int_equal(eep_jit_compile(jit, &gin_spec, &cold), EEP_OK);
+    assert_int_equal(cold.cache_hit, 0);
+    assert_int_equal(cold.backend, EEP_JIT_BACKEND_NVCC); /* auto + needs_gin */
+    assert_int_equal(count_lines(cache, "nvcc.count"), 1);
+    check_entry(cold.path, NULL);
+    printf("gin probe: nvcc cold %.0f ms\n", cold.total_ms);
+    assert_int_equal(eep_jit_compile(jit, &gin_spec, &warm), EEP_OK);
+    assert_int_equal(warm.cache_hit, 1);
+    assert_int_equal(count_lines(cache, "nvcc.count"), 1); /* nvcc did not run again */
+    eep_jit_destroy(jit);
+    unsetenv("EEP_JIT_NVCC");
+    jt_rm_rf(cache);
+}
+
+/* Four processes ask for one key at the same instant: one compiles, three wait and read it. */
+static void test_four_processes_one_compile(void **state)
+{
+    char    *cache = jt_mkdtemp("jit-race"), wrapper[4096];
+    int      go[2], res[2], i, wstatus, compiled = 0, hits = 0;
+    pid_t    pids[4];
+    struct {
+        int     status, cache_hit;
+        uint8_t digest[EEP_SHA256_BYTES];
+    } r[4];
+
+    (void)state;
+    make_counting_nvcc(cache, wrapper, sizeof(wrapper));
+    setenv("EEP_JIT_NVCC", wrapper, 1);
+    assert_int_equal(pipe(go), 0);
+    assert_int_equal(pipe(res), 0);
+    for (i = 0; i < 4; i++) {
+        pids[i] = fork();
+        assert_true(pids[i] >= 0);
+        if (pids[i] == 0) {
+            eep_jit_spec_t   spec = fill_spec;
+            eep_jit_params_t params = { .size = sizeof(params), .cache_dir = cache };
+            eep_jit_info_t   info;
+            eep_jit_t       *jit = NULL;
+            char             c;
+
+            close(go[1]);
+            close(res[0]);
+            memset(&r[0], 0, sizeof(r[0]));
+            spec.backend = EEP_JIT_BACKEND_NVCC;
+            r[0].status = eep_jit_create(&params, &jit);
+            if (read(go[0], &c, 1) < 0) { /* returns 0 when the parent closes: all start together */
+                _exit(4);
+            }
+            if (r[0].status == EEP_OK) {
+                r[0].status = eep_jit_compile(jit, &spec, &info);
+            }
+            if (r[0].status == EEP_OK) {
+                void  *cubin;
+                size_t size;
+
+                r[0].cache_hit = info.cache_hit;
+                r[0].status    = eep_jit_cache_read(info.path, &cubin, &size);
+                if (r[0].status == EEP_OK) {
+                    eep_sha256(cubin, size, r[0].digest);
+                    free(cubin);
+                }
+            }
+            if (write(res[1], &r[0], sizeof(r[0])) != (ssize_t)sizeof(r[0])) {
+                _exit(5);
+            }
+            _exit(0);
+        }
+    }
+    close(go[0]);
+    close(res[1]);
+    close(go[1]); /* go */
+    for (i = 0; i < 4; i++) {
+        assert_int_equal(read(res[0], &r[i], sizeof(r[i])), (ssize_t)sizeof(r[i]));
+    }
+    for (i = 0; i < 4; i++) {
+        assert_int_equal(waitpid(pids[i], &wstatus, 0), pids[i]);
+        assert_true(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0);
+        assert_int_equal(r[i].status, EEP_OK);
+        compiled += r[i].cache_hit == 0;
+        hits += r[i].cache_hit == 1;
+        assert_memory_equal(r[i].digest, r[0].digest, EEP_SHA256_BYTES);
+    }
+    close(res[0]);
+    assert_int_equal(compiled, 1);
+    assert_int_equal(hits, 3);
+    assert_int_equal(count_lines(cache, "nvcc.count"), 1);
+    unsetenv("EEP_JIT_NVCC");
+    jt_rm_rf(cache);
+}
+
+static void corrupt_and_rebuild(const char *how)
+{
+    char          *cache = jt_mkdtemp("jit-corrupt");
+    eep_jit_info_t info, again;
+    eep_jit_t     *jit = make_jit(cache);
+    unsigned long  runs;
+    struct stat    st;
+    uint8_t        d0[EEP_SHA256_BYTES], d1[EEP_SHA256_BYTES];
+    FILE          *f;
+
+    assert_int_equal(eep_jit_compile(jit, &fill_spec, &info), EEP_OK);
+    check_entry(info.path, d0);
+    assert_int_equal(stat(info.path, &st), 0);
+    if (strcmp(how, "truncate") == 0) {
+        assert_int_equal(truncate(info.path, st.st_size / 2), 0);
+    } else {
+        f = fopen(info.path, "r+b"); /* flip one bit in the middle of the cubin */
+        assert_non_null(f);
+        assert_int_equal(fseek(f, st.st_size / 2, SEEK_SET), 0);
+        int c = fgetc(f);
+        assert_int_equal(fseek(f, st.st_size / 2, SEEK_SET), 0);
+        fputc(c ^ 0x10, f);
+        fclose(f);
+    }
+    assert_int_not_equal(eep_jit_cache_read(info.path, &(void *){ NULL }, &(size_t){ 0 }), EEP_OK);
+    jt_hook_reset();
+    runs = eep_jit_compiler_runs();
+    assert_int_equal(eep_jit_compile(jit, &fill_spec, &again), EEP_OK);
+    assert_int_equal(again.cache_hit, 0); /* rebuilt, not served */
+    assert_int_equal(eep_jit_compiler_runs(), runs + 1);
+    assert_true(jt_hook_warns >= 1);
+    assert_non_null(strstr(jt_hook_last, "corrupt jit cache entry"));
+    check_entry(again.path, d1);
+    assert_memory_equal(d0, d1, sizeof(d0));
+    assert_int_equal(eep_jit_compile(jit, &fill_spec, &again), EEP_OK);
+    assert_int_equal(again.cache_hit, 1);
+    eep_jit_destroy(jit);
+    jt_rm_rf(cache);
+}
+
+static void test_truncated_entry_rebuilt(void **state)
+{
+    (void)state;
+    corrupt_and_rebuild("truncate");
+}
+
+static void test_flipped_bit_rebuilt(void **state)
+{
+    (void)state;
+    corrupt_and_rebuild("flip");
+}
+
+static void syntax_error(eep_jit_backend_t backend)
+{
+    char          *root = jt_mkdtemp("jit-bad-root"), *cache = jt_mkdtemp("jit-bad");
+    eep_jit_params_t params = { .size = sizeof(params), .cache_dir = cache, .source_root = root };
+    eep_jit_spec_t spec = { .size = sizeof(spec), .header = "bad/bad.cuh", .function = "bad_body",
+                            .param_type = "bad_params_t", .backend = backend };
+    eep_jit_info_t info;
+    eep_jit_t     *jit;
+    char           path[4096];
+
+    jt_write(root, "bad/bad.cuh", "#pragma once\ntypedef struct { int *out; } bad_params_t;\n"
+                                  "__device__ void bad_body(const bad_params_t &p)\n"
+                                  "{\n    int eep_oops = ;\n    p.out[0] = eep_oops;\n}\n");
+    assert_int_equal(eep_jit_create(&params, &jit), EEP_OK);
+    jt_hook_reset();
+    memset(&info, 0x5a, sizeof(info));
+    assert_int_equal(eep_jit_compile(jit, &spec, &info), EEP_ERR_JIT);
+    assert_int_equal(info.cache_hit, 0x5a5a5a5a); /* outputs only on success */
+    assert_non_null(strstr(eep_jit_last_log(), "error"));
+    assert_non_null(strstr(eep_jit_last_log(), "expected an expression"));
+    assert_true(jt_hook_errors >= 1);
+    assert_non_null(strstr(jt_hook_last, "expected an expression")); /* the log was logged */
+    /* nothing was stored */
+    eep_jit_destroy(jit);
+    snprintf(path, sizeof(path), "find '%s/v1' -name '*.cubin' | grep -q .", cache);
+    assert_int_not_equal(system(path), 0);
+    jt_rm_rf(root);
+    jt_rm_rf(cache);
+}
+
+static void test_syntax_error_nvrtc(void **state)
+{
+    (void)state;
+    syntax_error(EEP_JIT_BACKEND_NVRTC);
+}
+
+static void test_syntax_error_nvcc(void **state)
+{
+    (void)state;
+    syntax_error(EEP_JIT_BACKEND_NVCC);
+}
+
+static void test_keep_source(void **state)
+{
+    char          *cache = jt_mkdtemp("jit-keep");
+    eep_jit_info_t info;
+    eep_jit_t     *jit;
+    char           path[4096];
+
+    (void)state;
+    setenv("EEP_JIT_KEEP_SOURCE", "1", 1);
+    jit = make_jit(cache);
+    unsetenv("EEP_JIT_KEEP_SOURCE");
+    assert_int_equal(eep_jit_compile(jit, &fill_spec, &info), EEP_OK);
+    snprintf(path, sizeof(path), "%s/src/%s.cu", cache, info.key);
+    assert_int_equal(access(path, R_OK), 0);
+    eep_jit_destroy(jit);
+    jt_rm_rf(cache);
+}
+
+static void test_no_driver(void **state)
+{
+    char             *cache = jt_mkdtemp("jit-nodev");
+    eep_jit_kernel_t *kernel = NULL;
+    eep_jit_t        *jit = make_jit(cache);
+    unsigned long     runs = eep_jit_compiler_runs();
+
+    (void)state;
+    eep_cuda_sym_test_override("libeep-no-such-cuda-driver.so.1", NULL);
+    jt_hook_reset();
+    assert_int_equal(eep_jit_get_kernel(jit, &lsa_spec, &kernel), EEP_ERR_NO_DEVICE);
+    assert_null(kernel);
+    assert_non_null(strstr(jt_hook_last, "no CUDA driver"));
+    assert_int_equal(eep_jit_compiler_runs(), runs); /* did not compile for nothing */
+    eep_cuda_sym_test_override(NULL, NULL);
+    eep_jit_destroy(jit);
+    jt_rm_rf(cache);
+}
+
+static void test_bad_knob(void **state)
+{
+    eep_jit_t *jit = NULL;
+
+    (void)state;
+    setenv("EEP_JIT_BACKEND", "gcc", 1);
+    jt_hook_reset();
+    assert_int_equal(eep_jit_create(NULL, &jit), EEP_ERR_INVALID_ARG);
+    assert_null(jit);
+    assert_non_null(strstr(jt_hook_last, "EEP_JIT_BACKEND"));
+    unsetenv("EEP_JIT_BACKEND");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_lsa_nvrtc_cold_then_warm),
+        cmocka_unit_test(test_gin_nvcc),
+        cmocka_unit_test(test_four_processes_one_compile),
+        cmocka_unit_test(test_truncated_entry_rebuilt),
+        cmocka_unit_test(test_flipped_bit_rebuilt),
+        cmocka_unit_test(test_syntax_error_nvrtc),
+        cmocka_unit_test(test_syntax_error_nvcc),
+        cmocka_unit_test(test_keep_source),
+        cmocka_unit_test(test_no_driver),
+        cmocka_unit_test(test_bad_knob),
+    };
+
+    eep_log_set_level(EEP_LOG_LEVEL_WARN);
+    eep_log_set_hook(jt_hook, NULL);
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
