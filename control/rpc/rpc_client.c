@@ -18,12 +18,26 @@
 
 #include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc_security.h>
+#include <grpc/support/log.h>
 #include <grpc/support/time.h>
 
 #include "elastic/log.h"
 
+/* gRPC's own log lines, through ours: its errors are mostly transport trouble that the caller
+ * retries and reports itself, so they become warnings; the rest is debug. */
+static void eep_rpc_gpr_log(gpr_log_func_args *args)
+{
+    eep_log_level_t level = args->severity == GPR_LOG_SEVERITY_ERROR ? EEP_LOG_LEVEL_WARN
+                                                                      : EEP_LOG_LEVEL_DEBUG;
+
+    if (eep_log_enabled(level, EEP_SUBSYS_RPC)) {
+        eep_log_write(level, EEP_SUBSYS_RPC, args->file, args->line, "grpc: %s", args->message);
+    }
+}
+
 void eep_rpc_init(void)
 {
+    gpr_set_log_function(eep_rpc_gpr_log);
     grpc_init();
 }
 
@@ -245,7 +259,7 @@ out:
 eep_status_t eep_rpc_channel_create(const eep_rpc_channel_params_t *params,
                                     grpc_channel **channel_p)
 {
-    grpc_channel_credentials *creds;
+    grpc_channel_credentials *creds = NULL;
     grpc_channel             *channel;
     grpc_arg                  args[8];
     grpc_channel_args         chargs;

@@ -24,7 +24,10 @@ extern "C" {
 
 #define EEP_RPC_DETAILS_MAX 256
 
-/** grpc_init(); gRPC refcounts it, so every eep_rpc_init() pairs with one eep_rpc_shutdown(). */
+/**
+ * grpc_init(), and gRPC's own log lines routed through eep logging (subsystem rpc; its errors as
+ * warnings).  gRPC refcounts init, so every eep_rpc_init() pairs with one eep_rpc_shutdown().
+ */
 void eep_rpc_init(void);
 void eep_rpc_shutdown(void);
 

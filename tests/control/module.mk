@@ -4,7 +4,8 @@
 # test support (tests/control/support/), the control library, the generated protos and
 # libeep_util, and run by `make test` (UNIT_TEST_BINS).
 CONTROL_TEST_SUPPORT_SRCS := tests/control/support/etcd_server.c
-ETCD_TEST_BINS := $(BUILD)/tests/control/test_etcd $(BUILD)/tests/control/test_etcd_cluster
+ETCD_TEST_BINS := $(BUILD)/tests/control/test_etcd $(BUILD)/tests/control/test_etcd_cluster \
+                  $(BUILD)/tests/control/test_etcd_tls
 UNIT_TEST_BINS += $(ETCD_TEST_BINS)
 
 $(ETCD_TEST_BINS): $(BUILD)/tests/control/%: $(BUILD)/tests/control/%.o \

@@ -68,8 +68,8 @@ static int64_t eep_test_now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* One HTTP GET /health; @return 1 when etcd says it is healthy. */
-static int eep_test_etcd_healthy(int port)
+/* One HTTP GET /health; @return 1 when etcd says it is healthy (with TLS: accepts TCP). */
+static int eep_test_etcd_healthy(int port, int tls)
 {
     struct sockaddr_in addr;
     struct timeval     tv = { 1, 0 };
@@ -89,8 +89,10 @@ static int eep_test_etcd_healthy(int port)
     addr.sin_family      = AF_INET;
     addr.sin_port        = htons((uint16_t)port);
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(fd, (struct sockaddr *)&addr, sizeof(addr)) == 0 &&
-        write(fd, req, strlen(req)) == (ssize_t)strlen(req)) {
+    if (tls) {
+        ok = connect(fd, (struct sockaddr *)&addr, sizeof(addr)) == 0;
+    } else if (connect(fd, (struct sockaddr *)&addr, sizeof(addr)) == 0 &&
+               write(fd, req, strlen(req)) == (ssize_t)strlen(req)) {
         while (total < sizeof(buf) - 1 &&
                (got = read(fd, buf + total, sizeof(buf) - 1 - total)) > 0) {
             total += (size_t)got;
@@ -105,13 +107,17 @@ static int eep_test_etcd_healthy(int port)
 static pid_t eep_test_etcd_spawn(eep_test_etcd_t *etcd, int i)
 {
     char  name[16], data[320], log[320], client[64], peer[64], cluster[512];
+    char  cert[340], key[340];
     pid_t pid;
     int   j, fd;
 
     snprintf(name, sizeof(name), "m%d", i);
     snprintf(data, sizeof(data), "%s/%s.etcd", etcd->dir, name);
     snprintf(log, sizeof(log), "%s/%s.log", etcd->dir, name);
-    snprintf(client, sizeof(client), "http://127.0.0.1:%d", etcd->client_port[i]);
+    snprintf(client, sizeof(client), "%s://127.0.0.1:%d", etcd->tls ? "https" : "http",
+             etcd->client_port[i]);
+    snprintf(cert, sizeof(cert), "%s/tls/server.crt", etcd->dir);
+    snprintf(key, sizeof(key), "%s/tls/server.key", etcd->dir);
     snprintf(peer, sizeof(peer), "http://127.0.0.1:%d", etcd->peer_port[i]);
     cluster[0] = '\0';
     for (j = 0; j < etcd->n; j++) {
@@ -141,7 +147,9 @@ static pid_t eep_test_etcd_spawn(eep_test_etcd_t *etcd, int i)
           "--initial-cluster", cluster, "--initial-cluster-state", "new",
           "--initial-cluster-token", etcd->dir, "--heartbeat-interval", "50",
           "--election-timeout", "500", "--grpc-keepalive-min-time", "1s",
-          "--logger", "zap", "--log-level", "warn", (char *)NULL);
+          "--logger", "zap", "--log-level", "warn",
+          etcd->tls ? "--cert-file" : (char *)NULL, cert, "--key-file", key,
+          "--client-cert-auth", "--trusted-ca-file", etcd->ca_file, (char *)NULL);
     fprintf(stderr, "exec %s: %s\n", etcd->binary, strerror(errno));
     _exit(127);
 }
@@ -157,7 +165,7 @@ static int eep_test_etcd_wait_healthy(eep_test_etcd_t *etcd, int i)
             etcd->pid[i] = 0;
             return -1;
         }
-        if (eep_test_etcd_healthy(etcd->client_port[i])) {
+        if (eep_test_etcd_healthy(etcd->client_port[i], etcd->tls)) {
             return 0;
         }
         usleep(50 * 1000);
@@ -167,7 +175,35 @@ static int eep_test_etcd_wait_healthy(eep_test_etcd_t *etcd, int i)
     return -1;
 }
 
-int eep_test_etcd_start(eep_test_etcd_t *etcd, int n)
+/* A CA, a server certificate for 127.0.0.1 and a client certificate, made with openssl. */
+static int eep_test_etcd_make_certs(eep_test_etcd_t *etcd)
+{
+    char cmd[4096];
+    int  ret;
+
+    snprintf(cmd, sizeof(cmd),
+             "set -e; cd '%s'; mkdir tls; cd tls;"
+             "printf 'subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n' >ext;"
+             "K='-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes';"
+             "openssl req -x509 $K -keyout ca.key -out ca.crt -days 2 -subj /CN=eep-test-ca;"
+             "for n in server client; do"
+             "  openssl req $K -keyout $n.key -out $n.csr -subj /CN=eep-test-$n;"
+             "  openssl x509 -req -in $n.csr -CA ca.crt -CAkey ca.key -CAcreateserial"
+             "    -out $n.crt -days 2 -extfile ext;"
+             "done",
+             etcd->dir);
+    ret = system(cmd);
+    if (ret != 0) {
+        fprintf(stderr, "making test certificates with openssl failed (%d)\n", ret);
+        return -1;
+    }
+    snprintf(etcd->ca_file, sizeof(etcd->ca_file), "%s/tls/ca.crt", etcd->dir);
+    snprintf(etcd->cert_file, sizeof(etcd->cert_file), "%s/tls/client.crt", etcd->dir);
+    snprintf(etcd->key_file, sizeof(etcd->key_file), "%s/tls/client.key", etcd->dir);
+    return 0;
+}
+
+static int eep_test_etcd_start_mode(eep_test_etcd_t *etcd, int n, int tls)
 {
     const char *binary = eep_test_etcd_binary();
     int         i;
@@ -180,6 +216,11 @@ int eep_test_etcd_start(eep_test_etcd_t *etcd, int n)
     snprintf(etcd->dir, sizeof(etcd->dir), "/tmp/eep-etcd-test-XXXXXX");
     if (mkdtemp(etcd->dir) == NULL) {
         perror("mkdtemp");
+        return -1;
+    }
+    etcd->tls = tls;
+    if (tls && eep_test_etcd_make_certs(etcd) != 0) {
+        eep_test_etcd_destroy(etcd);
         return -1;
     }
     etcd->n = n;
@@ -206,6 +247,19 @@ int eep_test_etcd_start(eep_test_etcd_t *etcd, int n)
         }
     }
     return 0;
+}
+
+int eep_test_etcd_start(eep_test_etcd_t *etcd, int n)
+{
+    return eep_test_etcd_start_mode(etcd, n, 0);
+}
+
+int eep_test_etcd_start_tls(eep_test_etcd_t *etcd, int n)
+{
+    if (system("openssl version >/dev/null 2>&1") != 0) {
+        return 77;
+    }
+    return eep_test_etcd_start_mode(etcd, n, 1);
 }
 
 void eep_test_etcd_kill(eep_test_etcd_t *etcd, int i)

@@ -20,6 +20,10 @@ typedef struct {
     int   peer_port[EEP_TEST_ETCD_MAX];
     pid_t pid[EEP_TEST_ETCD_MAX];      /* 0 when the member is down */
     char  binary[256];
+    int   tls;                         /* clients must use TLS with a client certificate */
+    char  ca_file[320];                /* TLS: CA, and a client certificate and key it signed */
+    char  cert_file[320];
+    char  key_file[320];
 } eep_test_etcd_t;
 
 /** @return the etcd binary's path, or NULL when etcd is not installed (skip the test). */
@@ -27,6 +31,12 @@ const char *eep_test_etcd_binary(void);
 
 /** Start an @p n-member cluster and wait until every member is healthy (bounded). @return 0. */
 int eep_test_etcd_start(eep_test_etcd_t *etcd, int n);
+
+/**
+ * The same with TLS: a CA, server and client certificates are made with openssl in the temp dir,
+ * etcd serves https and requires client certificates.  @return 0; 77 when openssl is missing.
+ */
+int eep_test_etcd_start_tls(eep_test_etcd_t *etcd, int n);
 
 /** SIGKILL member @p i and reap it. */
 void eep_test_etcd_kill(eep_test_etcd_t *etcd, int i);
