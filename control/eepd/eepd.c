@@ -683,7 +683,9 @@ static eep_status_t eepd_publish(eepd_t *eepd)
     }
     eepd->views_published++;
     eepd->last_publish_ms       = (double)(eepd_now_ms() - eepd->settle.pending_since_ms);
-    eepd->last_view_round_trips = 1;
+    /* Every etcd call the loop made since the previous publish, this Txn included. */
+    eepd->last_view_round_trips = eepd->etcd_round_trips - eepd->round_trips_at_publish;
+    eepd->round_trips_at_publish = eepd->etcd_round_trips;
     eep_info(EEP_SUBSYS_EEPD, "published view %llu: %zu ranks (%s)", (unsigned long long)epoch,
              n, view.reason);
     eepd_adopt_view(eepd, buf, len, rev);

@@ -100,6 +100,7 @@ typedef struct eepd {
     uint64_t          rpc_errors;
     double            last_publish_ms;        /* first change seen -> view committed */
     uint64_t          last_view_round_trips;
+    uint64_t          round_trips_at_publish;
 
     pthread_mutex_t   metrics_lock;
     char             *metrics_text;

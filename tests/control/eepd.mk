@@ -5,11 +5,12 @@
 #   test_eepd_fuzz     libFuzzer on the request decoders and handlers, bounded (clang-14)
 #   test_eepd_cluster  real etcd + eepd replicas + agent processes on 127.0.0.1: join, leave,
 #                      kill -9, SIGSTOP, leader failover, a 3-member etcd losing one; measures
-#   test_grpc_client   Python grpcio against eepd: GetStatus, WatchViews, TLS refusal
+#   test_eepctl        every eepctl command, table and --json, against a real eepd
+#   test_grpc_client   Python grpcio against eepd: GetStatus, WatchViews, bad input, TLS refusal
 EEPD_TEST_BINS := $(BUILD)/tests/control/test_eepd_view $(BUILD)/tests/control/test_eepd_api
 UNIT_TEST_BINS += $(EEPD_TEST_BINS)
 SCRIPT_TESTS   += tests/control/test_eepd_fuzz.sh tests/control/test_eepd_cluster.py \
-                  tests/control/test_grpc_client.py
+                  tests/control/test_eepctl.py tests/control/test_grpc_client.py
 
 $(EEPD_TEST_BINS): $(BUILD)/tests/control/%: $(BUILD)/tests/control/%.o $(LIBEEPD_A) \
                    $(LIBEEP_CONTROL_A) $$(LIBEEP_PROTO_A) $(LIBUTIL_A)

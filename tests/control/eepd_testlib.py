@@ -1,0 +1,241 @@
+"""eepd_testlib.py - shared pieces of the control-plane script tests (not a test itself).
+
+Starts etcd members, eepd replicas and eep-agent processes on 127.0.0.1 with free ports and a
+temporary directory, reads the agents' JSON lines in background threads, and kills everything
+it started at exit (atexit + SIGTERM handler).  Waits are bounded polls, never bare sleeps.
+"""
+import atexit
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+
+BUILD = os.environ.get("BUILD", "build")
+BIN = os.path.join(BUILD, "bin")
+_procs = []
+_tmp = tempfile.mkdtemp(prefix="eep-ctl-test-")
+
+
+def _cleanup():
+    for p in _procs:
+        if p.poll() is None:
+            try:
+                os.kill(p.pid, signal.SIGCONT)
+                p.kill()
+            except OSError:
+                pass
+    for p in _procs:
+        try:
+            p.wait(timeout=5)
+        except Exception:
+            pass
+    if os.environ.get("KEEP_EEP_TEST_DIR") != "1":
+        shutil.rmtree(_tmp, ignore_errors=True)
+
+
+atexit.register(_cleanup)
+signal.signal(signal.SIGTERM, lambda *a: sys.exit(1))
+
+
+def skip(reason):
+    print("skip: " + reason)
+    sys.exit(77)
+
+
+def need(paths_or_tools):
+    for t in paths_or_tools:
+        if os.path.sep in t:
+            if not os.path.exists(t):
+                skip(t + " is not built")
+        elif shutil.which(t) is None:
+            skip(t + " is not installed")
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def now_ms():
+    return time.time() * 1000.0
+
+
+def wait_for(cond, timeout, what, step=0.02):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        v = cond()
+        if v:
+            return v
+        time.sleep(step)
+    raise AssertionError("timed out after %.1fs waiting for %s" % (timeout, what))
+
+
+def check(cond, msg):
+    if not cond:
+        raise AssertionError(msg)
+
+
+def spawn(args, env=None, log=None, stdout=None):
+    e = dict(os.environ)
+    if env:
+        e.update(env)
+    out = stdout if stdout is not None else open(log, "wb") if log else subprocess.DEVNULL
+    err = open(log + ".err", "wb") if (log and stdout is not None) else subprocess.STDOUT
+    p = subprocess.Popen(args, env=e, stdout=out, stderr=err if log else subprocess.DEVNULL)
+    _procs.append(p)
+    return p
+
+
+def tmp(name):
+    return os.path.join(_tmp, name)
+
+
+class Etcd:
+    """A cluster of n etcd members on loopback."""
+
+    def __init__(self, n=1, name="e"):
+        self.names = ["%s%d" % (name, i) for i in range(n)]
+        self.client = [free_port() for _ in range(n)]
+        self.peer = [free_port() for _ in range(n)]
+        cluster = ",".join("%s=http://127.0.0.1:%d" % (self.names[i], self.peer[i])
+                           for i in range(n))
+        self.procs = []
+        for i in range(n):
+            self.procs.append(spawn([
+                "etcd", "--name", self.names[i], "--data-dir", tmp(self.names[i] + ".data"),
+                "--listen-client-urls", "http://127.0.0.1:%d" % self.client[i],
+                "--advertise-client-urls", "http://127.0.0.1:%d" % self.client[i],
+                "--listen-peer-urls", "http://127.0.0.1:%d" % self.peer[i],
+                "--initial-advertise-peer-urls", "http://127.0.0.1:%d" % self.peer[i],
+                "--initial-cluster", cluster, "--initial-cluster-state", "new",
+                "--heartbeat-interval", "50", "--election-timeout", "500"],
+                log=tmp(self.names[i] + ".log")))
+        wait_for(lambda: self.ctl("put", "/eep-test-ready", "1").returncode == 0, 30,
+                 "etcd to serve")
+
+    def endpoints(self, skip=()):
+        return ",".join("127.0.0.1:%d" % p for i, p in enumerate(self.client) if i not in skip)
+
+    def ctl(self, *args):
+        env = dict(os.environ, ETCDCTL_API="3")
+        return subprocess.run(["etcdctl", "--endpoints", self.endpoints(), "--dial-timeout",
+                               "2s", "--command-timeout", "3s"] + list(args), env=env,
+                              capture_output=True, text=True)
+
+    def keys(self, prefix):
+        r = self.ctl("get", "--prefix", "--keys-only", prefix)
+        return [k for k in r.stdout.split("\n") if k]
+
+
+class Eepd:
+    def __init__(self, etcd, job, rid, extra=None):
+        self.port = free_port()
+        self.metrics = free_port()
+        self.id = rid
+        self.addr = "127.0.0.1:%d" % self.port
+        env = {"EEP_ETCD_ENDPOINTS": etcd.endpoints(), "EEP_JOB": job,
+               "EEP_EEPD_LISTEN": self.addr, "EEP_EEPD_ID": rid,
+               "EEP_EEPD_SETTLE_MS": "300", "EEP_EEPD_LEASE_TTL_S": "2", "EEP_EEPD_HZ": "50",
+               "EEP_EEPD_METRICS_PORT": str(self.metrics), "EEP_EEPD_FAULT_INJECTION": "1",
+               "EEP_EEPD_NUM_EXPERTS": "16", "EEP_EEPD_REDUNDANT_EXPERTS": "1",
+               "EEP_LOG_LEVEL": "info", "EEP_ETCD_TIMEOUT_MS": "2000"}
+        if extra:
+            env.update(extra)
+        self.log = tmp("eepd-%s.log" % rid)
+        self.proc = spawn([os.path.join(BIN, "eepd")], env=env, log=self.log)
+        wait_for(lambda: self.health() is not None, 20, "eepd %s to serve" % rid)
+
+    def ctl(self, *args, check_rc=True, extra=()):
+        r = subprocess.run([os.path.join(BIN, "eepctl"), "--addr", self.addr, "--timeout-ms",
+                            "2000"] + list(extra) + list(args), capture_output=True, text=True)
+        if check_rc and r.returncode != 0:
+            raise AssertionError("eepctl %s failed: %s %s" % (args, r.stdout, r.stderr))
+        return r
+
+    def health(self):
+        r = self.ctl("--json", "health", check_rc=False)
+        if r.returncode != 0:
+            return None
+        return json.loads(r.stdout)
+
+    def status(self):
+        return json.loads(self.ctl("--json", "status").stdout)
+
+    def metric(self, name):
+        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % self.metrics,
+                                    timeout=2) as f:
+            for line in f.read().decode().split("\n"):
+                if line.startswith(name + " "):
+                    return float(line.split()[1])
+        return None
+
+
+class Agent:
+    """An eep-agent process; its JSON lines are collected with their arrival time."""
+
+    def __init__(self, etcd, job, ttl=2, name="a"):
+        self.started_ms = now_ms()
+        self.events = []
+        self.lock = threading.Lock()
+        env = {"EEP_ETCD_ENDPOINTS": etcd.endpoints(), "EEP_JOB": job, "EEP_LOG_LEVEL": "info",
+               "EEP_ETCD_TIMEOUT_MS": "2000"}
+        self.log = tmp("agent-%s-%d.log" % (name, id(self)))
+        self.proc = spawn([os.path.join(BIN, "eep-agent"), "--ttl", str(ttl)], env=env,
+                          log=self.log, stdout=subprocess.PIPE)
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            try:
+                ev = json.loads(line)
+            except ValueError:
+                continue
+            ev["rx_ms"] = now_ms()
+            with self.lock:
+                self.events.append(ev)
+
+    def evs(self, kind=None):
+        with self.lock:
+            return [e for e in self.events if kind is None or e["event"] == kind]
+
+    def member(self):
+        r = self.evs("registered")
+        return r[-1]["member"] if r else None
+
+    def views(self):
+        return self.evs("view")
+
+    def last_view(self):
+        v = self.views()
+        return v[-1] if v else None
+
+    def in_view(self):
+        v = self.last_view()
+        m = self.member()
+        return v is not None and m is not None and m in v["members"] and v["rank"] >= 0
+
+    def signal(self, sig):
+        os.kill(self.proc.pid, sig)
+
+
+def epochs_strictly_increasing(agent):
+    eps = [v["epoch"] for v in agent.views()]
+    return all(b > a for a, b in zip(eps, eps[1:])), eps
+
+
+def pct(values):
+    v = sorted(values)
+    if not v:
+        return "n/a"
+    med = v[len(v) // 2]
+    return "min %.0f ms, median %.0f ms, max %.0f ms (n=%d)" % (v[0], med, v[-1], len(v))
