@@ -4,7 +4,9 @@
  * The client lists the three members, first one first.  Killing that member must not interrupt
  * anything: unary calls move to the next endpoint within their deadline, a watch streaming from
  * the dead member reconnects through the next one and misses no event, a keepalive holds its
- * lease, and a new client whose first endpoint is the dead one still works.
+ * lease, and a new client whose first endpoint is the dead one still works.  A hung (SIGSTOPped)
+ * first member is noticed the same way: unary calls by their per-endpoint share of the deadline,
+ * streams by the client's keepalive pings.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -104,10 +106,60 @@ static void test_failover_when_first_member_dies(void **state)
     eep_test_etcd_destroy(&etcd);
 }
 
+static void test_failover_when_first_member_hangs(void **state)
+{
+    eep_test_etcd_t   etcd;
+    eep_etcd_t       *client;
+    eep_etcd_watch_t *watch = NULL;
+    collector_t       c;
+    lost_t            lost;
+    int64_t           lease, ttl, start, took;
+
+    (void)state;
+    if (eep_test_etcd_binary() == NULL) {
+        printf("skip: no etcd binary (install etcd-server)\n");
+        skip();
+    }
+    assert_int_equal(eep_test_etcd_start(&etcd, 3), 0);
+    collector_init(&c);
+    lost_init(&lost);
+    client = connect_to(etcd.endpoints, 4000);
+    assert_int_equal(eep_etcd_watch_create(client, "/t/h/", 1, 0, collector_func, &c, &watch),
+                     EEP_OK);
+    assert_int_equal(eep_etcd_lease_grant(client, 3, &lease, &ttl), EEP_OK);
+    assert_int_equal(eep_etcd_lease_keepalive(client, lease, lost_func, &lost), EEP_OK);
+    assert_int_equal(eep_etcd_put(client, "/t/h/a", (const uint8_t *)"1", 1, 0, NULL), EEP_OK);
+    assert_int_equal(collector_wait(&c, 1, 3000), 1);
+
+    eep_test_etcd_pause(&etcd, 0, 1);
+    start = test_now_ms();
+    assert_int_equal(eep_etcd_put(client, "/t/h/b", (const uint8_t *)"2", 1, 0, NULL), EEP_OK);
+    took = test_now_ms() - start;
+    printf("first put with the first member hung took %lld ms\n", (long long)took);
+    assert_true(took < 4000);
+    /* The watch was streaming from the hung member: pings time out, it resumes elsewhere. */
+    assert_int_equal(collector_wait(&c, 2, 8000), 2);
+    printf("watch event arrived %lld ms after the member hung\n",
+           (long long)(test_now_ms() - start));
+    assert_string_equal(c.ev[1].key, "/t/h/b");
+    start = test_now_ms();
+    while (test_now_ms() - start < ttl * 1000 + 500) {
+        usleep(100 * 1000);
+    }
+    assert_int_equal(lost_calls(&lost), 0);
+    eep_test_etcd_pause(&etcd, 0, 0);
+    usleep(300 * 1000);
+    assert_int_equal(collector_count(&c), 2);
+    eep_etcd_watch_cancel(watch);
+    eep_etcd_destroy(client);
+    eep_test_etcd_destroy(&etcd);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_failover_when_first_member_dies),
+        cmocka_unit_test(test_failover_when_first_member_hangs),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -271,6 +271,13 @@ void eep_test_etcd_kill(eep_test_etcd_t *etcd, int i)
     }
 }
 
+void eep_test_etcd_pause(eep_test_etcd_t *etcd, int i, int stop)
+{
+    if (etcd->pid[i] > 0) {
+        kill(etcd->pid[i], stop ? SIGSTOP : SIGCONT);
+    }
+}
+
 int eep_test_etcd_restart(eep_test_etcd_t *etcd, int i)
 {
     eep_test_etcd_kill(etcd, i);
@@ -288,6 +295,7 @@ void eep_test_etcd_destroy(eep_test_etcd_t *etcd)
     int  i;
 
     for (i = 0; i < etcd->n; i++) {
+        eep_test_etcd_pause(etcd, i, 0); /* a stopped process dies of SIGKILL too; be plain */
         eep_test_etcd_kill(etcd, i);
     }
     if (etcd->dir[0] != '\0' && strncmp(etcd->dir, "/tmp/eep-etcd-test-", 19) == 0) {

@@ -41,6 +41,9 @@ int eep_test_etcd_start_tls(eep_test_etcd_t *etcd, int n);
 /** SIGKILL member @p i and reap it. */
 void eep_test_etcd_kill(eep_test_etcd_t *etcd, int i);
 
+/** SIGSTOP (@p stop) or SIGCONT member @p i: a hung member, and its recovery. */
+void eep_test_etcd_pause(eep_test_etcd_t *etcd, int i, int stop);
+
 /** Start member @p i again with its data dir and ports; wait until healthy.  @return 0. */
 int eep_test_etcd_restart(eep_test_etcd_t *etcd, int i);
 
