@@ -6,7 +6,7 @@
  *     watch [--from E] [--count N] print views as they are published
  *     drain|cordon|uncordon MEMBER
  *     report-fault SUSPECT [PHASE]
- *     inject-fault evict|revoke-lease|step-down [MEMBER]
+ *     inject-fault evict|revoke-lease|step-down|stale-publish [MEMBER]
  *     health
  *
  * Every command takes --json (one JSON object per line).  Exit status: 0 ok, 1 the call failed
@@ -37,7 +37,8 @@ static int eepctl_usage(FILE *out)
             "  drain MEMBER                  remove a member from the next view at once\n"
             "  cordon MEMBER | uncordon MEMBER\n"
             "  report-fault SUSPECT [PHASE]  report a suspected member\n"
-            "  inject-fault evict|revoke-lease|step-down [MEMBER]  (eepd must enable it)\n"
+            "  inject-fault evict|revoke-lease|step-down|stale-publish [MEMBER]\n"
+            "                                (eepd must enable it)\n"
             "  health\n");
     return out == stderr ? 2 : 0;
 }
@@ -423,6 +424,8 @@ int main(int argc, char **argv)
             req.kind = EEP__V1__FAULT_KIND__FAULT_REVOKE_LEASE;
         } else if (strcmp(args[0], "step-down") == 0) {
             req.kind = EEP__V1__FAULT_KIND__FAULT_LEADER_STEP_DOWN;
+        } else if (strcmp(args[0], "stale-publish") == 0) {
+            req.kind = EEP__V1__FAULT_KIND__FAULT_STALE_PUBLISH;
         } else {
             eep_rpc_shutdown();
             return eepctl_usage(stderr);

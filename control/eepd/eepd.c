@@ -537,7 +537,7 @@ static void eepd_refresh(eepd_t *eepd)
 
 /* ---- publishing ------------------------------------------------------------------------- */
 
-static eep_status_t eepd_publish(eepd_t *eepd)
+static eep_status_t eepd_publish(eepd_t *eepd, int force)
 {
     size_t                    n_cands = eepd->n_members, n = 0, i, n_cur = 0;
     eepd_candidate_t         *cands   = NULL;
@@ -587,7 +587,7 @@ static eep_status_t eepd_publish(eepd_t *eepd)
     for (i = 0; i < n; i++) {
         next_ids[i] = eepd->members[order[i]].id;
     }
-    if (!eepd_view_differs(cur, n_cur, next_ids, n)) {
+    if (!force && !eepd_view_differs(cur, n_cur, next_ids, n)) {
         status = EEP_OK; /* nothing to publish */
         goto out;
     }
@@ -749,13 +749,26 @@ static void eepd_cron(eepd_t *eepd, int64_t now)
         eepd->last_campaign_ms = now;
         eepd_campaign(eepd);
     }
+    if (eepd->inject_stale_publish && !eepd->is_leader) {
+        /* Fault injection: publish as if we led, with whatever leader revision we last knew.
+         * The Txn's compares on the leader key must refuse it. */
+        eepd->inject_stale_publish = 0;
+        eepd->is_leader            = 1;
+        snprintf(eepd->reason, sizeof(eepd->reason), "injected");
+        status = eepd_publish(eepd, 1);
+        if (status == EEP_OK) {
+            eep_error(EEP_SUBSYS_EEPD, "a stale publish succeeded: the epoch guard is broken");
+        }
+        eepd->is_leader = 0;
+        eepd->reason[0] = '\0';
+    }
     if (!eepd->is_leader) {
         return;
     }
     eepd_handle_faults(eepd);
     if (eepd->settle.pending_since_ms >= 0 &&
         (eepd->urgent || eepd_settle_ready(&eepd->settle, now, eepd->cfg.settle_ms))) {
-        status = eepd_publish(eepd);
+        status = eepd_publish(eepd, 0);
         if (status == EEP_OK) {
             eepd_settle_reset(&eepd->settle);
             eepd->urgent    = 0;

@@ -73,6 +73,7 @@ typedef struct eepd {
     char              leader_id[256];
     int64_t           no_campaign_until_ms;
     int64_t           last_campaign_ms;
+    int               inject_stale_publish;   /* InjectFault FAULT_STALE_PUBLISH pending */
 
     /* Settle window. */
     eepd_settle_t     settle;

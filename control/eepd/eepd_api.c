@@ -378,6 +378,19 @@ static int eepd_api_inject_fault(eepd_t *eepd, eep_rpc_call_t *call, const uint8
         eepd->no_campaign_until_ms = eepd_now_ms() + 1000 * eepd->cfg.lease_ttl_s;
         eepd->etcd_round_trips++;
         status = eep_etcd_lease_revoke(eepd->etcd, eepd->lease);
+        if (status == EEP_OK) {
+            eepd->lease     = 0; /* a new one is granted at the next campaign */
+            eepd->is_leader = 0;
+        }
+        break;
+    case EEP__V1__FAULT_KIND__FAULT_STALE_PUBLISH:
+        /* Pretend to lead for one publish: the epoch Txn must refuse it. */
+        if (eepd->is_leader) {
+            code = eepd_api_fail(eepd, call, EEP_RPC_FAILED_PRECONDITION,
+                                 "the leader would really publish; ask a follower");
+            goto out;
+        }
+        eepd->inject_stale_publish = 1;
         break;
     default:
         code = eepd_api_fail(eepd, call, EEP_RPC_INVALID_ARGUMENT, "unknown fault kind");

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "control/rpc/rpc_client.h"
 #include "elastic/log.h"
 
 #define EEP_RPC_MAX_METHODS 32
@@ -92,14 +93,10 @@ struct eep_rpc_server {
     eep_rpc_tag_t           tag_shutdown;
 };
 
-/* The one translation of grpc_call_error: log the library's word for it, map to our status. */
+/* grpc_call_error is translated by rpc_client's one wrapper (it logs gRPC's code). */
 static eep_status_t eep_rpc_check(grpc_call_error err, const char *what)
 {
-    if (err == GRPC_CALL_OK) {
-        return EEP_OK;
-    }
-    eep_error(EEP_SUBSYS_RPC, "%s failed: grpc_call_error %d", what, (int)err);
-    return EEP_ERR_RPC;
+    return err == GRPC_CALL_OK ? EEP_OK : eep_status_from_grpc_call(err, what);
 }
 
 static char *eep_rpc_read_file(const char *path)
@@ -128,7 +125,7 @@ static char *eep_rpc_read_file(const char *path)
     return buf;
 }
 
-static gpr_timespec eep_rpc_deadline_ms(int ms)
+static gpr_timespec eep_rpc_server_deadline(int ms)
 {
     return gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_millis(ms, GPR_TIMESPAN));
 }
@@ -659,7 +656,7 @@ eep_status_t eep_rpc_server_poll(eep_rpc_server_t *server, int timeout_ms)
     if (server == NULL || !server->started) {
         return EEP_ERR_INVALID_ARG;
     }
-    ev = grpc_completion_queue_next(server->cq, eep_rpc_deadline_ms(timeout_ms), NULL);
+    ev = grpc_completion_queue_next(server->cq, eep_rpc_server_deadline(timeout_ms), NULL);
     if (ev.type == GRPC_QUEUE_TIMEOUT) {
         return EEP_ERR_TIMEOUT;
     }
@@ -685,7 +682,7 @@ void eep_rpc_server_destroy(eep_rpc_server_t *server)
         /* Every outstanding batch completes (failed) and streams the owner holds get their
          * closed callback, before the server may be destroyed. */
         while (!seen_shutdown) {
-            ev = grpc_completion_queue_next(server->cq, eep_rpc_deadline_ms(5000), NULL);
+            ev = grpc_completion_queue_next(server->cq, eep_rpc_server_deadline(5000), NULL);
             if (ev.type != GRPC_OP_COMPLETE) {
                 eep_warn(EEP_SUBSYS_RPC, "server shutdown did not complete in 5 s");
                 break;

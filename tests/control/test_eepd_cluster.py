@@ -7,7 +7,8 @@
   4. SIGSTOP an agent past its TTL, SIGCONT -> lease_lost, rejoin as a NEW member; its epochs
      only ever increase
   5. kill -9 the eepd leader -> the other replica leads (failover time), views continue
-  6. SIGSTOP the leader past its lease (two replicas may both think they lead), SIGCONT -> no
+  6. SIGSTOP the leader past its lease (two replicas may both think they lead), SIGCONT, and
+     force it to publish as if it led (InjectFault stale-publish) -> the Txn refuses it; no
      epoch written twice, views/<epoch> history gap-free and strictly increasing
   7. a 3-member etcd cluster loses one member -> no lease lost, views keep flowing
 Prints the measurements (join, failure detection, failover, etcd round trips per view change).
@@ -160,6 +161,11 @@ def main():
     agents.append(y)
     wait_for(lambda: y.in_view() and all(y.member() in a.last_view()["members"] for a in agents),
              10, "views after the old leader woke")
+    # And a follower forced to publish as if it led (fault injection): the Txn must refuse.
+    check(not lead.health()["is_leader"], "the woken replica follows")
+    lead.ctl("inject-fault", "stale-publish")
+    wait_for(lambda: (lead.metric("eepd_publish_conflicts_total") or 0) >= 1, 5,
+             "the stale publish to be refused")
     time.sleep(1.0)
     keys = etcd.keys("/eep/%s/views/" % job)
     eps = [int(k.rsplit("/", 1)[1]) for k in keys]
@@ -170,9 +176,11 @@ def main():
             ok, seen = epochs_strictly_increasing(a)
             check(ok, "agent saw non-increasing epochs %s" % seen)
     conflicts = lead.metric("eepd_publish_conflicts_total")
-    say("stopped leader woke after %.1f s: r3 led meanwhile; views/ history epochs %d..%d, "
-        "all distinct and consecutive; the old leader's refused publishes: %d"
-        % ((now_ms() - t) / 1000, eps[0], eps[-1], conflicts or 0))
+    check(all("injected" not in v.get("reason", "") for a in agents for v in a.views()),
+          "no agent saw the stale view")
+    say("stopped leader woke after %.1f s: r3 led meanwhile; a forced stale publish by the old "
+        "leader was refused by the Txn (%d conflict(s)); views/ history epochs %d..%d, all "
+        "distinct and consecutive" % ((now_ms() - t) / 1000, conflicts or 0, eps[0], eps[-1]))
 
     # 7. 3-member etcd losing one member
     job3 = job + "x"
