@@ -154,8 +154,9 @@ eep_status_t eep_etcd_lease_revoke(eep_etcd_t *client, int64_t lease);
 
 /**
  * Watch @p key (or the prefix) from @p start_revision (0: from now).  Returns once etcd confirmed
- * the watch (or the timeout passed: EEP_ERR_CONTROL_UNAVAILABLE); a revision already compacted
- * gives EEP_ERR_ETCD.  After eep_etcd_watch_cancel() returns no callback runs for the watch.
+ * the watch (or the timeout passed: EEP_ERR_CONTROL_UNAVAILABLE).  A revision already compacted
+ * gives EEP_ERR_ETCD, here or (etcd acknowledges the watch first) through the callback just
+ * after.  After eep_etcd_watch_cancel() returns no callback runs for the watch.
  */
 eep_status_t eep_etcd_watch_create(eep_etcd_t *client, const char *key, int prefix,
                                    int64_t start_revision, eep_etcd_watch_func_t func, void *arg,
