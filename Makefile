@@ -65,6 +65,7 @@ include control/module.mk
 include proto/module.mk
 include tools/module.mk
 include tests/module.mk
+include bench/module.mk
 
 obj = $(patsubst %.c,$(BUILD)/%.o,$(patsubst %.cc,$(BUILD)/%.o,$(1)))
 

@@ -1,0 +1,726 @@
+/*
+ * eep_bench_ep.c - `eep-bench ep`: dispatch/combine correctness and speed against NCCL.
+ *
+ *   eep-bench ep --nranks 2 --baseline nccl --tokens 4096 --hidden 7168 --topk 8 --experts 256
+ *
+ * With --nranks N the process forks N ranks on this host (one GPU each, file bootstrap in a fresh
+ * temporary directory); without it, it is one rank of a job started by a launcher (EEP_BOOTSTRAP,
+ * EEP_RANK, EEP_WORLD_SIZE).  Every rank builds the whole world's inputs from the seed, computes
+ * its expected outputs with the CPU reference, poisons every output, runs, and checks every
+ * element: counts, offsets, every row (padding rows zero, rows past the end untouched) and the
+ * combined tokens bit for bit, twice (bitwise reproducibility).  Then it times dispatch and
+ * combine.  Rank 0 prints one table row per implementation with the slowest rank's numbers.
+ *
+ * "ours" (eep_dispatch/eep_combine) joins the same run once the runtime and the kernels land;
+ * until then the row says why it is missing.
+ */
+#include "eep_bench_ep.h"
+
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <ftw.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "eep/eep.h"
+#include "elastic/log.h"
+#include "elastic/nccl_util.h"
+#include "kernels/ep/baseline_params.h"
+#include "tests/unit/ep_reference.h"
+
+typedef struct {
+    int            nranks;   /* > 0: fork this many local ranks */
+    int            baseline; /* --baseline nccl */
+    int            check;
+    int            iters, warmup;
+    uint64_t       seed;
+    const char    *gating;   /* random, masked, hotspot, hotspot-only, silent, masked-rank, t1 */
+    eep_ep_shape_t shape;
+    eep_index_dtype_t idx_dtype;
+} bench_opts_t;
+
+/* Per-rank results, all-gathered to rank 0. */
+typedef struct {
+    double  dispatch_us, combine_us;
+    double  dispatch_bytes, combine_bytes; /* to other ranks, per call */
+    int64_t errors;
+    int     ran;
+} bench_result_t;
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: eep-bench ep [options]\n"
+            "  --nranks N          fork N local ranks (one GPU each); else one rank of a job\n"
+            "  --baseline nccl     also run the NCCL baseline (grouped ncclSend/ncclRecv)\n"
+            "  --tokens T          max_tokens_per_rank and tokens per rank (4096)\n"
+            "  --hidden H          (7168)\n"
+            "  --topk K            (8)\n"
+            "  --experts E         (256)\n"
+            "  --align A           expert_alignment (128)\n"
+            "  --dtype bf16|fp8    (bf16)\n"
+            "  --index int32|int64 topk_idx type (int64)\n"
+            "  --gating G          random, masked, hotspot, hotspot-only, silent, masked-rank, t1\n"
+            "  --iters N           timed iterations (20); --warmup N (5)\n"
+            "  --seed S            (1); --no-check skips the CPU reference\n");
+}
+
+static int parse_opts(int argc, char **argv, bench_opts_t *o)
+{
+    static const struct option longopts[] = {
+        { "nranks", required_argument, NULL, 'n' }, { "baseline", required_argument, NULL, 'b' },
+        { "tokens", required_argument, NULL, 't' }, { "hidden", required_argument, NULL, 'H' },
+        { "topk", required_argument, NULL, 'k' },   { "experts", required_argument, NULL, 'e' },
+        { "align", required_argument, NULL, 'a' },  { "dtype", required_argument, NULL, 'd' },
+        { "index", required_argument, NULL, 'x' },  { "gating", required_argument, NULL, 'g' },
+        { "iters", required_argument, NULL, 'i' },  { "warmup", required_argument, NULL, 'w' },
+        { "seed", required_argument, NULL, 's' },   { "no-check", no_argument, NULL, 'C' },
+        { "help", no_argument, NULL, 'h' },         { NULL, 0, NULL, 0 },
+    };
+    int c;
+
+    memset(o, 0, sizeof(*o));
+    o->check  = 1;
+    o->iters  = 20;
+    o->warmup = 5;
+    o->seed   = 1;
+    o->gating = "random";
+    o->shape  = (eep_ep_shape_t){ .world = 0, .max_tokens = 4096, .hidden = 7168, .num_topk = 8,
+                                  .num_experts = 256, .alignment = 128, .dtype = EEP_DTYPE_BF16 };
+    o->idx_dtype = EEP_INDEX_INT64;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'n': o->nranks = atoi(optarg); break;
+        case 'b':
+            if (strcmp(optarg, "nccl") != 0) {
+                fprintf(stderr, "eep-bench ep: unknown baseline '%s' (only nccl)\n", optarg);
+                return -1;
+            }
+            o->baseline = 1;
+            break;
+        case 't': o->shape.max_tokens = atoi(optarg); break;
+        case 'H': o->shape.hidden = atoi(optarg); break;
+        case 'k': o->shape.num_topk = atoi(optarg); break;
+        case 'e': o->shape.num_experts = atoi(optarg); break;
+        case 'a': o->shape.alignment = atoi(optarg); break;
+        case 'd':
+            if (strcmp(optarg, "bf16") == 0) {
+                o->shape.dtype = EEP_DTYPE_BF16;
+            } else if (strcmp(optarg, "fp8") == 0) {
+                o->shape.dtype = EEP_DTYPE_FP8_E4M3;
+            } else {
+                fprintf(stderr, "eep-bench ep: --dtype is bf16 or fp8\n");
+                return -1;
+            }
+            break;
+        case 'x': o->idx_dtype = strcmp(optarg, "int32") == 0 ? EEP_INDEX_INT32 : EEP_INDEX_INT64;
+            break;
+        case 'g': o->gating = optarg; break;
+        case 'i': o->iters = atoi(optarg); break;
+        case 'w': o->warmup = atoi(optarg); break;
+        case 's': o->seed = strtoull(optarg, NULL, 0); break;
+        case 'C': o->check = 0; break;
+        case 'h': usage(stdout); return 1;
+        default: usage(stderr); return -1;
+        }
+    }
+    if (optind != argc || o->iters < 1 || o->warmup < 0) {
+        usage(stderr);
+        return -1;
+    }
+    return 0;
+}
+
+static int gen_from_opts(const bench_opts_t *o, eep_ref_gen_t *gen)
+{
+    eep_ref_gen_init(gen, o->seed);
+    if (strcmp(o->gating, "random") == 0) {
+        return 0;
+    }
+    if (strcmp(o->gating, "masked") == 0) {
+        gen->masked_fraction = 0.2;
+    } else if (strcmp(o->gating, "hotspot") == 0) {
+        gen->hotspot_expert = 0;
+    } else if (strcmp(o->gating, "hotspot-only") == 0) {
+        gen->hotspot_expert = 0;
+        gen->hotspot_only   = 1;
+    } else if (strcmp(o->gating, "silent") == 0) {
+        gen->silent_rank = 0;
+    } else if (strcmp(o->gating, "masked-rank") == 0) {
+        gen->masked_rank = 0;
+    } else if (strcmp(o->gating, "t1") == 0) {
+        gen->num_tokens = 1;
+    } else {
+        fprintf(stderr, "eep-bench ep: unknown gating '%s'\n", o->gating);
+        return -1;
+    }
+    return 0;
+}
+
+/* Expert outputs: a function of (source rank, source token, expert, channel), so any correct
+   layout gives the same y; padding rows are NaN, which combine must never read. */
+static uint16_t y_value(int src, int t, int expert, int h)
+{
+    uint64_t st = ((uint64_t)src << 48) ^ ((uint64_t)t << 24) ^ ((uint64_t)expert << 12) ^
+                  (uint64_t)h;
+    float    v = (float)(eep_ref_rand(&st) >> 40) * (1.0f / 16777216.0f) * 4.0f - 2.0f;
+
+    return eep_ref_f32_to_bf16(v);
+}
+
+static uint16_t *make_y(const eep_ep_shape_t *s, const eep_ref_recv_t *r, int rank)
+{
+    size_t    H = (size_t)s->hidden;
+    uint16_t *y = malloc(((size_t)r->num_rows + 1) * H * sizeof(uint16_t));
+    int64_t   row;
+    size_t    h;
+
+    if (y == NULL) {
+        return NULL;
+    }
+    for (row = 0; row < r->num_rows; row++) {
+        int real = r->src_rank[row] >= 0;
+        int e = real ? r->topk_idx[row * s->num_topk + r->src_lane[row]] : 0;
+
+        for (h = 0; h < H; h++) {
+            y[(size_t)row * H + h] = real ? y_value(r->src_rank[row], r->src_token[row],
+                                                    rank * r->num_local + e, (int)h)
+                                          : 0x7fc0;
+        }
+    }
+    return y;
+}
+
+/* Count differing elements of size @p elem; print the first few. */
+static int64_t diff(const char *what, const void *got, const void *want, size_t n, size_t elem,
+                    int rank)
+{
+    int64_t bad = 0;
+    size_t  i;
+
+    for (i = 0; i < n; i++) {
+        if (memcmp((const char *)got + i * elem, (const char *)want + i * elem, elem) != 0) {
+            if (bad < 3) {
+                uint64_t g = 0, w = 0;
+
+                memcpy(&g, (const char *)got + i * elem, elem < 8 ? elem : 8);
+                memcpy(&w, (const char *)want + i * elem, elem < 8 ? elem : 8);
+                fprintf(stderr, "rank %d: %s[%zu] = 0x%llx, expected 0x%llx\n", rank, what, i,
+                        (unsigned long long)g, (unsigned long long)w);
+            }
+            bad++;
+        }
+    }
+    return bad;
+}
+
+#define CU_TRY(_call)                                                                          \
+    do {                                                                                       \
+        status = eep_status_from_cu((_call), #_call);                                          \
+        if (status != EEP_OK) {                                                                \
+            goto out;                                                                          \
+        }                                                                                      \
+    } while (0)
+
+/* Check the baseline's dispatch outputs against the reference, every element. */
+static int64_t check_dispatch(eep_bench_ctx_t *ctx, const eep_ep_shape_t *s,
+                              const eep_bl_view_t *v, const eep_ref_recv_t *r)
+{
+    const eep_cuda_sym_t *cu = ctx->cu;
+    size_t   rows = (size_t)v->capacity, K = (size_t)s->num_topk, El = (size_t)r->num_local;
+    size_t   hb = (size_t)s->hidden * eep_ep_elem_bytes(s->dtype);
+    size_t   sb = s->dtype == EEP_DTYPE_FP8_E4M3 ? (size_t)s->hidden / 128 * 4 : 0;
+    size_t   nr = (size_t)r->num_rows;
+    uint8_t *x = malloc(rows * hb + 1), *sc = malloc(rows * sb + 1), *poison;
+    int32_t *idx = malloc(rows * K * 4 + 4), *cnt = malloc(El * 4 + 4), *off = malloc(El * 4 + 8);
+    int32_t *want_off = malloc(El * 4 + 8);
+    float   *wts = malloc(rows * K * 4 + 4);
+    int64_t  bad = 0;
+    size_t   i, big = rows * hb > rows * K * 4 ? rows * hb : rows * K * 4;
+
+    poison = malloc(big + 1);
+    if (!x || !sc || !idx || !cnt || !off || !want_off || !wts || !poison) {
+        bad = -1;
+        goto out;
+    }
+    memset(poison, 0xa5, big + 1);
+    if (cu->cuMemcpyDtoH(x, v->recv_x, rows * hb) != CUDA_SUCCESS ||
+        (sb && cu->cuMemcpyDtoH(sc, v->recv_x_scales, rows * sb) != CUDA_SUCCESS) ||
+        cu->cuMemcpyDtoH(idx, v->recv_topk_idx, rows * K * 4) != CUDA_SUCCESS ||
+        cu->cuMemcpyDtoH(wts, v->recv_topk_weights, rows * K * 4) != CUDA_SUCCESS ||
+        cu->cuMemcpyDtoH(cnt, v->expert_counts, El * 4) != CUDA_SUCCESS ||
+        cu->cuMemcpyDtoH(off, v->expert_offsets, (El + 1) * 4) != CUDA_SUCCESS) {
+        bad = -1;
+        goto out;
+    }
+    for (i = 0; i <= El; i++) {
+        want_off[i] = (int32_t)r->expert_offsets[i];
+    }
+    bad += diff("expert_counts", cnt, r->expert_counts, El, 4, ctx->rank);
+    bad += diff("expert_offsets", off, want_off, El + 1, 4, ctx->rank);
+    bad += diff("recv_x", x, r->x, nr * hb, 1, ctx->rank);
+    bad += diff("recv_x_scales", sc, r->x_scales, nr * sb / 4, 4, ctx->rank);
+    bad += diff("recv_topk_idx", idx, r->topk_idx, nr * K, 4, ctx->rank);
+    bad += diff("recv_topk_weights", wts, r->topk_weights, nr * K, 4, ctx->rank);
+    /* Nothing written past the real rows. */
+    bad += diff("recv_x (past the end)", x + nr * hb, poison, (rows - nr) * hb, 1, ctx->rank);
+    bad += diff("recv_topk_idx (past the end)", idx + nr * K, poison, (rows - nr) * K, 4,
+                ctx->rank);
+out:
+    free(x);
+    free(sc);
+    free(idx);
+    free(cnt);
+    free(off);
+    free(want_off);
+    free(wts);
+    free(poison);
+    return bad;
+}
+
+static eep_status_t poison_outputs(eep_bench_ctx_t *ctx, const eep_ep_shape_t *s,
+                                   const eep_bl_view_t *v)
+{
+    const eep_cuda_sym_t *cu = ctx->cu;
+    size_t rows = (size_t)v->capacity, K = (size_t)s->num_topk;
+    size_t El = (size_t)eep_ep_local_experts(s);
+    size_t hb = (size_t)s->hidden * eep_ep_elem_bytes(s->dtype);
+    size_t sb = s->dtype == EEP_DTYPE_FP8_E4M3 ? (size_t)s->hidden / 128 * 4 : 0;
+    eep_status_t status = EEP_OK;
+
+    CU_TRY(cu->cuMemsetD8Async(v->recv_x, 0xa5, rows * hb, ctx->stream));
+    if (sb) {
+        CU_TRY(cu->cuMemsetD8Async(v->recv_x_scales, 0xa5, rows * sb, ctx->stream));
+    }
+    CU_TRY(cu->cuMemsetD8Async(v->recv_topk_idx, 0xa5, rows * K * 4, ctx->stream));
+    CU_TRY(cu->cuMemsetD8Async(v->recv_topk_weights, 0xa5, rows * K * 4, ctx->stream));
+    CU_TRY(cu->cuMemsetD8Async(v->expert_counts, 0xa5, El * 4, ctx->stream));
+    CU_TRY(cu->cuMemsetD8Async(v->expert_offsets, 0xa5, (El + 1) * 4, ctx->stream));
+    CU_TRY(cu->cuMemsetD8Async(v->out, 0xa5, (size_t)s->max_tokens * (size_t)s->hidden * 2,
+                               ctx->stream));
+out:
+    return status;
+}
+
+static double now_us(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
+}
+
+/* The baseline on this rank: check, then time. */
+static eep_status_t run_baseline(eep_bench_ctx_t *ctx, const bench_opts_t *o,
+                                 const eep_ref_input_t *in, const eep_ref_recv_t *recv,
+                                 uint16_t *const *y_host, const uint16_t *out_want,
+                                 const eep_bench_inputs_t *din, bench_result_t *res)
+{
+    const eep_cuda_sym_t *cu = ctx->cu;
+    const eep_ep_shape_t *s = &o->shape;
+    eep_bl_t             *bl = NULL;
+    eep_bl_view_t         v;
+    CUdeviceptr           y = 0;
+    uint16_t             *out1 = NULL, *out2 = NULL;
+    size_t                out_bytes = (size_t)in[ctx->rank].num_tokens * (size_t)s->hidden * 2;
+    eep_status_t          status;
+    int                   bad_token = -1, i;
+    double                t0;
+
+    status = eep_bl_create(ctx, s, o->idx_dtype, &bl);
+    if (status != EEP_OK) {
+        return status;
+    }
+    eep_bl_view(bl, &v);
+    CU_TRY(cu->cuMemAlloc(&y, (size_t)v.capacity * (size_t)s->hidden * 2 + 16));
+
+    if (o->check) {
+        const eep_ref_recv_t *r = &recv[ctx->rank];
+
+        out1 = malloc(out_bytes + 2);
+        out2 = malloc(out_bytes + 2);
+        if (out1 == NULL || out2 == NULL) {
+            status = EEP_ERR_NO_MEMORY;
+            goto out;
+        }
+        status = poison_outputs(ctx, s, &v);
+        if (status == EEP_OK) {
+            status = eep_bl_dispatch(bl, din, &bad_token);
+        }
+        if (status != EEP_OK) {
+            goto out;
+        }
+        CU_TRY(cu->cuStreamSynchronize(ctx->stream));
+        if (bad_token >= 0) {
+            fprintf(stderr, "rank %d: baseline flagged token %d as bad\n", ctx->rank, bad_token);
+            res->errors++;
+        }
+        res->errors += check_dispatch(ctx, s, &v, r);
+        /* y in the reference layout (the checked one), NaN in padding rows. */
+        CU_TRY(cu->cuMemsetD8(y, 0xff, (size_t)v.capacity * (size_t)s->hidden * 2));
+        if (r->num_rows > 0) {
+            CU_TRY(cu->cuMemcpyHtoD(y, y_host[ctx->rank],
+                                    (size_t)r->num_rows * (size_t)s->hidden * 2));
+        }
+        for (i = 0; i < 2; i++) {
+            CU_TRY(cu->cuMemsetD8Async(v.out, 0xa5, out_bytes + 2, ctx->stream));
+            status = eep_bl_combine(bl, y);
+            if (status != EEP_OK) {
+                goto out;
+            }
+            CU_TRY(cu->cuStreamSynchronize(ctx->stream));
+            CU_TRY(cu->cuMemcpyDtoH(i == 0 ? out1 : out2, v.out, out_bytes + 2));
+        }
+        res->errors += diff("combine out", out1, out_want, out_bytes / 2, 2, ctx->rank);
+        res->errors += diff("combine out (second run)", out2, out1, out_bytes / 2, 2, ctx->rank);
+        res->errors += diff("combine out (past the end)", out1 + out_bytes / 2,
+                            "\xa5\xa5", 1, 2, ctx->rank);
+    }
+
+    /* Timing: dispatch alone (it syncs the host once per call), then combine alone on the last
+       layout.  Ranks start together: a bootstrap barrier is not on the GPU timeline, so an NCCL
+       all-reduce of nothing lines them up first. */
+    for (i = 0; i < o->warmup; i++) {
+        if ((status = eep_bl_dispatch(bl, din, NULL)) != EEP_OK ||
+            (status = eep_bl_combine(bl, y)) != EEP_OK) {
+            goto out;
+        }
+    }
+    CU_TRY(cu->cuStreamSynchronize(ctx->stream));
+    t0 = now_us();
+    for (i = 0; i < o->iters; i++) {
+        if ((status = eep_bl_dispatch(bl, din, NULL)) != EEP_OK) {
+            goto out;
+        }
+    }
+    CU_TRY(cu->cuStreamSynchronize(ctx->stream));
+    res->dispatch_us = (now_us() - t0) / o->iters;
+    t0 = now_us();
+    for (i = 0; i < o->iters; i++) {
+        if ((status = eep_bl_combine(bl, y)) != EEP_OK) {
+            goto out;
+        }
+    }
+    CU_TRY(cu->cuStreamSynchronize(ctx->stream));
+    res->combine_us = (now_us() - t0) / o->iters;
+    eep_bl_view(bl, &v);
+    res->dispatch_bytes = (double)v.bytes_sent;
+    res->combine_bytes  = (double)v.combine_bytes_sent;
+    res->ran            = 1;
+out:
+    free(out1);
+    free(out2);
+    if (y != 0) {
+        cu->cuMemFree(y);
+    }
+    eep_bl_destroy(bl);
+    return status;
+}
+
+static void print_row(const char *impl, const bench_opts_t *o, const bench_result_t *all,
+                      int world)
+{
+    double  d = 0, c = 0, db = 0, cb = 0;
+    int64_t errors = 0;
+    int     r, ran = 1;
+
+    for (r = 0; r < world; r++) {
+        d  = fmax(d, all[r].dispatch_us);
+        c  = fmax(c, all[r].combine_us);
+        db = fmax(db, all[r].dispatch_bytes);
+        cb = fmax(cb, all[r].combine_bytes);
+        errors += all[r].errors;
+        ran &= all[r].ran;
+    }
+    if (!ran) {
+        printf("| %-8s | %d | %5d | %5d | %2d | %4d | %-4s | %-12s | %-40s |\n", impl, world,
+               o->shape.max_tokens, o->shape.hidden, o->shape.num_topk, o->shape.num_experts,
+               o->shape.dtype == EEP_DTYPE_FP8_E4M3 ? "fp8" : "bf16", o->gating,
+               "not run (see log)");
+        return;
+    }
+    printf("| %-8s | %d | %5d | %5d | %2d | %4d | %-4s | %-12s | %9.1f | %7.1f | %9.1f | %7.1f | "
+           "%-6s |\n", impl, world, o->shape.max_tokens, o->shape.hidden, o->shape.num_topk,
+           o->shape.num_experts, o->shape.dtype == EEP_DTYPE_FP8_E4M3 ? "fp8" : "bf16", o->gating,
+           d, db / d / 1e3, c, cb / c / 1e3,
+           !o->check ? "skip" : errors == 0 ? "ok" : "FAIL");
+}
+
+static int rank_main(const bench_opts_t *opts, eep_bootstrap_t *bs)
+{
+    bench_opts_t       o = *opts;
+    eep_bench_ctx_t    ctx = { 0 };
+    eep_ref_gen_t      gen;
+    eep_ref_input_t   *in = NULL;
+    eep_ref_recv_t    *recv = NULL;
+    uint16_t         **y = NULL, **out = NULL;
+    eep_bench_inputs_t din = { 0 };
+    bench_result_t     mine = { 0 }, *all = NULL;
+    ncclUniqueId       id;
+    CUdevice           dev;
+    CUcontext          cuctx = NULL;
+    eep_status_t       status;
+    int                ndev = 0, r, rc = 1, have_ref = 0;
+    size_t             hb, sb, T;
+
+    ctx.rank  = eep_bootstrap_rank(bs);
+    ctx.world = eep_bootstrap_nranks(bs);
+    eep_log_set_rank(ctx.rank);
+    o.shape.world = ctx.world;
+    if (eep_ep_shape_check(&o.shape, NULL) != EEP_OK || gen_from_opts(&o, &gen) != 0) {
+        fprintf(stderr, "eep-bench ep: invalid shape or gating for %d ranks\n", ctx.world);
+        return 1;
+    }
+    hb = (size_t)o.shape.hidden * eep_ep_elem_bytes(o.shape.dtype);
+    sb = o.shape.dtype == EEP_DTYPE_FP8_E4M3 ? (size_t)o.shape.hidden / 128 * 4 : 0;
+
+    /* Inputs of the whole world (a pure function of the seed), the reference, y. */
+    in  = calloc((size_t)ctx.world, sizeof(*in));
+    all = calloc((size_t)ctx.world, sizeof(*all));
+    if (in == NULL || all == NULL) {
+        goto out;
+    }
+    for (r = 0; r < ctx.world; r++) {
+        if (eep_ref_input_generate(&o.shape, &gen, r, &in[r]) != EEP_OK) {
+            goto out;
+        }
+    }
+    if (o.check) {
+        recv = calloc((size_t)ctx.world, sizeof(*recv));
+        y    = calloc((size_t)ctx.world, sizeof(*y));
+        out  = calloc((size_t)ctx.world, sizeof(*out));
+        if (recv == NULL || y == NULL || out == NULL ||
+            eep_ref_dispatch(&o.shape, in, recv, NULL, NULL) != EEP_OK) {
+            goto out;
+        }
+        have_ref = 1;
+        for (r = 0; r < ctx.world; r++) {
+            y[r]   = make_y(&o.shape, &recv[r], r);
+            out[r] = malloc((size_t)in[r].num_tokens * (size_t)o.shape.hidden * 2 + 2);
+            if (y[r] == NULL || out[r] == NULL) {
+                goto out;
+            }
+        }
+        if (eep_ref_combine(&o.shape, in, recv, (const uint16_t *const *)y, out) != EEP_OK) {
+            goto out;
+        }
+    }
+
+    /* GPU, stream, NCCL, JIT. */
+    status = eep_cuda_sym_driver(&ctx.cu);
+    if (status != EEP_OK) {
+        fprintf(stderr, "eep-bench ep: no GPU driver: %s\n", eep_status_string(status));
+        rc = 77;
+        goto out;
+    }
+    if (ctx.cu->cuDeviceGetCount(&ndev) != CUDA_SUCCESS || ndev < 1) {
+        fprintf(stderr, "eep-bench ep: no GPU\n");
+        rc = 77;
+        goto out;
+    }
+    CU_TRY(ctx.cu->cuDeviceGet(&dev, ctx.rank % ndev));
+    CU_TRY(ctx.cu->cuDevicePrimaryCtxRetain(&cuctx, dev));
+    CU_TRY(ctx.cu->cuCtxSetCurrent(cuctx));
+    CU_TRY(ctx.cu->cuStreamCreate(&ctx.stream, CU_STREAM_NON_BLOCKING));
+    if (eep_nccl_check_version(NULL) != EEP_OK) {
+        goto out;
+    }
+    if (ctx.rank == 0 && eep_status_from_nccl(ncclGetUniqueId(&id), NULL, "ncclGetUniqueId") !=
+        EEP_OK) {
+        goto out;
+    }
+    if (eep_bootstrap_bcast(bs, &id, sizeof(id), 0) != EEP_OK ||
+        eep_status_from_nccl(ncclCommInitRank(&ctx.comm, ctx.world, id, ctx.rank), NULL,
+                             "ncclCommInitRank") != EEP_OK ||
+        eep_jit_create(NULL, &ctx.jit) != EEP_OK) {
+        goto out;
+    }
+
+    /* This rank's inputs on the GPU. */
+    T              = (size_t)in[ctx.rank].num_tokens;
+    din.num_tokens = in[ctx.rank].num_tokens;
+    din.idx_dtype  = o.idx_dtype;
+    CU_TRY(ctx.cu->cuMemAlloc(&din.x, T * hb + 16));
+    CU_TRY(ctx.cu->cuMemAlloc(&din.x_scales, T * sb + 16));
+    CU_TRY(ctx.cu->cuMemAlloc(&din.topk_idx, T * (size_t)o.shape.num_topk * 8 + 16));
+    CU_TRY(ctx.cu->cuMemAlloc(&din.topk_weights, T * (size_t)o.shape.num_topk * 4 + 16));
+    if (T > 0) {
+        size_t n = T * (size_t)o.shape.num_topk;
+
+        CU_TRY(ctx.cu->cuMemcpyHtoD(din.x, in[ctx.rank].x, T * hb));
+        if (sb) {
+            CU_TRY(ctx.cu->cuMemcpyHtoD(din.x_scales, in[ctx.rank].x_scales, T * sb));
+        }
+        if (o.idx_dtype == EEP_INDEX_INT64) {
+            CU_TRY(ctx.cu->cuMemcpyHtoD(din.topk_idx, in[ctx.rank].topk_idx, n * 8));
+        } else {
+            int32_t *i32 = malloc(n * 4);
+
+            if (i32 == NULL) {
+                goto out;
+            }
+            eep_ref_topk_to_i32(&in[ctx.rank], o.shape.num_topk, i32);
+            status = eep_status_from_cu(ctx.cu->cuMemcpyHtoD(din.topk_idx, i32, n * 4),
+                                        "cuMemcpyHtoD");
+            free(i32);
+            if (status != EEP_OK) {
+                goto out;
+            }
+        }
+        CU_TRY(ctx.cu->cuMemcpyHtoD(din.topk_weights, in[ctx.rank].topk_weights, n * 4));
+    }
+
+    if (ctx.rank == 0) {
+        printf("| impl     | n | T     | H     | K  | E    | type | gating       | dispatch us | "
+               "GB/s    | combine us | GB/s    | check  |\n");
+    }
+    /* ours: eep_dispatch/eep_combine need the runtime's window; not built yet. */
+    memset(&mine, 0, sizeof(mine));
+    if (eep_bootstrap_allgather(bs, &mine, all, sizeof(mine)) != EEP_OK) {
+        goto out;
+    }
+    if (ctx.rank == 0) {
+        print_row("ours", &o, all, ctx.world);
+    }
+    if (o.baseline) {
+        memset(&mine, 0, sizeof(mine));
+        status = run_baseline(&ctx, &o, in, recv, y, have_ref ? out[ctx.rank] : NULL, &din,
+                              &mine);
+        if (status != EEP_OK) {
+            fprintf(stderr, "rank %d: baseline failed: %s\n", ctx.rank, eep_status_string(status));
+            mine.ran = 0;
+            mine.errors++;
+        }
+        if (eep_bootstrap_allgather(bs, &mine, all, sizeof(mine)) != EEP_OK) {
+            goto out;
+        }
+        if (ctx.rank == 0) {
+            print_row("nccl", &o, all, ctx.world);
+        }
+        rc = 0;
+        for (r = 0; r < ctx.world; r++) {
+            rc |= all[r].errors != 0 || !all[r].ran;
+        }
+    } else {
+        rc = 0;
+    }
+
+out:
+    if (ctx.cu != NULL) {
+        if (din.x) ctx.cu->cuMemFree(din.x);
+        if (din.x_scales) ctx.cu->cuMemFree(din.x_scales);
+        if (din.topk_idx) ctx.cu->cuMemFree(din.topk_idx);
+        if (din.topk_weights) ctx.cu->cuMemFree(din.topk_weights);
+    }
+    eep_jit_destroy(ctx.jit);
+    if (ctx.comm != NULL) {
+        ncclCommDestroy(ctx.comm);
+    }
+    if (ctx.stream != NULL) {
+        ctx.cu->cuStreamDestroy(ctx.stream);
+    }
+    if (cuctx != NULL) {
+        ctx.cu->cuDevicePrimaryCtxRelease(dev);
+    }
+    for (r = 0; in != NULL && r < ctx.world; r++) {
+        eep_ref_input_free(&in[r]);
+        if (recv != NULL) {
+            eep_ref_recv_free(&recv[r]);
+        }
+        if (y != NULL) {
+            free(y[r]);
+        }
+        if (out != NULL) {
+            free(out[r]);
+        }
+    }
+    free(in);
+    free(recv);
+    free(y);
+    free(out);
+    free(all);
+    return rc;
+}
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+static void remove_tree(const char *dir)
+{
+    if (nftw(dir, remove_entry, 8, FTW_DEPTH | FTW_PHYS) != 0) {
+        fprintf(stderr, "eep-bench ep: could not remove %s\n", dir);
+    }
+}
+
+/* One rank: bootstrap (file directory from --nranks, else the knobs) and run. */
+static int rank_run(const bench_opts_t *o, int rank, const char *dir)
+{
+    eep_bootstrap_params_t bp = { .size = sizeof(bp), .kind = EEP_BOOTSTRAP_FILE, .rank = rank,
+                                  .nranks = o->nranks, .path = dir };
+    eep_bootstrap_t       *bs = NULL;
+    int                    rc;
+
+    if (eep_bootstrap_create(dir != NULL ? &bp : NULL, &bs) != EEP_OK) {
+        fprintf(stderr, "eep-bench ep: bootstrap failed\n");
+        return 1;
+    }
+    rc = rank_main(o, bs);
+    eep_bootstrap_destroy(bs);
+    return rc;
+}
+
+int eep_bench_ep_main(int argc, char **argv)
+{
+    bench_opts_t o;
+    char         dir[] = "/tmp/eep-bench-XXXXXX";
+    pid_t        pids[EEP_BL_MAX_WORLD];
+    int          r, rc, worst = 0;
+
+    rc = parse_opts(argc, argv, &o);
+    if (rc != 0) {
+        return rc > 0 ? 0 : 2;
+    }
+    if (o.nranks <= 0) {
+        return rank_run(&o, -1, NULL);
+    }
+    if (o.nranks > EEP_BL_MAX_WORLD || mkdtemp(dir) == NULL) {
+        fprintf(stderr, "eep-bench ep: --nranks must be 1..%d (and /tmp writable)\n",
+                EEP_BL_MAX_WORLD);
+        return 2;
+    }
+    fflush(NULL);
+    /* Fork before anything touches CUDA: a child must not inherit a driver state. */
+    for (r = 0; r < o.nranks; r++) {
+        pids[r] = fork();
+        if (pids[r] == 0) {
+            _exit(rank_run(&o, r, dir));
+        }
+        if (pids[r] < 0) {
+            perror("fork");
+            o.nranks = r;
+            worst    = 1;
+            break;
+        }
+    }
+    for (r = 0; r < o.nranks; r++) {
+        int st = 0;
+
+        if (waitpid(pids[r], &st, 0) < 0 || !WIFEXITED(st)) {
+            worst = 1;
+        } else if (WEXITSTATUS(st) != 0 && (worst == 0 || worst == 77)) {
+            worst = WEXITSTATUS(st);
+        }
+    }
+    remove_tree(dir); /* the bootstrap's files */
+    return worst;
+}

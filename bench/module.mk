@@ -1,0 +1,30 @@
+# bench/: eep-bench, one driver (eep_bench.c) and one file per benchmark (eep_bench_<name>*.c).
+#
+#   make bench            every benchmark on this machine's GPUs; rows for bench/RESULTS.md
+#   make bench-ep         dispatch/combine against the NCCL baseline (EEP_BENCH_NRANKS GPUs)
+#
+# eep-bench links the CPU reference of dispatch/combine (tests/unit/ep_reference.c) to check every
+# element it measures.
+EEP_BENCH      := $(BUILD)/bin/eep-bench
+EEP_BENCH_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(wildcard bench/eep_bench*.c)) \
+                  $(BUILD)/tests/unit/ep_reference.o
+TOOLS += $(EEP_BENCH)
+
+$(EEP_BENCH): $(EEP_BENCH_OBJS) $(LIBEEP_A)
+	@mkdir -p $(dir $@)
+	$(CXX) -o $@ $^ $(LDFLAGS) $(NCCL_LDFLAGS) -ldl
+
+EEP_BENCH_NRANKS ?= $(shell nvidia-smi -L 2>/dev/null | wc -l)
+EEP_BENCH_EP_ARGS ?=
+.PHONY: bench-ep
+bench: bench-ep
+bench-ep: $(EEP_BENCH)
+	@test "$(EEP_BENCH_NRANKS)" -ge 1 2>/dev/null || { echo "bench-ep: no GPU (set EEP_BENCH_NRANKS)"; exit 1; }
+	@set -e; for args in \
+	    "--dtype bf16 --hidden 7168 --topk 8" "--dtype fp8 --hidden 7168 --topk 8" \
+	    "--dtype bf16 --hidden 4096 --topk 6" "--dtype bf16 --hidden 2048 --topk 1" \
+	    "--dtype bf16 --hidden 7168 --topk 8 --gating hotspot" \
+	    "--dtype bf16 --hidden 7168 --topk 8 --gating silent"; do \
+	    $(EEP_BENCH) ep --nranks $(EEP_BENCH_NRANKS) --baseline nccl --experts 256 $$args \
+	        $(EEP_BENCH_EP_ARGS); \
+	done

@@ -1,0 +1,107 @@
+/*
+ * kernels/ep/baseline_combine.cuh - the NCCL baseline's combine kernels (no NCCL inside).
+ *
+ * The host runs: reduce -> [grouped ncclSend/ncclRecv, the dispatch's counts reversed] -> sum.
+ * The arithmetic is the contract of eep/ep.h, in the same order as the CPU reference:
+ * on the expert rank, p = bf16(fma over the token's local top-k lanes ascending); on the source
+ * rank, out = bf16(sum of f32(p) over destination ranks ascending).  Each thread owns 8
+ * consecutive channels (hidden is a multiple of 8 for bf16), so loads are 16 bytes.
+ */
+#ifndef EEP_KERNELS_EP_BASELINE_COMBINE_CUH
+#define EEP_KERNELS_EP_BASELINE_COMBINE_CUH
+
+#include "baseline_params.h"
+#include "ep_numeric.cuh"
+
+#ifdef __CUDACC__
+
+__device__ __forceinline__ void eep_bl_unpack8(uint4 v, float f[8])
+{
+    const unsigned int u[4] = { v.x, v.y, v.z, v.w };
+
+    for (int i = 0; i < 4; i++) {
+        f[2 * i]     = eep_bf16_to_f32((unsigned short)(u[i] & 0xffffu));
+        f[2 * i + 1] = eep_bf16_to_f32((unsigned short)(u[i] >> 16));
+    }
+}
+
+__device__ __forceinline__ uint4 eep_bl_pack8(const float f[8])
+{
+    unsigned int u[4];
+
+    for (int i = 0; i < 4; i++) {
+        u[i] = (unsigned int)eep_f32_to_bf16(f[2 * i]) |
+               ((unsigned int)eep_f32_to_bf16(f[2 * i + 1]) << 16);
+    }
+    return make_uint4(u[0], u[1], u[2], u[3]);
+}
+
+/* One block per received row (grid-stride). */
+__device__ void eep_bl_reduce_body(const eep_bl_reduce_params_t &p)
+{
+    const eep_bl_shape_t &s = p.s;
+    const eep_bl_wire_t  &w = p.w;
+    const int             vecs = s.hidden / 8;
+
+    for (int i = blockIdx.x; i < p.num_recv; i += gridDim.x) {
+        const unsigned char *row = (const unsigned char *)p.recv_buf +
+                                   (unsigned long long)i * w.token_bytes;
+        const float *wts = (const float *)(row + w.meta_off) + s.num_topk;
+        const int   *row_of = (const int *)p.row_of + (long long)i * s.num_topk;
+        uint4       *dst = (uint4 *)((unsigned short *)p.send_buf + (long long)i * s.hidden);
+
+        for (int v = threadIdx.x; v < vecs; v += blockDim.x) {
+            float acc[8] = { 0, 0, 0, 0, 0, 0, 0, 0 };
+
+            for (int k = 0; k < s.num_topk; k++) {
+                int r = row_of[k];
+
+                if (r < 0) {
+                    continue;
+                }
+                float y[8];
+                eep_bl_unpack8(((const uint4 *)((const unsigned short *)p.y +
+                                                (long long)r * s.hidden))[v], y);
+                for (int j = 0; j < 8; j++) {
+                    acc[j] = eep_fma(wts[k], y[j], acc[j]);
+                }
+            }
+            dst[v] = eep_bl_pack8(acc);
+        }
+    }
+}
+
+/* One block per token (grid-stride). */
+__device__ void eep_bl_sum_body(const eep_bl_sum_params_t &p)
+{
+    const eep_bl_shape_t &s = p.s;
+    const int             vecs = s.hidden / 8;
+
+    for (int t = blockIdx.x; t < s.num_tokens; t += gridDim.x) {
+        const int *pos = (const int *)p.send_pos + (long long)t * s.world;
+        uint4     *dst = (uint4 *)((unsigned short *)p.out + (long long)t * s.hidden);
+
+        for (int v = threadIdx.x; v < vecs; v += blockDim.x) {
+            float acc[8] = { 0, 0, 0, 0, 0, 0, 0, 0 };
+
+            for (int d = 0; d < s.world; d++) {
+                if (pos[d] < 0) {
+                    continue;
+                }
+                long long r = (long long)((const int *)p.send_offsets)[d] + pos[d];
+                float     y[8];
+
+                eep_bl_unpack8(((const uint4 *)((const unsigned short *)p.recv_buf +
+                                                r * s.hidden))[v], y);
+                for (int j = 0; j < 8; j++) {
+                    acc[j] = eep_add(acc[j], y[j]);
+                }
+            }
+            dst[v] = eep_bl_pack8(acc);
+        }
+    }
+}
+
+#endif /* __CUDACC__ */
+
+#endif /* EEP_KERNELS_EP_BASELINE_COMBINE_CUH */
