@@ -24,20 +24,37 @@ _tmp = tempfile.mkdtemp(prefix="eep-ctl-test-")
 
 
 def _cleanup():
+    # SIGTERM first, so eepd and the agents run their shutdown paths (under ASan, LeakSanitizer
+    # then checks them); SIGKILL whatever is still there after 5 s.
     for p in _procs:
         if p.poll() is None:
             try:
                 os.kill(p.pid, signal.SIGCONT)
-                p.kill()
+                p.terminate()
             except OSError:
                 pass
+    end = time.monotonic() + 5
     for p in _procs:
         try:
-            p.wait(timeout=5)
+            p.wait(timeout=max(0.1, end - time.monotonic()))
         except Exception:
-            pass
+            p.kill()
+            p.wait()
+    bad = []
+    for name in sorted(os.listdir(_tmp)):
+        path = os.path.join(_tmp, name)
+        if os.path.isfile(path):
+            with open(path, "rb") as f:
+                text = f.read().decode(errors="replace")
+            if "Sanitizer" in text and "ERROR" in text:
+                bad.append(name)
+                print("---- sanitizer report in %s ----\n%s" % (name, text[-6000:]))
     if os.environ.get("KEEP_EEP_TEST_DIR") != "1":
         shutil.rmtree(_tmp, ignore_errors=True)
+    if bad:
+        print("FAIL: sanitizer errors in %s" % ", ".join(bad), flush=True)
+        sys.stdout.flush()
+        os._exit(1)
 
 
 atexit.register(_cleanup)
