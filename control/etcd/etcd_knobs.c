@@ -14,9 +14,11 @@ static const eep_knob_t eep_etcd_knobs[] = {
     EEP_ETCD_KNOB("EEP_ETCD_TIMEOUT_MS", "5000", EEP_KNOB_INT, timeout_ms, 10, 3600000,
                   "Deadline of each etcd call in milliseconds, failover included."),
     EEP_ETCD_KNOB("EEP_ETCD_KEEPALIVE_MS", "10000", EEP_KNOB_INT, keepalive_ms, 1000, 3600000,
-                  "Interval of the client's HTTP/2 keepalive pings to etcd in milliseconds (etcd "
-                  "refuses pings more frequent than its --grpc-keepalive-min-time, 5 s by "
-                  "default); a ping unanswered for as long closes the connection."),
+                  "Interval of the client's HTTP/2 keepalive pings to etcd while a watch or "
+                  "lease keepalive stream is open, in milliseconds; a ping unanswered for as "
+                  "long closes the connection and the stream moves on.  Keep it above etcd's "
+                  "--grpc-keepalive-min-time (5 s by default), or etcd drops the connection "
+                  "(too_many_pings)."),
     EEP_ETCD_KNOB("EEP_ETCD_CA", "", EEP_KNOB_STRING, ca_file,
                   0, 0, "PEM file of the CA that signed etcd's certificate; empty: plaintext."),
     EEP_ETCD_KNOB("EEP_ETCD_CERT", "", EEP_KNOB_STRING, cert_file,

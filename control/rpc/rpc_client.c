@@ -299,9 +299,12 @@ eep_status_t eep_rpc_channel_create(const eep_rpc_channel_params_t *params,
                                 .value.integer = params->keepalive_ms };
         args[n++] = (grpc_arg){ .type = GRPC_ARG_INTEGER, .key = GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
                                 .value.integer = timeout };
+        /* Ping only while a call is open: etcd (grpc-go, PermitWithoutStream false) answers
+         * pings on an idle connection with GOAWAY "too_many_pings" after the third.  Streams
+         * are what needs a dead peer noticed; a unary call has its deadline. */
         args[n++] = (grpc_arg){ .type = GRPC_ARG_INTEGER,
                                 .key = GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS,
-                                .value.integer = 1 };
+                                .value.integer = 0 };
         args[n++] = (grpc_arg){ .type = GRPC_ARG_INTEGER,
                                 .key = GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, .value.integer = 0 };
     }

@@ -16,7 +16,8 @@
 #   eep_etcd_stop               # kill all, remove the dir
 #
 # Members run with 50 ms heartbeats and a 500 ms election timeout (fast elections, 1 s minimum
-# lease TTL) and --grpc-keepalive-min-time 1s so clients may ping every second.
+# lease TTL) and --grpc-keepalive-min-time 500ms so clients may ping every second (a client must
+# ping strictly less often than that minimum, or etcd closes the connection: "too_many_pings").
 EEP_ETCD_BIN=${EEP_ETCD_BIN:-$(command -v etcd 2>/dev/null || echo /usr/bin/etcd)}
 EEP_TEST_ETCD_DIR=
 EEP_TEST_ETCD_CLIENT_PORTS=()
@@ -47,7 +48,7 @@ eep_etcd_spawn() { # INDEX
         --listen-peer-urls "$peer" --initial-advertise-peer-urls "$peer" \
         --initial-cluster "$cluster" --initial-cluster-state new \
         --initial-cluster-token "$EEP_TEST_ETCD_DIR" --heartbeat-interval 50 \
-        --election-timeout 500 --grpc-keepalive-min-time 1s --logger zap --log-level warn \
+        --election-timeout 500 --grpc-keepalive-min-time 500ms --logger zap --log-level warn \
         >>"$EEP_TEST_ETCD_DIR/m$i.log" 2>&1 &
     EEP_TEST_ETCD_PIDS[$i]=$!
 }

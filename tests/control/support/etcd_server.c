@@ -3,8 +3,9 @@
  *
  * Ports come from binding port 0 and closing (a small race, acceptable in tests).  etcd runs with
  * short raft timings (50 ms heartbeat, 500 ms election) so a 3-member cluster elects a leader in
- * well under a second and the minimum lease TTL is 1 s, and with --grpc-keepalive-min-time 1s so
- * the client's keepalive pings are allowed.  Health is polled over HTTP GET /health, bounded.
+ * well under a second and the minimum lease TTL is 1 s, and with --grpc-keepalive-min-time 500ms
+ * so a client pinging every second (strictly above the minimum: at the minimum, timer jitter
+ * earns "too_many_pings" strikes) is allowed.  Health is polled over HTTP GET /health, bounded.
  */
 #include "tests/control/support/etcd_server.h"
 
@@ -146,7 +147,7 @@ static pid_t eep_test_etcd_spawn(eep_test_etcd_t *etcd, int i)
           "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
           "--initial-cluster", cluster, "--initial-cluster-state", "new",
           "--initial-cluster-token", etcd->dir, "--heartbeat-interval", "50",
-          "--election-timeout", "500", "--grpc-keepalive-min-time", "1s",
+          "--election-timeout", "500", "--grpc-keepalive-min-time", "500ms",
           "--logger", "zap", "--log-level", "warn",
           etcd->tls ? "--cert-file" : (char *)NULL, cert, "--key-file", key,
           "--client-cert-auth", "--trusted-ca-file", etcd->ca_file, (char *)NULL);
