@@ -122,22 +122,22 @@ __device__ void eep_barrier_body(const eep_barrier_params_t &p)
     unsigned long long gin_count = do_gin ? *(volatile unsigned long long *)gin_epoch : 0;
     unsigned int       done = 0;
 
+    eep_wait_ctx w;
+    w.fault        = p.fault;
+    w.fault_claim  = p.fault_claim;
+    w.block_failed = &block_failed;
+    w.timeout_ns   = p.timeout_ns;
+    w.rank         = dc.rank;
+
     for (unsigned int it = 0; it < p.iterations; it++) {
-        eep_wait_ctx w;
-        w.fault        = p.fault;
-        w.fault_claim  = p.fault_claim;
-        w.block_failed = &block_failed;
-        w.rank         = dc.rank;
-        w.start_ns     = eep_globaltimer();
-        if (p.delay_ns != 0) {
-            while (eep_globaltimer() < w.start_ns + p.delay_ns) {
+        if (p.delay_ns != 0) { /* test hook: a late rank */
+            unsigned long long t0 = eep_globaltimer();
+            while (eep_globaltimer() < t0 + p.delay_ns) {
             }
             __syncthreads();
-            w.start_ns = eep_globaltimer();
         }
-        w.deadline_ns = w.start_ns + p.timeout_ns;
         if (p.stamps != nullptr && threadIdx.x == 0 && blockIdx.x == 0) {
-            p.stamps[2ull * it] = w.start_ns;
+            p.stamps[2ull * it] = eep_globaltimer();
         }
         bool ok = true;
 #if EEP_BARRIER_GIN

@@ -28,9 +28,9 @@ typedef struct eep_barrier_params {
 } eep_barrier_params_t;
 
 EEP_LAYOUT_ASSERT(sizeof(void *) == 8, "64-bit pointers");
-EEP_LAYOUT_ASSERT(__builtin_offsetof(eep_barrier_params_t, window) == 200, "params.window");
-EEP_LAYOUT_ASSERT(__builtin_offsetof(eep_barrier_params_t, lsa_arrive_off) == 224, "params.lsa");
-EEP_LAYOUT_ASSERT(__builtin_offsetof(eep_barrier_params_t, iterations) == 272, "params.iterations");
+EEP_LAYOUT_OFFSET(eep_barrier_params_t, window, 200);
+EEP_LAYOUT_OFFSET(eep_barrier_params_t, lsa_arrive_off, 224);
+EEP_LAYOUT_OFFSET(eep_barrier_params_t, iterations, 272);
 EEP_LAYOUT_ASSERT(sizeof(eep_barrier_params_t) == 280, "eep_barrier_params_t size");
 
 #endif /* EEP_BARRIER_PARAMS_H */

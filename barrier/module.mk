@@ -1,1 +1,1 @@
-# barrier/: see README.md in this folder.
+# barrier/: device code only (see README.md); its host side is elastic/runtime_barrier.c.

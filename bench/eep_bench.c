@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "eep_bench_barrier.h"
 #include "eep_bench_ep.h"
 
 typedef int (*eep_bench_main_func_t)(int argc, char **argv);
@@ -19,6 +20,7 @@ static const struct {
     const char           *doc;
 } eep_bench_commands[] = {
     { "ep", eep_bench_ep_main, "dispatch/combine vs the NCCL baseline (eep-bench ep --help)" },
+    { "barrier", eep_bench_barrier_main, "barrier latency vs NCCL (make bench-barrier)" },
 };
 
 #define EEP_BENCH_NCOMMANDS (sizeof(eep_bench_commands) / sizeof(eep_bench_commands[0]))

@@ -28,3 +28,10 @@ bench-ep: $(EEP_BENCH)
 	    $(EEP_BENCH) ep --nranks $(EEP_BENCH_NRANKS) --baseline nccl --experts 256 $$args \
 	        $(EEP_BENCH_EP_ARGS); \
 	done
+
+# eep-bench barrier: barrier latency against NCCL, one process per GPU through tests/gpu/launch.sh.
+.PHONY: bench-barrier
+bench: bench-barrier
+bench-barrier: check-cuda $(EEP_BENCH)
+	@mkdir -p $(BUILD)/bench
+	tests/gpu/launch.sh $(EEP_BENCH) barrier $(BUILD)/bench/barrier.md

@@ -21,3 +21,6 @@ EP_REFERENCE_TESTS := $(BUILD)/tests/unit/test_ep_layout $(BUILD)/tests/unit/tes
 $(EP_REFERENCE_TESTS): $(BUILD)/tests/unit/%: $(BUILD)/tests/unit/%.o $(EP_REFERENCE_OBJ) $(LIBEEP_A)
 	@mkdir -p $(dir $@)
 	$(CXX) -o $@ $^ $(LDFLAGS) $(NCCL_LDFLAGS) -lcmocka -ldl
+
+# GPU tests (make gpu-check): tests/gpu/module.mk.
+include tests/gpu/module.mk

@@ -48,15 +48,15 @@ struct eep_wait_ctx {
     eep_fault_page_t   *fault;
     unsigned int       *fault_claim;
     int                *block_failed; /* shared: set once a wait of this block gave up */
-    unsigned long long  start_ns;
-    unsigned long long  deadline_ns;
+    unsigned long long  timeout_ns;   /* each wait's deadline, from when it starts spinning */
     int                 rank;
 };
 
 /* Record a fault (first waiter of the block only) and raise the abort flag. */
 __device__ __noinline__ void eep_fault_raise(const eep_wait_ctx &w, int phase, int peer,
                                              unsigned long long expected,
-                                             unsigned long long observed, unsigned long long now)
+                                             unsigned long long observed, unsigned long long now,
+                                             unsigned long long start_ns)
 {
     if (atomicCAS(w.block_failed, 0, 1) != 0) {
         return;
@@ -70,7 +70,7 @@ __device__ __noinline__ void eep_fault_raise(const eep_wait_ctx &w, int phase, i
         r->expected  = expected;
         r->observed  = observed;
         r->time_ns   = now;
-        r->waited_ns = now - w.start_ns;
+        r->waited_ns = now - start_ns;
         __threadfence_system();
         r->valid = 1u;
         *(volatile unsigned int *)&w.fault->nrecords = slot + 1u;
@@ -92,7 +92,9 @@ __device__ __forceinline__ bool eep_wait_geq(const eep_wait_ctx &w, Load load,
     if (v >= target) {
         return true;
     }
-    unsigned long long next_abort_check = w.start_ns + EEP_ABORT_CHECK_NS;
+    /* The clock is read only once the wait has spun a little: a barrier that completes within a
+       few polls never touches it (the deadline is late by those few polls, well under 1 us). */
+    unsigned long long start_ns = 0, deadline_ns = 0, next_abort_check = 0;
     for (unsigned int polls = 1;; polls++) {
         v = load();
         if (v >= target) {
@@ -100,11 +102,16 @@ __device__ __forceinline__ bool eep_wait_geq(const eep_wait_ctx &w, Load load,
         }
         if ((polls & 7u) == 0) {
             unsigned long long now = eep_globaltimer();
+            if (start_ns == 0) {
+                start_ns         = now;
+                deadline_ns      = now + w.timeout_ns;
+                next_abort_check = now + EEP_ABORT_CHECK_NS;
+            }
             if (*(volatile int *)w.block_failed) {
                 return false;
             }
-            if (now >= w.deadline_ns) {
-                eep_fault_raise(w, phase, peer, target, v, now);
+            if (now >= deadline_ns) {
+                eep_fault_raise(w, phase, peer, target, v, now, start_ns);
                 return false;
             }
             if (now >= next_abort_check) {

@@ -14,6 +14,14 @@
 #else
 #define EEP_LAYOUT_ASSERT(_cond, _msg) _Static_assert(_cond, _msg)
 #endif
+/* Offsets: NVRTC has no __builtin_offsetof (and no <stddef.h>), so there only sizes are checked;
+   the host build and the nvcc device build check offsets too. */
+#if defined(__CUDACC_RTC__)
+#define EEP_LAYOUT_OFFSET(_type, _field, _off) EEP_LAYOUT_ASSERT(1, "")
+#else
+#define EEP_LAYOUT_OFFSET(_type, _field, _off)                                                 \
+    EEP_LAYOUT_ASSERT(__builtin_offsetof(_type, _field) == (_off), #_type "." #_field " offset")
+#endif
 
 #define EEP_LAYOUT_VERSION 1
 
@@ -56,9 +64,9 @@ typedef struct eep_fault_page {
 
 EEP_LAYOUT_ASSERT(sizeof(int) == 4 && sizeof(unsigned long long) == 8, "type widths");
 EEP_LAYOUT_ASSERT(sizeof(eep_fault_record_t) == 48, "eep_fault_record_t layout");
-EEP_LAYOUT_ASSERT(__builtin_offsetof(eep_fault_record_t, expected) == 16, "record.expected");
-EEP_LAYOUT_ASSERT(__builtin_offsetof(eep_fault_record_t, waited_ns) == 40, "record.waited_ns");
-EEP_LAYOUT_ASSERT(__builtin_offsetof(eep_fault_page_t, records) == 64, "page.records");
+EEP_LAYOUT_OFFSET(eep_fault_record_t, expected, 16);
+EEP_LAYOUT_OFFSET(eep_fault_record_t, waited_ns, 40);
+EEP_LAYOUT_OFFSET(eep_fault_page_t, records, 64);
 EEP_LAYOUT_ASSERT(sizeof(eep_fault_page_t) == 64 + 48 * EEP_FAULT_MAX_RECORDS, "fault page size");
 
 /* ------------------------------------------------------------------------------------------ */

@@ -1,0 +1,11 @@
+# tests/gpu/: GPU tests, plain C programs run one process per GPU (launch.sh) by `make gpu-check`.
+# They link libeep.a only: no cmocka, no gRPC, nothing the GPU machine lacks.
+GPU_TEST_SRCS := $(wildcard tests/gpu/test_*.c)
+GPU_TEST_BINS := $(patsubst tests/gpu/%.c,$(BUILD)/tests/gpu/%,$(GPU_TEST_SRCS))
+
+$(BUILD)/tests/gpu/%: $(BUILD)/tests/gpu/%.o $(LIBEEP_A)
+	@mkdir -p $(dir $@)
+	$(CXX) -o $@ $^ $(LDFLAGS) $(NCCL_LDFLAGS) -ldl
+
+gpu-check: check-cuda $(LIBEEP_A) $(GPU_TEST_BINS)
+	@BUILD=$(BUILD) tests/gpu/run_all.sh $(GPU_TEST_BINS)
