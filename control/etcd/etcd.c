@@ -394,7 +394,8 @@ static void eep_etcd_on_completion(grpc_event *ev)
             eep_etcd_keepalive_on_sent(ka);
         }
         if (event.message != NULL) {
-            eep_etcd_keepalive_on_message(ka, (Etcdserverpb__LeaseKeepAliveResponse *)event.message);
+            eep_etcd_keepalive_on_message(
+                ka, (Etcdserverpb__LeaseKeepAliveResponse *)event.message);
             protobuf_c_message_free_unpacked(event.message, NULL);
         }
         if (event.closed) {

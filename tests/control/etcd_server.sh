@@ -25,7 +25,8 @@ EEP_TEST_ETCD_PEER_PORTS=()
 EEP_TEST_ETCD_PIDS=()
 
 eep_free_port() {
-    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0))
+print(s.getsockname()[1])'
 }
 
 eep_etcd_healthy() { # PORT
