@@ -739,7 +739,14 @@ static void eepd_cron(eepd_t *eepd, int64_t now)
         return;
     }
     if (eepd->watch == NULL || eepd->watch_lost) {
+        /* Each try may block the loop for an etcd deadline: at most one a second. */
+        if (now < eepd->next_sync_ms) {
+            return;
+        }
+        eepd->next_sync_ms = now + 1000;
         if (eepd_sync(eepd) != EEP_OK) {
+            eep_warn(EEP_SUBSYS_EEPD, "cannot read /eep/%s/ from etcd; retrying in 1 s",
+                     eepd->cfg.job);
             return;
         }
     }

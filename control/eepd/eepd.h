@@ -90,6 +90,7 @@ typedef struct eepd {
     eepd_event_t     *ev_head, *ev_tail;
     eep_etcd_watch_t *watch;
     int               watch_lost;
+    int64_t           next_sync_ms;
 
     /* Statistics (the loop writes; metrics text is a snapshot). */
     uint64_t          views_published;

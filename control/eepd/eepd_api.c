@@ -160,17 +160,19 @@ static void eepd_api_watch_closed(eep_rpc_call_t *call, void *arg)
     }
 }
 
-static void eepd_api_send_view(eepd_t *eepd, eepd_watcher_t *w)
+static eep_status_t eepd_api_send_view(eepd_t *eepd, eepd_watcher_t *w)
 {
-    size_t   len = eep__v1__view__get_packed_size(eepd->view);
-    uint8_t *buf = malloc(len ? len : 1);
+    size_t       len = eep__v1__view__get_packed_size(eepd->view);
+    uint8_t     *buf = malloc(len ? len : 1);
+    eep_status_t status;
 
     if (buf == NULL) {
-        return;
+        return EEP_ERR_NO_MEMORY;
     }
     eep__v1__view__pack(eepd->view, buf);
-    eep_rpc_call_send(w->call, buf, len);
+    status = eep_rpc_call_send(w->call, buf, len);
     free(buf);
+    return status;
 }
 
 static int eepd_api_watch_views(eepd_t *eepd, eep_rpc_call_t *call, const uint8_t *req,
@@ -210,12 +212,21 @@ static int eepd_api_watch_views(eepd_t *eepd, eep_rpc_call_t *call, const uint8_
 
 void eepd_api_broadcast(eepd_t *eepd)
 {
-    size_t i;
+    size_t i = 0;
 
-    for (i = 0; i < eepd->n_watchers; i++) {
-        if (eepd->view != NULL && eepd->view->epoch >= eepd->watchers[i].from_epoch) {
-            eepd_api_send_view(eepd, &eepd->watchers[i]);
+    while (i < eepd->n_watchers) {
+        eepd_watcher_t *w = &eepd->watchers[i];
+
+        if (eepd->view != NULL && eepd->view->epoch >= w->from_epoch &&
+            eepd_api_send_view(eepd, w) != EEP_OK) {
+            /* A client that stopped reading (or is gone): end its stream, keep the others. */
+            eep_rpc_call_t *call = w->call;
+
+            *w = eepd->watchers[--eepd->n_watchers];
+            eep_rpc_call_fail(call, EEP_RPC_RESOURCE_EXHAUSTED, "watcher too slow");
+            continue;
         }
+        i++;
     }
 }
 

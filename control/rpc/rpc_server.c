@@ -23,6 +23,7 @@
 #include "elastic/log.h"
 
 #define EEP_RPC_MAX_METHODS 32
+#define EEP_RPC_MAX_QUEUED  256 /* stream messages waiting for a slow client before we give up */
 
 typedef enum {
     EEP_RPC_TAG_REQUEST,   /* a registered method's call arrived */
@@ -71,6 +72,7 @@ struct eep_rpc_call {
     char                *final_msg;
     int                  cancelled;     /* RECV_CLOSE_ON_SERVER result */
     eep_rpc_msg_t       *head, *tail;
+    size_t               n_queued;
     eep_rpc_closed_func_t closed;
     void                *closed_arg;
     char                 peer[96];
@@ -454,6 +456,11 @@ eep_status_t eep_rpc_call_send(eep_rpc_call_t *call, const uint8_t *msg, size_t 
     if (call->ended || call->finish_pending) {
         return EEP_ERR_PEER_LOST;
     }
+    if (call->n_queued >= EEP_RPC_MAX_QUEUED) {
+        eep_warn(EEP_SUBSYS_RPC, "stream to %s has %zu unsent messages: the client does not read",
+                 call->peer, call->n_queued);
+        return EEP_ERR_NO_RESOURCE;
+    }
     m = calloc(1, sizeof(*m));
     if (m == NULL) {
         return EEP_ERR_NO_MEMORY;
@@ -465,6 +472,7 @@ eep_status_t eep_rpc_call_send(eep_rpc_call_t *call, const uint8_t *msg, size_t 
         call->head = m;
     }
     call->tail = m;
+    call->n_queued++;
     return eep_rpc_send_next(call);
 }
 
@@ -473,6 +481,26 @@ static eep_status_t eep_rpc_call_end(eep_rpc_call_t *call, int code, const char 
     eep_status_t status = EEP_OK;
 
     call->owner_holds = 0;
+    if (!call->ended && !call->finish_pending && code != EEP_RPC_OK &&
+        (call->sending || call->head != NULL)) {
+        /* An error on a stream with writes pending (a client that does not read): do not wait
+         * behind them, cancel.  The in-flight write and RECV_CLOSE then complete, failed. */
+        eep_rpc_msg_t *m = call->head != NULL ? call->head->next : NULL, *next;
+
+        for (; m != NULL; m = next) {
+            next = m->next;
+            grpc_byte_buffer_destroy(m->bb);
+            free(m);
+            call->n_queued--;
+        }
+        if (call->head != NULL) {
+            call->head->next = NULL;
+            call->tail       = call->head;
+        }
+        grpc_call_cancel_with_status(call->call, (grpc_status_code)code,
+                                     message != NULL ? message : "", NULL);
+        call->ended = 1;
+    }
     if (!call->ended && !call->finish_pending) {
         call->final_code = code;
         call->final_msg  = strdup(message != NULL ? message : "");
@@ -615,6 +643,7 @@ static void eep_rpc_on_event(eep_rpc_server_t *server, eep_rpc_tag_t *tag, int o
             if (call->head == NULL) {
                 call->tail = NULL;
             }
+            call->n_queued--;
             grpc_byte_buffer_destroy(m->bb);
             free(m);
         }
