@@ -256,6 +256,8 @@ eep_status_t eep_jit_create(const eep_jit_params_t *params, eep_jit_t **jit_p)
         goto err_free;
     }
     pthread_mutex_init(&jit->lock, NULL);
+    pthread_mutex_init(&jit->memo_lock, NULL);
+    jit->memo_racy_s = EEP_JIT_MEMO_RACY_S;
     eep_debug(EEP_SUBSYS_JIT, "jit: cache %s, sources %s, arch %s, nvcc %s, nccl %s", jit->cache_dir,
               jit->source_root, jit->arch, jit->nvcc[0] != '\0' ? jit->nvcc : "(none)",
               jit->nccl_include);
@@ -292,6 +294,8 @@ void eep_jit_destroy(eep_jit_t *jit)
         }
         free(k);
     }
+    eep_jit_memo_cleanup(jit);
+    pthread_mutex_destroy(&jit->memo_lock);
     pthread_mutex_destroy(&jit->lock);
     free(jit);
 }
@@ -374,6 +378,27 @@ out:
     return EEP_OK;
 }
 
+/* Build the unit and its key; on success the caller cleans @p unit_p up. */
+static eep_status_t eep_jit_prepare(eep_jit_t *jit, const eep_jit_spec_t *spec,
+                                    eep_jit_unit_t *unit_p, eep_jit_info_t *info)
+{
+    eep_status_t status;
+
+    memset(info, 0, sizeof(*info));
+    status = eep_jit_unit_build(jit, spec, unit_p);
+    if (status != EEP_OK) {
+        return status;
+    }
+    info->backend = unit_p->backend;
+    status = eep_jit_unit_key(jit, unit_p);
+    if (status != EEP_OK) {
+        eep_jit_unit_cleanup(unit_p);
+        return status;
+    }
+    memcpy(info->key, unit_p->key, sizeof(info->key));
+    return EEP_OK;
+}
+
 static eep_status_t eep_jit_compile_cubin(eep_jit_t *jit, const eep_jit_spec_t *spec,
                                           eep_jit_info_t *info_p, void **cubin_p, size_t *size_p)
 {
@@ -386,17 +411,11 @@ static eep_status_t eep_jit_compile_cubin(eep_jit_t *jit, const eep_jit_spec_t *
         eep_error(EEP_SUBSYS_JIT, "eep_jit_compile: %s is NULL", jit == NULL ? "jit" : "spec");
         return EEP_ERR_INVALID_ARG;
     }
-    memset(&info, 0, sizeof(info));
-    status = eep_jit_unit_build(jit, spec, &unit);
+    status = eep_jit_prepare(jit, spec, &unit, &info);
     if (status != EEP_OK) {
         return status;
     }
-    info.backend = unit.backend;
-    status = eep_jit_unit_key(jit, &unit);
-    if (status == EEP_OK) {
-        memcpy(info.key, unit.key, sizeof(info.key));
-        status = eep_jit_fetch(jit, spec, &unit, &info, cubin_p, size_p);
-    }
+    status = eep_jit_fetch(jit, spec, &unit, &info, cubin_p, size_p);
     eep_jit_unit_cleanup(&unit);
     if (status != EEP_OK) {
         return status;
@@ -467,6 +486,7 @@ eep_status_t eep_jit_get_kernel(eep_jit_t *jit, const eep_jit_spec_t *spec,
 {
     const eep_cuda_sym_t *cu;
     eep_jit_kernel_t     *k, *found;
+    eep_jit_unit_t        unit;
     eep_jit_info_t        info;
     eep_status_t          status;
     CUcontext             ctx = NULL;
@@ -492,12 +512,23 @@ eep_status_t eep_jit_get_kernel(eep_jit_t *jit, const eep_jit_spec_t *spec,
                   "primary context current first)");
         return EEP_ERR_INVALID_ARG;
     }
-    status = eep_jit_compile_cubin(jit, spec, &info, &cubin, &size);
+    /* The key alone tells whether this context already has it: no cache read, no load. */
+    status = eep_jit_prepare(jit, spec, &unit, &info);
     if (status != EEP_OK) {
         return status;
     }
     pthread_mutex_lock(&jit->lock);
     found = eep_jit_find_locked(jit, ctx, info.key);
+    pthread_mutex_unlock(&jit->lock);
+    if (found == NULL) {
+        status = eep_jit_fetch(jit, spec, &unit, &info, &cubin, &size);
+    }
+    eep_jit_unit_cleanup(&unit);
+    if (status != EEP_OK) {
+        return status;
+    }
+    pthread_mutex_lock(&jit->lock);
+    found = eep_jit_find_locked(jit, ctx, info.key); /* another thread may have loaded it */
     if (found == NULL) {
         k = calloc(1, sizeof(*k));
         if (k == NULL) {

@@ -12,12 +12,16 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
+#include <time.h>
 
 #include "elastic/jit.h"
 #include "elastic/sha256.h"
 
 #define EEP_JIT_MAX_OPTIONS 64
 #define EEP_JIT_ENTRY_NAME  "eep_jit_entry"
+/* A header changed this recently (seconds) is not memoised: see jit_source.c. */
+#define EEP_JIT_MEMO_RACY_S 2
 
 /* A header handed to the compiler from memory (NVRTC's prelude and libc shims). */
 typedef struct {
@@ -69,6 +73,18 @@ struct eep_jit_kernel {
     char              key[EEP_SHA256_HEX];
 };
 
+/* A header read before, reused while stat() says it is unchanged (see jit_source.c). */
+typedef struct {
+    char           *path;
+    dev_t           dev;
+    ino_t           ino;
+    off_t           size;
+    struct timespec mtime, ctime;
+    uint8_t         digest[EEP_SHA256_BYTES];
+    char           *text;
+    size_t          len;
+} eep_jit_memo_t;
+
 struct eep_jit {
     char              cache_dir[PATH_MAX];   /* <dir>: entries live in <dir>/v1 */
     char              source_root[PATH_MAX];
@@ -85,12 +101,17 @@ struct eep_jit {
     int               nvcc_identity_done;
     eep_status_t      nvcc_identity_status;
     uint8_t           nvcc_identity[EEP_SHA256_BYTES];
+    pthread_mutex_t   memo_lock;             /* header memo */
+    eep_jit_memo_t   *memo;
+    size_t            n_memo, cap_memo;
+    int               memo_racy_s;           /* EEP_JIT_MEMO_RACY_S; tests lower it */
 };
 
 /* jit_source.c: unit generation and the cache key. */
 eep_status_t eep_jit_unit_build(eep_jit_t *jit, const eep_jit_spec_t *spec,
                                 eep_jit_unit_t *unit_p);
 void         eep_jit_unit_cleanup(eep_jit_unit_t *unit);
+void         eep_jit_memo_cleanup(eep_jit_t *jit);
 /* Hash the unit, every header it reaches, the compiler identity, flags, arch and NCCL version. */
 eep_status_t eep_jit_unit_key(eep_jit_t *jit, eep_jit_unit_t *unit);
 const eep_jit_backend_ops_t *eep_jit_backend_ops(eep_jit_backend_t backend);

@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "elastic/log.h"
@@ -348,6 +349,127 @@ static eep_status_t eep_jit_read_text(const char *path, char **text_p, size_t *l
     return EEP_OK;
 }
 
+/*
+ * Header memo: a process that computes keys again (every eep_jit_compile) reuses the text and
+ * digest of a header while stat() reports the same device, inode, size, mtime and ctime.  As in
+ * git's "racy" rule, a file modified within EEP_JIT_MEMO_RACY_S of being read is never memoised:
+ * timestamps are only as fine as the kernel's clock tick, so a second same-size edit inside one
+ * tick would otherwise go unseen.  A fresh process (and a fresh eep_jit_t) always reads.
+ */
+static int eep_jit_memo_match(const eep_jit_memo_t *m, const char *path, const struct stat *st)
+{
+    return m->dev == st->st_dev && m->ino == st->st_ino && m->size == st->st_size &&
+           m->mtime.tv_sec == st->st_mtim.tv_sec && m->mtime.tv_nsec == st->st_mtim.tv_nsec &&
+           m->ctime.tv_sec == st->st_ctim.tv_sec && m->ctime.tv_nsec == st->st_ctim.tv_nsec &&
+           strcmp(m->path, path) == 0;
+}
+
+static void eep_jit_memo_store(eep_jit_t *jit, const char *path, const struct stat *st,
+                               const char *text, size_t len, const uint8_t *digest)
+{
+    eep_jit_memo_t *m = NULL, *grown;
+    char           *copy_text = malloc(len + 1), *copy_path = strdup(path);
+    size_t          i;
+
+    if (copy_text == NULL || copy_path == NULL) {
+        free(copy_text);
+        free(copy_path);
+        return; /* the memo is an optimisation; without memory it is skipped */
+    }
+    memcpy(copy_text, text, len + 1);
+    pthread_mutex_lock(&jit->memo_lock);
+    for (i = 0; i < jit->n_memo && m == NULL; i++) {
+        if (strcmp(jit->memo[i].path, path) == 0) {
+            m = &jit->memo[i];
+            free(m->path);
+            free(m->text);
+        }
+    }
+    if (m == NULL && jit->n_memo == jit->cap_memo) {
+        grown = realloc(jit->memo, (jit->cap_memo * 2 + 64) * sizeof(*grown));
+        if (grown != NULL) {
+            jit->memo     = grown;
+            jit->cap_memo = jit->cap_memo * 2 + 64;
+        }
+    }
+    if (m == NULL && jit->n_memo < jit->cap_memo) {
+        m = &jit->memo[jit->n_memo++];
+    }
+    if (m == NULL) {
+        free(copy_text);
+        free(copy_path);
+    } else {
+        m->path  = copy_path;
+        m->dev   = st->st_dev;
+        m->ino   = st->st_ino;
+        m->size  = st->st_size;
+        m->mtime = st->st_mtim;
+        m->ctime = st->st_ctim;
+        m->text  = copy_text;
+        m->len   = len;
+        memcpy(m->digest, digest, EEP_SHA256_BYTES);
+    }
+    pthread_mutex_unlock(&jit->memo_lock);
+}
+
+void eep_jit_memo_cleanup(eep_jit_t *jit)
+{
+    size_t i;
+
+    for (i = 0; i < jit->n_memo; i++) {
+        free(jit->memo[i].path);
+        free(jit->memo[i].text);
+    }
+    free(jit->memo);
+    jit->memo   = NULL;
+    jit->n_memo = jit->cap_memo = 0;
+}
+
+/* Text (malloc'd, NUL terminated) and digest of a header, from the memo or the file. */
+static eep_status_t eep_jit_header_read(eep_jit_t *jit, const char *path, char **text_p,
+                                        size_t *len_p, uint8_t digest_p[EEP_SHA256_BYTES])
+{
+    struct stat     before, after;
+    struct timespec now;
+    eep_status_t    status;
+    size_t          i;
+    char           *text = NULL;
+
+    if (stat(path, &before) == 0) {
+        pthread_mutex_lock(&jit->memo_lock);
+        for (i = 0; i < jit->n_memo; i++) {
+            if (eep_jit_memo_match(&jit->memo[i], path, &before)) {
+                text = malloc(jit->memo[i].len + 1);
+                if (text != NULL) {
+                    memcpy(text, jit->memo[i].text, jit->memo[i].len + 1);
+                    memcpy(digest_p, jit->memo[i].digest, EEP_SHA256_BYTES);
+                    *len_p = jit->memo[i].len;
+                }
+                break;
+            }
+        }
+        pthread_mutex_unlock(&jit->memo_lock);
+        if (text != NULL) {
+            *text_p = text;
+            return EEP_OK;
+        }
+    }
+    status = eep_jit_read_text(path, &text, len_p);
+    if (status != EEP_OK) {
+        return status;
+    }
+    eep_sha256(text, *len_p, digest_p);
+    clock_gettime(CLOCK_REALTIME, &now);
+    if (stat(path, &after) == 0 && memcmp(&before.st_mtim, &after.st_mtim, sizeof(after.st_mtim)) == 0 &&
+        before.st_size == after.st_size && before.st_ino == after.st_ino &&
+        after.st_mtim.tv_sec + jit->memo_racy_s < now.tv_sec &&
+        after.st_ctim.tv_sec + jit->memo_racy_s < now.tv_sec && (size_t)after.st_size == *len_p) {
+        eep_jit_memo_store(jit, path, &after, text, *len_p, digest_p);
+    }
+    *text_p = text;
+    return EEP_OK;
+}
+
 static int eep_jit_scan_seen(eep_jit_scan_t *scan, const char *path)
 {
     size_t i;
@@ -424,12 +546,11 @@ static eep_status_t eep_jit_scan_include(eep_jit_scan_t *scan, const char *name,
     } else {
         eep_jit_pathf(label, sizeof(label), "%s", path);
     }
-    status = eep_jit_read_text(path, &text, &len);
+    status = eep_jit_header_read(scan->jit, path, &text, &len, digest);
     if (status != EEP_OK) {
         return status;
     }
     scan->n_files++;
-    eep_sha256(text, len, digest);
     eep_jit_hash_str(scan->hash, "include-file", label);
     eep_jit_hash_field(scan->hash, "content", digest, sizeof(digest));
     *strrchr(path, '/') = '\0';

@@ -175,6 +175,63 @@ static void test_lsa_probe_key(void **state)
     assert_string_not_equal(k0, k1);
 }
 
+static void set_old_mtime(const char *rel, time_t when)
+{
+    char path[4096];
+
+    snprintf(path, sizeof(path), "%s/%s", root, rel);
+    assert_int_equal(utime(path, &(struct utimbuf){ .actime = when, .modtime = when }), 0);
+}
+
+static void key_with(eep_jit_t *jit, const eep_jit_spec_t *spec, char key_p[EEP_SHA256_HEX])
+{
+    eep_jit_unit_t unit;
+
+    assert_int_equal(eep_jit_unit_build(jit, spec, &unit), EEP_OK);
+    assert_int_equal(eep_jit_unit_key(jit, &unit), EEP_OK);
+    memcpy(key_p, unit.key, EEP_SHA256_HEX);
+    eep_jit_unit_cleanup(&unit);
+}
+
+/* One jit object keys repeatedly (its header memo is used) and still sees every edit. */
+static void test_memo_sees_edits(void **state)
+{
+    eep_jit_params_t params = { .size = sizeof(params), .cache_dir = cache, .source_root = root };
+    eep_jit_spec_t   spec = base_spec();
+    char             k0[EEP_SHA256_HEX], k1[EEP_SHA256_HEX], path[4096];
+    struct stat      st;
+    eep_jit_t       *jit;
+    size_t           i;
+    int              memoised = 0, tries;
+
+    (void)state;
+    snprintf(path, sizeof(path), "%s/probe/deep/sib.h", root);
+    set_old_mtime("probe/deep/sib.h", 1500000000);
+    assert_int_equal(stat(path, &st), 0);
+    /* The memo skips files changed in the current second (ctime): let one second pass. */
+    for (tries = 0; tries < 300 && time(NULL) <= st.st_ctim.tv_sec; tries++) {
+        usleep(10 * 1000);
+    }
+    assert_int_equal(eep_jit_create(&params, &jit), EEP_OK);
+    jit->memo_racy_s = 0;
+    key_with(jit, &spec, k0);
+    for (i = 0; i < jit->n_memo; i++) {
+        memoised |= strcmp(jit->memo[i].path, path) == 0;
+    }
+    assert_true(memoised);
+    key_with(jit, &spec, k1);
+    assert_string_equal(k0, k1);
+    /* same size, and the same old mtime put back: only ctime and the bytes differ */
+    jt_write(root, "probe/deep/sib.h", "#pragma once\n#define SIB 9\n");
+    set_old_mtime("probe/deep/sib.h", 1500000000);
+    key_with(jit, &spec, k1);
+    assert_string_not_equal(k0, k1);
+    jt_write(root, "probe/deep/sib.h", sib_h);
+    key_with(jit, &spec, k1);
+    assert_string_equal(k0, k1);
+    eep_jit_destroy(jit);
+}
+
 static void test_bad_specs(void **state)
 {
     eep_jit_params_t params = { .size = sizeof(params), .cache_dir = cache, .source_root = root };
@@ -217,6 +274,7 @@ int main(void)
         cmocka_unit_test(test_tree_copy_keys_the_same),
         cmocka_unit_test(test_every_input_counts),
         cmocka_unit_test(test_lsa_probe_key),
+        cmocka_unit_test(test_memo_sees_edits),
         cmocka_unit_test(test_bad_specs),
     };
 

@@ -16,7 +16,7 @@
 static int  jt_hook_errors, jt_hook_warns;
 static char jt_hook_last[8192];
 
-static void jt_hook(eep_log_level_t level, eep_log_subsys_t subsys, const char *msg, void *arg)
+static inline void jt_hook(eep_log_level_t level, eep_log_subsys_t subsys, const char *msg, void *arg)
 {
     (void)subsys;
     (void)arg;
@@ -27,14 +27,14 @@ static void jt_hook(eep_log_level_t level, eep_log_subsys_t subsys, const char *
     }
 }
 
-static void jt_hook_reset(void)
+static inline void jt_hook_reset(void)
 {
     jt_hook_errors = jt_hook_warns = 0;
     jt_hook_last[0] = '\0';
 }
 
 /* Write @p text to dir/rel, creating parent folders. */
-static void jt_write(const char *dir, const char *rel, const char *text)
+static inline void jt_write(const char *dir, const char *rel, const char *text)
 {
     char  path[4096], *slash;
     FILE *f;
@@ -54,7 +54,7 @@ static void jt_write(const char *dir, const char *rel, const char *text)
     fclose(f);
 }
 
-static char *jt_mkdtemp(const char *what)
+static inline char *jt_mkdtemp(const char *what)
 {
     char  tmpl[256];
     char *dir;
@@ -67,7 +67,7 @@ static char *jt_mkdtemp(const char *what)
     return strdup(dir);
 }
 
-static int jt_rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+static inline int jt_rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
 {
     (void)st;
     (void)flag;
@@ -75,7 +75,7 @@ static int jt_rm_one(const char *path, const struct stat *st, int flag, struct F
     return remove(path);
 }
 
-static void jt_rm_rf(char *dir)
+static inline void jt_rm_rf(char *dir)
 {
     if (dir != NULL) {
         nftw(dir, jt_rm_one, 16, FTW_DEPTH | FTW_PHYS);

@@ -1,0 +1,191 @@
+/*
+ * eep_jit_bench.c - eep-jit-bench: how long the JIT takes, cold and warm, per backend.
+ *
+ *   eep-jit-bench [--cache DIR] [--reps N] [--gpu]
+ *
+ * With a fresh temp cache (default) each kernel is compiled once (cold: key + compile + store),
+ * then looked up N times (warm: key + read + checksum; median reported).  Run twice with the same
+ * --cache to see a fresh process's warm start.  --gpu also loads each kernel into device 0's
+ * primary context (first get_kernel, then the median of N repeated lookups) and launches the fill
+ * probe over a poisoned buffer, checking every element.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "elastic/cuda_sym.h"
+#include "elastic/jit_int.h"
+#include "elastic/log.h"
+#include "kernels/probe/fill_probe.cuh"
+
+typedef struct {
+    const char       *name;
+    eep_jit_spec_t    spec;
+} eep_jit_bench_case_t;
+
+static int eep_jit_bench_cmp(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+
+    return x < y ? -1 : x > y;
+}
+
+static double eep_jit_bench_median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof(*v), eep_jit_bench_cmp);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static int eep_jit_bench_fill(eep_jit_t *jit, const eep_jit_spec_t *spec)
+{
+    const unsigned int      n = 1u << 22;
+    const eep_cuda_sym_t   *cu;
+    eep_fill_probe_params_t p;
+    eep_jit_kernel_t       *k;
+    unsigned int           *host, i, bad = 0;
+    CUdeviceptr             d;
+
+    if (eep_cuda_sym_driver(&cu) != EEP_OK || eep_jit_get_kernel(jit, spec, &k) != EEP_OK) {
+        return -1;
+    }
+    host = malloc(n * sizeof(*host));
+    if (host == NULL || cu->cuMemAlloc(&d, n * sizeof(*host)) != CUDA_SUCCESS) {
+        free(host);
+        return -1;
+    }
+    cu->cuMemsetD32(d, 0xdeadbeefu, n);
+    p = (eep_fill_probe_params_t){ .out = d, .n = n, .seed = 11 };
+    if (eep_jit_launch(k, 264, 256, 0, NULL, &p, sizeof(p)) != EEP_OK ||
+        cu->cuCtxSynchronize() != CUDA_SUCCESS ||
+        cu->cuMemcpyDtoH(host, d, n * sizeof(*host)) != CUDA_SUCCESS) {
+        bad = n;
+    }
+    for (i = 0; i < n && bad < n; i++) {
+        bad += host[i] != 11u * 5u + i;
+    }
+    cu->cuMemFree(d);
+    free(host);
+    printf("launch fill probe over %u elements: %s (%u wrong)\n", n, bad == 0 ? "ok" : "WRONG", bad);
+    return bad == 0 ? 0 : -1;
+}
+
+int main(int argc, char **argv)
+{
+    eep_jit_bench_case_t cases[] = {
+        { "lsa probe / nvrtc", { .header = "kernels/probe/lsa_probe.cuh",
+                                 .function = "eep_lsa_probe_body", .template_args = "1",
+                                 .param_type = "eep_lsa_probe_params_t", .launch_bounds = 256,
+                                 .backend = EEP_JIT_BACKEND_NVRTC } },
+        { "lsa probe / nvcc", { .header = "kernels/probe/lsa_probe.cuh",
+                                .function = "eep_lsa_probe_body", .template_args = "1",
+                                .param_type = "eep_lsa_probe_params_t", .launch_bounds = 256,
+                                .backend = EEP_JIT_BACKEND_NVCC } },
+        { "gin probe / nvrtc", { .header = "kernels/probe/gin_probe.cuh",
+                                 .function = "eep_gin_probe_body", .template_args = "0",
+                                 .param_type = "eep_gin_probe_params_t", .needs_gin = 1,
+                                 .backend = EEP_JIT_BACKEND_NVRTC } },
+        { "gin probe / nvcc", { .header = "kernels/probe/gin_probe.cuh",
+                                .function = "eep_gin_probe_body", .template_args = "0",
+                                .param_type = "eep_gin_probe_params_t", .needs_gin = 1,
+                                .backend = EEP_JIT_BACKEND_NVCC } },
+        { "fill probe / nvrtc", { .header = "kernels/probe/fill_probe.cuh",
+                                  .function = "eep_fill_probe_body", .template_args = "5u",
+                                  .param_type = "eep_fill_probe_params_t", .launch_bounds = 256,
+                                  .backend = EEP_JIT_BACKEND_NVRTC } },
+    };
+    const size_t     n_cases = sizeof(cases) / sizeof(cases[0]);
+    eep_jit_params_t params = { .size = sizeof(params) };
+    const eep_cuda_sym_t *cu = NULL;
+    eep_jit_kernel_t *k;
+    eep_jit_info_t   info;
+    eep_status_t     status;
+    eep_jit_t       *jit;
+    char             tmpl[] = "/tmp/eep-jit-bench.XXXXXX";
+    double          *t, t0, first;
+    CUcontext        ctx = NULL;
+    CUdevice         dev = 0;
+    size_t           c;
+    int              i, reps = 20, gpu = 0, rc = 0;
+
+    for (i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--cache") == 0 && i + 1 < argc) {
+            params.cache_dir = argv[++i];
+        } else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
+            reps = atoi(argv[++i]);
+        } else if (strcmp(argv[i], "--gpu") == 0) {
+            gpu = 1;
+        } else {
+            fprintf(stderr, "usage: eep-jit-bench [--cache DIR] [--reps N] [--gpu]\n");
+            return 2;
+        }
+    }
+    if (reps < 1 || (t = malloc((size_t)reps * sizeof(*t))) == NULL) {
+        return 2;
+    }
+    if (params.cache_dir == NULL && (params.cache_dir = mkdtemp(tmpl)) == NULL) {
+        perror("mkdtemp");
+        return 1;
+    }
+    if (eep_jit_create(&params, &jit) != EEP_OK) {
+        return 1;
+    }
+    if (gpu) {
+        if (eep_cuda_sym_driver(&cu) != EEP_OK || cu->cuDeviceGet(&dev, 0) != CUDA_SUCCESS ||
+            cu->cuDevicePrimaryCtxRetain(&ctx, dev) != CUDA_SUCCESS ||
+            cu->cuCtxSetCurrent(ctx) != CUDA_SUCCESS) {
+            fprintf(stderr, "eep-jit-bench: --gpu but no usable GPU\n");
+            return 1;
+        }
+    }
+    printf("cache %s, arch %s, %d warm repetitions\n", jit->cache_dir, jit->arch, reps);
+    printf("%-20s %-6s %12s %12s %14s", "kernel / backend", "first", "first ms", "compile ms",
+           "warm median ms");
+    printf(gpu ? " %12s %14s\n" : "\n", "load ms", "lookup med ms");
+    for (c = 0; c < n_cases; c++) {
+        cases[c].spec.size = sizeof(cases[c].spec);
+        status = eep_jit_compile(jit, &cases[c].spec, &info);
+        if (status != EEP_OK) {
+            printf("%-20s %s\n", cases[c].name, status == EEP_ERR_UNSUPPORTED
+                   ? "unsupported: NCCL 2.28.9's GIN headers do not compile under NVRTC"
+                   : eep_status_string(status));
+            rc |= status != EEP_ERR_UNSUPPORTED;
+            continue;
+        }
+        printf("%-20s %-6s %12.1f %12.1f", cases[c].name, info.cache_hit ? "hit" : "cold",
+               info.total_ms, info.compile_ms);
+        first = info.total_ms;
+        for (i = 0; i < reps; i++) {
+            status = eep_jit_compile(jit, &cases[c].spec, &info);
+            t[i] = info.total_ms;
+            rc |= status != EEP_OK || !info.cache_hit;
+        }
+        printf(" %14.3f", eep_jit_bench_median(t, reps));
+        (void)first;
+        if (gpu) {
+            t0 = eep_jit_now_ms();
+            status = eep_jit_get_kernel(jit, &cases[c].spec, &k);
+            first = eep_jit_now_ms() - t0;
+            for (i = 0; i < reps && status == EEP_OK; i++) {
+                t0 = eep_jit_now_ms();
+                status = eep_jit_get_kernel(jit, &cases[c].spec, &k);
+                t[i] = eep_jit_now_ms() - t0;
+            }
+            if (status == EEP_OK) {
+                printf(" %12.2f %14.3f", first, eep_jit_bench_median(t, reps));
+            } else {
+                printf(" load failed: %s", eep_status_string(status));
+                rc = 1;
+            }
+        }
+        printf("\n");
+    }
+    if (gpu) {
+        rc |= eep_jit_bench_fill(jit, &cases[n_cases - 1].spec) != 0;
+    }
+    eep_jit_destroy(jit);
+    if (ctx != NULL) {
+        cu->cuDevicePrimaryCtxRelease(dev);
+    }
+    free(t);
+    return rc;
+}
