@@ -315,6 +315,21 @@ static double now_us(void)
     return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
 }
 
+/* All ranks leave together: an all-reduce of one int (in @p scratch), then a stream sync. */
+static eep_status_t line_up(eep_bench_ctx_t *ctx, CUdeviceptr scratch)
+{
+    eep_status_t status;
+
+    status = eep_status_from_nccl(ncclAllReduce((const void *)scratch, (void *)scratch, 1, ncclInt32,
+                                                ncclMax, ctx->comm, (cudaStream_t)ctx->stream),
+                                  ctx->comm, "ncclAllReduce");
+    if (status == EEP_OK) {
+        status = eep_status_from_cu(ctx->cu->cuStreamSynchronize(ctx->stream),
+                                    "cuStreamSynchronize");
+    }
+    return status;
+}
+
 /* The baseline on this rank: check, then time. */
 static eep_status_t run_baseline(eep_bench_ctx_t *ctx, const bench_opts_t *o,
                                  const eep_ref_input_t *in, const eep_ref_recv_t *recv,
@@ -383,15 +398,17 @@ static eep_status_t run_baseline(eep_bench_ctx_t *ctx, const bench_opts_t *o,
     }
 
     /* Timing: dispatch alone (it syncs the host once per call), then combine alone on the last
-       layout.  Ranks start together: a bootstrap barrier is not on the GPU timeline, so an NCCL
-       all-reduce of nothing lines them up first. */
+       layout.  Each loop starts after an NCCL all-reduce of one int, so every rank's clock starts
+       when all ranks are ready (the slowest rank's time is reported). */
     for (i = 0; i < o->warmup; i++) {
         if ((status = eep_bl_dispatch(bl, din, NULL)) != EEP_OK ||
             (status = eep_bl_combine(bl, y)) != EEP_OK) {
             goto out;
         }
     }
-    CU_TRY(cu->cuStreamSynchronize(ctx->stream));
+    if ((status = line_up(ctx, y)) != EEP_OK) {
+        goto out;
+    }
     t0 = now_us();
     for (i = 0; i < o->iters; i++) {
         if ((status = eep_bl_dispatch(bl, din, NULL)) != EEP_OK) {
@@ -400,6 +417,9 @@ static eep_status_t run_baseline(eep_bench_ctx_t *ctx, const bench_opts_t *o,
     }
     CU_TRY(cu->cuStreamSynchronize(ctx->stream));
     res->dispatch_us = (now_us() - t0) / o->iters;
+    if ((status = line_up(ctx, y)) != EEP_OK) {
+        goto out;
+    }
     t0 = now_us();
     for (i = 0; i < o->iters; i++) {
         if ((status = eep_bl_combine(bl, y)) != EEP_OK) {
