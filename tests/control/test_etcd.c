@@ -130,6 +130,28 @@ static void test_bad_arguments(void **state)
     eep_etcd_destroy(NULL);
 }
 
+/* With no params every setting comes from the EEP_ETCD_* knobs; a bad knob value is refused. */
+static void test_settings_from_knobs(void **state)
+{
+    eep_etcd_t      *client = NULL;
+    eep_etcd_range_t r;
+
+    (void)state;
+    NEED_ETCD();
+    setenv("EEP_ETCD_ENDPOINTS", g_etcd.endpoints, 1);
+    setenv("EEP_ETCD_TIMEOUT_MS", "2000", 1);
+    assert_int_equal(eep_etcd_create(NULL, &client), EEP_OK);
+    assert_int_equal(eep_etcd_range(client, "/t/knobs", 0, &r), EEP_OK);
+    assert_int_equal(r.count, 0);
+    eep_etcd_destroy(client);
+    client = NULL;
+    setenv("EEP_ETCD_TIMEOUT_MS", "soon", 1);
+    assert_int_equal(eep_etcd_create(NULL, &client), EEP_ERR_INVALID_ARG);
+    assert_null(client);
+    unsetenv("EEP_ETCD_TIMEOUT_MS");
+    unsetenv("EEP_ETCD_ENDPOINTS");
+}
+
 static void test_put_range_delete_prefix(void **state)
 {
     eep_etcd_t      *client;
@@ -545,6 +567,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_arguments),
+        cmocka_unit_test(test_settings_from_knobs),
         cmocka_unit_test(test_put_range_delete_prefix),
         cmocka_unit_test(test_txn_compare_and_swap),
         cmocka_unit_test(test_lease_keepalive_and_revoke),
