@@ -20,9 +20,9 @@
 # ping strictly less often than that minimum, or etcd closes the connection: "too_many_pings").
 EEP_ETCD_BIN=${EEP_ETCD_BIN:-$(command -v etcd 2>/dev/null || echo /usr/bin/etcd)}
 EEP_TEST_ETCD_DIR=
-EEP_TEST_ETCD_CLIENT_PORTS=()
-EEP_TEST_ETCD_PEER_PORTS=()
-EEP_TEST_ETCD_PIDS=()
+_eep_client_ports=()
+_eep_peer_ports=()
+_eep_pids=()
 
 eep_free_port() {
     python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0))
@@ -37,12 +37,12 @@ eep_etcd_healthy() { # PORT
 }
 
 eep_etcd_spawn() { # INDEX
-    local i=$1 cluster="" j n=${#EEP_TEST_ETCD_CLIENT_PORTS[@]}
+    local i=$1 cluster="" j n=${#_eep_client_ports[@]}
     for ((j = 0; j < n; j++)); do
-        cluster+="${cluster:+,}m$j=http://127.0.0.1:${EEP_TEST_ETCD_PEER_PORTS[$j]}"
+        cluster+="${cluster:+,}m$j=http://127.0.0.1:${_eep_peer_ports[$j]}"
     done
-    local client=http://127.0.0.1:${EEP_TEST_ETCD_CLIENT_PORTS[$i]}
-    local peer=http://127.0.0.1:${EEP_TEST_ETCD_PEER_PORTS[$i]}
+    local client=http://127.0.0.1:${_eep_client_ports[$i]}
+    local peer=http://127.0.0.1:${_eep_peer_ports[$i]}
     case $(uname -m) in x86_64|aarch64) ;; *) export ETCD_UNSUPPORTED_ARCH=$(uname -m) ;; esac
     "$EEP_ETCD_BIN" --name "m$i" --data-dir "$EEP_TEST_ETCD_DIR/m$i.etcd" \
         --listen-client-urls "$client" --advertise-client-urls "$client" \
@@ -51,18 +51,18 @@ eep_etcd_spawn() { # INDEX
         --initial-cluster-token "$EEP_TEST_ETCD_DIR" --heartbeat-interval 50 \
         --election-timeout 500 --grpc-keepalive-min-time 500ms --logger zap --log-level warn \
         >>"$EEP_TEST_ETCD_DIR/m$i.log" 2>&1 &
-    EEP_TEST_ETCD_PIDS[$i]=$!
+    _eep_pids[$i]=$!
 }
 
 eep_etcd_wait() { # INDEX
     local i=$1 tries
     for ((tries = 0; tries < 200; tries++)); do
-        if ! kill -0 "${EEP_TEST_ETCD_PIDS[$i]}" 2>/dev/null; then
+        if ! kill -0 "${_eep_pids[$i]}" 2>/dev/null; then
             echo "etcd member $i exited early; log:" >&2
             tail -20 "$EEP_TEST_ETCD_DIR/m$i.log" >&2
             return 1
         fi
-        eep_etcd_healthy "${EEP_TEST_ETCD_CLIENT_PORTS[$i]}" && return 0
+        eep_etcd_healthy "${_eep_client_ports[$i]}" && return 0
         sleep 0.1
     done
     echo "etcd member $i not healthy after 20 s (log $EEP_TEST_ETCD_DIR/m$i.log)" >&2
@@ -79,23 +79,23 @@ eep_etcd_start() { # [MEMBERS]
     trap eep_etcd_stop EXIT
     trap 'exit 143' TERM INT
     for ((i = 0; i < n; i++)); do
-        EEP_TEST_ETCD_CLIENT_PORTS[$i]=$(eep_free_port)
-        EEP_TEST_ETCD_PEER_PORTS[$i]=$(eep_free_port)
+        _eep_client_ports[$i]=$(eep_free_port)
+        _eep_peer_ports[$i]=$(eep_free_port)
     done
     for ((i = 0; i < n; i++)); do eep_etcd_spawn "$i"; done
     for ((i = 0; i < n; i++)); do eep_etcd_wait "$i" || return 1; done
-    EEP_ETCD_ENDPOINTS=$(printf '127.0.0.1:%s,' "${EEP_TEST_ETCD_CLIENT_PORTS[@]}")
+    EEP_ETCD_ENDPOINTS=$(printf '127.0.0.1:%s,' "${_eep_client_ports[@]}")
     EEP_ETCD_ENDPOINTS=${EEP_ETCD_ENDPOINTS%,}
     export EEP_ETCD_ENDPOINTS EEP_TEST_ETCD_DIR
-    export EEP_TEST_ETCD_CLIENT_PORTS="${EEP_TEST_ETCD_CLIENT_PORTS[*]}"
+    export EEP_TEST_ETCD_CLIENT_PORTS="${_eep_client_ports[*]}"
 }
 
 eep_etcd_kill() { # INDEX
-    local pid=${EEP_TEST_ETCD_PIDS[$1]:-}
+    local pid=${_eep_pids[$1]:-}
     if [ -n "$pid" ]; then
         kill -KILL "$pid" 2>/dev/null
         wait "$pid" 2>/dev/null
-        EEP_TEST_ETCD_PIDS[$1]=
+        _eep_pids[$1]=
     fi
 }
 
@@ -107,7 +107,7 @@ eep_etcd_restart() { # INDEX
 
 eep_etcd_stop() {
     local i
-    for i in "${!EEP_TEST_ETCD_PIDS[@]}"; do eep_etcd_kill "$i"; done
+    for i in "${!_eep_pids[@]}"; do eep_etcd_kill "$i"; done
     case $EEP_TEST_ETCD_DIR in /tmp/eep-etcd-test-*) rm -rf "$EEP_TEST_ETCD_DIR" ;; esac
     EEP_TEST_ETCD_DIR=
 }

@@ -13,3 +13,6 @@ $(ETCD_TEST_BINS): $(BUILD)/tests/control/%: $(BUILD)/tests/control/%.o \
         $(BUILD)/lib/libeep_proto.a $(LIBUTIL_A)
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $^ $(LDFLAGS) $(CONTROL_LDLIBS) -lcmocka
+
+# The etcd test server script itself (other tests source it).
+SCRIPT_TESTS += tests/control/test_etcd_server_sh.sh
