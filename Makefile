@@ -65,6 +65,7 @@ include control/module.mk
 include proto/module.mk
 include tools/module.mk
 include tests/module.mk
+include tests/deploy/module.mk
 include bench/module.mk
 
 obj = $(patsubst %.c,$(BUILD)/%.o,$(patsubst %.cc,$(BUILD)/%.o,$(1)))
@@ -128,3 +129,9 @@ clean:
 	rm -rf build build-address build-undefined build-thread $(CLEAN_EXTRA)
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+
+# make run: local etcd + eepd + one rank per visible GPU (the control plane alone without one).
+# EEP_RUN_ARGS passes launcher flags, e.g. make run EEP_RUN_ARGS="--seconds 20 --agents 3".
+run: deps-run
+	@$(MAKE) --no-print-directory all
+	@BUILD=$(abspath $(BUILD)) deploy/launch.sh $(EEP_RUN_ARGS)
