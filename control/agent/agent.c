@@ -60,6 +60,7 @@ struct eep_agent {
     uint64_t                latest_epoch;
     uint64_t                handed_epoch;
     uint64_t                losses;
+    int64_t                 retry_at_ms; /* after a failed rejoin or resync: not before this */
 };
 
 static int64_t eep_agent_now_ms(void)
@@ -371,21 +372,23 @@ static void *eep_agent_main(void *arg)
     while (!agent->stop) {
         struct timespec ts;
 
-        if (agent->need_rejoin && !agent->left) {
+        now = eep_agent_now_ms();
+        if (agent->need_rejoin && !agent->left && now >= agent->retry_at_ms) {
             agent->need_rejoin = 0;
             pthread_mutex_unlock(&agent->lock);
             pthread_mutex_lock(&agent->reg_lock);
             eep_agent_drop_registration(agent);
             if (!agent->left && !agent->stop && eep_agent_register(agent) != EEP_OK) {
                 pthread_mutex_lock(&agent->lock);
-                agent->need_rejoin = 1; /* retried after the wait below */
+                agent->need_rejoin = 1; /* retried in 500 ms */
+                agent->retry_at_ms = eep_agent_now_ms() + 500;
                 pthread_mutex_unlock(&agent->lock);
             }
             pthread_mutex_unlock(&agent->reg_lock);
             eep_agent_notify(agent);
             pthread_mutex_lock(&agent->lock);
         }
-        if (agent->view_watch_lost) {
+        if (agent->view_watch_lost && now >= agent->retry_at_ms) {
             eep_etcd_watch_t *old = agent->view_watch;
 
             agent->view_watch      = NULL;
@@ -397,6 +400,7 @@ static void *eep_agent_main(void *arg)
             if (eep_agent_follow_views(agent) != EEP_OK) {
                 pthread_mutex_lock(&agent->lock);
                 agent->view_watch_lost = 1;
+                agent->retry_at_ms     = eep_agent_now_ms() + 500;
                 pthread_mutex_unlock(&agent->lock);
             }
             pthread_mutex_lock(&agent->lock);
@@ -429,7 +433,8 @@ static void *eep_agent_main(void *arg)
             ts.tv_sec++;
             ts.tv_nsec -= 1000000000;
         }
-        if (!agent->need_rejoin && !agent->view_watch_lost && !agent->stop) {
+        if (!((agent->need_rejoin || agent->view_watch_lost) &&
+              eep_agent_now_ms() >= agent->retry_at_ms) && !agent->stop) {
             pthread_cond_timedwait(&agent->cond, &agent->lock, &ts);
         }
     }
