@@ -6,7 +6,7 @@
 
 #include "elastic/config.h"
 
-typedef struct {
+typedef struct eep_ep_config {
     int64_t num_sms;              /* 0: the model */
     double  link_gbps;            /* 0: the device's NVLink (or the H200 default) */
     double  sm_read_gbps;

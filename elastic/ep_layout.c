@@ -9,6 +9,8 @@
 
 #include <math.h>
 
+#include "elastic/ep_knobs.h"
+
 #define EEP_EP_MAX_WORLD      1024
 #define EEP_EP_MAX_ALIGNMENT  4096
 #define EEP_EP_REGION_ALIGN   256
@@ -255,4 +257,41 @@ int eep_ep_sm_model_run(const eep_ep_sm_model_t *m, eep_ep_sm_estimate_t *est_p)
         *est_p = est;
     }
     return n;
+}
+
+int eep_ep_pick_sms(const eep_ep_config_t *cfg, const eep_ep_shape_t *shape, int device_sms,
+                    double link_gbps, int requested)
+{
+    eep_ep_sm_model_t m;
+    int               n;
+
+    if (device_sms < 1 || eep_ep_shape_check(shape, NULL) != EEP_OK) {
+        return -1;
+    }
+    if (requested > 0) {
+        n = requested;
+    } else if (cfg != NULL && cfg->num_sms > 0) {
+        n = (int)cfg->num_sms;
+    } else {
+        eep_ep_sm_model_init(&m, shape->world, shape->hidden, shape->dtype, shape->num_topk,
+                             shape->num_experts, device_sms);
+        if (link_gbps > 0.0) {
+            m.link_gbps = link_gbps;
+        }
+        if (cfg != NULL) {
+            if (cfg->link_gbps > 0.0) {
+                m.link_gbps = cfg->link_gbps;
+            }
+            m.sm_read_gbps         = cfg->sm_read_gbps;
+            m.sm_write_gbps        = cfg->sm_write_gbps;
+            m.token_overhead_bytes = cfg->token_overhead_bytes;
+            m.margin               = cfg->sm_margin;
+            m.min_sms              = (int)cfg->min_sms;
+        }
+        n = eep_ep_sm_model_run(&m, NULL);
+        if (n < 0) {
+            return -1;
+        }
+    }
+    return n < 1 ? 1 : n > device_sms ? device_sms : n;
 }

@@ -167,6 +167,18 @@ double eep_ep_expected_groups(int num_experts, int num_topk, int groups);
  */
 int eep_ep_sm_model_run(const eep_ep_sm_model_t *model, eep_ep_sm_estimate_t *est_p);
 
+/*
+ * The SM count of one call, by precedence: the call's num_sms (> 0), else the knob
+ * EEP_EP_NUM_SMS (> 0), else the model with the knobs' constants (EEP_EP_LINK_GBPS 0: the
+ * device's @p link_gbps if > 0, else the H200 default).  Always clamped to [1, device_sms].
+ * @param [in] cfg        the ep knob table's values (elastic/ep_knobs.h), or NULL for defaults.
+ * @param [in] link_gbps  the device's measured NVLink bandwidth, 0 if unknown.
+ * @return the SM count, or -1 for a bad shape.
+ */
+struct eep_ep_config;
+int eep_ep_pick_sms(const struct eep_ep_config *cfg, const eep_ep_shape_t *shape, int device_sms,
+                    double link_gbps, int requested);
+
 #ifdef __cplusplus
 }
 #endif

@@ -15,6 +15,7 @@
 #include "elastic/ep_args.h"
 #include "elastic/ep_handle.h"
 #include "elastic/log.h"
+#include "elastic/runtime.h"
 
 static char last_msg[1024];
 static int  n_msgs;
@@ -381,6 +382,32 @@ static void test_combine(void **state)
     eep_ep_handle_destroy(h);
 }
 
+/* The public entry points run the same checks against the runtime's rank count. */
+static void test_public_entry_points(void **state)
+{
+    eep_runtime_t       rt;
+    eep_dispatch_args_t a;
+    eep_ep_handle_t    *h = NULL;
+
+    (void)state;
+    memset(&rt, 0, sizeof(rt));
+    rt.rank   = 1;
+    rt.nranks = 4;
+    valid_args(&a);
+    assert_int_equal(eep_dispatch(NULL, &a, &h, NULL), EEP_ERR_INVALID_ARG);
+    assert_int_equal(eep_dispatch(&rt, &a, NULL, NULL), EEP_ERR_INVALID_ARG);
+    a.num_experts = 258; /* not divisible by the runtime's 4 ranks */
+    last_msg[0] = '\0';
+    assert_int_equal(eep_dispatch(&rt, &a, &h, NULL), EEP_ERR_INVALID_ARG);
+    assert_non_null(strstr(last_msg, "num_experts"));
+    /* Valid: refused only because the kernels are not there yet; no handle made. */
+    a.num_experts = 256;
+    assert_int_equal(eep_dispatch(&rt, &a, &h, NULL), EEP_ERR_UNSUPPORTED);
+    assert_null(h);
+    assert_int_equal(eep_combine(&rt, DEV(0x1000), NULL, DEV(0x2000), NULL), EEP_ERR_INVALID_ARG);
+    assert_int_equal(eep_combine(NULL, DEV(0x1000), NULL, DEV(0x2000), NULL), EEP_ERR_INVALID_ARG);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -393,6 +420,7 @@ int main(void)
         cmocka_unit_test(test_capacity),
         cmocka_unit_test(test_handles),
         cmocka_unit_test(test_combine),
+        cmocka_unit_test(test_public_entry_points),
     };
 
     return cmocka_run_group_tests(tests, setup, teardown);

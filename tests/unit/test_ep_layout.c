@@ -233,6 +233,33 @@ static void test_knobs_table(void **state)
                      EEP_ERR_INVALID_ARG);
 }
 
+static void test_pick_sms(void **state)
+{
+    eep_ep_shape_t  s = shape(8, 4096, 7168, 8, 256, 128, EEP_DTYPE_BF16);
+    eep_ep_config_t cfg;
+
+    (void)state;
+    assert_int_equal(eep_config_load(&eep_ep_knob_table, &cfg), EEP_OK);
+    /* Model with the default constants, with or without the knob table. */
+    assert_int_equal(eep_ep_pick_sms(NULL, &s, 132, 0.0, 0), 14);
+    assert_int_equal(eep_ep_pick_sms(&cfg, &s, 132, 0.0, 0), 14);
+    /* The device's link speed feeds the model; the knob overrides it. */
+    assert_true(eep_ep_pick_sms(&cfg, &s, 132, 860.0, 0) > 14);
+    cfg.link_gbps = 215.0;
+    assert_true(eep_ep_pick_sms(&cfg, &s, 132, 860.0, 0) < 14);
+    cfg.link_gbps = 0.0;
+    cfg.sm_margin = 2.5;
+    assert_true(eep_ep_pick_sms(&cfg, &s, 132, 0.0, 0) > 14);
+    /* The knob's fixed count beats the model; the call beats the knob; clamped to the device. */
+    cfg.num_sms = 20;
+    assert_int_equal(eep_ep_pick_sms(&cfg, &s, 132, 0.0, 0), 20);
+    assert_int_equal(eep_ep_pick_sms(&cfg, &s, 132, 0.0, 32), 32);
+    assert_int_equal(eep_ep_pick_sms(&cfg, &s, 16, 0.0, 32), 16);
+    assert_int_equal(eep_ep_pick_sms(&cfg, &s, 0, 0.0, 32), -1);
+    s.alignment = 0;
+    assert_int_equal(eep_ep_pick_sms(&cfg, &s, 132, 0.0, 0), -1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -244,6 +271,7 @@ int main(void)
         cmocka_unit_test(test_expected_groups),
         cmocka_unit_test(test_sm_model),
         cmocka_unit_test(test_knobs_table),
+        cmocka_unit_test(test_pick_sms),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
