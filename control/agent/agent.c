@@ -61,6 +61,7 @@ struct eep_agent {
     uint64_t                handed_epoch;
     uint64_t                losses;
     int64_t                 retry_at_ms; /* after a failed rejoin or resync: not before this */
+    int                     lease_dead;  /* etcd said the lease is gone: no revoke needed */
 };
 
 static int64_t eep_agent_now_ms(void)
@@ -137,6 +138,7 @@ static void eep_agent_on_lease_lost(int64_t lease, eep_status_t status, void *ar
     pthread_mutex_lock(&agent->lock);
     hit = lease == agent->lease && agent->registered;
     if (hit) {
+        agent->lease_dead = 1;
         eep_agent_mark_lost_locked(agent, eep_status_string(status));
     }
     pthread_mutex_unlock(&agent->lock);
@@ -339,14 +341,17 @@ static void eep_agent_drop_registration(eep_agent_t *agent)
 
     pthread_mutex_lock(&agent->lock);
     watch               = agent->member_watch;
-    lease               = agent->lease;
+    lease               = agent->lease_dead ? 0 : agent->lease;
     agent->member_watch = NULL;
     agent->lease        = 0;
+    agent->lease_dead   = 0;
     pthread_mutex_unlock(&agent->lock);
     if (watch != NULL) {
         eep_etcd_watch_cancel(watch);
     }
     if (lease != 0) {
+        /* After an eviction the lease still lives (and keeps a keepalive stream): end it.  After
+         * an expiry etcd answers NOT_FOUND, which the client logs; harmless. */
         eep_etcd_lease_revoke(agent->etcd, lease);
     }
 }

@@ -2,6 +2,7 @@
 #
 #   test_eepd_view     cmocka: rank order, placement, settle window, epoch rule (no etcd)
 #   test_eepd_api      cmocka: handlers on garbage, oversized and valid requests (no etcd)
+#   test_agent         libeep_agent's API against real etcd and an in-process eepd
 #   test_eepd_fuzz     libFuzzer on the request decoders and handlers, bounded (clang-14)
 #   test_eepd_cluster  real etcd + eepd replicas + agent processes on 127.0.0.1: join, leave,
 #                      kill -9, SIGSTOP, leader failover, a 3-member etcd losing one; measures
@@ -16,6 +17,13 @@ $(EEPD_TEST_BINS): $(BUILD)/tests/control/%: $(BUILD)/tests/control/%.o $(LIBEEP
                    $(LIBEEP_CONTROL_A) $$(LIBEEP_PROTO_A) $(LIBUTIL_A)
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $^ $(LDFLAGS) $(EEPD_LDLIBS) -lcmocka
+
+EEP_AGENT_TEST := $(BUILD)/tests/control/test_agent
+UNIT_TEST_BINS += $(EEP_AGENT_TEST)
+$(EEP_AGENT_TEST): $(BUILD)/tests/control/test_agent.o $(BUILD)/tests/control/support/etcd_server.o \
+                   $(LIBEEP_AGENT_A) $(LIBEEPD_A) $(LIBEEP_CONTROL_A) $$(LIBEEP_PROTO_A) $(LIBUTIL_A)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $^ $(LDFLAGS) $(EEPD_LDLIBS) -libverbs -lcmocka
 
 # The fuzzer: eepd's sources and the generated proto built again with clang's libFuzzer and
 # ASan; everything else (etcd client, rpc glue, util) links uninstrumented.  No clang: the test

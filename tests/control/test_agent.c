@@ -1,0 +1,357 @@
+/*
+ * test_agent.c - libeep_agent's public API against a real etcd and an in-process eepd.
+ *
+ * Joining and polling (ranks, placement, the notify callback), the epoch rule (nothing at or
+ * below an epoch already handed out), a lost lease (EEP_ERR_LEASE_LOST once, then a NEW member
+ * id and a newer view), fault reports (the suspect is evicted and rejoins), graceful leave (a
+ * new view at once), NIC discovery with no RDMA device, and bad arguments.  Without an etcd
+ * binary every test is skipped with the reason.
+ */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "control/agent/agent.h"
+#include "control/eepd/eepd.h"
+#include "control/etcd/etcd.h"
+#include "elastic/log.h"
+#include "tests/control/support/etcd_server.h"
+
+static eep_test_etcd_t g_etcd;
+static int             g_up;
+static eepd_t         *g_eepd;
+static pthread_t       g_loop;
+static int             g_job_seq;
+static char            g_job[64];
+
+static void *eepd_thread(void *arg)
+{
+    eepd_run(arg);
+    return NULL;
+}
+
+static int64_t ms_now(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* A fresh job per test, so that views of one test never reach the next. */
+static int setup(void **state)
+{
+    eepd_config_t cfg;
+
+    (void)state;
+    if (!g_up) {
+        return 0;
+    }
+    snprintf(g_job, sizeof(g_job), "agenttest%d-%d", (int)getpid(), ++g_job_seq);
+    if (eep_config_load(&eepd_knob_table, &cfg) != EEP_OK) {
+        return -1;
+    }
+    snprintf(cfg.job, sizeof(cfg.job), "%s", g_job);
+    snprintf(cfg.listen, sizeof(cfg.listen), "127.0.0.1:0");
+    cfg.settle_ms    = 200;
+    cfg.lease_ttl_s  = 2;
+    cfg.num_experts  = 8;
+    cfg.metrics_port = 0;
+    if (eepd_create(&cfg, 1, &g_eepd) != EEP_OK) {
+        return -1;
+    }
+    return pthread_create(&g_loop, NULL, eepd_thread, g_eepd) == 0 ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    if (g_eepd != NULL) {
+        g_eepd->stop = 1;
+        pthread_join(g_loop, NULL);
+        eepd_destroy(g_eepd);
+        g_eepd = NULL;
+    }
+    return 0;
+}
+
+static int group_setup(void **state)
+{
+    (void)state;
+    if (eep_test_etcd_binary() == NULL) {
+        printf("skip: no etcd binary (install etcd-server)\n");
+        return 0;
+    }
+    g_up = eep_test_etcd_start(&g_etcd, 1) == 0;
+    if (!g_up) {
+        return -1;
+    }
+    setenv("EEP_ETCD_ENDPOINTS", g_etcd.endpoints, 1);
+    setenv("EEP_AGENT_RDMA", "1", 1);
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    if (g_up) {
+        eep_test_etcd_destroy(&g_etcd);
+    }
+    return 0;
+}
+
+#define NEED_ETCD()                                                   \
+    do {                                                              \
+        if (!g_up) {                                                  \
+            printf("skip: no etcd binary (install etcd-server)\n");   \
+            skip();                                                   \
+        }                                                             \
+    } while (0)
+
+static void notify_count(void *arg)
+{
+    __atomic_add_fetch((int *)arg, 1, __ATOMIC_RELAXED);
+}
+
+static eep_agent_t *join(int *notified)
+{
+    eep_agent_params_t p;
+    eep_agent_t       *a = NULL;
+
+    memset(&p, 0, sizeof(p));
+    p.size        = sizeof(p);
+    p.job         = g_job;
+    p.lease_ttl_s = 2;
+    p.gpu_uuid    = "GPU-test";
+    p.notify      = notified != NULL ? notify_count : NULL;
+    p.notify_arg  = notified;
+    assert_int_equal(eep_agent_create(&p, &a), EEP_OK);
+    return a;
+}
+
+/* Wait for a view in which this agent holds a rank and which has @p n ranks. */
+static eep_agent_view_t *wait_view(eep_agent_t *a, uint32_t n, int timeout_ms)
+{
+    int64_t           end = ms_now() + timeout_ms;
+    eep_agent_view_t *v   = NULL;
+    eep_status_t      status;
+
+    while (ms_now() < end) {
+        status = eep_agent_wait(a, 100, &v);
+        if (status == EEP_OK) {
+            if (v->my_rank >= 0 && v->n_ranks == n) {
+                return v;
+            }
+            eep_agent_view_free(v);
+            v = NULL;
+        }
+    }
+    fail_msg("no view with %u ranks holding this member within %d ms", n, timeout_ms);
+    return NULL;
+}
+
+static void test_join_and_poll(void **state)
+{
+    int               n1 = 0, n2 = 0;
+    eep_agent_t      *a, *b;
+    eep_agent_view_t *va, *vb, *again = NULL;
+    char              ida[256], idb[256];
+
+    (void)state;
+    NEED_ETCD();
+    a  = join(&n1);
+    b  = join(&n2);
+    va = wait_view(a, 2, 10000);
+    vb = wait_view(b, 2, 10000);
+    assert_int_equal(va->epoch, vb->epoch);
+    assert_int_not_equal(va->my_rank, vb->my_rank);
+    assert_int_equal(eep_agent_member_id(a, ida, sizeof(ida)), EEP_OK);
+    assert_int_equal(eep_agent_member_id(b, idb, sizeof(idb)), EEP_OK);
+    assert_string_equal(va->members[va->my_rank].id, ida);
+    assert_string_equal(va->members[vb->my_rank].id, idb);
+    assert_string_equal(va->members[0].gpu_uuid, "GPU-test");
+    assert_int_equal(va->num_experts, 8);
+    assert_int_equal(va->copies, 1);
+    assert_int_equal(va->expert_ranks[0], 0);
+    assert_int_equal(va->expert_ranks[7], 1);
+    assert_int_equal(eep_agent_epoch(a), va->epoch);
+    /* Nothing new: INPROGRESS, and the same epoch is never handed out twice. */
+    assert_int_equal(eep_agent_poll(a, &again), EEP_INPROGRESS);
+    assert_true(__atomic_load_n(&n1, __ATOMIC_RELAXED) > 0);
+    assert_int_equal(eep_agent_member_id(a, ida, 4), EEP_ERR_INVALID_ARG);
+    eep_agent_view_free(va);
+    eep_agent_view_free(vb);
+    eep_agent_destroy(b);
+    eep_agent_destroy(a);
+}
+
+static void test_lease_lost_rejoins_as_new_member(void **state)
+{
+    eep_agent_t      *a, *b;
+    eep_agent_view_t *v, *w = NULL;
+    eep_etcd_params_t ep;
+    eep_etcd_t       *etcd = NULL;
+    char              before[256], after[256] = "";
+    uint64_t          epoch;
+    int64_t           end;
+    eep_status_t      status = EEP_INPROGRESS;
+    int               lost = 0;
+
+    (void)state;
+    NEED_ETCD();
+    a = join(NULL);
+    b = join(NULL);
+    v = wait_view(a, 2, 10000);
+    eep_agent_view_free(wait_view(b, 2, 10000));
+    epoch = v->epoch;
+    eep_agent_view_free(v);
+    assert_int_equal(eep_agent_member_id(a, before, sizeof(before)), EEP_OK);
+    /* Revoke a's lease behind its back (its id ends with the lease id in hex). */
+    memset(&ep, 0, sizeof(ep));
+    ep.size      = sizeof(ep);
+    ep.endpoints = g_etcd.endpoints;
+    assert_int_equal(eep_etcd_create(&ep, &etcd), EEP_OK);
+    assert_int_equal(eep_etcd_lease_revoke(etcd, (int64_t)strtoull(strrchr(before, '-') + 1,
+                                                                     NULL, 16)), EEP_OK);
+    eep_etcd_destroy(etcd);
+    end = ms_now() + 10000;
+    while (ms_now() < end && !lost) {
+        status = eep_agent_wait(a, 100, &w);
+        if (status == EEP_ERR_LEASE_LOST) {
+            lost = 1;
+        } else if (status == EEP_OK) {
+            assert_true(w->epoch > epoch); /* never an old epoch */
+            epoch = w->epoch;
+            eep_agent_view_free(w);
+        }
+    }
+    assert_true(lost);
+    /* Reported once only. */
+    status = eep_agent_poll(a, &w);
+    assert_int_not_equal(status, EEP_ERR_LEASE_LOST);
+    if (status == EEP_OK) {
+        eep_agent_view_free(w);
+    }
+    v = wait_view(a, 2, 10000);
+    assert_int_equal(eep_agent_member_id(a, after, sizeof(after)), EEP_OK);
+    assert_string_not_equal(before, after);
+    assert_string_equal(v->members[v->my_rank].id, after);
+    assert_true(v->epoch > epoch || v->epoch == eep_agent_epoch(a));
+    eep_agent_view_free(v);
+    eep_agent_destroy(b);
+    eep_agent_destroy(a);
+}
+
+static void test_fault_report_evicts_suspect(void **state)
+{
+    eep_agent_t      *a, *b;
+    eep_agent_view_t *v;
+    char              idb[256], idb2[256];
+    eep_status_t      status;
+    int64_t           end;
+    int               lost = 0;
+
+    (void)state;
+    NEED_ETCD();
+    a = join(NULL);
+    b = join(NULL);
+    v = wait_view(a, 2, 10000);
+    eep_agent_view_free(wait_view(b, 2, 10000));
+    assert_int_equal(eep_agent_member_id(b, idb, sizeof(idb)), EEP_OK);
+    assert_int_equal(eep_agent_report_fault(a, idb, 1 - v->my_rank, v->epoch, "combine",
+                                            "timeout"), EEP_OK);
+    assert_int_equal(eep_agent_report_fault(a, "../leader", 0, v->epoch, "x", NULL),
+                     EEP_ERR_INVALID_ARG);
+    eep_agent_view_free(v);
+    end = ms_now() + 10000;
+    while (ms_now() < end && !lost) {
+        eep_agent_view_t *w = NULL;
+
+        status = eep_agent_wait(b, 100, &w);
+        lost   = status == EEP_ERR_LEASE_LOST;
+        if (status == EEP_OK) {
+            eep_agent_view_free(w);
+        }
+    }
+    assert_true(lost);
+    v = wait_view(b, 2, 10000);
+    assert_int_equal(eep_agent_member_id(b, idb2, sizeof(idb2)), EEP_OK);
+    assert_string_not_equal(idb, idb2);
+    eep_agent_view_free(v);
+    eep_agent_destroy(b);
+    eep_agent_destroy(a);
+}
+
+static void test_leave_is_immediate(void **state)
+{
+    eep_agent_t      *a, *b;
+    eep_agent_view_t *v;
+    int64_t           t0;
+
+    (void)state;
+    NEED_ETCD();
+    a = join(NULL);
+    b = join(NULL);
+    eep_agent_view_free(wait_view(a, 2, 10000));
+    eep_agent_view_free(wait_view(b, 2, 10000));
+    t0 = ms_now();
+    assert_int_equal(eep_agent_leave(b), EEP_OK);
+    assert_int_equal(eep_agent_leave(b), EEP_OK); /* idempotent */
+    v = wait_view(a, 1, 5000);
+    printf("leave -> view without it in %lld ms (settle 200 ms not applied)\n",
+           (long long)(ms_now() - t0));
+    assert_true(ms_now() - t0 < 1500);
+    assert_string_equal(v->reason, "leave");
+    eep_agent_view_free(v);
+    eep_agent_destroy(b);
+    eep_agent_destroy(a);
+}
+
+static void test_nics_and_bad_args(void **state)
+{
+    char             **names = NULL;
+    size_t             n = 99, i;
+    eep_agent_t       *a = NULL;
+    eep_agent_params_t p;
+
+    (void)state;
+    assert_int_equal(eep_agent_find_nics(&names, &n), EEP_OK);
+    printf("rdma devices: %zu\n", n);
+    for (i = 0; i < n; i++) {
+        free(names[i]);
+    }
+    free(names);
+    assert_int_equal(eep_agent_find_nics(NULL, &n), EEP_ERR_INVALID_ARG);
+    assert_int_equal(eep_agent_create(NULL, &a), EEP_ERR_INVALID_ARG);
+    memset(&p, 0, sizeof(p));
+    assert_int_equal(eep_agent_create(&p, &a), EEP_ERR_INVALID_ARG); /* size unset */
+    p.size = sizeof(p);
+    p.job  = "a/b";
+    assert_int_equal(eep_agent_create(&p, &a), EEP_ERR_INVALID_ARG);
+    assert_null(a);
+    eep_agent_destroy(NULL);
+    assert_int_equal(eep_agent_poll(NULL, NULL), EEP_ERR_INVALID_ARG);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_join_and_poll, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_lease_lost_rejoins_as_new_member, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fault_report_evicts_suspect, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_leave_is_immediate, setup, teardown),
+        cmocka_unit_test(test_nics_and_bad_args),
+    };
+
+    eep_log_set_level(EEP_LOG_LEVEL_ERROR);
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
