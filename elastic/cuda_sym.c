@@ -4,9 +4,13 @@
  * One process-wide table (like the log singleton, it is process state by nature: there is one
  * driver per process).  Each half is loaded at most once under a mutex; the result, success or
  * the failure status, is published with a release store so later calls are one acquire load and
- * a failure is reported once, not on every call.  Driver functions are resolved with
- * cuGetProcAddress at the CUDA_VERSION of our headers, which is how the driver hands out the ABI a
- * header version expects; dlsym of the versioned name is the fallback.
+ * a failure is reported once, not on every call.  Driver functions are resolved with dlsym of the
+ * exported name <cuda.h> maps them to (cuMemAlloc -> cuMemAlloc_v2): that symbol has exactly the
+ * prototype the header declares.  Not cuGetProcAddress(name, CUDA_VERSION): it returns the newest
+ * ABI of a name as of that version, which is not always the declared one (in 13.0,
+ * "cuCtxSynchronize" comes back as the v13000 variant taking a CUcontext while cuda.h declares
+ * cuCtxSynchronize(void); calling it through the table failed with CONTEXT_IS_DESTROYED on the
+ * H200).
  */
 #include "elastic/cuda_sym.h"
 
@@ -25,7 +29,7 @@ enum { EEP_SYM_UNLOADED = 0, EEP_SYM_READY, EEP_SYM_FAILED };
 #define EEP_SYM_STR(_x)  EEP_SYM_STR_(_x)
 
 typedef struct {
-    const char *name;     /* as written in the list: cuGetProcAddress takes this */
+    const char *name;     /* as written in the list, for messages */
     const char *abi_name; /* after the header's macros: dlsym takes this */
     size_t      offset;   /* of the field in eep_cuda_sym_t */
     int         required;
@@ -72,8 +76,6 @@ static eep_status_t eep_cuda_sym_load_driver(void)
     const char *lib = eep_cuda_sym_ctx.driver_lib[0] != '\0' ? eep_cuda_sym_ctx.driver_lib
                                                              : "libcuda.so.1";
     eep_cuda_sym_t *sym = &eep_cuda_sym_ctx.sym;
-    CUresult (*get_proc)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
-    CUdriverProcAddressQueryResult qres;
     eep_status_t status;
     void        *handle, *fn;
     size_t       i;
@@ -85,16 +87,10 @@ static eep_status_t eep_cuda_sym_load_driver(void)
                   "NVIDIA driver to run kernels (compiling them needs no driver)", lib, dlerror());
         return EEP_ERR_NO_DEVICE;
     }
-    *(void **)&get_proc = dlsym(handle, "cuGetProcAddress_v2");
     for (i = 0; i < EEP_NROWS(eep_cuda_driver_rows); i++) {
         const eep_cuda_sym_row_t *row = &eep_cuda_driver_rows[i];
 
-        fn = NULL;
-        if (get_proc == NULL ||
-            get_proc(row->name, &fn, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &qres) !=
-                CUDA_SUCCESS || qres != CU_GET_PROC_ADDRESS_SUCCESS) {
-            fn = dlsym(handle, row->abi_name);
-        }
+        fn = dlsym(handle, row->abi_name);
         if (fn == NULL && row->required) {
             eep_error(EEP_SUBSYS_RUNTIME, "the CUDA driver %s lacks %s (%s): it is older than the "
                       "CUDA %d.%d headers ElasticEP was built with; update the NVIDIA driver", lib,

@@ -3,8 +3,8 @@
  *
  * libeep links neither libcuda nor libnvrtc: a machine without a GPU driver must still load the
  * library, compile kernels and run the control plane.  Every cu* and nvrtc* function we call is
- * listed once below (an X-macro), resolved on first use (cuGetProcAddress for the driver, with the
- * ABI version of the headers we compiled against; dlsym for NVRTC) and called through the table:
+ * listed once below (an X-macro), resolved on first use (dlsym of the exported symbol the header
+ * declares, see cuda_sym.c for why not cuGetProcAddress) and called through the table:
  *
  *     const eep_cuda_sym_t *cu;
  *     status = eep_cuda_sym_driver(&cu);           // EEP_ERR_NO_DEVICE without a driver

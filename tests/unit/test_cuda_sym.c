@@ -165,6 +165,11 @@ static void test_real_driver(void **state)
     const eep_cuda_sym_t *sym = NULL;
     eep_status_t          status;
     int                   count = 0;
+    unsigned int          word = 0;
+    CUdeviceptr           d;
+    CUcontext             ctx;
+    CUdevice              dev;
+    CUevent               ev;
 
     (void)state;
     eep_cuda_sym_test_override(NULL, NULL);
@@ -181,6 +186,23 @@ static void test_real_driver(void **state)
     assert_true(count > 0);
     assert_non_null(sym->cuLaunchKernel);
     assert_non_null(sym->cuMemAlloc);
+    /* Each entry has the declared prototype: cuCtxSynchronize(void) is the v2000 ABI (CUDA 13's
+       cuGetProcAddress("cuCtxSynchronize", 13000) hands out a variant taking a context). */
+    assert_int_equal(sym->cuDeviceGet(&dev, 0), CUDA_SUCCESS);
+    assert_int_equal(sym->cuDevicePrimaryCtxRetain(&ctx, dev), CUDA_SUCCESS);
+    assert_int_equal(sym->cuCtxSetCurrent(ctx), CUDA_SUCCESS);
+    assert_int_equal(sym->cuCtxSynchronize(), CUDA_SUCCESS);
+    assert_int_equal(sym->cuMemAlloc(&d, 4096), CUDA_SUCCESS);
+    assert_int_equal(sym->cuMemsetD32(d, 0x12345678u, 1024), CUDA_SUCCESS);
+    assert_int_equal(sym->cuMemcpyDtoH(&word, d + 4092, sizeof(word)), CUDA_SUCCESS);
+    assert_int_equal(word, 0x12345678u);
+    assert_int_equal(sym->cuEventCreate(&ev, CU_EVENT_DEFAULT), CUDA_SUCCESS);
+    assert_int_equal(sym->cuEventRecord(ev, NULL), CUDA_SUCCESS);
+    assert_int_equal(sym->cuEventSynchronize(ev), CUDA_SUCCESS);
+    assert_int_equal(sym->cuEventDestroy(ev), CUDA_SUCCESS);
+    assert_int_equal(sym->cuMemFree(d), CUDA_SUCCESS);
+    assert_int_equal(sym->cuCtxSynchronize(), CUDA_SUCCESS);
+    assert_int_equal(sym->cuDevicePrimaryCtxRelease(dev), CUDA_SUCCESS);
 }
 
 int main(void)
