@@ -109,9 +109,13 @@ void         eep_etcd_destroy(eep_etcd_t *client);
 /*
  * Unary calls (range, put, delete, txn, lease grant/revoke) run on the caller's thread, bounded
  * by the client's timeout; on UNAVAILABLE or DEADLINE_EXCEEDED they move to the next endpoint
- * until the timeout is spent, then fail with EEP_ERR_CONTROL_UNAVAILABLE.  A retried write may
- * have been applied by the attempt that timed out (a txn then reports its compare failed; callers
- * of compare-and-swap re-read).  Keys are NUL-terminated strings; key and value bytes returned in
+ * until the timeout is spent, then fail with EEP_ERR_CONTROL_UNAVAILABLE.  Writes are therefore
+ * at-least-once: the attempt that timed out on a hung member may still be applied, even after the
+ * retry and after later writes, when that member wakes up (a put then reappears at a newer
+ * revision; a txn's stale copy fails its compare, and a retried txn may report its compare
+ * failed although the first attempt applied it).  Where order matters, write with a txn that
+ * compares mod_revision, and re-read after a failed compare.  Keys are NUL-terminated strings;
+ * key and value bytes returned in
  * eep_etcd_kv_t are followed by a NUL byte that is not counted in their length.
  */
 
