@@ -18,6 +18,15 @@
  * do not, e.g. NCCL 2.28.9's GIN headers), stores the cubin in an on-disk cache keyed by a hash of
  * everything that shapes it, and loads it with the driver API.  Compiling needs no GPU; loading and
  * launching do.  A warm lookup never runs a compiler.
+ *
+ * The key is a SHA-256 over the generated unit, every header it includes (found by scanning
+ * #include lines recursively; headers inside the CUDA toolkit are covered by its path, version and
+ * the compiler identity instead, NCCL's are always read), the compiler identity (NVRTC version and
+ * library file; size and mtime of nvcc, ptxas and cicc, never by running them), flags, arch,
+ * NCCL_VERSION_CODE and backend.  Entries are checked (magic, length, SHA-256) and rebuilt when
+ * corrupt; concurrent compiles of one key, across processes, run once (a per-key flock).
+ * Knobs (elastic/jit_knobs.c): EEP_JIT_CACHE_DIR, EEP_JIT_BACKEND, EEP_JIT_NVCC,
+ * EEP_JIT_SOURCE_ROOT, EEP_JIT_KEEP_SOURCE, EEP_JIT_ARCH.  All functions are thread-safe.
  */
 #ifndef EEP_JIT_H
 #define EEP_JIT_H
@@ -85,15 +94,23 @@ eep_status_t eep_jit_compile(eep_jit_t *jit, const eep_jit_spec_t *spec, eep_jit
 
 /**
  * Compile if needed, then load into the current CUDA context (driver API) and return the entry.
- * Loaded kernels are kept per (context, key): a second call returns the same kernel.
- * @return EEP_ERR_NO_DEVICE without a GPU driver.
+ * Loaded kernels are kept per (context, key): a second call returns the same kernel without
+ * reading the cache (it only recomputes the key, well under a millisecond with warm headers).
+ * @return EEP_ERR_NO_DEVICE without a GPU driver (checked before compiling);
+ *         EEP_ERR_INVALID_ARG when no CUDA context is current; else as eep_jit_compile, or the
+ *         translated driver error of the load.
  */
 eep_status_t eep_jit_get_kernel(eep_jit_t *jit, const eep_jit_spec_t *spec,
                                 eep_jit_kernel_t **kernel_p);
 
 /**
- * Launch @p kernel with its one parameter struct (copied by value into the launch).
- * @param [in] stream  a CUstream (void * so that callers need no CUDA header), NULL for default.
+ * Launch @p kernel with its one parameter struct (copied by value into the launch), in the context
+ * it was loaded in (which must be current).
+ * @param [in] stream        a CUstream (void * so that callers need no CUDA header), NULL for
+ *                           the default stream.
+ * @param [in] shared_bytes  dynamic shared memory; above 48 KiB the kernel's limit is raised.
+ * @param [in] params_size   sizeof the struct; checked against the kernel's parameter size where
+ *                           the driver reports it (cuFuncGetParamInfo): EEP_ERR_INVALID_ARG.
  */
 eep_status_t eep_jit_launch(const eep_jit_kernel_t *kernel, unsigned grid_x, unsigned block_x,
                             size_t shared_bytes, void *stream, const void *params,
