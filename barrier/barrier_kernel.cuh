@@ -11,12 +11,13 @@
  *
  * Scale-up algorithm: window slot arrive[j] of rank r holds how many barriers LSA peer j has
  * entered (only j writes it).  To enter barrier e, thread t stores e into arrive[me] of peer t
- * (release, system scope; t == me is the own slot), then waits until its own arrive[t] >= e.  My
- * own slot is thus my barrier count, read once per launch: no epoch word, no reset, no atomics.
- * A peer can be at most one barrier ahead (it cannot leave e+1 before I enter it), so ">=" is
- * exact.  Scale-out: the same counting with GIN signals: SignalInc{signal0 + my rail rank} to each
- * rail peer; signal signal0 + t counts the barriers rail peer t entered; my own count lives in a
- * local window word.  Every wait is bounded (impl/bounded_wait.cuh).
+ * (release, system scope), then waits until its own arrive[t] >= e.  My own slot arrive[me] is
+ * never written by a peer, so it keeps my barrier count: read once per launch, written back once
+ * at the end.  No epoch word, no reset, no atomics, every pointer computed once per launch.  A
+ * peer can be at most one barrier ahead (it cannot leave e+1 before I enter it), so ">=" is exact.
+ * Scale-out: the same counting with GIN signals: SignalInc{signal0 + my rail rank} to each rail
+ * peer; signal signal0 + t counts the barriers rail peer t entered; my own count lives in a local
+ * window word.  Every wait is bounded (impl/bounded_wait.cuh).
  *
  * GIN code is compiled only with -DEEP_BARRIER_GIN=1 (nvcc): NCCL 2.28.9's GIN headers do not
  * compile under NVRTC, and the LSA-only variants must.
@@ -43,27 +44,49 @@ __device__ __forceinline__ const ncclDevComm &eep_barrier_devcomm(const eep_barr
     return *reinterpret_cast<const ncclDevComm *>(&p.devcomm);
 }
 
-/* One scale-up (LSA) barrier: entering barrier `epoch`.  All threads of the block call it. */
-__device__ __forceinline__ bool eep_barrier_lsa(const eep_barrier_params_t &p,
-                                                const eep_wait_ctx &w, unsigned long long epoch)
-{
-    const ncclDevComm &dc  = eep_barrier_devcomm(p);
-    ncclWindow_t       win = (ncclWindow_t)p.window;
-    const int          me  = dc.lsaRank;
-    bool               ok  = true;
+/*
+ * One thread's share of the scale-up barrier: the LSA peer it signals and waits for (one peer per
+ * thread: the launch has at least lsaSize threads), with every pointer computed once per launch.
+ */
+struct eep_lsa_lane {
+    unsigned long long       *store_to; /* arrive[me] in the peer's window */
+    const unsigned long long *wait_on;  /* arrive[peer] in my window */
+    int                       peer_world;
+    bool                      active;   /* this thread has a peer (not itself) */
+};
 
-    for (int t = threadIdx.x; t < dc.lsaSize; t += blockDim.x) {
-        unsigned long long *slot = (unsigned long long *)ncclGetLsaPointer(
-            win, p.lsa_arrive_off + sizeof(unsigned long long) * (size_t)me, t);
-        eep_st_release_sys(slot, epoch);
+__device__ __forceinline__ eep_lsa_lane eep_lsa_lane_init(const eep_barrier_params_t &p,
+                                                          const ncclDevComm &dc, bool do_lsa)
+{
+    eep_lsa_lane l;
+    const int    t  = threadIdx.x;
+    const int    me = dc.lsaRank;
+
+    l.active     = do_lsa && t < dc.lsaSize && t != me;
+    l.store_to   = nullptr;
+    l.wait_on    = nullptr;
+    l.peer_world = -1;
+    if (l.active) {
+        ncclWindow_t win = (ncclWindow_t)p.window;
+        l.store_to   = (unsigned long long *)ncclGetLsaPointer(win, p.lsa_arrive_off + 8ull * me, t);
+        l.wait_on    = (const unsigned long long *)ncclGetLsaPointer(win,
+                                                                     p.lsa_arrive_off + 8ull * t, me);
+        l.peer_world = ncclTeamRankToWorld(dc, ncclTeamLsa(dc), t);
     }
-    for (int t = threadIdx.x; t < dc.lsaSize && ok; t += blockDim.x) {
-        const unsigned long long *slot = (const unsigned long long *)ncclGetLsaPointer(
-            win, p.lsa_arrive_off + sizeof(unsigned long long) * (size_t)t, me);
-        ok = eep_wait_geq(w, [slot] { return eep_ld_acquire_sys(slot); }, epoch,
-                          EEP_PHASE_BARRIER_LSA, ncclTeamRankToWorld(dc, ncclTeamLsa(dc), t));
+    return l;
+}
+
+/* Enter scale-up barrier `epoch`: release-store it to the peer, wait for the peer's. */
+__device__ __forceinline__ bool eep_barrier_lsa(const eep_lsa_lane &l, const eep_wait_ctx &w,
+                                                unsigned long long epoch)
+{
+    if (!l.active) {
+        return true;
     }
-    return ok;
+    eep_st_release_sys(l.store_to, epoch);
+    const unsigned long long *slot = l.wait_on;
+    return eep_wait_geq(w, [slot] { return eep_ld_acquire_sys(slot); }, epoch,
+                        EEP_PHASE_BARRIER_LSA, l.peer_world);
 }
 
 #if EEP_BARRIER_GIN
@@ -98,29 +121,26 @@ __device__ void eep_barrier_body(const eep_barrier_params_t &p)
 {
     static_assert(Mode == 0 || Mode == 1, "Mode: 0 parallel, 1 sequential");
     static_assert(!Gin || EEP_BARRIER_GIN, "GIN variants need -DEEP_BARRIER_GIN=1 (nvcc)");
-    __shared__ int                block_failed;
-    __shared__ unsigned long long epoch0;
+    __shared__ int block_failed;
 
     const ncclDevComm &dc = eep_barrier_devcomm(p);
     /* Which barriers this block runs: parallel splits them over blocks 0 (LSA) and 1 (GIN). */
-    const bool do_lsa = Mode == 1 || blockIdx.x == 0;
-    const bool do_gin = Gin && (Mode == 1 || blockIdx.x == 1);
-    unsigned long long *gin_epoch =
-        (unsigned long long *)ncclGetLsaPointer((ncclWindow_t)p.window, p.gin_epoch_off,
-                                                dc.lsaRank);
-
-    if (threadIdx.x == 0) {
-        block_failed = 0;
-        if (do_lsa) {
-            /* My own arrival slot holds the number of barriers I entered. */
-            epoch0 = *(volatile unsigned long long *)ncclGetLsaPointer(
-                (ncclWindow_t)p.window, p.lsa_arrive_off + 8ull * (unsigned)dc.lsaRank, dc.lsaRank);
-        }
-    }
-    __syncthreads();
-    unsigned long long lsa_epoch = epoch0;
+    const bool         do_lsa = Mode == 1 || blockIdx.x == 0;
+    const bool         do_gin = Gin && (Mode == 1 || blockIdx.x == 1);
+    const eep_lsa_lane lane = eep_lsa_lane_init(p, dc, do_lsa);
+    /* My own arrival slot holds the number of scale-up barriers I entered (peers never write
+       it); the GIN count is a local word.  Read once, written back once at the end. */
+    unsigned long long *own = do_lsa ? (unsigned long long *)ncclGetLsaPointer(
+                                           (ncclWindow_t)p.window,
+                                           p.lsa_arrive_off + 8ull * (unsigned)dc.lsaRank,
+                                           dc.lsaRank)
+                                     : nullptr;
+    unsigned long long *gin_epoch = do_gin ? (unsigned long long *)ncclGetLsaPointer(
+                                                 (ncclWindow_t)p.window, p.gin_epoch_off,
+                                                 dc.lsaRank)
+                                           : nullptr;
+    unsigned long long lsa_epoch = do_lsa ? *(volatile unsigned long long *)own : 0;
     unsigned long long gin_count = do_gin ? *(volatile unsigned long long *)gin_epoch : 0;
-    unsigned int       done = 0;
 
     eep_wait_ctx w;
     w.fault        = p.fault;
@@ -128,6 +148,10 @@ __device__ void eep_barrier_body(const eep_barrier_params_t &p)
     w.block_failed = &block_failed;
     w.timeout_ns   = p.timeout_ns;
     w.rank         = dc.rank;
+    if (threadIdx.x == 0) {
+        block_failed = 0;
+    }
+    __syncthreads();
 
     for (unsigned int it = 0; it < p.iterations; it++) {
         if (p.delay_ns != 0) { /* test hook: a late rank */
@@ -151,13 +175,12 @@ __device__ void eep_barrier_body(const eep_barrier_params_t &p)
 #endif
         if (do_lsa && ok) {
             __syncthreads(); /* release: the block's earlier writes precede the arrival stores */
-            ok = eep_barrier_lsa(p, w, ++lsa_epoch);
+            ok = eep_barrier_lsa(lane, w, ++lsa_epoch);
         }
         __syncthreads();
         if (*(volatile int *)&block_failed) {
             break;
         }
-        done++;
         if (threadIdx.x == 0 && blockIdx.x == 0) {
             if (p.stamps != nullptr) {
                 p.stamps[2ull * it + 1] = eep_globaltimer();
@@ -167,9 +190,13 @@ __device__ void eep_barrier_body(const eep_barrier_params_t &p)
             }
         }
     }
-    (void)done;
-    if (do_gin && threadIdx.x == 0) {
-        *(volatile unsigned long long *)gin_epoch = gin_count;
+    if (threadIdx.x == 0) {
+        if (do_lsa) {
+            *(volatile unsigned long long *)own = lsa_epoch;
+        }
+        if (do_gin) {
+            *(volatile unsigned long long *)gin_epoch = gin_count;
+        }
     }
 }
 

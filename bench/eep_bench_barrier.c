@@ -26,12 +26,13 @@
 
 #define WARM 100
 
-enum { OP_OURS_PAR, OP_OURS_SEQ, OP_NCCL_LSA, OP_ALLREDUCE, OP_COUNT };
+enum { OP_OURS_PAR, OP_OURS_SEQ, OP_NCCL_LSA, OP_ALLREDUCE, OP_ALLREDUCE_NB, OP_COUNT };
 static const char *const op_names[OP_COUNT] = {
     "eep_barrier, parallel mode",
     "eep_barrier, sequential mode",
     "NCCL ncclLsaBarrierSession kernel",
-    "ncclAllReduce, 4 bytes",
+    "ncclAllReduce, 4 bytes (blocking comm)",
+    "ncclAllReduce, 4 bytes (the runtime's non-blocking comm)",
 };
 
 typedef struct {
@@ -40,7 +41,8 @@ typedef struct {
     const eep_cuda_sym_t *cu;
     CUstream              stream;
     eep_jit_kernel_t     *nccl_kernel;
-    ncclComm_t            comm;
+    ncclComm_t            comm;    /* the runtime's (non-blocking) */
+    ncclComm_t            ar_comm; /* a plain blocking communicator for the all-reduce baseline */
     CUdeviceptr           d_cycles, d_stamps, d_red;
     unsigned              block;
     int                   n;
@@ -65,6 +67,7 @@ static eep_status_t run_op(bench_t *b, int op, unsigned iterations, int hooks)
     eep_barrier_opts_t   o;
     eep_barrier_params_t p;
     ncclResult_t         res;
+    ncclComm_t           comm;
 
     memset(&o, 0, sizeof(o));
     o.size       = sizeof(o);
@@ -82,12 +85,13 @@ static eep_status_t run_op(bench_t *b, int op, unsigned iterations, int hooks)
         eep_barrier_params_fill(b->rt, &o, &p);
         return eep_jit_launch(b->nccl_kernel, 1, b->block, 0, b->stream, &p, sizeof(p));
     default:
+        comm = op == OP_ALLREDUCE ? b->ar_comm : b->comm;
         res = ncclAllReduce((void *)(uintptr_t)b->d_red, (void *)(uintptr_t)b->d_red, 1,
-                            ncclFloat, ncclSum, b->comm, (cudaStream_t)b->stream);
+                            ncclFloat, ncclSum, comm, (cudaStream_t)b->stream);
         if (res == ncclInProgress) {
             ncclResult_t async = ncclInProgress;
 
-            while (ncclCommGetAsyncError(b->comm, &async) == ncclSuccess &&
+            while (ncclCommGetAsyncError(comm, &async) == ncclSuccess &&
                    async == ncclInProgress) {
             }
             res = async;
@@ -176,7 +180,7 @@ int eep_bench_barrier_main(int argc, char **argv)
     eep_jit_spec_t      spec;
     eep_runtime_info_t  info;
     double              mine[OP_COUNT][4], *all;
-    char                table[4096];
+    char                table[8192];
     size_t              len = 0;
     int                 op, c, r, nranks;
     FILE               *out;
@@ -205,10 +209,21 @@ int eep_bench_barrier_main(int argc, char **argv)
     spec.launch_bounds = EEP_BARRIER_MAX_THREADS;
     GPU_OK(eep_jit_create(NULL, &jit));
     GPU_OK(eep_jit_get_kernel(jit, &spec, &b.nccl_kernel));
+    {
+        ncclUniqueId id;
+
+        memset(&id, 0, sizeof(id));
+        if (gpu_test_rank == 0) {
+            GPU_REQUIRE(ncclGetUniqueId(&id) == ncclSuccess, "ncclGetUniqueId");
+        }
+        GPU_OK(eep_bootstrap_bcast(b.bs, &id, sizeof(id), 0));
+        GPU_REQUIRE(ncclCommInitRank(&b.ar_comm, nranks, id, gpu_test_rank) == ncclSuccess,
+                    "ncclCommInitRank");
+    }
 
     for (op = 0; op < OP_COUNT; op++) {
         mine[op][0] = mine[op][1] = -1;
-        if (op != OP_ALLREDUCE) {
+        if (op != OP_ALLREDUCE && op != OP_ALLREDUCE_NB) {
             in_kernel(&b, op, &mine[op][0], &mine[op][1]);
         }
         per_launch(&b, op, &mine[op][2], &mine[op][3]);
@@ -254,6 +269,7 @@ int eep_bench_barrier_main(int argc, char **argv)
     b.cu->cuMemFree(b.d_stamps);
     b.cu->cuMemFree(b.d_red);
     b.cu->cuStreamDestroy(b.stream);
+    ncclCommDestroy(b.ar_comm);
     eep_jit_destroy(jit);
     eep_runtime_destroy(b.rt);
     eep_bootstrap_destroy(b.bs);

@@ -19,6 +19,7 @@
 static int gpu_test_failures;
 static int gpu_test_rank = -1;
 
+/* Every macro evaluates its condition exactly once (they wrap calls with side effects). */
 #define GPU_CHECK(_cond, ...)                                                                     \
     do {                                                                                          \
         if (!(_cond)) {                                                                           \
@@ -33,13 +34,19 @@ static int gpu_test_rank = -1;
 /* A check after which the test cannot go on. */
 #define GPU_REQUIRE(_cond, ...)                                                                   \
     do {                                                                                          \
-        GPU_CHECK(_cond, __VA_ARGS__);                                                            \
-        if (!(_cond)) {                                                                           \
+        int _gpu_ok = !!(_cond);                                                                  \
+        GPU_CHECK(_gpu_ok, __VA_ARGS__);                                                          \
+        if (!_gpu_ok) {                                                                           \
+            printf("FAIL [rank %d]: %s\n", gpu_test_rank, #_cond);                                \
             exit(1);                                                                              \
         }                                                                                         \
     } while (0)
 
-#define GPU_OK(_expr) GPU_REQUIRE((_expr) == EEP_OK, "%s", eep_status_name(_expr))
+#define GPU_OK(_expr)                                                                             \
+    do {                                                                                          \
+        eep_status_t _gpu_status = (_expr);                                                       \
+        GPU_REQUIRE(_gpu_status == EEP_OK, "%s: %s", #_expr, eep_status_name(_gpu_status));       \
+    } while (0)
 
 static inline double gpu_test_now_ms(void)
 {
