@@ -36,6 +36,8 @@ typedef struct {
     int            nranks;   /* > 0: fork this many local ranks */
     int            baseline; /* --baseline nccl */
     int            check;
+    int            ours;     /* run eep_dispatch/eep_combine (default; --no-ours skips) */
+    eep_ep_mode_t  mode;     /* of ours: --mode cpu-sync|no-cpu-sync|cached */
     int            iters, warmup;
     uint64_t       seed;
     const char    *gating;   /* random, masked, hotspot, hotspot-only, silent, masked-rank, t1 */
@@ -49,6 +51,7 @@ typedef struct {
     double  dispatch_bytes, combine_bytes; /* to other ranks, per call */
     int64_t errors;
     int     ran;
+    char    why[96];   /* when not run */
 } bench_result_t;
 
 static void usage(FILE *out)
@@ -65,6 +68,8 @@ static void usage(FILE *out)
             "  --dtype bf16|fp8    (bf16)\n"
             "  --index int32|int64 topk_idx type (int64)\n"
             "  --gating G          random, masked, hotspot, hotspot-only, silent, masked-rank, t1\n"
+            "  --mode M            ours: cpu-sync, no-cpu-sync (default) or cached\n"
+            "  --no-ours           skip eep_dispatch/eep_combine (baseline only)\n"
             "  --iters N           timed iterations (20); --warmup N (5)\n"
             "  --seed S            (1); --no-check skips the CPU reference\n");
 }
@@ -79,12 +84,15 @@ static int parse_opts(int argc, char **argv, bench_opts_t *o)
         { "index", required_argument, NULL, 'x' },  { "gating", required_argument, NULL, 'g' },
         { "iters", required_argument, NULL, 'i' },  { "warmup", required_argument, NULL, 'w' },
         { "seed", required_argument, NULL, 's' },   { "no-check", no_argument, NULL, 'C' },
+        { "mode", required_argument, NULL, 'm' },   { "no-ours", no_argument, NULL, 'O' },
         { "help", no_argument, NULL, 'h' },         { NULL, 0, NULL, 0 },
     };
     int c;
 
     memset(o, 0, sizeof(*o));
     o->check  = 1;
+    o->ours   = 1;
+    o->mode   = EEP_EP_MODE_NO_CPU_SYNC;
     o->iters  = 20;
     o->warmup = 5;
     o->seed   = 1;
@@ -125,6 +133,19 @@ static int parse_opts(int argc, char **argv, bench_opts_t *o)
         case 'w': o->warmup = atoi(optarg); break;
         case 's': o->seed = strtoull(optarg, NULL, 0); break;
         case 'C': o->check = 0; break;
+        case 'O': o->ours = 0; break;
+        case 'm':
+            if (strcmp(optarg, "cpu-sync") == 0) {
+                o->mode = EEP_EP_MODE_CPU_SYNC;
+            } else if (strcmp(optarg, "no-cpu-sync") == 0) {
+                o->mode = EEP_EP_MODE_NO_CPU_SYNC;
+            } else if (strcmp(optarg, "cached") == 0) {
+                o->mode = EEP_EP_MODE_CACHED;
+            } else {
+                fprintf(stderr, "eep-bench ep: --mode is cpu-sync, no-cpu-sync or cached\n");
+                return -1;
+            }
+            break;
         case 'h': usage(stdout); return 1;
         default: usage(stderr); return -1;
         }
@@ -442,6 +463,218 @@ out:
     return status;
 }
 
+/* Wire bytes this rank sends to other ranks per dispatch, bf16 bytes per combine (the same
+   definitions as the baseline's counters). */
+static void traffic(const eep_ep_shape_t *s, const eep_ref_input_t *in, int rank, double *d_p,
+                    double *c_p)
+{
+    eep_ep_wire_t w;
+    int           El = eep_ep_local_experts(s), src, t, k, r;
+    double        d = 0, c = 0;
+
+    eep_ep_wire_layout(s, &w);
+    for (src = 0; src < s->world; src++) {
+        for (t = 0; t < in[src].num_tokens; t++) {
+            uint64_t hit = 0;
+
+            for (k = 0; k < s->num_topk; k++) {
+                int64_t e = in[src].topk_idx[(size_t)t * (size_t)s->num_topk + (size_t)k];
+
+                if (e >= 0) {
+                    hit |= 1ull << (e / El);
+                }
+            }
+            for (r = 0; r < s->world; r++) {
+                if (((hit >> r) & 1) && r != src) {
+                    if (src == rank) {
+                        d += (double)w.token_bytes;
+                    }
+                    if (r == rank) {
+                        c += (double)s->hidden * 2;
+                    }
+                }
+            }
+        }
+    }
+    *d_p = d;
+    *c_p = c;
+}
+
+/* eep_dispatch/eep_combine on this rank, over a runtime that adopts the benchmark's
+   communicator: check, then time.  Whatever stops it is said in res->why. */
+static eep_status_t run_ours(eep_bench_ctx_t *ctx, const bench_opts_t *o,
+                             const eep_ref_input_t *in, const eep_ref_recv_t *recv,
+                             uint16_t *const *y_host, const uint16_t *out_want,
+                             const eep_bench_inputs_t *din, bench_result_t *res)
+{
+    const eep_cuda_sym_t *cu = ctx->cu;
+    const eep_ep_shape_t *s = &o->shape;
+    eep_runtime_params_t  rp = { .size = sizeof(rp), .nccl_comm = ctx->comm, .device = -1 };
+    eep_runtime_t        *rt = NULL;
+    eep_ep_handle_t      *h = NULL;
+    eep_dispatch_args_t   a;
+    eep_bl_view_t         v;
+    CUdeviceptr           y = 0;
+    int64_t               rows = eep_ep_rows_max(s), num_rows = -1;
+    size_t                El = (size_t)eep_ep_local_experts(s), K = (size_t)s->num_topk;
+    size_t                hb = (size_t)s->hidden * eep_ep_elem_bytes(s->dtype);
+    size_t                sb = s->dtype == EEP_DTYPE_FP8_E4M3 ? (size_t)s->hidden / 128 * 4 : 0;
+    size_t                out_bytes = (size_t)in[ctx->rank].num_tokens * (size_t)s->hidden * 2;
+    int32_t              *host_counts = calloc(El + 1, sizeof(int32_t));
+    uint16_t             *out1 = malloc(out_bytes + 2), *out2 = malloc(out_bytes + 2);
+    eep_status_t          status = EEP_OK;
+    int                   i;
+    double                t0;
+
+    memset(&v, 0, sizeof(v));
+    if (host_counts == NULL || out1 == NULL || out2 == NULL) {
+        status = EEP_ERR_NO_MEMORY;
+        goto out;
+    }
+    status = eep_runtime_create(&rp, &rt);
+    if (status != EEP_OK) {
+        snprintf(res->why, sizeof(res->why), "eep_runtime_create: %s", eep_status_string(status));
+        goto out;
+    }
+    v.capacity = rows;
+    CU_TRY(cu->cuMemAlloc(&v.recv_x, (size_t)rows * hb + 16));
+    CU_TRY(cu->cuMemAlloc(&v.recv_x_scales, (size_t)rows * sb + 16));
+    CU_TRY(cu->cuMemAlloc(&v.recv_topk_idx, (size_t)rows * K * 4 + 16));
+    CU_TRY(cu->cuMemAlloc(&v.recv_topk_weights, (size_t)rows * K * 4 + 16));
+    CU_TRY(cu->cuMemAlloc(&v.expert_counts, El * 4 + 16));
+    CU_TRY(cu->cuMemAlloc(&v.expert_offsets, (El + 1) * 4 + 16));
+    CU_TRY(cu->cuMemAlloc(&v.out, (size_t)s->max_tokens * (size_t)s->hidden * 2 + 16));
+    CU_TRY(cu->cuMemAlloc(&y, (size_t)rows * (size_t)s->hidden * 2 + 16));
+
+    memset(&a, 0, sizeof(a));
+    a.size                = sizeof(a);
+    a.x                   = (const void *)din->x;
+    a.x_scales            = sb ? (const float *)din->x_scales : NULL;
+    a.dtype               = s->dtype;
+    a.topk_idx            = (const void *)din->topk_idx;
+    a.topk_idx_dtype      = din->idx_dtype;
+    a.topk_weights        = (const float *)din->topk_weights;
+    a.num_tokens          = din->num_tokens;
+    a.hidden              = s->hidden;
+    a.num_topk            = s->num_topk;
+    a.num_experts         = s->num_experts;
+    a.expert_alignment    = s->alignment;
+    a.max_tokens_per_rank = s->max_tokens;
+    a.recv_capacity       = rows;
+    a.recv_x              = (void *)v.recv_x;
+    a.recv_x_scales       = sb ? (float *)v.recv_x_scales : NULL;
+    a.recv_topk_idx       = (int32_t *)v.recv_topk_idx;
+    a.recv_topk_weights   = (float *)v.recv_topk_weights;
+    a.recv_expert_counts  = (int32_t *)v.expert_counts;
+    a.recv_expert_offsets = (int32_t *)v.expert_offsets;
+    a.host_expert_counts  = host_counts;
+    a.num_recv_rows_p     = &num_rows;
+    /* Cached mode needs a layout first. */
+    a.mode = o->mode == EEP_EP_MODE_CACHED ? EEP_EP_MODE_NO_CPU_SYNC : o->mode;
+
+    if ((status = poison_outputs(ctx, s, &v)) != EEP_OK) {
+        goto out;
+    }
+    status = eep_dispatch(rt, &a, &h, ctx->stream);
+    if (status == EEP_ERR_UNSUPPORTED) {
+        snprintf(res->why, sizeof(res->why), "eep_dispatch: not available yet");
+        goto out;
+    }
+    if (status == EEP_OK && o->mode == EEP_EP_MODE_CACHED) {
+        /* Check what the cached dispatch produced, not the one before it. */
+        a.mode = EEP_EP_MODE_CACHED;
+        if ((status = poison_outputs(ctx, s, &v)) == EEP_OK) {
+            status = eep_dispatch(rt, &a, &h, ctx->stream);
+        }
+    }
+    if (status != EEP_OK || (status = eep_runtime_sync(rt, ctx->stream)) != EEP_OK) {
+        snprintf(res->why, sizeof(res->why), "dispatch: %s", eep_status_string(status));
+        goto out;
+    }
+    if (o->check) {
+        const eep_ref_recv_t *r = &recv[ctx->rank];
+
+        res->errors += check_dispatch(ctx, s, &v, r);
+        if (o->mode == EEP_EP_MODE_CPU_SYNC) {
+            res->errors += diff("host_expert_counts", host_counts, r->expert_counts, El, 4,
+                                ctx->rank);
+            res->errors += diff("num_recv_rows", &num_rows, &r->num_rows, 1, 8, ctx->rank);
+        }
+        CU_TRY(cu->cuMemsetD8(y, 0xff, (size_t)rows * (size_t)s->hidden * 2));
+        if (r->num_rows > 0) {
+            CU_TRY(cu->cuMemcpyHtoD(y, y_host[ctx->rank],
+                                    (size_t)r->num_rows * (size_t)s->hidden * 2));
+        }
+        for (i = 0; i < 2; i++) {
+            CU_TRY(cu->cuMemsetD8Async(v.out, 0xa5, out_bytes + 2, ctx->stream));
+            if ((status = eep_combine(rt, (const void *)y, h, (void *)v.out, ctx->stream)) !=
+                EEP_OK || (status = eep_runtime_sync(rt, ctx->stream)) != EEP_OK) {
+                snprintf(res->why, sizeof(res->why), "combine: %s", eep_status_string(status));
+                goto out;
+            }
+            CU_TRY(cu->cuMemcpyDtoH(i == 0 ? out1 : out2, v.out, out_bytes + 2));
+        }
+        res->errors += diff("combine out", out1, out_want, out_bytes / 2, 2, ctx->rank);
+        res->errors += diff("combine out (second run)", out2, out1, out_bytes / 2, 2, ctx->rank);
+        res->errors += diff("combine out (past the end)", out1 + out_bytes / 2, "\xa5\xa5", 1, 2,
+                            ctx->rank);
+    }
+
+    /* Timing, as for the baseline. */
+    for (i = 0; i < o->warmup; i++) {
+        if ((status = eep_dispatch(rt, &a, &h, ctx->stream)) != EEP_OK ||
+            (status = eep_combine(rt, (const void *)y, h, (void *)v.out, ctx->stream)) != EEP_OK) {
+            goto out;
+        }
+    }
+    if ((status = line_up(ctx, y)) != EEP_OK) {
+        goto out;
+    }
+    t0 = now_us();
+    for (i = 0; i < o->iters; i++) {
+        if ((status = eep_dispatch(rt, &a, &h, ctx->stream)) != EEP_OK) {
+            goto out;
+        }
+    }
+    CU_TRY(cu->cuStreamSynchronize(ctx->stream));
+    res->dispatch_us = (now_us() - t0) / o->iters;
+    if ((status = line_up(ctx, y)) != EEP_OK) {
+        goto out;
+    }
+    t0 = now_us();
+    for (i = 0; i < o->iters; i++) {
+        if ((status = eep_combine(rt, (const void *)y, h, (void *)v.out, ctx->stream)) != EEP_OK) {
+            goto out;
+        }
+    }
+    if ((status = eep_runtime_sync(rt, ctx->stream)) != EEP_OK) {
+        goto out;
+    }
+    res->combine_us = (now_us() - t0) / o->iters;
+    traffic(s, in, ctx->rank, &res->dispatch_bytes, &res->combine_bytes);
+    res->ran = 1;
+out:
+    if (status != EEP_OK && res->why[0] == '\0') {
+        snprintf(res->why, sizeof(res->why), "%s", eep_status_string(status));
+    }
+    free(host_counts);
+    free(out1);
+    free(out2);
+    eep_ep_handle_destroy(h);
+    {
+        CUdeviceptr bufs[] = { v.recv_x, v.recv_x_scales, v.recv_topk_idx, v.recv_topk_weights,
+                               v.expert_counts, v.expert_offsets, v.out, y };
+
+        for (i = 0; i < (int)(sizeof(bufs) / sizeof(bufs[0])); i++) {
+            if (bufs[i] != 0) {
+                cu->cuMemFree(bufs[i]);
+            }
+        }
+    }
+    eep_runtime_destroy(rt);
+    return status;
+}
+
 static void print_row(const char *impl, const bench_opts_t *o, const bench_result_t *all,
                       int world)
 {
@@ -458,10 +691,18 @@ static void print_row(const char *impl, const bench_opts_t *o, const bench_resul
         ran &= all[r].ran;
     }
     if (!ran) {
-        printf("| %-8s | %d | %5d | %5d | %2d | %4d | %-4s | %-12s | %-40s |\n", impl, world,
-               o->shape.max_tokens, o->shape.hidden, o->shape.num_topk, o->shape.num_experts,
-               o->shape.dtype == EEP_DTYPE_FP8_E4M3 ? "fp8" : "bf16", o->gating,
-               "not run (see log)");
+        const char *why = "see the log";
+
+        for (r = 0; r < world; r++) {
+            if (all[r].why[0] != '\0') {
+                why = all[r].why;
+                break;
+            }
+        }
+        printf("| %-8s | %d | %5d | %5d | %2d | %4d | %-4s | %-12s | not run: %s |\n", impl,
+               world, o->shape.max_tokens, o->shape.hidden, o->shape.num_topk,
+               o->shape.num_experts, o->shape.dtype == EEP_DTYPE_FP8_E4M3 ? "fp8" : "bf16",
+               o->gating, why);
         return;
     }
     printf("| %-8s | %d | %5d | %5d | %2d | %4d | %-4s | %-12s | %9.1f | %7.1f | %9.1f | %7.1f | "
@@ -599,13 +840,22 @@ static int rank_main(const bench_opts_t *opts, eep_bootstrap_t *bs)
         printf("| impl     | n | T     | H     | K  | E    | type | gating       | dispatch us | "
                "GB/s    | combine us | GB/s    | check  |\n");
     }
-    /* ours: eep_dispatch/eep_combine need the runtime's window; not built yet. */
-    memset(&mine, 0, sizeof(mine));
-    if (eep_bootstrap_allgather(bs, &mine, all, sizeof(mine)) != EEP_OK) {
-        goto out;
-    }
-    if (ctx.rank == 0) {
-        print_row("ours", &o, all, ctx.world);
+    rc = 0;
+    if (o.ours) {
+        memset(&mine, 0, sizeof(mine));
+        status = run_ours(&ctx, &o, in, recv, y, have_ref ? out[ctx.rank] : NULL, &din, &mine);
+        if (status != EEP_OK && status != EEP_ERR_UNSUPPORTED) {
+            fprintf(stderr, "rank %d: ours failed: %s\n", ctx.rank, eep_status_string(status));
+        }
+        if (eep_bootstrap_allgather(bs, &mine, all, sizeof(mine)) != EEP_OK) {
+            goto out;
+        }
+        if (ctx.rank == 0) {
+            print_row("ours", &o, all, ctx.world);
+        }
+        for (r = 0; r < ctx.world; r++) {
+            rc |= all[r].errors != 0;
+        }
     }
     if (o.baseline) {
         memset(&mine, 0, sizeof(mine));
@@ -622,12 +872,9 @@ static int rank_main(const bench_opts_t *opts, eep_bootstrap_t *bs)
         if (ctx.rank == 0) {
             print_row("nccl", &o, all, ctx.world);
         }
-        rc = 0;
         for (r = 0; r < ctx.world; r++) {
             rc |= all[r].errors != 0 || !all[r].ran;
         }
-    } else {
-        rc = 0;
     }
 
 out:
