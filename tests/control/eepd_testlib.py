@@ -149,6 +149,20 @@ class Etcd:
                                "2s", "--command-timeout", "3s"] + list(args), env=env,
                               capture_output=True, text=True)
 
+    def raft_leader(self):
+        """Index of the member that is the raft leader."""
+        for i, port in enumerate(self.client):
+            r = subprocess.run(["etcdctl", "--endpoints", "127.0.0.1:%d" % port, "endpoint",
+                                "status", "-w", "json"], env=dict(os.environ, ETCDCTL_API="3"),
+                               capture_output=True, text=True)
+            try:
+                st = json.loads(r.stdout)[0]["Status"]
+            except (ValueError, IndexError, KeyError):
+                continue
+            if st["leader"] == st["header"]["member_id"]:
+                return i
+        raise AssertionError("no etcd raft leader found")
+
     def keys(self, prefix):
         r = self.ctl("get", "--prefix", "--keys-only", prefix)
         return [k for k in r.stdout.split("\n") if k]
