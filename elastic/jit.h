@@ -96,6 +96,7 @@ eep_status_t eep_jit_compile(eep_jit_t *jit, const eep_jit_spec_t *spec, eep_jit
  * Compile if needed, then load into the current CUDA context (driver API) and return the entry.
  * Loaded kernels are kept per (context, key): a second call returns the same kernel without
  * reading the cache (it only recomputes the key, well under a millisecond with warm headers).
+ * A kernel lives as long as its context: destroy the jit before the contexts it loaded into.
  * @return EEP_ERR_NO_DEVICE without a GPU driver (checked before compiling);
  *         EEP_ERR_INVALID_ARG when no CUDA context is current; else as eep_jit_compile, or the
  *         translated driver error of the load.

@@ -64,6 +64,9 @@ void eep_sha256_update(eep_sha256_t *ctx, const void *data, size_t len)
     const uint8_t *p = data;
     size_t         take;
 
+    if (len == 0) {
+        return; /* data may be NULL then, and memcpy must not see it */
+    }
     ctx->length += len;
     if (ctx->block_len > 0) {
         take = 64 - ctx->block_len < len ? 64 - ctx->block_len : len;
