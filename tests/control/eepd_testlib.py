@@ -46,7 +46,7 @@ def _cleanup():
         if os.path.isfile(path):
             with open(path, "rb") as f:
                 text = f.read().decode(errors="replace")
-            if "Sanitizer" in text and "ERROR" in text:
+            if ("Sanitizer" in text and "ERROR" in text) or "runtime error:" in text:
                 bad.append(name)
                 print("---- sanitizer report in %s ----\n%s" % (name, text[-6000:]))
     if os.environ.get("KEEP_EEP_TEST_DIR") != "1":
