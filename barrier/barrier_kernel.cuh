@@ -84,9 +84,16 @@ __device__ __forceinline__ bool eep_barrier_lsa(const eep_lsa_lane &l, const eep
         return true;
     }
     eep_st_release_sys(l.store_to, epoch);
+    /* Poll with relaxed loads (no L1 invalidation per poll), then one acquire load of the same
+       word: it reads a value >= epoch, written by the peer's release store, so it synchronizes
+       with it and orders everything after the barrier. */
     const unsigned long long *slot = l.wait_on;
-    return eep_wait_geq(w, [slot] { return eep_ld_acquire_sys(slot); }, epoch,
-                        EEP_PHASE_BARRIER_LSA, l.peer_world);
+    bool ok = eep_wait_geq(w, [slot] { return eep_ld_relaxed_sys(slot); }, epoch,
+                           EEP_PHASE_BARRIER_LSA, l.peer_world);
+    if (ok) {
+        (void)eep_ld_acquire_sys(slot);
+    }
+    return ok;
 }
 
 #if EEP_BARRIER_GIN

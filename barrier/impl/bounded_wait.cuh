@@ -33,6 +33,13 @@ __device__ __forceinline__ unsigned long long eep_ld_acquire_sys(const unsigned 
     return v;
 }
 
+__device__ __forceinline__ unsigned long long eep_ld_relaxed_sys(const unsigned long long *p)
+{
+    unsigned long long v;
+    asm volatile("ld.relaxed.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+
 __device__ __forceinline__ void eep_st_release_sys(unsigned long long *p, unsigned long long v)
 {
     asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");

@@ -121,7 +121,13 @@ void eep_runtime_destroy(eep_runtime_t *rt);
 /** Fill @p info_p. */
 eep_status_t eep_runtime_query(const eep_runtime_t *rt, eep_runtime_info_t *info_p);
 
-/** @return the ncclComm_t in use (for NCCL collectives on the same ranks). */
+/**
+ * @return the ncclComm_t in use (for NCCL collectives on the same ranks).  A communicator the
+ *         runtime created is non-blocking (so that it can always be aborted): each collective on
+ *         it may return ncclInProgress, and on the 2 x H200 machine a 4-byte ncclAllReduce took
+ *         ~57 us there against ~9 us on a blocking communicator (bench/RESULTS.md).  Latency-bound
+ *         collectives belong on a communicator of their own.
+ */
 void *eep_runtime_nccl_comm(const eep_runtime_t *rt);
 
 /**
