@@ -106,6 +106,7 @@ __device__ __forceinline__ bool eep_barrier_gin(const eep_barrier_params_t &p,
     ncclGin            gin(dc, 0);
     bool               ok = true;
 
+    __syncthreads(); /* the block's earlier writes precede its signals */
     for (int t = threadIdx.x; t < rail.nRanks; t += blockDim.x) {
         if (t != rail.rank) {
             gin.signal(rail, t, ncclGin_SignalInc{(ncclGinSignal_t)(p.gin_signal0 + rail.rank)});

@@ -6,6 +6,9 @@
  * page.  Every device wait is bounded: a kernel that gives up records {phase, peer, expected,
  * observed} in the fault page, raises the abort flag and exits; eep_poll() turns that into an
  * eep_status_t.  The header needs no CUDA or NCCL header: streams and communicators are void *.
+ *
+ * Threading: calls on one runtime are serialised by the caller and made with the runtime's GPU
+ * context current (eep_runtime_create makes the device's primary context current on its thread).
  */
 #ifndef EEP_EEP_H
 #define EEP_EEP_H
