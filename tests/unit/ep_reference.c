@@ -439,93 +439,90 @@ eep_status_t eep_ref_dispatch(const eep_ep_shape_t *s, const eep_ref_input_t *in
 /* ---------------------------------------------------------------------------------------- */
 /* Combine                                                                                    */
 
-eep_status_t eep_ref_combine(const eep_ep_shape_t *s, const eep_ref_input_t *inputs,
-                             const eep_ref_recv_t *recv, const uint16_t *const *y,
-                             uint16_t *const *out)
+eep_status_t eep_ref_combine_src(const eep_ep_shape_t *s, const eep_ref_input_t *inputs,
+                                 const eep_ref_recv_t *recv, const uint16_t *const *y, int src,
+                                 uint16_t *out)
 {
     size_t   K = (size_t)s->num_topk, H = (size_t)s->hidden, T = (size_t)s->max_tokens;
     int      El = eep_ep_local_experts(s);
-    int32_t **row_of; /* [rank r][src * T * K + t * K + k]: r's row for that (token, lane) */
-    float    *total = malloc(H * sizeof(float)), *partial = malloc(H * sizeof(float));
-    int       r, src, t, k;
-    size_t    h;
-    int64_t   row;
+    int32_t *row_of; /* [rank r][t * K + k]: r's row for (src, token t, lane k) */
+    float   *total = malloc(H * sizeof(float)), *partial = malloc(H * sizeof(float));
+    int      r, t, k;
+    size_t   h;
+    int64_t  row;
 
-    row_of = calloc((size_t)s->world, sizeof(*row_of));
+    row_of = malloc((size_t)s->world * T * K * sizeof(int32_t) + 1);
     if (row_of == NULL || total == NULL || partial == NULL) {
         free(row_of);
         free(total);
         free(partial);
         return EEP_ERR_NO_MEMORY;
     }
+    memset(row_of, 0xff, (size_t)s->world * T * K * sizeof(int32_t));
     for (r = 0; r < s->world; r++) {
-        row_of[r] = malloc((size_t)s->world * T * K * sizeof(int32_t));
-        if (row_of[r] == NULL) {
-            goto err_free;
-        }
-        memset(row_of[r], 0xff, (size_t)s->world * T * K * sizeof(int32_t));
         for (row = 0; row < recv[r].num_rows; row++) {
-            if (recv[r].src_rank[row] >= 0) {
-                row_of[r][(size_t)recv[r].src_rank[row] * T * K +
-                          (size_t)recv[r].src_token[row] * K + (size_t)recv[r].src_lane[row]] =
-                    (int32_t)row;
+            if (recv[r].src_rank[row] == src) {
+                row_of[(size_t)r * T * K + (size_t)recv[r].src_token[row] * K +
+                       (size_t)recv[r].src_lane[row]] = (int32_t)row;
             }
         }
     }
-    for (src = 0; src < s->world; src++) {
-        for (t = 0; t < inputs[src].num_tokens; t++) {
-            const int64_t *idx = inputs[src].topk_idx + (size_t)t * K;
+    for (t = 0; t < inputs[src].num_tokens; t++) {
+        const int64_t *idx = inputs[src].topk_idx + (size_t)t * K;
+
+        for (h = 0; h < H; h++) {
+            total[h] = 0.0f;
+        }
+        for (r = 0; r < s->world; r++) {
+            int hit = 0;
 
             for (h = 0; h < H; h++) {
-                total[h] = 0.0f;
+                partial[h] = 0.0f;
             }
-            for (r = 0; r < s->world; r++) {
-                int hit = 0;
+            for (k = 0; k < (int)K; k++) {
+                const uint16_t *yr;
+                float           w;
 
+                if (idx[k] < (int64_t)r * El || idx[k] >= (int64_t)(r + 1) * El) {
+                    continue;
+                }
+                row = row_of[(size_t)r * T * K + (size_t)t * K + (size_t)k];
+                /* The expert rank weighs with the weight it received. */
+                w  = recv[r].topk_weights[(size_t)row * K + (size_t)k];
+                yr = y[r] + (size_t)row * H;
                 for (h = 0; h < H; h++) {
-                    partial[h] = 0.0f;
+                    partial[h] = fmaf(w, eep_ref_bf16_to_f32(yr[h]), partial[h]);
                 }
-                for (k = 0; k < (int)K; k++) {
-                    const uint16_t *yr;
-                    float           w;
-
-                    if (idx[k] < (int64_t)r * El || idx[k] >= (int64_t)(r + 1) * El) {
-                        continue;
-                    }
-                    row = row_of[r][(size_t)src * T * K + (size_t)t * K + (size_t)k];
-                    /* The expert rank weighs with the weight it received. */
-                    w  = recv[r].topk_weights[(size_t)row * K + (size_t)k];
-                    yr = y[r] + (size_t)row * H;
-                    for (h = 0; h < H; h++) {
-                        partial[h] = fmaf(w, eep_ref_bf16_to_f32(yr[h]), partial[h]);
-                    }
-                    hit = 1;
-                }
-                if (hit) {
-                    for (h = 0; h < H; h++) {
-                        total[h] += eep_ref_bf16_to_f32(eep_ref_f32_to_bf16(partial[h]));
-                    }
-                }
+                hit = 1;
             }
-            for (h = 0; h < H; h++) {
-                out[src][(size_t)t * H + h] = eep_ref_f32_to_bf16(total[h]);
+            if (hit) {
+                for (h = 0; h < H; h++) {
+                    total[h] += eep_ref_bf16_to_f32(eep_ref_f32_to_bf16(partial[h]));
+                }
             }
         }
-    }
-    for (r = 0; r < s->world; r++) {
-        free(row_of[r]);
+        for (h = 0; h < H; h++) {
+            out[(size_t)t * H + h] = eep_ref_f32_to_bf16(total[h]);
+        }
     }
     free(row_of);
     free(total);
     free(partial);
     return EEP_OK;
+}
 
-err_free:
-    for (r = 0; r < s->world; r++) {
-        free(row_of[r]);
+eep_status_t eep_ref_combine(const eep_ep_shape_t *s, const eep_ref_input_t *inputs,
+                             const eep_ref_recv_t *recv, const uint16_t *const *y,
+                             uint16_t *const *out)
+{
+    eep_status_t status;
+    int          src;
+
+    for (src = 0; src < s->world; src++) {
+        status = eep_ref_combine_src(s, inputs, recv, y, src, out[src]);
+        if (status != EEP_OK) {
+            return status;
+        }
     }
-    free(row_of);
-    free(total);
-    free(partial);
-    return EEP_ERR_NO_MEMORY;
+    return EEP_OK;
 }

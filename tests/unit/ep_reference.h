@@ -128,6 +128,11 @@ eep_status_t eep_ref_combine(const eep_ep_shape_t *shape, const eep_ref_input_t 
                              const eep_ref_recv_t *recv, const uint16_t *const *y,
                              uint16_t *const *out);
 
+/** eep_ref_combine for one source rank only: out = [inputs[src].num_tokens, hidden] bf16. */
+eep_status_t eep_ref_combine_src(const eep_ep_shape_t *shape, const eep_ref_input_t *inputs,
+                                 const eep_ref_recv_t *recv, const uint16_t *const *y, int src,
+                                 uint16_t *out);
+
 /** splitmix64 step: the generator's only source of randomness (also for tests). */
 uint64_t eep_ref_rand(uint64_t *state);
 
