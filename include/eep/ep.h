@@ -89,8 +89,8 @@ typedef enum {
  * CPU_SYNC allocation hook: return @p bytes of device memory (16-byte aligned) for output @p what
  * ("recv_x", "recv_x_scales", "recv_topk_idx", "recv_topk_weights"), or NULL to fail the call
  * with EEP_ERR_NO_MEMORY.  Called on the calling thread, inside eep_dispatch, once the exact row
- * count is known.  The memory must stay valid until the stream has consumed the dispatch (and for
- * recv_topk_weights, until the matching combine is enqueued).
+ * count is known.  The memory must stay valid until the stream has consumed the dispatch; combine
+ * does not read these outputs (the handle keeps what it needs).
  */
 typedef void *(*eep_ep_alloc_func_t)(void *arg, size_t bytes, const char *what);
 
