@@ -19,8 +19,13 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "elastic/log.h"
+
+#ifndef EEP_CUDA_SYM_NVRTC_FILE
+#define EEP_CUDA_SYM_NVRTC_FILE "/usr/local/cuda/lib64/libnvrtc.so.13"
+#endif
 
 enum { EEP_SYM_UNLOADED = 0, EEP_SYM_READY, EEP_SYM_FAILED };
 
@@ -130,17 +135,50 @@ err_close:
     return status;
 }
 
+/* Called with the lock held (or from eep_cuda_sym_nvrtc_file, which takes it). */
+static int eep_cuda_sym_nvrtc_file_locked(char *path_p, size_t len)
+{
+    const char *lib = eep_cuda_sym_ctx.nvrtc_lib;
+
+    if (lib[0] != '\0') {
+        return strchr(lib, '/') != NULL && access(lib, R_OK) == 0 &&
+               snprintf(path_p, len, "%s", lib) < (int)len;
+    }
+    return access(EEP_CUDA_SYM_NVRTC_FILE, R_OK) == 0 &&
+           snprintf(path_p, len, "%s", EEP_CUDA_SYM_NVRTC_FILE) < (int)len;
+}
+
+int eep_cuda_sym_nvrtc_file(char *path_p, size_t len)
+{
+    int found;
+
+    pthread_mutex_lock(&eep_cuda_sym_ctx.lock);
+    found = eep_cuda_sym_nvrtc_file_locked(path_p, len);
+    pthread_mutex_unlock(&eep_cuda_sym_ctx.lock);
+    return found;
+}
+
 static eep_status_t eep_cuda_sym_load_nvrtc(void)
 {
     static const char *const defaults[] = { "libnvrtc.so.13", "libnvrtc.so" };
     eep_cuda_sym_t *sym = &eep_cuda_sym_ctx.sym;
     const char     *tried = NULL;
-    char            errors[1024] = "";
+    char            errors[1024] = "", file[4096];
     void           *handle = NULL, *fn;
     size_t          i, used;
     nvrtcResult     res;
 
-    if (eep_cuda_sym_ctx.nvrtc_lib[0] != '\0') {
+    /* The toolkit's file first, so that what is loaded is what the JIT keyed on. */
+    if (eep_cuda_sym_ctx.nvrtc_lib[0] == '\0' && eep_cuda_sym_nvrtc_file_locked(file, sizeof(file))) {
+        tried  = file;
+        handle = dlopen(file, RTLD_NOW | RTLD_LOCAL);
+        if (handle == NULL) {
+            snprintf(errors, sizeof(errors), "%s", dlerror());
+        }
+    }
+    if (handle != NULL) {
+        /* loaded from the toolkit */
+    } else if (eep_cuda_sym_ctx.nvrtc_lib[0] != '\0') {
         tried  = eep_cuda_sym_ctx.nvrtc_lib;
         handle = dlopen(tried, RTLD_NOW | RTLD_LOCAL);
         if (handle == NULL) {

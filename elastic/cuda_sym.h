@@ -167,6 +167,14 @@ eep_status_t eep_cuda_sym_driver(const eep_cuda_sym_t **sym_p);
 eep_status_t eep_cuda_sym_nvrtc(const eep_cuda_sym_t **sym_p);
 
 /**
+ * The file eep_cuda_sym_nvrtc() would load first, found without loading it: the test override
+ * when it is a path, else the toolkit's libnvrtc.so.13 ($CUDA_HOME/lib64, baked in at build time)
+ * when that file exists.  The JIT keys on this file so that a warm lookup needs no NVRTC in memory.
+ * @return 1 with the path in @p path_p; 0 when NVRTC would come from the loader's search path.
+ */
+int eep_cuda_sym_nvrtc_file(char *path_p, size_t len);
+
+/**
  * Translate a CUresult, logging @p what with the driver's name and text for it.
  * CUDA_ERROR_NOT_READY gives EEP_INPROGRESS without a log line.
  * @return EEP_OK, EEP_INPROGRESS, or the matching error (no driver or device: EEP_ERR_NO_DEVICE;

@@ -59,14 +59,27 @@ static const eep_jit_mem_header_t eep_jit_nvrtc_headers[] = {
 
 static const char *const eep_jit_nvrtc_flags[] = { "-default-device", NULL };
 
+/*
+ * NVRTC's identity is the library file: the toolkit's libnvrtc.so.13 (the file cuda_sym loads
+ * first) is identified by path, size and mtime without loading it, so a warm lookup maps no
+ * 100 MB compiler into the process.  Only when NVRTC comes from the loader's search path is it
+ * loaded to learn which file and version that is.
+ */
 static eep_status_t eep_jit_nvrtc_identity(eep_jit_t *jit, eep_sha256_t *hash)
 {
     const eep_cuda_sym_t *sym;
     struct stat           st;
     eep_status_t          status;
-    char                  id[4096 + 128];
+    char                  id[4096 + 128], file[4096];
 
     (void)jit;
+    if (eep_cuda_sym_nvrtc_file(file, sizeof(file)) && stat(file, &st) == 0) {
+        snprintf(id, sizeof(id), "nvrtc-file %s %lld %lld.%09ld", file, (long long)st.st_size,
+                 (long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec);
+        eep_sha256_update(hash, "compiler", sizeof("compiler"));
+        eep_sha256_update(hash, id, strlen(id) + 1);
+        return EEP_OK;
+    }
     status = eep_cuda_sym_nvrtc(&sym);
     if (status != EEP_OK) {
         return status;

@@ -21,6 +21,7 @@ $(BUILD)/elastic/jit_knobs.o: CPPFLAGS += -DEEP_JIT_DEFAULT_NVCC='"$(NVCC)"' \
                                           -DEEP_JIT_DEFAULT_SOURCE_ROOT='"$(CURDIR)"'
 $(BUILD)/elastic/jit.o: CPPFLAGS += -DEEP_JIT_CUDA_HOME='"$(CUDA_HOME)"' \
                                     -DEEP_JIT_NCCL_INCLUDE='"$(NCCL_HOME)/include"'
+$(BUILD)/elastic/cuda_sym.o: CPPFLAGS += -DEEP_CUDA_SYM_NVRTC_FILE='"$(CUDA_HOME)/lib64/libnvrtc.so.13"'
 # JIT tests: the repository root (kernels/probe) and libeep.so (checked for not linking libcuda).
 $(BUILD)/tests/unit/test_jit%.o: CPPFLAGS += -DEEP_TEST_SOURCE_ROOT='"$(CURDIR)"'
 $(BUILD)/tests/unit/test_cuda_sym.o: CPPFLAGS += -DEEP_TEST_LIBEEP_SO='"$(abspath $(LIBEEP_SO))"'

@@ -13,6 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <link.h>
+#include <spawn.h>
 #include <sys/wait.h>
 
 #include "elastic/cuda_sym.h"
@@ -135,6 +137,56 @@ static void test_lsa_nvrtc_cold_then_warm(void **state)
         _exit(info.cache_hit == 1 && eep_jit_compiler_runs() == before &&
               strcmp(info.key, cold.key) == 0 ? 0 : 3);
     }
+    assert_int_equal(waitpid(pid, &wstatus, 0), pid);
+    assert_true(WIFEXITED(wstatus));
+    assert_int_equal(WEXITSTATUS(wstatus), 0);
+    jt_rm_rf(cache);
+}
+
+static int find_nvrtc(struct dl_phdr_info *info, size_t size, void *arg)
+{
+    (void)size;
+    *(int *)arg |= strstr(info->dlpi_name, "libnvrtc") != NULL;
+    return 0;
+}
+
+/* Run in a fresh process (this binary, exec'd with --warm-child CACHE): a warm lookup of the LSA
+   probe hits, runs no compiler, and does not even map NVRTC into the process. */
+static int warm_child(const char *cache)
+{
+    eep_jit_params_t params = { .size = sizeof(params), .cache_dir = cache };
+    eep_jit_info_t   info;
+    eep_jit_t       *jit = NULL;
+    int              nvrtc = 0;
+
+    if (eep_jit_create(&params, &jit) != EEP_OK || eep_jit_compile(jit, &lsa_spec, &info) != EEP_OK) {
+        return 2;
+    }
+    dl_iterate_phdr(find_nvrtc, &nvrtc);
+    printf("warm child: hit %d, compiler runs %lu, nvrtc mapped %d, %.2f ms\n", info.cache_hit,
+           eep_jit_compiler_runs(), nvrtc, info.total_ms);
+    eep_jit_destroy(jit);
+    return info.cache_hit == 1 && eep_jit_compiler_runs() == 0 && nvrtc == 0 ? 0 : 3;
+}
+
+static void test_warm_start_fresh_process(void **state)
+{
+    char          *cache = jt_mkdtemp("jit-fresh");
+    char          *argv[] = { "test_jit", "--warm-child", cache, NULL };
+    eep_jit_info_t cold;
+    eep_jit_t     *jit = make_jit(cache);
+    extern char  **environ;
+    pid_t          pid;
+    int            wstatus;
+
+    (void)state;
+    if (!eep_cuda_sym_nvrtc_file((char[4096]){ 0 }, 4096)) {
+        printf("skip: NVRTC is not the toolkit's file here, so keying on it needs it loaded\n");
+        skip();
+    }
+    assert_int_equal(eep_jit_compile(jit, &lsa_spec, &cold), EEP_OK);
+    eep_jit_destroy(jit);
+    assert_int_equal(posix_spawn(&pid, "/proc/self/exe", NULL, NULL, argv, environ), 0);
     assert_int_equal(waitpid(pid, &wstatus, 0), pid);
     assert_true(WIFEXITED(wstatus));
     assert_int_equal(WEXITSTATUS(wstatus), 0);
@@ -386,10 +438,11 @@ static void test_bad_knob(void **state)
     unsetenv("EEP_JIT_BACKEND");
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lsa_nvrtc_cold_then_warm),
+        cmocka_unit_test(test_warm_start_fresh_process),
         cmocka_unit_test(test_gin_nvcc),
         cmocka_unit_test(test_four_processes_one_compile),
         cmocka_unit_test(test_truncated_entry_rebuilt),
@@ -401,6 +454,9 @@ int main(void)
         cmocka_unit_test(test_bad_knob),
     };
 
+    if (argc == 3 && strcmp(argv[1], "--warm-child") == 0) {
+        return warm_child(argv[2]);
+    }
     eep_log_set_level(EEP_LOG_LEVEL_WARN);
     eep_log_set_hook(jt_hook, NULL);
     return cmocka_run_group_tests(tests, NULL, NULL);
