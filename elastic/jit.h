@@ -21,8 +21,8 @@
  *
  * The key is a SHA-256 over the generated unit, every header it includes (found by scanning
  * #include lines recursively; headers inside the CUDA toolkit are covered by its path, version and
- * the compiler identity instead, NCCL's are always read), the compiler identity (NVRTC version and
- * library file; size and mtime of nvcc, ptxas and cicc, never by running them), flags, arch,
+ * the compiler identity instead, NCCL's are always read), the compiler identity (the NVRTC library
+ * file; nvcc, ptxas and cicc: size and mtime, never by running or loading them), flags, arch,
  * NCCL_VERSION_CODE and backend.  Entries are checked (magic, length, SHA-256) and rebuilt when
  * corrupt; concurrent compiles of one key, across processes, run once (a per-key flock).
  * Knobs (elastic/jit_knobs.c): EEP_JIT_CACHE_DIR, EEP_JIT_BACKEND, EEP_JIT_NVCC,
