@@ -211,6 +211,26 @@ extern "C" eep_status_t eep_runtime_nccl_setup(eep_runtime_t *rt, eep_bootstrap_
             return status;
         }
         rt->gin_probed = 1;
+        /* Every rank must agree, or the device-communicator create below would differ between
+           ranks: GIN only if every rank found it (through the bootstrap when there is one). */
+        if (bs != NULL) {
+            int *all = (int *)calloc((size_t)rt->nranks, sizeof(int));
+
+            if (all == NULL) {
+                return EEP_ERR_NO_MEMORY;
+            }
+            status = eep_bootstrap_allgather(bs, &gin, all, sizeof(int));
+            for (int r = 0; status == EEP_OK && r < rt->nranks; r++) {
+                if (!all[r] && gin) {
+                    eep_warn(EEP_SUBSYS_RUNTIME, "GIN works here but not on rank %d: not used", r);
+                    gin = 0;
+                }
+            }
+            free(all);
+            if (status != EEP_OK) {
+                return status;
+            }
+        }
     }
     if (!gin && strcasecmp(rt->cfg.gin, "require") == 0) {
         eep_error(EEP_SUBSYS_RUNTIME, "EEP_GIN=require but GIN is not available (no RDMA NIC or "
