@@ -7,6 +7,7 @@
 #include "elastic/config.h"
 
 #include <ctype.h>
+#include <pthread.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
@@ -331,4 +332,16 @@ int eep_config_check_env(void)
         }
     }
     return unknown;
+}
+
+static void eep_config_check_env_cb(void)
+{
+    eep_config_check_env();
+}
+
+void eep_config_check_env_once(void)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+    pthread_once(&once, eep_config_check_env_cb);
 }

@@ -80,6 +80,9 @@ eep_status_t eep_config_print(FILE *out);
  */
 int eep_config_check_env(void);
 
+/** eep_config_check_env() once per process: library entry points (runtime, agent) call it. */
+void eep_config_check_env_once(void);
+
 /**
  * Read a variable that is not ours but shapes our defaults (HOME, XDG_CACHE_HOME, PATH):
  * kept here so that no other file reads the environment.  @return NULL when unset.

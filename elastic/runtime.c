@@ -144,6 +144,7 @@ eep_status_t eep_runtime_create(const eep_runtime_params_t *params, eep_runtime_
     if (rt == NULL) {
         return EEP_ERR_NO_MEMORY;
     }
+    eep_config_check_env_once();
     status = eep_config_load(&eep_runtime_knob_table, &rt->cfg);
     if (status != EEP_OK) {
         goto err_free;

@@ -459,6 +459,7 @@ eep_status_t eep_agent_create(const eep_agent_params_t *params, eep_agent_t **ag
                   "required");
         return EEP_ERR_INVALID_ARG;
     }
+    eep_config_check_env_once();
     agent = calloc(1, sizeof(*agent));
     if (agent == NULL) {
         return EEP_ERR_NO_MEMORY;

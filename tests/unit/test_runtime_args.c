@@ -20,6 +20,7 @@
 #include "elastic/runtime.h"
 
 static char last_error[1024];
+static int  unknown_knob_warnings;
 
 static void hook(eep_log_level_t level, eep_log_subsys_t subsys, const char *msg, void *arg)
 {
@@ -27,6 +28,9 @@ static void hook(eep_log_level_t level, eep_log_subsys_t subsys, const char *msg
     (void)arg;
     if (level == EEP_LOG_LEVEL_ERROR) {
         snprintf(last_error, sizeof(last_error), "%s", msg);
+    }
+    if (level == EEP_LOG_LEVEL_WARN && strstr(msg, "EEP_NO_SUCH_KNOB") != NULL) {
+        unknown_knob_warnings++;
     }
 }
 
@@ -151,7 +155,10 @@ static void test_no_driver_is_no_device(void **state)
     p.device    = -1;
     assert_int_equal(eep_runtime_create(&p, &rt), EEP_ERR_NO_DEVICE);
     assert_null(rt);
+    assert_int_equal(eep_runtime_create(&p, &rt), EEP_ERR_NO_DEVICE);
     eep_cuda_sym_test_override(NULL, NULL);
+    /* The runtime's entry point warned about the unknown EEP_* variable set in main(), once. */
+    assert_int_equal(unknown_knob_warnings, 1);
 
     eep_bootstrap_destroy(bs);
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
@@ -167,7 +174,8 @@ int main(void)
         cmocka_unit_test(test_no_driver_is_no_device),
     };
 
-    eep_log_set_level(EEP_LOG_LEVEL_ERROR);
+    setenv("EEP_NO_SUCH_KNOB", "1", 1);
+    eep_log_set_level(EEP_LOG_LEVEL_WARN);
     eep_log_set_hook(hook, NULL);
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
