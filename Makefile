@@ -135,3 +135,16 @@ clean:
 run: deps-run
 	@$(MAKE) --no-print-directory all
 	@BUILD=$(abspath $(BUILD)) deploy/launch.sh $(EEP_RUN_ARGS)
+
+# make install PREFIX=/usr/local: libraries, tools and public headers.  Kernels are compiled at run
+# time from their sources: EEP_JIT_SOURCE_ROOT must name a tree holding kernels/ and barrier/
+# (the build tree's root by default, compiled in).
+PREFIX ?= /usr/local
+.PHONY: install
+install: all
+	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/include/eep
+	install -m 644 $(LIBEEP_A) $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(LIBEEP_SO) $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(filter-out %.a,$(TOOLS)) $(DESTDIR)$(PREFIX)/bin/
+	install -m 644 $(filter %.a,$(TOOLS)) $(DESTDIR)$(PREFIX)/lib/
+	install -m 644 include/eep/*.h $(DESTDIR)$(PREFIX)/include/eep/
