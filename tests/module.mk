@@ -22,5 +22,16 @@ $(EP_REFERENCE_TESTS): $(BUILD)/tests/unit/%: $(BUILD)/tests/unit/%.o $(EP_REFER
 	@mkdir -p $(dir $@)
 	$(CXX) -o $@ $^ $(LDFLAGS) $(NCCL_LDFLAGS) -lcmocka -ldl
 
+# test_ep_baseline_emu: the NCCL baseline's kernels run on the CPU (C++20 threads as GPU threads,
+# tests/unit/ep_cuda_shim.h); -ffp-contract=off so host arithmetic rounds like the device's _rn ops.
+EP_EMU_TEST := $(BUILD)/tests/unit/test_ep_baseline_emu
+UNIT_TEST_BINS += $(EP_EMU_TEST)
+unit-tests: $(EP_EMU_TEST)
+$(EP_EMU_TEST): tests/unit/test_ep_baseline_emu.cc tests/unit/ep_cuda_shim.h \
+                $(wildcard kernels/ep/baseline_*) $(EP_REFERENCE_OBJ) $(LIBEEP_A)
+	@mkdir -p $(dir $@)
+	$(CXX) -std=c++20 $(CPPFLAGS) $(WARN) -O1 -g -ffp-contract=off -pthread $(SAN) -o $@ $< \
+	    $(EP_REFERENCE_OBJ) $(LIBEEP_A) $(LDFLAGS) $(NCCL_LDFLAGS) -ldl
+
 # GPU tests (make gpu-check): tests/gpu/module.mk.
 include tests/gpu/module.mk
