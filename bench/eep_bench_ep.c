@@ -11,8 +11,8 @@
  * combined tokens bit for bit, twice (bitwise reproducibility).  Then it times dispatch and
  * combine.  Rank 0 prints one table row per implementation with the slowest rank's numbers.
  *
- * "ours" (eep_dispatch/eep_combine) joins the same run once the runtime and the kernels land;
- * until then the row says why it is missing.
+ * The baseline runs first, then "ours" (eep_dispatch/eep_combine through a runtime adopting the
+ * same communicator); until the kernels land, ours's row says why it did not run.
  */
 #include "eep_bench_ep.h"
 
@@ -724,6 +724,7 @@ static void print_row(const char *impl, const bench_opts_t *o, const bench_resul
                world, o->shape.max_tokens, o->shape.hidden, o->shape.num_topk,
                o->shape.num_experts, o->shape.dtype == EEP_DTYPE_FP8_E4M3 ? "fp8" : "bf16",
                o->gating, why);
+        fflush(stdout);
         return;
     }
     printf("| %-8s | %d | %5d | %5d | %2d | %4d | %-4s | %-12s | %9.1f | %7.1f | %9.1f | %7.1f | "
@@ -731,6 +732,7 @@ static void print_row(const char *impl, const bench_opts_t *o, const bench_resul
            o->shape.num_experts, o->shape.dtype == EEP_DTYPE_FP8_E4M3 ? "fp8" : "bf16", o->gating,
            d, db / d / 1e3, c, cb / c / 1e3,
            !o->check ? "skip" : errors == 0 ? "ok" : "FAIL");
+    fflush(stdout);
 }
 
 static int rank_main(const bench_opts_t *opts, eep_bootstrap_t *bs)
@@ -866,22 +868,7 @@ static int rank_main(const bench_opts_t *opts, eep_bootstrap_t *bs)
                "GB/s    | combine us | GB/s    | check  |\n");
     }
     rc = 0;
-    if (o.ours) {
-        memset(&mine, 0, sizeof(mine));
-        status = run_ours(&ctx, &o, in, recv, y, have_ref ? out[ctx.rank] : NULL, &din, &mine);
-        if (status != EEP_OK && status != EEP_ERR_UNSUPPORTED) {
-            fprintf(stderr, "rank %d: ours failed: %s\n", ctx.rank, eep_status_string(status));
-        }
-        if (eep_bootstrap_allgather(bs, &mine, all, sizeof(mine)) != EEP_OK) {
-            goto out;
-        }
-        if (ctx.rank == 0) {
-            print_row("ours", &o, all, ctx.world);
-        }
-        for (r = 0; r < ctx.world; r++) {
-            rc |= all[r].errors != 0;
-        }
-    }
+    /* The baseline first: its row is out even if ours then fails or hangs. */
     if (o.baseline) {
         memset(&mine, 0, sizeof(mine));
         status = run_baseline(&ctx, &o, in, recv, y, have_ref ? out[ctx.rank] : NULL, &din,
@@ -899,6 +886,22 @@ static int rank_main(const bench_opts_t *opts, eep_bootstrap_t *bs)
         }
         for (r = 0; r < ctx.world; r++) {
             rc |= all[r].errors != 0 || !all[r].ran;
+        }
+    }
+    if (o.ours) {
+        memset(&mine, 0, sizeof(mine));
+        status = run_ours(&ctx, &o, in, recv, y, have_ref ? out[ctx.rank] : NULL, &din, &mine);
+        if (status != EEP_OK && status != EEP_ERR_UNSUPPORTED) {
+            fprintf(stderr, "rank %d: ours failed: %s\n", ctx.rank, eep_status_string(status));
+        }
+        if (eep_bootstrap_allgather(bs, &mine, all, sizeof(mine)) != EEP_OK) {
+            goto out;
+        }
+        if (ctx.rank == 0) {
+            print_row("ours", &o, all, ctx.world);
+        }
+        for (r = 0; r < ctx.world; r++) {
+            rc |= all[r].errors != 0;
         }
     }
 
