@@ -271,7 +271,7 @@ eep_status_t eep_rpc_server_create(const eep_rpc_server_params_t *params,
         status = EEP_ERR_RPC;
         goto err_free_server;
     }
-    grpc_init();
+    eep_rpc_init(); /* refcounted; also routes gRPC's log lines through eep logging */
     {
         grpc_arg          args[2];
         grpc_channel_args cargs;
@@ -737,6 +737,6 @@ void eep_rpc_server_destroy(eep_rpc_server_t *server)
         eep_rpc_call_free(server->live);
     }
     grpc_server_credentials_release(server->creds);
-    grpc_shutdown();
+    eep_rpc_shutdown();
     free(server);
 }
