@@ -6,6 +6,7 @@
 #   $(BUILD)/bin/eepd, eepctl, eep-agent
 CONTROL_SRCS += control/rpc/rpc_server.c
 AGENT_SRCS   += control/agent/agent.c
+AGENT_SRCS   += control/agent/agent_bootstrap.c
 EEPD_SRCS    := control/eepd/eepd.c control/eepd/eepd_api.c control/eepd/eepd_view.c \
                 control/eepd/eepd_metrics.c
 

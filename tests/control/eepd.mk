@@ -41,3 +41,13 @@ $(EEPD_FUZZ_BIN): $(EEPD_FUZZ_SRCS) $(LIBEEP_CONTROL_A) $$(LIBEEP_PROTO_A) $(LIB
 	    $(LIBEEP_CONTROL_A) $(LIBEEP_PROTO_A) $(LIBUTIL_A) $(EEPD_LDLIBS) \
 	    || { echo "fuzzer build failed; test_eepd_fuzz will skip"; rm -f $@; }
 endif
+
+# test_agent_bootstrap: the etcd backend of the bootstrap, forked ranks against real etcd + eepd
+# (the bootstrap's common part, elastic/bootstrap.c, comes from libeep.a; nothing of CUDA is used).
+EEP_AGENT_BOOT_TEST := $(BUILD)/tests/control/test_agent_bootstrap
+UNIT_TEST_BINS += $(EEP_AGENT_BOOT_TEST)
+$(EEP_AGENT_BOOT_TEST): $(BUILD)/tests/control/test_agent_bootstrap.o \
+                        $(BUILD)/tests/control/support/etcd_server.o $(LIBEEP_AGENT_A) $(LIBEEPD_A) \
+                        $(LIBEEP_CONTROL_A) $$(LIBEEP_PROTO_A) $(LIBEEP_A) $(LIBUTIL_A)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $^ $(LDFLAGS) $(EEPD_LDLIBS) -libverbs -lcmocka
