@@ -302,8 +302,13 @@ eep_status_t eep_config_print(FILE *out)
         fprintf(out, "# module %s%s\n", tables[t]->module,
                 status == EEP_OK ? "" : " (a value failed to parse: showing what loaded)");
         for (i = 0; i < tables[t]->count; i++) {
-            const eep_knob_t *knob = &tables[t]->knobs[i];
+            const eep_knob_t *knob  = &tables[t]->knobs[i];
+            const eep_knob_t *first = eep_config_find(knob->name, strlen(knob->name));
 
+            if (first != knob) { /* a knob two modules read (EEP_JOB): printed once, first */
+                fprintf(out, "# %s: shared, see above\n\n", knob->name);
+                continue;
+            }
             eep_config_format(knob, cfg, value, sizeof(value));
             fprintf(out, "#   %s\n#   default: '%s'%s\n%s=%s\n\n", knob->doc, knob->default_value,
                     (knob->flags & EEP_KNOB_RUNTIME) ? ", can change at run time" : "", knob->name,

@@ -194,7 +194,7 @@ static void test_unknown_variable_warning(void **state)
 static void test_registry_is_well_formed(void **state)
 {
     const eep_knob_table_t *const *tables;
-    size_t                         n, t, i, j;
+    size_t                         n, t, u, i, j;
     void                          *cfg;
 
     (void)state;
@@ -212,6 +212,16 @@ static void test_registry_is_well_formed(void **state)
             unsetenv(k->name);
             for (j = 0; j < i; j++) {
                 assert_string_not_equal(k->name, tables[t]->knobs[j].name);
+            }
+            /* A knob that two modules read must mean the same thing in both. */
+            for (u = 0; u < t; u++) {
+                for (j = 0; j < tables[u]->count; j++) {
+                    if (strcmp(k->name, tables[u]->knobs[j].name) == 0) {
+                        assert_int_equal(k->type, tables[u]->knobs[j].type);
+                        assert_string_equal(k->default_value, tables[u]->knobs[j].default_value);
+                        assert_int_equal(k->flags, tables[u]->knobs[j].flags);
+                    }
+                }
             }
         }
         assert_int_equal(eep_config_load(tables[t], cfg), EEP_OK);
