@@ -13,3 +13,16 @@ TOOLS += $(EEP_JIT_BENCH)
 $(EEP_JIT_BENCH): $(BUILD)/tools/eep_jit_bench.o $(LIBEEP_A)
 	@mkdir -p $(dir $@)
 	$(CXX) -o $@ $^ $(LDFLAGS) $(NCCL_LDFLAGS) -ldl
+
+# eep-rank: one rank of a job (make run starts one per GPU).  It links the data plane (libeep)
+# and the rank side of the control plane (libeep_agent), so it builds only where the control
+# plane builds (control/module.mk defines LIBEEP_AGENT_A).
+ifdef LIBEEP_AGENT_A
+EEP_RANK := $(BUILD)/bin/eep-rank
+TOOLS += $(EEP_RANK)
+
+$(EEP_RANK): $(BUILD)/tools/eep_rank.o $(LIBEEP_AGENT_A) $(LIBEEP_CONTROL_A) $$(LIBEEP_PROTO_A) \
+             $(LIBEEP_A)
+	@mkdir -p $(dir $@)
+	$(CXX) -o $@ $^ $(LDFLAGS) $(AGENT_LDLIBS) $(NCCL_LDFLAGS) -ldl
+endif
