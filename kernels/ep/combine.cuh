@@ -1,0 +1,174 @@
+/*
+ * kernels/ep/combine.cuh - direct-mode combine, one kernel.
+ *
+ *   __device__ void eep_ep_combine_body(const eep_epk_params_t &p);
+ *
+ * Expert side: one warp per record received by the dispatch (from the handle: source token,
+ * rows and weights per top-k lane, ordinal of this rank among the token's destination ranks)
+ * computes the partial p = bf16(fma over its local lanes ascending, from 0) in fp32 and writes
+ * it, 16 bytes per lane, into the source rank's combine region `ordinal` at row `token`
+ * (LSA pointer).  The last block to finish signals "combine done" to every peer (self-cleaning
+ * block counter).  Source side: every block waits for every peer's done (bounded), then one warp
+ * per token sums the partials of regions 0, 1, ... (= destination ranks ascending) in fp32 and
+ * writes bf16.  The arithmetic is eep/ep.h's; kernels/ep/ep_numeric.cuh fixes the roundings.
+ */
+#ifndef EEP_KERNELS_EP_COMBINE_CUH
+#define EEP_KERNELS_EP_COMBINE_CUH
+
+#include "dispatch.cuh"
+#include "ep_numeric.cuh"
+
+#ifdef __CUDACC__
+
+__device__ __forceinline__ void eep_epk_unpack8(uint4 v, float f[8])
+{
+    const unsigned int u[4] = { v.x, v.y, v.z, v.w };
+
+    for (int i = 0; i < 4; i++) {
+        f[2 * i]     = eep_bf16_to_f32((unsigned short)(u[i] & 0xffffu));
+        f[2 * i + 1] = eep_bf16_to_f32((unsigned short)(u[i] >> 16));
+    }
+}
+
+__device__ __forceinline__ uint4 eep_epk_pack8(const float f[8])
+{
+    unsigned int u[4];
+
+    for (int i = 0; i < 4; i++) {
+        u[i] = (unsigned int)eep_f32_to_bf16(f[2 * i]) |
+               ((unsigned int)eep_f32_to_bf16(f[2 * i + 1]) << 16);
+    }
+    return make_uint4(u[0], u[1], u[2], u[3]);
+}
+
+__device__ void eep_ep_combine_body(const eep_epk_params_t &p)
+{
+    __shared__ int                block_failed, last_block;
+    __shared__ unsigned long long sh_seq;
+    __shared__ int                rec_base[EEP_EPK_MAX_WORLD + 1];
+    __shared__ unsigned char     *peer_base[EEP_EPK_MAX_WORLD];
+
+    const int           W = p.world, K = p.num_topk, vecs = p.hidden / 8;
+    const unsigned      lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+    unsigned long long *ctl_seq = (unsigned long long *)(p.ctl + EEP_EPK_CTL_CSEQ);
+    const int           gwarps = gridDim.x * EEP_EPK_WARPS;
+
+    if (threadIdx.x == 0) {
+        int b = 0;
+
+        block_failed = 0;
+        last_block   = 0;
+        sh_seq = *(volatile unsigned long long *)ctl_seq + 1ull;
+        for (int s = 0; s < W; s++) {
+            rec_base[s] = b;
+            b += ((const int *)p.h_recv_n)[s];
+        }
+        rec_base[W] = b;
+    }
+    for (int d = threadIdx.x; d < W; d += blockDim.x) {
+        peer_base[d] = eep_epk_peer(p, 0, d);
+    }
+    __syncthreads();
+    const unsigned long long seq = sh_seq;
+    const int                parity = (int)(seq & 1ull);
+    const unsigned long long region0 = p.crecv_off +
+                                       (unsigned long long)parity * p.crecv_regions * p.crecv_region;
+
+    /* Expert side. */
+    for (int q = blockIdx.x * EEP_EPK_WARPS + warp; q < rec_base[W]; q += gwarps) {
+        int s = 0;
+
+        while (rec_base[s + 1] <= q) {
+            s++;
+        }
+        const long long rec = (long long)s * p.max_tokens + (q - rec_base[s]);
+        const int       tok = ((const int *)p.h_recv_tok)[rec];
+        const int       ord = ((const int *)p.h_recv_ord)[rec];
+        const int      *rows = (const int *)p.h_recv_rows + rec * K;
+        const float    *wts = (const float *)p.h_recv_w + rec * K;
+        uint4          *dst = (uint4 *)(peer_base[s] + region0 +
+                                        (unsigned long long)ord * p.crecv_region +
+                                        (unsigned long long)tok * p.hidden * 2);
+
+        for (int v = lane; v < vecs; v += 32) {
+            float acc[8] = { 0, 0, 0, 0, 0, 0, 0, 0 };
+
+            for (int k = 0; k < K; k++) {
+                const int r = rows[k];
+
+                if (r < 0) {
+                    continue;
+                }
+                const float w = wts[k];
+                float       y[8];
+
+                eep_epk_unpack8(((const uint4 *)((const unsigned short *)p.y +
+                                                 (long long)r * p.hidden))[v], y);
+                for (int j = 0; j < 8; j++) {
+                    acc[j] = eep_fma(w, y[j], acc[j]);
+                }
+            }
+            dst[v] = eep_epk_pack8(acc);
+        }
+    }
+
+    /* The last block done sending signals every peer. */
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned int *ctr = (unsigned int *)(p.ctl + EEP_EPK_CTL_CCTR);
+
+        __threadfence_system();
+        if (atomicAdd(ctr, 1u) == gridDim.x - 1u) {
+            *(volatile unsigned int *)ctr = 0u;
+            *(volatile unsigned long long *)ctl_seq = seq;
+            __threadfence_system();
+            last_block = 1;
+        }
+    }
+    __syncthreads();
+    if (last_block && (int)threadIdx.x < W) {
+        unsigned long long *slot = (unsigned long long *)(
+            peer_base[threadIdx.x] + p.counts_off +
+            ((unsigned long long)p.rank * 2 + parity) * p.slot_bytes);
+        __threadfence_system();
+        eep_st_release_sys(slot + EEP_EPK_SLOT_CDONE, (seq << 32) | 1ull);
+    }
+
+    /* Source side. */
+    const unsigned char *my_counts = peer_base[p.rank] + p.counts_off;
+    if (!eep_epk_wait_slots(p, my_counts, parity, EEP_EPK_SLOT_CDONE, seq, EEP_PHASE_EP_COMBINE,
+                            &block_failed)) {
+        return;
+    }
+    const unsigned char *mine = peer_base[p.rank] + region0;
+    for (int t = blockIdx.x * EEP_EPK_WARPS + warp; t < p.num_tokens; t += gwarps) {
+        const int *slots = (const int *)p.h_send_slot + (long long)t * W;
+        unsigned   dm = 0;
+
+        for (int d = lane; d < W; d += 32) {
+            dm |= slots[d] >= 0 ? 1u << d : 0u;
+        }
+        dm = __reduce_or_sync(0xffffffffu, dm);
+        const int n = __popc(dm);
+        uint4    *out = (uint4 *)((unsigned short *)p.out + (long long)t * p.hidden);
+
+        for (int v = lane; v < vecs; v += 32) {
+            float acc[8] = { 0, 0, 0, 0, 0, 0, 0, 0 };
+
+            for (int j = 0; j < n; j++) {
+                float y[8];
+
+                eep_epk_unpack8(((const uint4 *)(mine + (unsigned long long)j * p.crecv_region +
+                                                 (unsigned long long)t * p.hidden * 2))[v], y);
+                for (int i = 0; i < 8; i++) {
+                    acc[i] = eep_add(acc[i], y[i]);
+                }
+            }
+            out[v] = eep_epk_pack8(acc);
+        }
+    }
+}
+
+#endif /* __CUDACC__ */
+
+#endif /* EEP_KERNELS_EP_COMBINE_CUH */

@@ -1,0 +1,89 @@
+/*
+ * kernels/ep/ep_params.h - the parameter struct of the direct-mode (NVLink/LSA) dispatch and
+ * combine kernels, shared by the host (elastic/ep.c fills it) and the device (dispatch.cuh,
+ * combine.cuh read it).
+ *
+ * NVRTC-safe: no libc headers; pointers travel as unsigned long long; the size is pinned by a
+ * static assert in both builds.  Window offsets are absolute (from the start of the window).
+ */
+#ifndef EEP_KERNELS_EP_PARAMS_H
+#define EEP_KERNELS_EP_PARAMS_H
+
+#include "../../include/eep/layout.h"
+
+#define EEP_EPK_MAX_WORLD  32   /* destination masks are 32-bit (direct mode, one NVLink domain) */
+#define EEP_EPK_THREADS    512  /* threads per block of every kernel */
+#define EEP_EPK_WARPS      (EEP_EPK_THREADS / 32)
+
+/* Kernel modes (template argument Mode): the values of eep_ep_mode_t. */
+#define EEP_EPK_CPU_SYNC    0
+#define EEP_EPK_NO_CPU_SYNC 1
+#define EEP_EPK_CACHED      2
+
+/* Words of one count slot (peer, parity), each (sequence << 32) | value. */
+#define EEP_EPK_SLOT_TOKENS 0  /* tokens the peer sends me */
+#define EEP_EPK_SLOT_DDONE  1  /* the peer's dispatch data has landed */
+#define EEP_EPK_SLOT_CDONE  2  /* the peer's combine partials have landed */
+#define EEP_EPK_SLOT_COUNTS 3  /* El words: rows for my local expert e */
+
+/* Local control words (in this rank's allocator region): self-cleaning block counters and the
+   device-side call counters (so that a replayed CUDA graph still advances the sequence). */
+#define EEP_EPK_CTL_DCTR   0   /* u32 at byte 0: dispatch blocks done sending */
+#define EEP_EPK_CTL_CCTR   4   /* u32 at byte 4: combine blocks done sending */
+#define EEP_EPK_CTL_DSEQ   8   /* u64: dispatch sequence of the last dispatch kernel */
+#define EEP_EPK_CTL_CSEQ   16  /* u64: combine sequence */
+
+typedef struct eep_epk_params {
+    /* identity and shape */
+    int rank, world;
+    int num_tokens;        /* this rank's T (dispatch), or of the handle's dispatch (combine) */
+    int max_tokens;
+    int hidden;
+    int num_topk;
+    int num_experts;
+    int num_local;         /* El */
+    int alignment;
+    int scan_warps;        /* warps that build the per-expert order masks (smem bound) */
+    /* wire record: [hidden][scales][meta: K ids, K weights, token, K positions] */
+    unsigned int token_bytes, hidden_bytes, scale_off, scale_bytes, meta_off, pad0;
+
+    /* runtime */
+    void               *window;        /* ncclWindow_t */
+    eep_fault_page_t   *fault;
+    unsigned int       *fault_claim;
+    unsigned long long  timeout_ns;
+    unsigned long long  ctl;           /* device address of the local control words */
+    unsigned long long  counts_off;    /* window offset: world x 2 count slots */
+    unsigned long long  slot_bytes;
+    unsigned long long  drecv_off;     /* window offset: 2 parities x world regions */
+    unsigned long long  drecv_region;  /* max_tokens * token_bytes */
+    unsigned long long  crecv_off;     /* window offset: 2 parities x min(world, K) regions */
+    unsigned long long  crecv_region;  /* max_tokens * hidden * 2 */
+    int                 crecv_regions; /* min(world, K) */
+    int                 pad1;
+
+    /* dispatch inputs */
+    unsigned long long x, x_scales, topk_idx, topk_weights;
+    /* dispatch outputs (user) */
+    unsigned long long recv_x, recv_x_scales, recv_topk_idx, recv_topk_weights;
+    unsigned long long recv_counts, recv_offsets;
+    unsigned long long host_mirror;    /* CPU_SYNC: device address of pinned u64[El + 2] */
+
+    /* handle arrays (device) */
+    unsigned long long h_counts;       /* [El] */
+    unsigned long long h_offsets;      /* [El + 1] */
+    unsigned long long h_send_slot;    /* [max_tokens, world] slot in each destination, -1 */
+    unsigned long long h_recv_n;       /* [world] records received from each source */
+    unsigned long long h_recv_tok;     /* [world * max_tokens] source token of each record */
+    unsigned long long h_recv_ord;     /* [world * max_tokens] my ordinal among its destinations */
+    unsigned long long h_recv_rows;    /* [world * max_tokens, K] row per lane, -1 */
+    unsigned long long h_recv_w;       /* [world * max_tokens, K] weight per lane, 0 */
+
+    /* combine */
+    unsigned long long y, out;
+} eep_epk_params_t;
+
+EEP_LAYOUT_ASSERT(sizeof(void *) == 8, "64-bit pointers");
+EEP_LAYOUT_ASSERT(sizeof(eep_epk_params_t) == 328, "eep_epk_params_t size");
+
+#endif /* EEP_KERNELS_EP_PARAMS_H */
