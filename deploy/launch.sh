@@ -1,22 +1,24 @@
 #!/usr/bin/env bash
 # deploy/launch.sh - the local launcher behind `make run`.
 #
-#   deploy/launch.sh [--seconds N] [--replicas R] [--agents A]
+#   deploy/launch.sh [--seconds N] [--replicas R] [--agents A] [--rank-args "ARGS"]
 #
 # Starts a local etcd (127.0.0.1, free ports, a temp dir), R eepd replicas (default 2, one leads),
-# and one rank per visible GPU.  Without a GPU it says so and runs the control plane alone (plus A
+# and one rank per visible GPU (eep-rank with EEP_DEVICE=i and that GPU's uuid; ARGS go to each,
+# e.g. "--interval-ms 50").  Without a GPU it says so and runs the control plane alone (plus A
 # stand-in agents, default 0, so that views can be watched).  Runs until Ctrl-C, or N seconds; then
 # stops everything it started (a trap, also on errors).  Logs: $EEP_RUN_DIR (printed).
 set -u
 here=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD:-$here/build}
-seconds=0 replicas=2 agents=0
+seconds=0 replicas=2 agents=0 rank_args=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --seconds) seconds=$2; shift 2 ;;
         --replicas) replicas=$2; shift 2 ;;
         --agents) agents=$2; shift 2 ;;
-        -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+        --rank-args) rank_args=$2; shift 2 ;;
+        -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
         *) echo "launch.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -67,12 +69,20 @@ if [ "$gpus" -eq 0 ]; then
 else
     echo "$gpus GPU(s): one rank per GPU"
     rank_bin=$build/bin/eep-rank
+    mapfile -t uuids < <(nvidia-smi --query-gpu=uuid --format=csv,noheader 2>/dev/null)
     for i in $(seq 0 $((gpus - 1))); do
+        uuid=${uuids[$i]:-GPU-$i}
         if [ -x "$rank_bin" ]; then
-            EEP_DEVICE=$i "$rank_bin" >"$run_dir/rank-$i.log" 2>&1 &
+            # eep-rank reads EEP_JOB and EEP_ETCD_ENDPOINTS (exported above) and EEP_DEVICE; it
+            # prints one JSON line per second (epoch, rank, barriers, status) to its log.
+            # The launcher's own EEP_RUN_DIR / EEP_TEST_* are no knobs: not passed on.
+            # shellcheck disable=SC2086  # rank_args is a list of flags
+            env -u EEP_RUN_DIR -u EEP_TEST_ETCD_DIR -u EEP_TEST_ETCD_CLIENT_PORTS \
+                EEP_DEVICE="$i" EEP_AGENT_GPU_UUID="$uuid" "$rank_bin" $rank_args \
+                >"$run_dir/rank-$i.log" 2>&1 &
         else
-            # No data-plane rank program yet: the rank's membership alone.
-            "$build/bin/eep-agent" --gpu "GPU-$i" >"$run_dir/rank-$i.log" 2>&1 &
+            # No eep-rank in this build: the rank's membership alone.
+            "$build/bin/eep-agent" --gpu "$uuid" >"$run_dir/rank-$i.log" 2>&1 &
         fi
         pids+=($!)
     done

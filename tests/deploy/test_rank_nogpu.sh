@@ -15,7 +15,8 @@ trap 'rm -f "$out" "$err"' EXIT
 fail() { echo "FAIL: $*"; echo "--- stdout"; cat "$out"; echo "--- stderr"; cat "$err"; exit 1; }
 
 start=$(date +%s%N)
-EEP_ETCD_ENDPOINTS=127.0.0.1:1 EEP_JOB=nogpu EEP_DEVICE=0 timeout 20 "$bin" >"$out" 2>"$err"
+env -i PATH="$PATH" HOME="${HOME:-/tmp}" EEP_ETCD_ENDPOINTS=127.0.0.1:1 EEP_JOB=nogpu EEP_DEVICE=0 \
+    timeout 20 "$bin" >"$out" 2>"$err"
 rc=$?
 ms=$(( ($(date +%s%N) - start) / 1000000 ))
 echo "eep-rank without a GPU: exit $rc after $ms ms: $(cat "$err")"
