@@ -3,6 +3,12 @@
  *
  *   eep-rank [--interval-ms N] [--seconds N] [--join-timeout-s N] [--boot-timeout-ms N] [-v]
  *
+ *   --interval-ms N      between barriers (100)
+ *   --seconds N          run this long, then leave (0: until SIGTERM)
+ *   --join-timeout-s N   give up when no view at all arrived in this long (300)
+ *   --boot-timeout-ms N  each bootstrap exchange (0: EEP_BOOTSTRAP_TIMEOUT_MS)
+ *   -v                   log the GPU probe's own messages
+ *
  * The rank joins the job through the agent (EEP_JOB, EEP_ETCD_ENDPOINTS), waits for a view that
  * holds it, bootstraps the data-plane runtime through the etcd backend for that view's epoch
  * (rank = my_rank, world = the view's size, device = EEP_DEVICE), then runs a sequential barrier
@@ -257,7 +263,7 @@ int main(int argc, char **argv)
     struct sigaction   sa;
     eep_status_t       status, exit_status = EEP_OK;
     long long          start_ms, last_report = 0, waiting_since;
-    int                a, verbose = 0;
+    int                a, verbose = 0, seen_view = 0;
 
     memset(&r, 0, sizeof(r));
     r.interval_ms    = 100;
@@ -339,6 +345,7 @@ int main(int argc, char **argv)
             }
         }
         if (v != NULL) {
+            seen_view = 1;
             if (v->epoch < r.min_epoch || (r.view != NULL && v->epoch <= r.view->epoch)) {
                 eep_agent_view_free(v);
                 v = NULL;
@@ -365,9 +372,12 @@ int main(int argc, char **argv)
             }
         }
         if (r.rt == NULL) {
-            if (eep_rank_wall_ms() - waiting_since > (long long)r.join_timeout_s * 1000) {
-                fprintf(stderr, "eep-rank: no view holding this member for %d s: giving up\n",
-                        r.join_timeout_s);
+            /* Only joining is given up on: a standby rank, or one waiting for the view after a
+               failure, waits on (each wait is 200 ms; SIGTERM ends it). */
+            if (!seen_view &&
+                eep_rank_wall_ms() - waiting_since > (long long)r.join_timeout_s * 1000) {
+                fprintf(stderr, "eep-rank: no view at all for %d s (is eepd running for job "
+                        "EEP_JOB?): giving up\n", r.join_timeout_s);
                 exit_status = EEP_ERR_TIMEOUT;
                 break;
             }
