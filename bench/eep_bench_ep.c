@@ -552,6 +552,15 @@ static eep_status_t run_ours(eep_bench_ctx_t *ctx, const bench_opts_t *o,
         status = EEP_ERR_NO_MEMORY;
         goto out;
     }
+    {
+        /* The window holds the workspace (well under 32 MiB) and this shape's buffers. */
+        eep_ep_buffer_sizes_t z;
+
+        if (eep_ep_buffer_sizes(s, &z) == EEP_OK) {
+            rp.window_bytes = (z.total_bytes + ((size_t)64 << 20)) / ((size_t)2 << 20) *
+                              ((size_t)2 << 20);
+        }
+    }
     status = eep_runtime_create(&rp, &rt);
     if (status != EEP_OK) {
         snprintf(res->why, sizeof(res->why), "eep_runtime_create: %s", eep_status_string(status));
@@ -901,7 +910,7 @@ static int rank_main(const bench_opts_t *opts, eep_bootstrap_t *bs)
             print_row("ours", &o, all, ctx.world);
         }
         for (r = 0; r < ctx.world; r++) {
-            rc |= all[r].errors != 0;
+            rc |= all[r].errors != 0 || !all[r].ran;
         }
     }
 

@@ -1,21 +1,44 @@
 /*
- * ep.c - eep_dispatch / eep_combine entry points.
+ * ep.c - eep_dispatch / eep_combine: check, pick the kernel, fill its parameters, launch.
  *
- * Today: every host-side check runs against the calling runtime, then the calls refuse with
- * EEP_ERR_UNSUPPORTED because the dispatch/combine kernels are not written yet.  Programs that
- * call them (eep-bench) build and run now, and bad arguments already get the final errors.
- *
- * The flow still to be written (docs/dispatch.md): num_sms = eep_ep_pick_sms(call, knob, model);
- * JIT-select the kernel for (world, hidden, K, dtype, SMs, mode, index width); fill its
- * parameters from eep_ep_buffer_sizes() and the runtime's window; launch on @p stream;
- * CPU_SYNC: poll the host-mapped count mirror (bounded, abortable), eep_ep_capacity_check(),
- * alloc hook, launch the copy; fill the handle (ep_handle.h).
+ * Direct mode only (every rank an NVLink/LSA peer, at most EEP_EPK_MAX_WORLD ranks).  A call is
+ * one kernel launch (CPU_SYNC dispatch: two, with the host wait for the counts between them), no
+ * memset and no barrier: the kernels tag every signal with a call sequence kept on the device and
+ * alternate two parities of every slot and region (docs/dispatch.md, section 3).  Kernels come
+ * from the JIT (kernels/ep/dispatch.cuh, combine.cuh) and are kept in a small per-runtime table so
+ * that a warm call never hashes a source file.  The layout numbers come from ep_layout.c.
  */
 #include "eep/ep.h"
 
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "elastic/cuda_sym.h"
 #include "elastic/ep_args.h"
+#include "elastic/ep_handle.h"
+#include "elastic/ep_knobs.h"
+#include "elastic/ep_layout.h"
 #include "elastic/log.h"
 #include "elastic/runtime.h"
+#include "kernels/ep/ep_params.h"
+
+#define EEP_EP_KERNEL_SLOTS 32
+#define EEP_EP_SMEM_BUDGET  (160 * 1024) /* dynamic shared memory of the order masks */
+
+typedef struct {
+    char              key[48];
+    eep_jit_kernel_t *kernel;
+} eep_ep_kernel_slot_t;
+
+struct eep_ep_state {
+    eep_ep_config_t       cfg;
+    int                   device_sms;
+    volatile uint64_t    *mirror;      /* pinned, host-mapped: u64[EEP_EP_MAX_LOCAL_EXPERTS + 2] */
+    uint64_t              mirror_dev;
+    eep_ep_kernel_slot_t  kernels[EEP_EP_KERNEL_SLOTS];
+};
 
 /* The runtime as the argument checks see it.  The membership epoch is 0 until the runtime
    tracks views (then: the epoch of the view it was built from). */
@@ -27,14 +50,315 @@ static void eep_ep_world_of(const eep_runtime_t *rt, eep_ep_world_t *world)
     world->world   = rt->nranks;
 }
 
+void eep_ep_state_destroy(eep_runtime_t *rt)
+{
+    const eep_cuda_sym_t *cu;
+
+    if (rt == NULL || rt->ep == NULL) {
+        return;
+    }
+    if (rt->ep->mirror != NULL && eep_cuda_sym_driver(&cu) == EEP_OK) {
+        cu->cuMemFreeHost((void *)rt->ep->mirror);
+    }
+    free(rt->ep);
+    rt->ep = NULL;
+}
+
+static eep_status_t eep_ep_state_get(eep_runtime_t *rt, const eep_cuda_sym_t *cu,
+                                     struct eep_ep_state **st_p)
+{
+    struct eep_ep_state *st;
+    eep_status_t         status;
+    void                *host = NULL;
+    CUdeviceptr          dev = 0;
+
+    if (rt->ep != NULL) {
+        *st_p = rt->ep;
+        return EEP_OK;
+    }
+    st = calloc(1, sizeof(*st));
+    if (st == NULL) {
+        return EEP_ERR_NO_MEMORY;
+    }
+    status = eep_config_load(&eep_ep_knob_table, &st->cfg);
+    if (status == EEP_OK) {
+        status = eep_status_from_cu(cu->cuDeviceGetAttribute(
+            &st->device_sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, (CUdevice)rt->cu_dev),
+            "cuDeviceGetAttribute(SMs)");
+    }
+    if (status == EEP_OK) {
+        status = eep_status_from_cu(cu->cuMemHostAlloc(&host, 8 * (EEP_EP_MAX_LOCAL_EXPERTS + 2),
+                                                       CU_MEMHOSTALLOC_DEVICEMAP |
+                                                       CU_MEMHOSTALLOC_PORTABLE),
+                                    "cuMemHostAlloc(count mirror)");
+    }
+    if (status == EEP_OK) {
+        memset(host, 0, 8 * (EEP_EP_MAX_LOCAL_EXPERTS + 2));
+        status = eep_status_from_cu(cu->cuMemHostGetDevicePointer(&dev, host, 0),
+                                    "cuMemHostGetDevicePointer(count mirror)");
+    }
+    if (status != EEP_OK) {
+        if (host != NULL) {
+            cu->cuMemFreeHost(host);
+        }
+        free(st);
+        return status;
+    }
+    st->mirror     = (volatile uint64_t *)host;
+    st->mirror_dev = (uint64_t)dev;
+    rt->ep = st;
+    *st_p  = st;
+    return EEP_OK;
+}
+
+/* A kernel by (function, template arguments), from the per-runtime table or the JIT. */
+static eep_status_t eep_ep_kernel(eep_runtime_t *rt, struct eep_ep_state *st, int combine,
+                                  int idx_bits, int mode, int phase, eep_jit_kernel_t **kernel_p)
+{
+    char           key[48], targs[32];
+    eep_jit_spec_t spec;
+    eep_status_t   status;
+    int            i;
+
+    snprintf(targs, sizeof(targs), "%d, %d, %d", idx_bits, mode, phase);
+    snprintf(key, sizeof(key), "%s<%s>", combine ? "c" : "d", combine ? "" : targs);
+    for (i = 0; i < EEP_EP_KERNEL_SLOTS && st->kernels[i].kernel != NULL; i++) {
+        if (strcmp(st->kernels[i].key, key) == 0) {
+            *kernel_p = st->kernels[i].kernel;
+            return EEP_OK;
+        }
+    }
+    memset(&spec, 0, sizeof(spec));
+    spec.size          = sizeof(spec);
+    spec.header        = combine ? "kernels/ep/combine.cuh" : "kernels/ep/dispatch.cuh";
+    spec.function      = combine ? "eep_ep_combine_body" : "eep_ep_dispatch_body";
+    spec.template_args = combine ? NULL : targs;
+    spec.param_type    = "eep_epk_params_t";
+    spec.launch_bounds = EEP_EPK_THREADS;
+    spec.backend       = EEP_JIT_BACKEND_AUTO;
+    status = eep_jit_get_kernel(rt->jit, &spec, kernel_p);
+    if (status != EEP_OK) {
+        eep_error(EEP_SUBSYS_KERNEL, "cannot build the %s kernel %s", combine ? "combine" :
+                  "dispatch", key);
+        return status;
+    }
+    if (i < EEP_EP_KERNEL_SLOTS) {
+        snprintf(st->kernels[i].key, sizeof(st->kernels[i].key), "%s", key);
+        st->kernels[i].kernel = *kernel_p;
+    }
+    return EEP_OK;
+}
+
+/* Everything common to dispatch and combine: state, direct mode, window, base parameters. */
+static eep_status_t eep_ep_prepare(eep_runtime_t *rt, const eep_ep_shape_t *shape,
+                                   const eep_cuda_sym_t **cu_p, struct eep_ep_state **st_p,
+                                   eep_epk_params_t *p)
+{
+    eep_ep_buffer_sizes_t z;
+    eep_ep_wire_t         wire;
+    eep_status_t          status;
+    size_t                ep_off = rt->layout.data_off;
+
+    if (__atomic_load_n(&rt->fault_host->abort_flag, __ATOMIC_ACQUIRE) != EEP_ABORT_NONE) {
+        return eep_poll(rt);
+    }
+    if ((status = eep_cuda_sym_driver(cu_p)) != EEP_OK ||
+        (status = eep_ep_state_get(rt, *cu_p, st_p)) != EEP_OK) {
+        return status;
+    }
+    if (rt->lsa_size != rt->nranks || rt->nranks > EEP_EPK_MAX_WORLD) {
+        eep_error(EEP_SUBSYS_KERNEL, "dispatch/combine: only direct mode is built: every rank an "
+                  "NVLink peer and at most %d ranks (this runtime: %d ranks, %d NVLink peers)",
+                  EEP_EPK_MAX_WORLD, rt->nranks, rt->lsa_size);
+        return EEP_ERR_UNSUPPORTED;
+    }
+    if ((status = eep_ep_buffer_sizes(shape, &z)) != EEP_OK) {
+        return status;
+    }
+    if (ep_off + z.total_bytes > rt->window_bytes) {
+        eep_error(EEP_SUBSYS_KERNEL, "dispatch/combine: this shape needs %zu bytes of window "
+                  "after the %zu-byte workspace, the window has %zu: create the runtime with "
+                  "window_bytes >= %zu (or raise EEP_WINDOW_SIZE)", z.total_bytes, ep_off,
+                  rt->window_bytes, ep_off + z.total_bytes);
+        return EEP_ERR_NO_RESOURCE;
+    }
+    eep_ep_wire_layout(shape, &wire);
+    memset(p, 0, sizeof(*p));
+    p->rank          = rt->rank;
+    p->world         = rt->nranks;
+    p->max_tokens    = shape->max_tokens;
+    p->hidden        = shape->hidden;
+    p->num_topk      = shape->num_topk;
+    p->num_experts   = shape->num_experts;
+    p->num_local     = eep_ep_local_experts(shape);
+    p->alignment     = shape->alignment;
+    p->token_bytes   = (unsigned)wire.token_bytes;
+    p->hidden_bytes  = (unsigned)wire.hidden_bytes;
+    p->scale_off     = (unsigned)wire.scale_off;
+    p->scale_bytes   = (unsigned)wire.scale_bytes;
+    p->meta_off      = (unsigned)wire.meta_off;
+    p->window        = rt->window;
+    p->fault         = (eep_fault_page_t *)(uintptr_t)rt->fault_dev;
+    p->fault_claim   = (unsigned int *)((char *)rt->buf + rt->layout.counters_off);
+    p->timeout_ns    = (unsigned long long)rt->timeout_ms * 1000000ull;
+    p->ctl           = (unsigned long long)(uintptr_t)((char *)rt->buf + ep_off + z.allocator_off);
+    p->counts_off    = ep_off + z.counts_off;
+    p->slot_bytes    = z.count_slot_bytes;
+    p->drecv_off     = ep_off + z.dispatch_recv_off;
+    p->drecv_region  = (unsigned long long)shape->max_tokens * wire.token_bytes;
+    p->crecv_off     = ep_off + z.combine_recv_off;
+    p->crecv_region  = (unsigned long long)shape->max_tokens * (unsigned long long)shape->hidden * 2;
+    p->crecv_regions = shape->world < shape->num_topk ? shape->world : shape->num_topk;
+    return EEP_OK;
+}
+
+static void eep_ep_handle_release(eep_ep_handle_t *h)
+{
+    const eep_cuda_sym_t *cu;
+
+    if (h->d_block != NULL && eep_cuda_sym_driver(&cu) == EEP_OK) {
+        cu->cuMemFree((CUdeviceptr)(uintptr_t)h->d_block);
+    }
+    h->d_block = NULL;
+}
+
+/* The handle's device arrays, one allocation, made once per handle. */
+static eep_status_t eep_ep_handle_arrays(const eep_cuda_sym_t *cu, eep_ep_handle_t *h,
+                                         const eep_ep_shape_t *s)
+{
+    const size_t El = (size_t)eep_ep_local_experts(s), W = (size_t)s->world;
+    const size_t mt = (size_t)s->max_tokens, K = (size_t)s->num_topk;
+    const size_t sizes[8] = { El * 4, (El + 1) * 4, mt * W * 4, W * 4, W * mt * 4, W * mt * 4,
+                              W * mt * K * 4, W * mt * K * 4 };
+    size_t       offs[8], total = 0;
+    CUdeviceptr  base = 0;
+    eep_status_t status;
+    int          i;
+
+    if (h->d_block != NULL) {
+        return EEP_OK;
+    }
+    for (i = 0; i < 8; i++) {
+        offs[i] = total;
+        total += (sizes[i] + 255) / 256 * 256;
+    }
+    status = eep_status_from_cu(cu->cuMemAlloc(&base, total), "cuMemAlloc(dispatch handle)");
+    if (status != EEP_OK) {
+        return status;
+    }
+    h->d_block          = (void *)(uintptr_t)base;
+    h->d_expert_counts  = (int32_t *)(uintptr_t)(base + offs[0]);
+    h->d_expert_offsets = (int32_t *)(uintptr_t)(base + offs[1]);
+    h->d_send_slot      = (int32_t *)(uintptr_t)(base + offs[2]);
+    h->d_recv_n         = (int32_t *)(uintptr_t)(base + offs[3]);
+    h->d_recv_tok       = (int32_t *)(uintptr_t)(base + offs[4]);
+    h->d_recv_ord       = (int32_t *)(uintptr_t)(base + offs[5]);
+    h->d_recv_rows      = (int32_t *)(uintptr_t)(base + offs[6]);
+    h->d_recv_w         = (float *)(uintptr_t)(base + offs[7]);
+    h->release          = eep_ep_handle_release;
+    return EEP_OK;
+}
+
+static void eep_ep_params_handle(eep_epk_params_t *p, const eep_ep_handle_t *h)
+{
+    p->h_counts    = (uintptr_t)h->d_expert_counts;
+    p->h_offsets   = (uintptr_t)h->d_expert_offsets;
+    p->h_send_slot = (uintptr_t)h->d_send_slot;
+    p->h_recv_n    = (uintptr_t)h->d_recv_n;
+    p->h_recv_tok  = (uintptr_t)h->d_recv_tok;
+    p->h_recv_ord  = (uintptr_t)h->d_recv_ord;
+    p->h_recv_rows = (uintptr_t)h->d_recv_rows;
+    p->h_recv_w    = (uintptr_t)h->d_recv_w;
+}
+
+static double eep_ep_now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* CPU_SYNC: wait (bounded, abortable) until the dispatch kernel has published the counts. */
+static eep_status_t eep_ep_wait_counts(eep_runtime_t *rt, struct eep_ep_state *st, int El)
+{
+    const double deadline = eep_ep_now_ms() + (double)rt->timeout_ms;
+    unsigned     spins;
+
+    for (spins = 0;; spins++) {
+        if (__atomic_load_n(&st->mirror[El + 1], __ATOMIC_ACQUIRE) != 0) {
+            return EEP_OK;
+        }
+        if ((spins & 1023u) == 1023u) {
+            if (__atomic_load_n(&rt->fault_host->abort_flag, __ATOMIC_ACQUIRE) != EEP_ABORT_NONE) {
+                return eep_poll(rt);
+            }
+            if (eep_ep_now_ms() > deadline) {
+                eep_error(EEP_SUBSYS_KERNEL, "dispatch: the counts did not arrive within %d ms",
+                          rt->timeout_ms);
+                return EEP_ERR_PEER_TIMEOUT;
+            }
+        }
+    }
+}
+
+/* CPU_SYNC outputs: the alloc hook, or the caller's buffers checked against the exact size. */
+static eep_status_t eep_ep_outputs(const eep_dispatch_args_t *a, int64_t rows, size_t hb,
+                                   size_t sb, eep_epk_params_t *p)
+{
+    void  *ptrs[4];
+    size_t bytes[4] = { (size_t)rows * hb, (size_t)rows * sb, (size_t)rows * a->num_topk * 4,
+                        (size_t)rows * a->num_topk * 4 };
+    static const char *const names[4] = { "recv_x", "recv_x_scales", "recv_topk_idx",
+                                          "recv_topk_weights" };
+    int i;
+
+    if (a->alloc == NULL) {
+        eep_status_t status = eep_ep_capacity_check(a, rows);
+
+        if (status != EEP_OK) {
+            return status;
+        }
+        ptrs[0] = a->recv_x;
+        ptrs[1] = a->recv_x_scales;
+        ptrs[2] = a->recv_topk_idx;
+        ptrs[3] = a->recv_topk_weights;
+    } else {
+        for (i = 0; i < 4; i++) {
+            ptrs[i] = NULL;
+            if (i == 1 && sb == 0) {
+                continue;
+            }
+            ptrs[i] = a->alloc(a->alloc_arg, bytes[i] > 0 ? bytes[i] : 16, names[i]);
+            if (ptrs[i] == NULL) {
+                eep_error(EEP_SUBSYS_KERNEL, "dispatch: the alloc hook gave no memory for %s "
+                          "(%zu bytes)", names[i], bytes[i]);
+                return EEP_ERR_NO_MEMORY;
+            }
+        }
+    }
+    p->recv_x            = (uintptr_t)ptrs[0];
+    p->recv_x_scales     = (uintptr_t)ptrs[1];
+    p->recv_topk_idx     = (uintptr_t)ptrs[2];
+    p->recv_topk_weights = (uintptr_t)ptrs[3];
+    return EEP_OK;
+}
+
 eep_status_t eep_dispatch(eep_runtime_t *rt, const eep_dispatch_args_t *args,
                           eep_ep_handle_t **handle_p, void *stream)
 {
-    eep_ep_world_t world;
-    eep_ep_shape_t shape;
-    eep_status_t   status;
+    const eep_cuda_sym_t *cu = NULL;
+    struct eep_ep_state  *st = NULL;
+    eep_ep_world_t        world;
+    eep_ep_shape_t        shape;
+    eep_epk_params_t      p;
+    eep_ep_handle_t      *h, *created = NULL;
+    eep_jit_kernel_t     *kernel;
+    eep_status_t          status;
+    int                   El, NC, sw, sms, idx_bits;
+    size_t                dyn;
+    int64_t               rows;
 
-    (void)stream;
     if (rt == NULL) {
         eep_error(EEP_SUBSYS_KERNEL, "dispatch: invalid argument rt: NULL runtime");
         return EEP_ERR_INVALID_ARG;
@@ -48,17 +372,110 @@ eep_status_t eep_dispatch(eep_runtime_t *rt, const eep_dispatch_args_t *args,
     if (status != EEP_OK) {
         return status;
     }
-    eep_error(EEP_SUBSYS_KERNEL, "dispatch: not available yet in this build (kernels pending)");
-    return EEP_ERR_UNSUPPORTED;
+    if ((status = eep_ep_prepare(rt, &shape, &cu, &st, &p)) != EEP_OK) {
+        return status;
+    }
+    El  = p.num_local;
+    sms = eep_ep_pick_sms(&st->cfg, &shape, st->device_sms, 0.0, args->num_sms);
+    if (sms < 1) {
+        return EEP_ERR_INVALID_ARG;
+    }
+    h = *handle_p;
+    if (h == NULL) {
+        status = eep_ep_handle_create(rt, world.epoch, rt->rank, &created);
+        if (status != EEP_OK) {
+            return status;
+        }
+        h = created;
+    }
+    if ((status = eep_ep_handle_arrays(cu, h, &shape)) != EEP_OK) {
+        goto fail;
+    }
+    /* Order masks: as many warps as the shared-memory budget allows (E + world counters each). */
+    NC  = shape.num_experts + shape.world;
+    sw  = (int)((EEP_EP_SMEM_BUDGET / 4 / (size_t)NC - 1) / 2);
+    sw  = sw < 1 ? 1 : sw > EEP_EPK_WARPS ? EEP_EPK_WARPS : sw;
+    dyn = (size_t)(1 + 2 * sw) * (size_t)NC * 4;
+    p.scan_warps        = sw;
+    p.num_tokens        = args->num_tokens;
+    p.x                 = (uintptr_t)args->x;
+    p.x_scales          = (uintptr_t)args->x_scales;
+    p.topk_idx          = (uintptr_t)args->topk_idx;
+    p.topk_weights      = (uintptr_t)args->topk_weights;
+    p.recv_x            = (uintptr_t)args->recv_x;
+    p.recv_x_scales     = (uintptr_t)args->recv_x_scales;
+    p.recv_topk_idx     = (uintptr_t)args->recv_topk_idx;
+    p.recv_topk_weights = (uintptr_t)args->recv_topk_weights;
+    p.recv_counts       = (uintptr_t)args->recv_expert_counts;
+    p.recv_offsets      = (uintptr_t)args->recv_expert_offsets;
+    p.host_mirror       = st->mirror_dev;
+    eep_ep_params_handle(&p, h);
+    idx_bits = args->topk_idx_dtype == EEP_INDEX_INT64 ? 64 : 32;
+
+    if ((status = eep_ep_kernel(rt, st, 0, idx_bits, (int)args->mode, 0, &kernel)) != EEP_OK) {
+        goto fail;
+    }
+    if (args->mode == EEP_EP_MODE_CPU_SYNC) {
+        __atomic_store_n(&st->mirror[El + 1], 0, __ATOMIC_RELEASE);
+    }
+    status = eep_jit_launch(kernel, (unsigned)sms, EEP_EPK_THREADS, dyn, stream, &p, sizeof(p));
+    if (status != EEP_OK) {
+        goto fail;
+    }
+    rows = eep_ep_rows_max(&shape);
+    if (args->mode == EEP_EP_MODE_CPU_SYNC) {
+        size_t hb = (size_t)shape.hidden * eep_ep_elem_bytes(shape.dtype);
+        size_t sb = shape.dtype == EEP_DTYPE_FP8_E4M3 ? (size_t)shape.hidden / 128 * 4 : 0;
+        int    e;
+
+        if ((status = eep_ep_wait_counts(rt, st, El)) != EEP_OK) {
+            goto fail;
+        }
+        rows = (int64_t)(uint32_t)st->mirror[El];
+        if (args->host_expert_counts != NULL) {
+            for (e = 0; e < El; e++) {
+                args->host_expert_counts[e] = (int32_t)(uint32_t)st->mirror[e];
+            }
+        }
+        if ((status = eep_ep_outputs(args, rows, hb, sb, &p)) != EEP_OK ||
+            (status = eep_ep_kernel(rt, st, 0, idx_bits, (int)args->mode, 1, &kernel)) != EEP_OK ||
+            (status = eep_jit_launch(kernel, (unsigned)sms, EEP_EPK_THREADS, dyn, stream, &p,
+                                     sizeof(p))) != EEP_OK) {
+            /* The data is on its way and the peers wait for nothing more: the copy is lost,
+               the protocol is not (the next dispatch's kernel reads fresh slots). */
+            goto fail;
+        }
+    }
+    if (args->num_recv_rows_p != NULL) {
+        *args->num_recv_rows_p = rows;
+    }
+    if (args->mode != EEP_EP_MODE_CACHED) {
+        h->shape         = shape;
+        h->num_tokens    = args->num_tokens;
+        h->num_sms       = sms;
+        h->num_recv_rows = rows;
+        h->has_layout    = 1;
+        h->epoch         = world.epoch;
+        h->rank          = rt->rank;
+    }
+    h->seq++;
+    *handle_p = h;
+    return EEP_OK;
+fail:
+    eep_ep_handle_destroy(created);
+    return status;
 }
 
 eep_status_t eep_combine(eep_runtime_t *rt, const void *y, const eep_ep_handle_t *handle,
                          void *out, void *stream)
 {
-    eep_ep_world_t world;
-    eep_status_t   status;
+    const eep_cuda_sym_t *cu = NULL;
+    struct eep_ep_state  *st = NULL;
+    eep_ep_world_t        world;
+    eep_epk_params_t      p;
+    eep_jit_kernel_t     *kernel;
+    eep_status_t          status;
 
-    (void)stream;
     if (rt == NULL) {
         eep_error(EEP_SUBSYS_KERNEL, "combine: invalid argument rt: NULL runtime");
         return EEP_ERR_INVALID_ARG;
@@ -68,6 +485,16 @@ eep_status_t eep_combine(eep_runtime_t *rt, const void *y, const eep_ep_handle_t
     if (status != EEP_OK) {
         return status;
     }
-    eep_error(EEP_SUBSYS_KERNEL, "combine: not available yet in this build (kernels pending)");
-    return EEP_ERR_UNSUPPORTED;
+    if ((status = eep_ep_prepare(rt, &handle->shape, &cu, &st, &p)) != EEP_OK) {
+        return status;
+    }
+    p.num_tokens = handle->num_tokens;
+    p.y          = (uintptr_t)y;
+    p.out        = (uintptr_t)out;
+    eep_ep_params_handle(&p, handle);
+    if ((status = eep_ep_kernel(rt, st, 1, 0, 0, 0, &kernel)) != EEP_OK) {
+        return status;
+    }
+    return eep_jit_launch(kernel, (unsigned)handle->num_sms, EEP_EPK_THREADS, 0, stream, &p,
+                          sizeof(p));
 }

@@ -33,8 +33,16 @@ struct eep_ep_handle {
     int32_t *d_expert_offsets;     /* [El + 1] exclusive prefix sums of padded counts */
     int32_t *d_send_slot;          /* [max_tokens, world]: my slot in each destination's
                                       region, -1 where the token does not go (cached mode) */
-    int32_t *d_row_src;            /* [rows]: source rank * max_tokens + source token, -1 pad */
-    float   *d_row_weight;         /* [rows]: the weight of this row's (token, expert) */
+    int32_t *d_row_src;            /* unused by the direct-mode kernels (NULL) */
+    float   *d_row_weight;         /* unused by the direct-mode kernels (NULL) */
+    /* Received records, indexed source * max_tokens + i (i < d_recv_n[source]): what combine
+       and cached dispatches need, kept here because the window regions are reused. */
+    int32_t *d_recv_n;             /* [world] records from each source */
+    int32_t *d_recv_tok;           /* [world * max_tokens] the record's source token */
+    int32_t *d_recv_ord;           /* [world * max_tokens] my ordinal among its destinations */
+    int32_t *d_recv_rows;          /* [world * max_tokens, K] row per top-k lane, -1 */
+    float   *d_recv_w;             /* [world * max_tokens, K] weight per lane, 0 if not local */
+    void    *d_block;              /* the one allocation all arrays above live in */
 
     void (*release)(struct eep_ep_handle *handle); /* frees the device arrays; may be NULL */
     void  *release_arg;

@@ -87,7 +87,9 @@ void eep_ep_wire_layout(const eep_ep_shape_t *s, eep_ep_wire_t *wire_p)
     w.hidden_bytes = (size_t)s->hidden * eep_ep_elem_bytes(s->dtype);
     w.scale_bytes  = s->dtype == EEP_DTYPE_FP8_E4M3 ?
                      (size_t)(s->hidden / EEP_EP_FP8_BLOCK) * sizeof(float) : 0;
-    w.meta_bytes   = (size_t)s->num_topk * (sizeof(int32_t) + sizeof(float)) + sizeof(int32_t);
+    /* K ids, K weights, the source token, K positions (the token's rank among this source's
+       tokens for each of its experts: the receiver places rows without a scan) */
+    w.meta_bytes   = (size_t)s->num_topk * (2 * sizeof(int32_t) + sizeof(float)) + sizeof(int32_t);
     w.scale_off    = (size_t)eep_ep_align_up((int64_t)w.hidden_bytes, EEP_EP_WIRE_ALIGN);
     w.meta_off     = w.scale_off + (size_t)eep_ep_align_up((int64_t)w.scale_bytes,
                                                            EEP_EP_WIRE_ALIGN);
@@ -140,7 +142,7 @@ eep_status_t eep_ep_buffer_sizes(const eep_ep_shape_t *s, eep_ep_buffer_sizes_t 
     }
     eep_ep_wire_layout(s, &wire);
     z.count_slot_bytes = (size_t)eep_ep_align_up(
-        (int64_t)(2 + eep_ep_local_experts(s)) * (int64_t)sizeof(uint64_t),
+        (int64_t)(3 + eep_ep_local_experts(s)) * (int64_t)sizeof(uint64_t),
         EEP_EP_COUNT_SLOT_ALIGN);
     z.counts_bytes        = (size_t)s->world * EEP_EP_PARITIES * z.count_slot_bytes;
     z.allocator_bytes     = (size_t)eep_ep_align_up((int64_t)s->world * 4, EEP_EP_REGION_ALIGN);

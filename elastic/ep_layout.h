@@ -42,7 +42,7 @@ typedef struct {
     size_t scale_bytes;  /* fp8: hidden / 128 * 4; bf16: 0 */
     size_t scale_off;    /* offsets inside the record */
     size_t meta_off;
-    size_t meta_bytes;   /* K * 4 + K * 4 + 4 */
+    size_t meta_bytes;   /* K * 4 + K * 4 + 4 + K * 4 */
     size_t token_bytes;  /* whole record, a multiple of EEP_EP_WIRE_ALIGN */
 } eep_ep_wire_t;
 
@@ -52,8 +52,9 @@ typedef struct {
  * slot never needs cleaning: "arrived" means "the high half equals my sequence".  Two parities so
  * that a fast peer's call n+1 cannot overwrite call n before it was read (docs/dispatch.md).
  *   word 0        tokens the peer sends me (distinct tokens)
- *   word 1        done: the peer's data for this call has all landed in my buffer
- *   word 2 + e    rows for my local expert e (El words)
+ *   word 1        dispatch done: the peer's data for this call has all landed in my buffer
+ *   word 2        combine done (the combine call counter's sequence and parity)
+ *   word 3 + e    rows for my local expert e (El words)
  * The slot is padded to 128 bytes so that two peers never share a cache line.
  */
 #define EEP_EP_COUNT_SLOT_ALIGN 128

@@ -232,6 +232,7 @@ void eep_runtime_destroy(eep_runtime_t *rt)
     /* Every wait of our kernels is bounded, so this returns. */
     eep_status_from_cu(cu->cuCtxSynchronize(), "cuCtxSynchronize(destroy)");
     abort_comm = rt->fault_seen || rt->fault_host->abort_flag != EEP_ABORT_NONE;
+    eep_ep_state_destroy(rt);
     eep_jit_destroy(rt->jit);
     eep_runtime_nccl_teardown(rt, abort_comm);
     cu->cuMemFreeHost(rt->fault_host);
@@ -271,6 +272,8 @@ static const char *eep_phase_name(int phase)
     switch (phase) {
     case EEP_PHASE_BARRIER_LSA: return "scale-up barrier";
     case EEP_PHASE_BARRIER_GIN: return "scale-out barrier";
+    case EEP_PHASE_EP_DISPATCH: return "dispatch";
+    case EEP_PHASE_EP_COMBINE:  return "combine";
     default:                    return "unknown phase";
     }
 }
@@ -307,7 +310,11 @@ eep_status_t eep_poll(eep_runtime_t *rt)
     if (flag != EEP_ABORT_NONE) {
         if (!rt->fault_seen) {
             rt->fault_seen = 1;
-            if (eep_runtime_fault(rt, &rec) == EEP_OK) {
+            if (eep_runtime_fault(rt, &rec) == EEP_OK && rec.phase == EEP_PHASE_EP_BAD_EXPERT) {
+                eep_error(EEP_SUBSYS_KERNEL, "dispatch: token %llu of rank %d has expert id %lld "
+                          "outside [-1, num_experts) or repeated: dropped", rec.expected,
+                          rec.rank, (long long)rec.observed);
+            } else if (flag != EEP_ABORT_FAULT && eep_runtime_fault(rt, &rec) == EEP_OK) {
                 eep_error(EEP_SUBSYS_BARRIER, "%s timed out waiting for peer %d after %llu us "
                           "(expected %llu, observed %llu)", eep_phase_name(rec.phase), rec.peer,
                           rec.waited_ns / 1000, rec.expected, rec.observed);
@@ -315,7 +322,8 @@ eep_status_t eep_poll(eep_runtime_t *rt)
                 eep_warn(EEP_SUBSYS_RUNTIME, "runtime aborted by the host");
             }
         }
-        return flag == EEP_ABORT_HOST ? EEP_ERR_ABORTED : EEP_ERR_PEER_TIMEOUT;
+        return flag == EEP_ABORT_HOST ? EEP_ERR_ABORTED :
+               flag == EEP_ABORT_FAULT ? EEP_ERR_DEVICE_FAULT : EEP_ERR_PEER_TIMEOUT;
     }
     return eep_runtime_nccl_poll(rt);
 }

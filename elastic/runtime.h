@@ -62,7 +62,11 @@ struct eep_runtime {
     eep_workspace_layout_t layout;
     eep_jit_t             *jit;
     eep_jit_kernel_t      *barrier_kernels[2]; /* by eep_barrier_mode_t */
+    struct eep_ep_state   *ep;           /* dispatch/combine state (elastic/ep.c), lazily made */
 };
+
+/* elastic/ep.c: free the dispatch/combine state (kernels are owned by rt->jit). */
+void eep_ep_state_destroy(eep_runtime_t *rt);
 
 /* runtime_nccl.cc: create or adopt the communicator, probe GIN, allocate and register the window,
    create the device communicator; fills rt->{rank..rail_size, gin*, window, buf, devcomm}. */

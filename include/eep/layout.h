@@ -36,11 +36,16 @@
 #define EEP_PHASE_NONE            0
 #define EEP_PHASE_BARRIER_LSA     1 /* scale-up (NVLink, LSA stores) barrier */
 #define EEP_PHASE_BARRIER_GIN     2 /* scale-out (GIN signals, rail team) barrier */
+#define EEP_PHASE_EP_DISPATCH     3 /* dispatch: waiting for a peer's counts or data */
+#define EEP_PHASE_EP_COMBINE      4 /* combine: waiting for a peer's partials */
+#define EEP_PHASE_EP_BAD_EXPERT   5 /* dispatch: bad expert id; peer -1, expected = token,
+                                       observed = the id (as unsigned 64-bit) */
 
 /* Why the abort flag is up (eep_fault_page_t.abort_flag; 0 is "not raised"). */
 #define EEP_ABORT_NONE    0u
 #define EEP_ABORT_TIMEOUT 1u /* a device wait expired; see the records */
 #define EEP_ABORT_HOST    2u /* the host asked every kernel to leave (eep_runtime_abort) */
+#define EEP_ABORT_FAULT   3u /* a kernel found bad input (see the records): EEP_ERR_DEVICE_FAULT */
 
 typedef struct eep_fault_record {
     unsigned int       valid;       /* written last (1) once the other fields are visible */

@@ -7,5 +7,9 @@ $(BUILD)/tests/gpu/%: $(BUILD)/tests/gpu/%.o $(LIBEEP_A)
 	@mkdir -p $(dir $@)
 	$(CXX) -o $@ $^ $(LDFLAGS) $(NCCL_LDFLAGS) -ldl
 
-gpu-check: check-cuda $(LIBEEP_A) $(GPU_TEST_BINS)
-	@BUILD=$(BUILD) tests/gpu/run_all.sh $(GPU_TEST_BINS)
+# Script tests drive a tool themselves (test_ep_cases.sh: eep-bench ep against the CPU reference).
+GPU_TEST_SCRIPTS := tests/gpu/test_ep_cases.sh
+
+gpu-check: check-cuda $(LIBEEP_A) $(GPU_TEST_BINS) $(BUILD)/bin/eep-bench
+	@BUILD=$(BUILD) GPU_TEST_EEP_BENCH=$(BUILD)/bin/eep-bench tests/gpu/run_all.sh \
+	    $(GPU_TEST_BINS) $(GPU_TEST_SCRIPTS)

@@ -69,14 +69,14 @@ static void test_wire_layout(void **state)
     assert_int_equal(w.scale_bytes, 0);
     assert_int_equal(w.scale_off, 14336);
     assert_int_equal(w.meta_off, 14336);
-    assert_int_equal(w.meta_bytes, 8 * 8 + 4);
-    assert_int_equal(w.token_bytes, 14336 + 96);
+    assert_int_equal(w.meta_bytes, 8 * 12 + 4);
+    assert_int_equal(w.token_bytes, 14336 + 128);
     s.dtype = EEP_DTYPE_FP8_E4M3;
     eep_ep_wire_layout(&s, &w);
     assert_int_equal(w.hidden_bytes, 7168);
     assert_int_equal(w.scale_bytes, 56 * 4);
     assert_int_equal(w.meta_off, 7168 + 224);
-    assert_int_equal(w.token_bytes, 7168 + 224 + 96);
+    assert_int_equal(w.token_bytes, 7168 + 224 + 128);
     assert_int_equal(w.token_bytes % EEP_EP_WIRE_ALIGN, 0);
     s = shape(2, 1, 2056, 1, 2, 1, EEP_DTYPE_BF16); /* 4112 hidden bytes: padded to 4128 */
     eep_ep_wire_layout(&s, &w);
