@@ -163,6 +163,7 @@ static int child_rounds(eep_bootstrap_t *bs, uint64_t epoch, int rank, int n)
     size_t              len, i;
     int                 r, p, rc = RC_OK;
     uint64_t            ids[2], got[2 * MAX_RANKS];
+    int64_t             t0 = ms_now();
 
     /* First: everyone agrees on the view (epoch, rank). */
     ids[0] = epoch;
@@ -221,6 +222,8 @@ static int child_rounds(eep_bootstrap_t *bs, uint64_t epoch, int rank, int n)
         if (rc == RC_OK && eep_bootstrap_barrier(bs) != EEP_OK) {
             rc = RC_BARRIER;
         }
+        fprintf(stderr, "rank %d: %d exchanges through etcd in %lld ms\n", rank, N_ROUNDS + 3,
+                (long long)(ms_now() - t0));
     }
     free(mine);
     free(all);
@@ -485,6 +488,7 @@ static void test_allgather_rounds(void **state)
     reap(pids, N_RANKS, rcs, 60000);
     printf("%d ranks: join, %d all-gathers, bcast, barrier, leave in %lld ms\n", N_RANKS,
            N_ROUNDS + 1, (long long)(ms_now() - t0));
+    show_log("ranks-0");
     for (i = 0; i < N_RANKS; i++) {
         snprintf(name, sizeof(name), "ranks-%d", i);
         if (rcs[i] != RC_OK) {
