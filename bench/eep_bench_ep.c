@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "eep/eep.h"
+#include "elastic/ep_handle.h"
 #include "elastic/log.h"
 #include "elastic/nccl_util.h"
 #include "kernels/ep/baseline_params.h"
@@ -38,6 +39,7 @@ typedef struct {
     int            check;
     int            ours;     /* run eep_dispatch/eep_combine (default; --no-ours skips) */
     eep_ep_mode_t  mode;     /* of ours: --mode cpu-sync|no-cpu-sync|cached */
+    int            num_sms;  /* of ours: --num-sms N (0: the model / EEP_EP_NUM_SMS) */
     int            iters, warmup;
     uint64_t       seed;
     const char    *gating;   /* random, masked, hotspot, hotspot-only, silent, masked-rank, t1 */
@@ -49,6 +51,8 @@ typedef struct {
 typedef struct {
     double  dispatch_us, combine_us;
     double  dispatch_bytes, combine_bytes; /* to other ranks, per call */
+    double  recv_bytes;  /* received-token bytes (hidden + scales), local included, per call */
+    int     sms;         /* SMs of ours (0: not ours) */
     int64_t errors;
     int     ran;
     char    why[96];   /* when not run */
@@ -70,6 +74,7 @@ static void usage(FILE *out)
             "  --gating G          random, masked, hotspot, hotspot-only, silent, masked-rank, t1\n"
             "  --mode M            ours: cpu-sync, no-cpu-sync (default) or cached\n"
             "  --no-ours           skip eep_dispatch/eep_combine (baseline only)\n"
+            "  --num-sms N         SMs of ours (0: the bandwidth model)\n"
             "  --iters N           timed iterations (20); --warmup N (5)\n"
             "  --seed S            (1); --no-check skips the CPU reference\n");
 }
@@ -85,6 +90,7 @@ static int parse_opts(int argc, char **argv, bench_opts_t *o)
         { "iters", required_argument, NULL, 'i' },  { "warmup", required_argument, NULL, 'w' },
         { "seed", required_argument, NULL, 's' },   { "no-check", no_argument, NULL, 'C' },
         { "mode", required_argument, NULL, 'm' },   { "no-ours", no_argument, NULL, 'O' },
+        { "num-sms", required_argument, NULL, 'S' },
         { "help", no_argument, NULL, 'h' },         { NULL, 0, NULL, 0 },
     };
     int c;
@@ -134,6 +140,7 @@ static int parse_opts(int argc, char **argv, bench_opts_t *o)
         case 's': o->seed = strtoull(optarg, NULL, 0); break;
         case 'C': o->check = 0; break;
         case 'O': o->ours = 0; break;
+        case 'S': o->num_sms = atoi(optarg); break;
         case 'm':
             if (strcmp(optarg, "cpu-sync") == 0) {
                 o->mode = EEP_EP_MODE_CPU_SYNC;
@@ -486,6 +493,29 @@ out:
 
 /* Wire bytes this rank sends to other ranks per dispatch, bf16 bytes per combine (the same
    definitions as the baseline's counters). */
+/* Bytes of the tokens @p rank receives per dispatch (hidden + scales, its own included). */
+static double recv_token_bytes(const eep_ep_shape_t *s, const eep_ref_input_t *in, int rank)
+{
+    eep_ep_wire_t w;
+    int           El = eep_ep_local_experts(s), src, t, k;
+    double        b = 0;
+
+    eep_ep_wire_layout(s, &w);
+    for (src = 0; src < s->world; src++) {
+        for (t = 0; t < in[src].num_tokens; t++) {
+            for (k = 0; k < s->num_topk; k++) {
+                int64_t e = in[src].topk_idx[(size_t)t * (size_t)s->num_topk + (size_t)k];
+
+                if (e >= 0 && e / El == rank) {
+                    b += (double)(w.hidden_bytes + w.scale_bytes);
+                    break;
+                }
+            }
+        }
+    }
+    return b;
+}
+
 static void traffic(const eep_ep_shape_t *s, const eep_ref_input_t *in, int rank, double *d_p,
                     double *c_p)
 {
@@ -591,6 +621,7 @@ static eep_status_t run_ours(eep_bench_ctx_t *ctx, const bench_opts_t *o,
     a.expert_alignment    = s->alignment;
     a.max_tokens_per_rank = s->max_tokens;
     a.recv_capacity       = rows;
+    a.num_sms             = o->num_sms;
     a.recv_x              = (void *)v.recv_x;
     a.recv_x_scales       = sb ? (float *)v.recv_x_scales : NULL;
     a.recv_topk_idx       = (int32_t *)v.recv_topk_idx;
@@ -682,6 +713,7 @@ static eep_status_t run_ours(eep_bench_ctx_t *ctx, const bench_opts_t *o,
     }
     res->combine_us = (now_us() - t0) / o->iters;
     traffic(s, in, ctx->rank, &res->dispatch_bytes, &res->combine_bytes);
+    res->sms = h->num_sms;
     res->ran = 1;
 out:
     if (status != EEP_OK && res->why[0] == '\0') {
@@ -708,17 +740,25 @@ out:
 static void print_row(const char *impl, const bench_opts_t *o, const bench_result_t *all,
                       int world)
 {
-    double  d = 0, c = 0, db = 0, cb = 0;
+    double  d = 0, c = 0, db = 0, cb = 0, rb = 0;
     int64_t errors = 0;
-    int     r, ran = 1;
+    int     r, ran = 1, sms = 0;
+    char    smsbuf[16];
 
     for (r = 0; r < world; r++) {
         d  = fmax(d, all[r].dispatch_us);
         c  = fmax(c, all[r].combine_us);
         db = fmax(db, all[r].dispatch_bytes);
         cb = fmax(cb, all[r].combine_bytes);
+        rb = fmax(rb, all[r].recv_bytes);
+        sms = all[r].sms > sms ? all[r].sms : sms;
         errors += all[r].errors;
         ran &= all[r].ran;
+    }
+    if (sms > 0) {
+        snprintf(smsbuf, sizeof(smsbuf), "%d", sms);
+    } else {
+        snprintf(smsbuf, sizeof(smsbuf), "-");
     }
     if (!ran) {
         const char *why = "see the log";
@@ -737,10 +777,11 @@ static void print_row(const char *impl, const bench_opts_t *o, const bench_resul
         return;
     }
     printf("| %-8s | %d | %5d | %5d | %2d | %4d | %-4s | %-12s | %9.1f | %7.1f | %9.1f | %7.1f | "
-           "%-6s |\n", impl, world, o->shape.max_tokens, o->shape.hidden, o->shape.num_topk,
-           o->shape.num_experts, o->shape.dtype == EEP_DTYPE_FP8_E4M3 ? "fp8" : "bf16", o->gating,
+           "%-6s | %7.1f | %3s |\n", impl, world, o->shape.max_tokens, o->shape.hidden,
+           o->shape.num_topk, o->shape.num_experts,
+           o->shape.dtype == EEP_DTYPE_FP8_E4M3 ? "fp8" : "bf16", o->gating,
            d, db / d / 1e3, c, cb / c / 1e3,
-           !o->check ? "skip" : errors == 0 ? "ok" : "FAIL");
+           !o->check ? "skip" : errors == 0 ? "ok" : "FAIL", rb / d / 1e3, smsbuf);
     fflush(stdout);
 }
 
@@ -874,7 +915,7 @@ static int rank_main(const bench_opts_t *opts, eep_bootstrap_t *bs)
 
     if (ctx.rank == 0) {
         printf("| impl     | n | T     | H     | K  | E    | type | gating       | dispatch us | "
-               "GB/s    | combine us | GB/s    | check  |\n");
+               "GB/s    | combine us | GB/s    | check  | recv GB/s | SMs |\n");
     }
     rc = 0;
     /* The baseline first: its row is out even if ours then fails or hangs. */
@@ -882,6 +923,7 @@ static int rank_main(const bench_opts_t *opts, eep_bootstrap_t *bs)
         memset(&mine, 0, sizeof(mine));
         status = run_baseline(&ctx, &o, in, recv, y, have_ref ? out[ctx.rank] : NULL, &din,
                               &mine);
+        mine.recv_bytes = recv_token_bytes(&o.shape, in, ctx.rank);
         if (status != EEP_OK) {
             fprintf(stderr, "rank %d: baseline failed: %s\n", ctx.rank, eep_status_string(status));
             mine.ran = 0;
@@ -900,6 +942,7 @@ static int rank_main(const bench_opts_t *opts, eep_bootstrap_t *bs)
     if (o.ours) {
         memset(&mine, 0, sizeof(mine));
         status = run_ours(&ctx, &o, in, recv, y, have_ref ? out[ctx.rank] : NULL, &din, &mine);
+        mine.recv_bytes = recv_token_bytes(&o.shape, in, ctx.rank);
         if (status != EEP_OK && status != EEP_ERR_UNSUPPORTED) {
             fprintf(stderr, "rank %d: ours failed: %s\n", ctx.rank, eep_status_string(status));
         }

@@ -29,6 +29,21 @@ bench-ep: $(EEP_BENCH)
 	        $(EEP_BENCH_EP_ARGS); \
 	done
 
+# The issue-4 table: T 4096 (prefill) and 128 (decode), H 7168, K 8, 256 experts, bf16 and fp8
+# dispatch, bf16 combine, each mode of ours beside the NCCL baseline in the same run.  Element
+# checks of these shapes run in gpu-check (tests/gpu/test_ep_cases.sh); here --no-check keeps the
+# CPU reference (about 20 s per run at T 4096) out of the device time.
+EEP_BENCH_EP_MODES_ARGS ?= --no-check --iters 50
+.PHONY: bench-ep-modes
+bench: bench-ep-modes
+bench-ep-modes: $(EEP_BENCH)
+	@test "$(EEP_BENCH_NRANKS)" -ge 2 2>/dev/null || { echo "bench-ep-modes: needs 2 GPUs"; exit 1; }
+	@set -e; for t in 4096 128; do for d in bf16 fp8; do for m in cpu-sync no-cpu-sync cached; do \
+	    echo "T $$t $$d $$m"; \
+	    $(EEP_BENCH) ep --nranks $(EEP_BENCH_NRANKS) --baseline nccl --experts 256 --hidden 7168 \
+	        --topk 8 --tokens $$t --dtype $$d --mode $$m $(EEP_BENCH_EP_MODES_ARGS); \
+	done; done; done
+
 # eep-bench barrier: barrier latency against NCCL, one process per GPU through tests/gpu/launch.sh.
 .PHONY: bench-barrier
 bench: bench-barrier

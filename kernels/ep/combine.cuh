@@ -84,31 +84,51 @@ __device__ void eep_ep_combine_body(const eep_epk_params_t &p)
         const long long rec = (long long)s * p.max_tokens + (q - rec_base[s]);
         const int       tok = ((const int *)p.h_recv_tok)[rec];
         const int       ord = ((const int *)p.h_recv_ord)[rec];
-        const int      *rows = (const int *)p.h_recv_rows + rec * K;
-        const float    *wts = (const float *)p.h_recv_w + rec * K;
+        const int       my_row = (int)lane < K ? ((const int *)p.h_recv_rows)[rec * K + lane] : -1;
+        const float     my_w = (int)lane < K ? ((const float *)p.h_recv_w)[rec * K + lane] : 0.0f;
+        const unsigned  rows_mask = __ballot_sync(0xffffffffu, my_row >= 0);
         uint4          *dst = (uint4 *)(peer_base[s] + region0 +
                                         (unsigned long long)ord * p.crecv_region +
                                         (unsigned long long)tok * p.hidden * 2);
 
-        for (int v = lane; v < vecs; v += 32) {
-            float acc[8] = { 0, 0, 0, 0, 0, 0, 0, 0 };
-
-            for (int k = 0; k < K; k++) {
-                const int r = rows[k];
-
-                if (r < 0) {
-                    continue;
-                }
-                const float w = wts[k];
-                float       y[8];
-
-                eep_epk_unpack8(((const uint4 *)((const unsigned short *)p.y +
-                                                 (long long)r * p.hidden))[v], y);
+        /* U vectors of 8 channels per lane in flight; lanes k ascending (the contract's order) */
+        for (int v0 = lane; v0 < vecs; v0 += 32 * 4) {
+            float acc[4][8];
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+#pragma unroll
                 for (int j = 0; j < 8; j++) {
-                    acc[j] = eep_fma(w, y[j], acc[j]);
+                    acc[u][j] = 0.0f;
                 }
             }
-            dst[v] = eep_epk_pack8(acc);
+            for (unsigned m = rows_mask; m != 0; m &= m - 1) {
+                const int   k = __ffs(m) - 1;
+                const int   r = __shfl_sync(0xffffffffu, my_row, k);
+                const float w = __shfl_sync(0xffffffffu, my_w, k);
+                const uint4 *y4 = (const uint4 *)((const unsigned short *)p.y + (long long)r * p.hidden);
+                uint4        yv[4];
+#pragma unroll
+                for (int u = 0; u < 4; u++) {
+                    if (v0 + 32 * u < vecs) {
+                        yv[u] = y4[v0 + 32 * u];
+                    }
+                }
+#pragma unroll
+                for (int u = 0; u < 4; u++) {
+                    float y[8];
+                    eep_epk_unpack8(yv[u], y);
+#pragma unroll
+                    for (int j = 0; j < 8; j++) {
+                        acc[u][j] = eep_fma(w, y[j], acc[u][j]);
+                    }
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                if (v0 + 32 * u < vecs) {
+                    dst[v0 + 32 * u] = eep_epk_pack8(acc[u]);
+                }
+            }
         }
     }
 
@@ -152,19 +172,41 @@ __device__ void eep_ep_combine_body(const eep_epk_params_t &p)
         const int n = __popc(dm);
         uint4    *out = (uint4 *)((unsigned short *)p.out + (long long)t * p.hidden);
 
-        for (int v = lane; v < vecs; v += 32) {
-            float acc[8] = { 0, 0, 0, 0, 0, 0, 0, 0 };
-
-            for (int j = 0; j < n; j++) {
-                float y[8];
-
-                eep_epk_unpack8(((const uint4 *)(mine + (unsigned long long)j * p.crecv_region +
-                                                 (unsigned long long)t * p.hidden * 2))[v], y);
+        for (int v0 = lane; v0 < vecs; v0 += 32 * 4) {
+            float acc[4][8];
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+#pragma unroll
                 for (int i = 0; i < 8; i++) {
-                    acc[i] = eep_add(acc[i], y[i]);
+                    acc[u][i] = 0.0f;
                 }
             }
-            out[v] = eep_epk_pack8(acc);
+            for (int j = 0; j < n; j++) {
+                const uint4 *p4 = (const uint4 *)(mine + (unsigned long long)j * p.crecv_region +
+                                                  (unsigned long long)t * p.hidden * 2);
+                uint4        pv[4];
+#pragma unroll
+                for (int u = 0; u < 4; u++) {
+                    if (v0 + 32 * u < vecs) {
+                        pv[u] = p4[v0 + 32 * u];
+                    }
+                }
+#pragma unroll
+                for (int u = 0; u < 4; u++) {
+                    float y[8];
+                    eep_epk_unpack8(pv[u], y);
+#pragma unroll
+                    for (int i = 0; i < 8; i++) {
+                        acc[u][i] = eep_add(acc[u][i], y[i]);
+                    }
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                if (v0 + 32 * u < vecs) {
+                    out[v0 + 32 * u] = eep_epk_pack8(acc[u]);
+                }
+            }
         }
     }
 }

@@ -40,11 +40,6 @@
 
 #include "../../barrier/impl/bounded_wait.cuh"
 
-#ifndef EEP_PHASE_EP_DISPATCH
-#define EEP_PHASE_EP_DISPATCH    3
-#define EEP_PHASE_EP_COMBINE     4
-#define EEP_PHASE_EP_BAD_EXPERT  5
-#endif
 
 template <int IdxBits>
 __device__ __forceinline__ long long eep_epk_id(const eep_epk_params_t &p, long long i)
@@ -108,7 +103,7 @@ __device__ __noinline__ void eep_epk_fault_bad(const eep_epk_params_t &p, int t,
         *(volatile unsigned int *)&p.fault->nrecords = slot + 1u;
     }
     __threadfence_system();
-    *(volatile unsigned int *)&p.fault->abort_flag = EEP_ABORT_TIMEOUT;
+    *(volatile unsigned int *)&p.fault->abort_flag = EEP_ABORT_FAULT;
     __threadfence_system();
 }
 
@@ -134,6 +129,39 @@ __device__ __forceinline__ void eep_epk_copy4(void *dst, const void *src, unsign
 {
     for (unsigned i = lane; i < bytes / 4; i += nlanes) {
         ((unsigned int *)dst)[i] = ((const unsigned int *)src)[i];
+    }
+}
+
+/*
+ * Copy @p bytes (a multiple of 16) from @p src to every destination rank in @p dmask (record
+ * address: base[d] + off), one warp, U 16-byte loads in flight per lane before their stores: a
+ * copy is bound by memory latency otherwise (each store would wait for its own load).
+ */
+template <int U>
+__device__ __forceinline__ void eep_epk_fanout16(unsigned char *const *base,
+                                                 unsigned long long off, unsigned dmask,
+                                                 const void *src, unsigned bytes, unsigned lane)
+{
+    const uint4   *s4 = (const uint4 *)src;
+    const unsigned n = bytes / 16;
+
+    for (unsigned i = lane; i < n; i += 32u * U) {
+        uint4 r[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            if (i + 32u * u < n) {
+                r[u] = s4[i + 32u * u];
+            }
+        }
+        for (unsigned m = dmask; m != 0; m &= m - 1) {
+            uint4 *d4 = (uint4 *)(base[__ffs(m) - 1] + off);
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                if (i + 32u * u < n) {
+                    d4[i + 32u * u] = r[u];
+                }
+            }
+        }
     }
 }
 
@@ -304,22 +332,44 @@ __device__ void eep_epk_copy(const eep_epk_params_t &p, unsigned long long seq,
             ((int *)p.h_recv_tok)[rec] = ids[2 * K];
             ((int *)p.h_recv_ord)[rec] = __popc(dmask & ((1u << p.rank) - 1u));
         }
-        for (int k = 0; k < K; k++) {
-            const int r = __shfl_sync(0xffffffffu, my_row, k);
+        {
+            const uint4   *s4 = (const uint4 *)row;
+            const unsigned n = p.hidden_bytes / 16;
+            unsigned       rows_mask = __ballot_sync(0xffffffffu, my_row >= 0);
 
-            if (r < 0) {
-                continue;
+            for (unsigned v0 = lane; v0 < n; v0 += 32u * 8u) {
+                uint4 r8[8];
+#pragma unroll
+                for (int u = 0; u < 8; u++) {
+                    if (v0 + 32u * u < n) {
+                        r8[u] = s4[v0 + 32u * u];
+                    }
+                }
+                for (unsigned m = rows_mask; m != 0; m &= m - 1) {
+                    const int r = __shfl_sync(0xffffffffu, my_row, __ffs(m) - 1);
+                    uint4    *d4 = (uint4 *)((unsigned char *)p.recv_x +
+                                             (unsigned long long)r * p.hidden_bytes);
+#pragma unroll
+                    for (int u = 0; u < 8; u++) {
+                        if (v0 + 32u * u < n) {
+                            d4[v0 + 32u * u] = r8[u];
+                        }
+                    }
+                }
             }
-            eep_epk_copy16((unsigned char *)p.recv_x + (unsigned long long)r * p.hidden_bytes,
-                           row + rec_x, p.hidden_bytes, lane, 32);
-            if (p.scale_bytes != 0) {
-                eep_epk_copy4((unsigned char *)p.recv_x_scales +
-                              (unsigned long long)r * p.scale_bytes, row + p.scale_off,
-                              p.scale_bytes, lane, 32);
-            }
-            if ((int)lane < K) {
-                ((int *)p.recv_topk_idx)[(long long)r * K + lane] = my_local ? my_id - lo : -1;
-                ((float *)p.recv_topk_weights)[(long long)r * K + lane] = my_local ? my_w : 0.0f;
+            for (unsigned m = rows_mask; m != 0; m &= m - 1) {
+                const int r = __shfl_sync(0xffffffffu, my_row, __ffs(m) - 1);
+
+                if (p.scale_bytes != 0) {
+                    eep_epk_copy4((unsigned char *)p.recv_x_scales +
+                                  (unsigned long long)r * p.scale_bytes, row + p.scale_off,
+                                  p.scale_bytes, lane, 32);
+                }
+                if ((int)lane < K) {
+                    ((int *)p.recv_topk_idx)[(long long)r * K + lane] = my_local ? my_id - lo : -1;
+                    ((float *)p.recv_topk_weights)[(long long)r * K + lane] =
+                        my_local ? my_w : 0.0f;
+                }
             }
         }
     }
@@ -399,8 +449,9 @@ __device__ void eep_ep_dispatch_body(const eep_epk_params_t &p)
                     continue;
                 }
                 unsigned char *rec = peer_base[d] + my_region + (unsigned long long)slot * p.token_bytes;
-                eep_epk_copy16(rec, (const unsigned char *)p.x + (unsigned long long)t * p.hidden_bytes,
-                               p.hidden_bytes, lane, 32);
+                eep_epk_fanout16<8>(&peer_base[d], my_region + (unsigned long long)slot *
+                                    p.token_bytes, 1u, (const unsigned char *)p.x +
+                                    (unsigned long long)t * p.hidden_bytes, p.hidden_bytes, lane);
                 if (p.scale_bytes != 0) {
                     eep_epk_copy4(rec + p.scale_off, (const unsigned char *)p.x_scales +
                                   (unsigned long long)t * p.scale_bytes, p.scale_bytes, lane, 32);
@@ -512,16 +563,23 @@ __device__ void eep_ep_dispatch_body(const eep_epk_params_t &p)
                     slots[d] = (((unsigned)mw[E + d] >> l) & 1u) ?
                                pw[E + d] + __popc((unsigned)mw[E + d] & lt) : -1;
                 }
+                unsigned dm = 0;
                 for (int d = 0; d < W; d++) {
-                    if (!(((unsigned)mw[E + d] >> l) & 1u)) {
-                        continue;
-                    }
+                    dm |= (((unsigned)mw[E + d] >> l) & 1u) << d;
+                }
+                /* every destination's record at its own slot: offsets differ per d, so fan out
+                   per destination (the source row stays in L1/L2 after the first) */
+                for (unsigned m = dm; m != 0; m &= m - 1) {
+                    const int d = __ffs(m) - 1;
                     const int slot = pw[E + d] + __popc((unsigned)mw[E + d] & lt);
                     unsigned char *rec = peer_base[d] + my_region +
                                          (unsigned long long)slot * p.token_bytes;
 
-                    eep_epk_copy16(rec, (const unsigned char *)p.x +
-                                   (unsigned long long)t * p.hidden_bytes, p.hidden_bytes, lane, 32);
+                    eep_epk_fanout16<8>(&peer_base[d], my_region +
+                                        (unsigned long long)slot * p.token_bytes, 1u,
+                                        (const unsigned char *)p.x +
+                                        (unsigned long long)t * p.hidden_bytes, p.hidden_bytes,
+                                        lane);
                     if (p.scale_bytes != 0) {
                         eep_epk_copy4(rec + p.scale_off, (const unsigned char *)p.x_scales +
                                       (unsigned long long)t * p.scale_bytes, p.scale_bytes, lane, 32);
