@@ -182,8 +182,15 @@ __device__ __forceinline__ bool eep_epk_wait_slots(const eep_epk_params_t &p,
     if ((int)threadIdx.x < p.world) {
         const unsigned long long *word = (const unsigned long long *)(
             my_counts + ((unsigned long long)threadIdx.x * 2 + parity) * p.slot_bytes) + idx;
-        if (eep_wait_geq(w, [word] { return eep_ld_relaxed_sys(word); }, seq << 32, phase,
-                         (int)threadIdx.x)) {
+        /* Back off between polls: every block waits here, and a grid of tight .sys-scope
+           spinners slowed the blocks still copying (time grew with the SM count). */
+        unsigned polls = 0;
+        if (eep_wait_geq(w, [word, &polls] {
+                             if (polls++ != 0) {
+                                 __nanosleep(128);
+                             }
+                             return eep_ld_relaxed_sys(word);
+                         }, seq << 32, phase, (int)threadIdx.x)) {
             (void)eep_ld_acquire_sys(word);
         }
     }
