@@ -91,40 +91,63 @@ __device__ void eep_ep_combine_body(const eep_epk_params_t &p)
                                         (unsigned long long)ord * p.crecv_region +
                                         (unsigned long long)tok * p.hidden * 2);
 
-        /* U vectors of 8 channels per lane in flight; lanes k ascending (the contract's order) */
-        for (int v0 = lane; v0 < vecs; v0 += 32 * 4) {
-            float acc[4][8];
+        /* 2 vectors of 8 channels per lane x up to 4 top-k lanes in flight (8 loads), then the
+           fmas in lane order k ascending (the contract's order). */
+        for (int v0 = lane; v0 < vecs; v0 += 32 * 2) {
+            float    acc[2][8];
+            unsigned m = rows_mask;
 #pragma unroll
-            for (int u = 0; u < 4; u++) {
+            for (int u = 0; u < 2; u++) {
 #pragma unroll
                 for (int j = 0; j < 8; j++) {
                     acc[u][j] = 0.0f;
                 }
             }
-            for (unsigned m = rows_mask; m != 0; m &= m - 1) {
-                const int   k = __ffs(m) - 1;
-                const int   r = __shfl_sync(0xffffffffu, my_row, k);
-                const float w = __shfl_sync(0xffffffffu, my_w, k);
-                const uint4 *y4 = (const uint4 *)((const unsigned short *)p.y + (long long)r * p.hidden);
-                uint4        yv[4];
+            while (m != 0) { /* m is warp-uniform (a ballot) */
+                int   rr[4];
+                float ww[4];
+                uint4 yv[4][2];
 #pragma unroll
-                for (int u = 0; u < 4; u++) {
-                    if (v0 + 32 * u < vecs) {
-                        yv[u] = y4[v0 + 32 * u];
+                for (int g = 0; g < 4; g++) {
+                    int k = -1;
+                    if (m != 0) {
+                        k = __ffs(m) - 1;
+                        m &= m - 1;
+                    }
+                    rr[g] = __shfl_sync(0xffffffffu, my_row, k < 0 ? 0 : k);
+                    ww[g] = __shfl_sync(0xffffffffu, my_w, k < 0 ? 0 : k);
+                    if (k < 0) {
+                        rr[g] = -1;
                     }
                 }
 #pragma unroll
-                for (int u = 0; u < 4; u++) {
-                    float y[8];
-                    eep_epk_unpack8(yv[u], y);
+                for (int g = 0; g < 4; g++) {
 #pragma unroll
-                    for (int j = 0; j < 8; j++) {
-                        acc[u][j] = eep_fma(w, y[j], acc[u][j]);
+                    for (int u = 0; u < 2; u++) {
+                        if (rr[g] >= 0 && v0 + 32 * u < vecs) {
+                            yv[g][u] = ((const uint4 *)((const unsigned short *)p.y +
+                                                        (long long)rr[g] * p.hidden))[v0 + 32 * u];
+                        }
+                    }
+                }
+#pragma unroll
+                for (int g = 0; g < 4; g++) {
+                    if (rr[g] < 0) {
+                        continue;
+                    }
+#pragma unroll
+                    for (int u = 0; u < 2; u++) {
+                        float y[8];
+                        eep_epk_unpack8(yv[g][u], y);
+#pragma unroll
+                        for (int j = 0; j < 8; j++) {
+                            acc[u][j] = eep_fma(ww[g], y[j], acc[u][j]);
+                        }
                     }
                 }
             }
 #pragma unroll
-            for (int u = 0; u < 4; u++) {
+            for (int u = 0; u < 2; u++) {
                 if (v0 + 32 * u < vecs) {
                     dst[v0 + 32 * u] = eep_epk_pack8(acc[u]);
                 }
