@@ -20,7 +20,6 @@
 
 #include "control/agent/agent_knobs.h"
 #include "control/etcd/etcd.h"
-#include "control/etcd/etcd_knobs.h"
 #include "elastic/log.h"
 #include "proto/eep.pb-c.h"
 
@@ -450,8 +449,6 @@ static void *eep_agent_main(void *arg)
 eep_status_t eep_agent_create(const eep_agent_params_t *params, eep_agent_t **agent_p)
 {
     eep_agent_t       *agent;
-    eep_etcd_config_t  ecfg;
-    eep_etcd_params_t  ep;
     eep_status_t       status;
 
     if (params == NULL || params->size < sizeof(*params) || agent_p == NULL) {
@@ -465,10 +462,6 @@ eep_status_t eep_agent_create(const eep_agent_params_t *params, eep_agent_t **ag
         return EEP_ERR_NO_MEMORY;
     }
     status = eep_config_load(&eep_agent_knob_table, &agent->cfg);
-    if (status != EEP_OK) {
-        goto err_free;
-    }
-    status = eep_config_load(&eep_etcd_knob_table, &ecfg);
     if (status != EEP_OK) {
         goto err_free;
     }
@@ -501,15 +494,8 @@ eep_status_t eep_agent_create(const eep_agent_params_t *params, eep_agent_t **ag
     pthread_mutex_init(&agent->lock, NULL);
     pthread_mutex_init(&agent->reg_lock, NULL);
     pthread_cond_init(&agent->cond, NULL);
-    memset(&ep, 0, sizeof(ep));
-    ep.size         = sizeof(ep);
-    ep.endpoints    = ecfg.endpoints;
-    ep.timeout_ms   = (int)ecfg.timeout_ms;
-    ep.keepalive_ms = (int)ecfg.keepalive_ms;
-    ep.ca_file      = ecfg.ca_file[0] ? ecfg.ca_file : NULL;
-    ep.cert_file    = ecfg.cert_file[0] ? ecfg.cert_file : NULL;
-    ep.key_file     = ecfg.key_file[0] ? ecfg.key_file : NULL;
-    status = eep_etcd_create(&ep, &agent->etcd);
+    /* NULL params: every setting from the EEP_ETCD_* knobs (endpoints, timeouts, TLS files). */
+    status = eep_etcd_create(NULL, &agent->etcd);
     if (status != EEP_OK) {
         goto err_sync;
     }

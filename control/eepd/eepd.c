@@ -20,7 +20,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "control/etcd/etcd_knobs.h"
 #include "elastic/log.h"
 
 int64_t eepd_now_ms(void)
@@ -812,8 +811,6 @@ eep_status_t eepd_run(eepd_t *eepd)
 eep_status_t eepd_create(const eepd_config_t *cfg, int with_etcd, eepd_t **eepd_p)
 {
     eepd_t              *eepd;
-    eep_etcd_config_t    ecfg;
-    eep_etcd_params_t    ep;
     eep_rpc_server_params_t rp;
     char                 host[128];
     eep_status_t         status;
@@ -842,19 +839,8 @@ eep_status_t eepd_create(const eepd_config_t *cfg, int with_etcd, eepd_t **eepd_
         *eepd_p = eepd;
         return EEP_OK;
     }
-    status = eep_config_load(&eep_etcd_knob_table, &ecfg);
-    if (status != EEP_OK) {
-        goto err_free;
-    }
-    memset(&ep, 0, sizeof(ep));
-    ep.size      = sizeof(ep);
-    ep.endpoints = ecfg.endpoints;
-    ep.timeout_ms = (int)ecfg.timeout_ms;
-    ep.keepalive_ms = (int)ecfg.keepalive_ms;
-    ep.ca_file   = ecfg.ca_file[0] ? ecfg.ca_file : NULL;
-    ep.cert_file = ecfg.cert_file[0] ? ecfg.cert_file : NULL;
-    ep.key_file  = ecfg.key_file[0] ? ecfg.key_file : NULL;
-    status = eep_etcd_create(&ep, &eepd->etcd);
+    /* NULL params: every setting from the EEP_ETCD_* knobs (endpoints, timeouts, TLS files). */
+    status = eep_etcd_create(NULL, &eepd->etcd);
     if (status != EEP_OK) {
         goto err_free;
     }
