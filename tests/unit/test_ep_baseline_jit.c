@@ -15,6 +15,7 @@
 #include "elastic/cuda_sym.h"
 #include "elastic/jit.h"
 #include "kernels/ep/baseline_params.h"
+#include "tests/unit/ep_jit_test_util.h"
 
 static const struct {
     const char *header, *function, *param_type;
@@ -52,17 +53,8 @@ static void test_compile_all(void **state)
                 .param_type = kernels[i].param_type, .launch_bounds = kernels[i].threads,
                 .backend = EEP_JIT_BACKEND_NVRTC,
             };
-            eep_jit_info_t info;
-            eep_status_t   status = eep_jit_compile(jit, &spec, &info);
 
-            if (status != EEP_OK) {
-                fail_msg("%s<%s>: %s\n%s", spec.function,
-                         spec.template_args ? spec.template_args : "", eep_status_string(status),
-                         eep_jit_last_log());
-            }
-            /* A second compile is a cache hit. */
-            assert_int_equal(eep_jit_compile(jit, &spec, &info), EEP_OK);
-            assert_true(info.cache_hit);
+            ep_jit_compile_check(jit, &spec);
         }
     }
     eep_jit_destroy(jit);
@@ -70,23 +62,13 @@ static void test_compile_all(void **state)
 
 int main(void)
 {
-    const eep_cuda_sym_t   *sym;
     const struct CMUnitTest tests[] = { cmocka_unit_test(test_compile_all) };
-    char                    cmd[128];
-    int                     rc;
+    int                     rc = ep_jit_test_begin(cache_dir);
 
-    if (eep_cuda_sym_nvrtc(&sym) != EEP_OK) {
-        printf("skip: NVRTC cannot be loaded here\n");
-        return 77;
-    }
-    if (mkdtemp(cache_dir) == NULL) {
-        perror("mkdtemp");
-        return 1;
+    if (rc >= 0) {
+        return rc;
     }
     rc = cmocka_run_group_tests(tests, NULL, NULL);
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", cache_dir);
-    if (system(cmd) != 0) {
-        fprintf(stderr, "could not remove %s\n", cache_dir);
-    }
+    ep_jit_test_end(cache_dir);
     return rc;
 }

@@ -16,6 +16,7 @@
 #include "elastic/cuda_sym.h"
 #include "elastic/jit.h"
 #include "kernels/ep/ep_params.h"
+#include "tests/unit/ep_jit_test_util.h"
 
 static char cache_dir[] = "/tmp/eep-test-ep-jit2-XXXXXX";
 
@@ -27,15 +28,8 @@ static void compile_one(eep_jit_t *jit, const char *header, const char *function
         .param_type = "eep_epk_params_t", .launch_bounds = EEP_EPK_THREADS,
         .backend = EEP_JIT_BACKEND_NVRTC,
     };
-    eep_jit_info_t info;
-    eep_status_t   status = eep_jit_compile(jit, &spec, &info);
 
-    if (status != EEP_OK) {
-        fail_msg("%s<%s>: %s\n%s", function, targs ? targs : "", eep_status_string(status),
-                 eep_jit_last_log());
-    }
-    assert_int_equal(eep_jit_compile(jit, &spec, &info), EEP_OK);
-    assert_true(info.cache_hit);
+    ep_jit_compile_check(jit, &spec);
 }
 
 static void test_compile_all(void **state)
@@ -57,23 +51,13 @@ static void test_compile_all(void **state)
 
 int main(void)
 {
-    const eep_cuda_sym_t   *sym;
     const struct CMUnitTest tests[] = { cmocka_unit_test(test_compile_all) };
-    char                    cmd[128];
-    int                     rc;
+    int                     rc = ep_jit_test_begin(cache_dir);
 
-    if (eep_cuda_sym_nvrtc(&sym) != EEP_OK) {
-        printf("skip: NVRTC cannot be loaded here\n");
-        return 77;
-    }
-    if (mkdtemp(cache_dir) == NULL) {
-        perror("mkdtemp");
-        return 1;
+    if (rc >= 0) {
+        return rc;
     }
     rc = cmocka_run_group_tests(tests, NULL, NULL);
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", cache_dir);
-    if (system(cmd) != 0) {
-        fprintf(stderr, "could not remove %s\n", cache_dir);
-    }
+    ep_jit_test_end(cache_dir);
     return rc;
 }
