@@ -1,6 +1,8 @@
 /*
- * etcd_test_util.h - shared pieces of the etcd client tests: a watch-event collector, a lease-lost
- * recorder and bounded waits.  Header-only (static functions) so each test stays one program.
+ * etcd_test_util.h - shared pieces of the etcd client tests: one etcd member for a test group
+ * (start/stop, skip without etcd), a client on given endpoints, a watch-event collector, a
+ * lease-lost recorder and bounded waits.  Header-only (static functions) so each test stays one
+ * program; include after cmocka.h.
  */
 #ifndef EEP_ETCD_TEST_UTIL_H
 #define EEP_ETCD_TEST_UTIL_H
@@ -13,6 +15,55 @@
 #include <unistd.h>
 
 #include "control/etcd/etcd.h"
+#include "tests/control/support/etcd_server.h"
+
+/*
+ * Group setup: start one etcd member into @p etcd and set *up_p.  Without an etcd binary, print
+ * the skip reason and return 0 with *up_p 0 (the tests then skip, see NEED_ETCD).
+ * @return 0; -1 when etcd is installed but could not be started.
+ */
+static inline int etcd_test_group_start(eep_test_etcd_t *etcd, int *up_p)
+{
+    if (eep_test_etcd_binary() == NULL) {
+        printf("skip: no etcd binary (install etcd-server)\n");
+        return 0;
+    }
+    *up_p = eep_test_etcd_start(etcd, 1) == 0;
+    return *up_p ? 0 : -1;
+}
+
+/* Group teardown: stop the member started by etcd_test_group_start(), if it is up. */
+static inline void etcd_test_group_stop(eep_test_etcd_t *etcd, int up)
+{
+    if (up) {
+        eep_test_etcd_destroy(etcd);
+    }
+}
+
+/* In a test: skip, with the reason, when the group has no etcd (@p up from the group start). */
+#define NEED_ETCD(up)                                                 \
+    do {                                                              \
+        if (!(up)) {                                                  \
+            printf("skip: no etcd binary (install etcd-server)\n");   \
+            skip();                                                   \
+        }                                                             \
+    } while (0)
+
+/* A client on @p endpoints with the deadline @p timeout_ms and 1 s keepalive pings. */
+static inline eep_etcd_t *connect_to(const char *endpoints, int timeout_ms)
+{
+    eep_etcd_params_t params;
+    eep_etcd_t       *client = NULL;
+
+    memset(&params, 0, sizeof(params));
+    params.size         = sizeof(params);
+    params.endpoints    = endpoints;
+    params.timeout_ms   = timeout_ms;
+    params.keepalive_ms = 1000;
+    assert_int_equal(eep_etcd_create(&params, &client), EEP_OK);
+    assert_non_null(client);
+    return client;
+}
 
 #define COLLECT_MAX 128
 

@@ -24,6 +24,7 @@
 #include "control/eepd/eepd.h"
 #include "control/etcd/etcd.h"
 #include "elastic/log.h"
+#include "tests/control/etcd_test_util.h"
 #include "tests/control/support/etcd_server.h"
 
 static eep_test_etcd_t g_etcd;
@@ -87,12 +88,7 @@ static int teardown(void **state)
 static int group_setup(void **state)
 {
     (void)state;
-    if (eep_test_etcd_binary() == NULL) {
-        printf("skip: no etcd binary (install etcd-server)\n");
-        return 0;
-    }
-    g_up = eep_test_etcd_start(&g_etcd, 1) == 0;
-    if (!g_up) {
+    if (etcd_test_group_start(&g_etcd, &g_up) != 0) {
         return -1;
     }
     setenv("EEP_ETCD_ENDPOINTS", g_etcd.endpoints, 1);
@@ -103,19 +99,9 @@ static int group_setup(void **state)
 static int group_teardown(void **state)
 {
     (void)state;
-    if (g_up) {
-        eep_test_etcd_destroy(&g_etcd);
-    }
+    etcd_test_group_stop(&g_etcd, g_up);
     return 0;
 }
-
-#define NEED_ETCD()                                                   \
-    do {                                                              \
-        if (!g_up) {                                                  \
-            printf("skip: no etcd binary (install etcd-server)\n");   \
-            skip();                                                   \
-        }                                                             \
-    } while (0)
 
 static void notify_count(void *arg)
 {
@@ -167,7 +153,7 @@ static void test_join_and_poll(void **state)
     char              ida[256], idb[256];
 
     (void)state;
-    NEED_ETCD();
+    NEED_ETCD(g_up);
     a  = join(&n1);
     b  = join(&n2);
     va = wait_view(a, 2, 10000);
@@ -214,7 +200,7 @@ static void test_lease_lost_rejoins_as_new_member(void **state)
     int               lost = 0;
 
     (void)state;
-    NEED_ETCD();
+    NEED_ETCD(g_up);
     a = join(NULL);
     b = join(NULL);
     v = wait_view(a, 2, 10000);
@@ -268,7 +254,7 @@ static void test_fault_report_evicts_suspect(void **state)
     int               lost = 0;
 
     (void)state;
-    NEED_ETCD();
+    NEED_ETCD(g_up);
     a = join(NULL);
     b = join(NULL);
     v = wait_view(a, 2, 10000);
@@ -305,7 +291,7 @@ static void test_leave_is_immediate(void **state)
     int64_t           t0;
 
     (void)state;
-    NEED_ETCD();
+    NEED_ETCD(g_up);
     a = join(NULL);
     b = join(NULL);
     eep_agent_view_free(wait_view(a, 2, 10000));

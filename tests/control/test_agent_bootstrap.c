@@ -30,6 +30,7 @@
 #include "control/eepd/eepd.h"
 #include "control/etcd/etcd.h"
 #include "elastic/log.h"
+#include "tests/control/etcd_test_util.h"
 #include "tests/control/support/etcd_server.h"
 
 #define MAX_RANKS      6
@@ -460,14 +461,6 @@ static int setup(void **state)
     return 0;
 }
 
-#define NEED_ETCD()                                                   \
-    do {                                                              \
-        if (!g_up) {                                                  \
-            printf("skip: no etcd binary (install etcd-server)\n");   \
-            skip();                                                   \
-        }                                                             \
-    } while (0)
-
 static void test_allgather_rounds(void **state)
 {
     pid_t   eepd, pids[N_RANKS + 1];
@@ -476,7 +469,7 @@ static void test_allgather_rounds(void **state)
     int64_t t0;
 
     (void)state;
-    NEED_ETCD();
+    NEED_ETCD(g_up);
     eepd = start_eepd();
     assert_true(eepd > 0);
     t0 = ms_now();
@@ -512,7 +505,7 @@ static void test_missing_rank_times_out(void **state)
     char      name[32];
 
     (void)state;
-    NEED_ETCD();
+    NEED_ETCD(g_up);
     eepd = start_eepd();
     assert_true(eepd > 0);
     assert_int_equal(pipe(hold), 0); /* after eepd's fork: only the ranks hold its write end */
@@ -547,12 +540,7 @@ static void test_missing_rank_times_out(void **state)
 static int group_setup(void **state)
 {
     (void)state;
-    if (eep_test_etcd_binary() == NULL) {
-        printf("skip: no etcd binary (install etcd-server)\n");
-        return 0;
-    }
-    g_up = eep_test_etcd_start(&g_etcd, 1) == 0;
-    if (!g_up) {
+    if (etcd_test_group_start(&g_etcd, &g_up) != 0) {
         return -1;
     }
     snprintf(g_dir, sizeof(g_dir), "%s", g_etcd.dir);
@@ -564,9 +552,7 @@ static int group_setup(void **state)
 static int group_teardown(void **state)
 {
     (void)state;
-    if (g_up) {
-        eep_test_etcd_destroy(&g_etcd);
-    }
+    etcd_test_group_stop(&g_etcd, g_up);
     return 0;
 }
 

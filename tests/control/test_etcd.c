@@ -25,49 +25,21 @@ static int             g_up;
 static int group_setup(void **state)
 {
     (void)state;
-    if (eep_test_etcd_binary() == NULL) {
-        printf("skip: no etcd binary (install etcd-server)\n");
-        return 0;
-    }
-    g_up = eep_test_etcd_start(&g_etcd, 1) == 0;
-    if (!g_up) {
+    if (etcd_test_group_start(&g_etcd, &g_up) != 0) {
         printf("could not start etcd\n");
         return -1;
     }
-    printf("etcd at %s (dir %s)\n", g_etcd.endpoints, g_etcd.dir);
+    if (g_up) {
+        printf("etcd at %s (dir %s)\n", g_etcd.endpoints, g_etcd.dir);
+    }
     return 0;
 }
 
 static int group_teardown(void **state)
 {
     (void)state;
-    if (g_up) {
-        eep_test_etcd_destroy(&g_etcd);
-    }
+    etcd_test_group_stop(&g_etcd, g_up);
     return 0;
-}
-
-#define NEED_ETCD()                                                   \
-    do {                                                              \
-        if (!g_up) {                                                  \
-            printf("skip: no etcd binary (install etcd-server)\n");   \
-            skip();                                                   \
-        }                                                             \
-    } while (0)
-
-static eep_etcd_t *connect_to(const char *endpoints, int timeout_ms)
-{
-    eep_etcd_params_t params;
-    eep_etcd_t       *client = NULL;
-
-    memset(&params, 0, sizeof(params));
-    params.size         = sizeof(params);
-    params.endpoints    = endpoints;
-    params.timeout_ms   = timeout_ms;
-    params.keepalive_ms = 1000;
-    assert_int_equal(eep_etcd_create(&params, &client), EEP_OK);
-    assert_non_null(client);
-    return client;
 }
 
 static void put_str(eep_etcd_t *client, const char *key, const char *value, int64_t lease)
@@ -137,7 +109,7 @@ static void test_settings_from_knobs(void **state)
     eep_etcd_range_t r;
 
     (void)state;
-    NEED_ETCD();
+    NEED_ETCD(g_up);
     setenv("EEP_ETCD_ENDPOINTS", g_etcd.endpoints, 1);
     setenv("EEP_ETCD_TIMEOUT_MS", "2000", 1);
     assert_int_equal(eep_etcd_create(NULL, &client), EEP_OK);
@@ -160,7 +132,7 @@ static void test_put_range_delete_prefix(void **state)
     int64_t          rev1, rev2, deleted;
 
     (void)state;
-    NEED_ETCD();
+    NEED_ETCD(g_up);
     client = connect_to(g_etcd.endpoints, 3000);
     assert_int_equal(eep_etcd_put(client, "/t/kv/a", (const uint8_t *)"1", 1, 0, &rev1), EEP_OK);
     assert_int_equal(eep_etcd_put(client, "/t/kv/b", (const uint8_t *)"22", 2, 0, &rev2), EEP_OK);
@@ -215,7 +187,7 @@ static void test_txn_compare_and_swap(void **state)
     int              succeeded = -1;
 
     (void)state;
-    NEED_ETCD();
+    NEED_ETCD(g_up);
     client = connect_to(g_etcd.endpoints, 3000);
     assert_int_equal(eep_etcd_put(client, "/t/txn/k", (const uint8_t *)"v1", 2, 0, &rev), EEP_OK);
     {
@@ -284,7 +256,7 @@ static void test_lease_keepalive_and_revoke(void **state)
     int64_t          lease = 0, ttl = 0, start;
 
     (void)state;
-    NEED_ETCD();
+    NEED_ETCD(g_up);
     lost_init(&lost);
     client = connect_to(g_etcd.endpoints, 3000);
     assert_int_equal(eep_etcd_lease_grant(client, 1, &lease, &ttl), EEP_OK);
@@ -329,7 +301,7 @@ static void test_lease_lost_when_revoked_elsewhere(void **state)
     int64_t     lease = 0, ttl = 0;
 
     (void)state;
-    NEED_ETCD();
+    NEED_ETCD(g_up);
     lost_init(&lost);
     a = connect_to(g_etcd.endpoints, 3000);
     b = connect_to(g_etcd.endpoints, 3000);
@@ -354,7 +326,7 @@ static void test_watch_puts_and_deletes_in_order(void **state)
     int               i;
 
     (void)state;
-    NEED_ETCD();
+    NEED_ETCD(g_up);
     collector_init(&c);
     collector_init(&h);
     client = connect_to(g_etcd.endpoints, 3000);
@@ -409,7 +381,7 @@ static void test_watch_from_compacted_revision(void **state)
     eep_status_t      status;
 
     (void)state;
-    NEED_ETCD();
+    NEED_ETCD(g_up);
     if (access("/usr/bin/etcdctl", X_OK) != 0) {
         printf("skip: no etcdctl to compact with (install etcd-client)\n");
         skip();
@@ -496,7 +468,7 @@ static void test_watch_and_keepalive_survive_restart(void **state)
     int               i;
 
     (void)state;
-    NEED_ETCD();
+    NEED_ETCD(g_up);
     collector_init(&c);
     lost_init(&lost);
     client = connect_to(g_etcd.endpoints, 5000);
@@ -553,7 +525,7 @@ static void test_destroy_ends_watches(void **state)
     collector_t       c;
 
     (void)state;
-    NEED_ETCD();
+    NEED_ETCD(g_up);
     collector_init(&c);
     client = connect_to(g_etcd.endpoints, 3000);
     assert_int_equal(eep_etcd_watch_create(client, "/t/d/", 1, 0, collector_func, &c, &watch),

@@ -20,20 +20,6 @@
 #include "tests/control/etcd_test_util.h"
 #include "tests/control/support/etcd_server.h"
 
-static eep_etcd_t *connect_to(const char *endpoints, int timeout_ms)
-{
-    eep_etcd_params_t params;
-    eep_etcd_t       *client = NULL;
-
-    memset(&params, 0, sizeof(params));
-    params.size         = sizeof(params);
-    params.endpoints    = endpoints;
-    params.timeout_ms   = timeout_ms;
-    params.keepalive_ms = 1000;
-    assert_int_equal(eep_etcd_create(&params, &client), EEP_OK);
-    return client;
-}
-
 static void test_failover_when_first_member_dies(void **state)
 {
     eep_test_etcd_t   etcd;
