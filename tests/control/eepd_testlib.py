@@ -102,6 +102,16 @@ def check(cond, msg):
         raise AssertionError(msg)
 
 
+def run_main(main):
+    """Run a script test's main(): its return value is the exit code; a failed check or bounded
+    wait (AssertionError) prints FAIL with the reason and exits 1."""
+    try:
+        sys.exit(main())
+    except AssertionError as e:
+        print("FAIL: %s" % e, flush=True)
+        sys.exit(1)
+
+
 def spawn(args, env=None, log=None, stdout=None):
     e = dict(os.environ)
     if env:

@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from eepd_testlib import BIN, Agent, Eepd, Etcd, check, need, wait_for  # noqa: E402
+from eepd_testlib import BIN, Agent, Eepd, Etcd, check, need, run_main, wait_for  # noqa: E402
 
 
 def main():
@@ -105,8 +105,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except AssertionError as e:
-        print("FAIL: %s" % e, flush=True)
-        sys.exit(1)
+    run_main(main)

@@ -21,7 +21,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from eepd_testlib import (BIN, Agent, Eepd, Etcd, check, epochs_strictly_increasing, need,  # noqa
-                          now_ms, pct, wait_for)
+                          now_ms, pct, run_main, wait_for)
 
 TTL_S, SETTLE_MS = 2, 300
 report = []
@@ -211,8 +211,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except AssertionError as e:
-        print("FAIL: %s" % e, flush=True)
-        sys.exit(1)
+    run_main(main)

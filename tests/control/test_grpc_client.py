@@ -28,7 +28,8 @@ except ImportError:
     sys.exit(77)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from eepd_testlib import BIN, Agent, Eepd, Etcd, check, need, tmp, wait_for  # noqa: E402
+from eepd_testlib import (BIN, Agent, Eepd, Etcd, check, need, run_main, tmp,  # noqa: E402
+                          wait_for)
 
 SVC = "/eep.v1.EepControl/"
 
@@ -244,8 +245,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except AssertionError as e:
-        print("FAIL: %s" % e, flush=True)
-        sys.exit(1)
+    run_main(main)
