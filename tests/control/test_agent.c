@@ -40,14 +40,6 @@ static void *eepd_thread(void *arg)
     return NULL;
 }
 
-static int64_t ms_now(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* A fresh job per test, so that views of one test never reach the next. */
 static int setup(void **state)
 {
@@ -127,11 +119,11 @@ static eep_agent_t *join(int *notified)
 /* Wait for a view in which this agent holds a rank and which has @p n ranks. */
 static eep_agent_view_t *wait_view(eep_agent_t *a, uint32_t n, int timeout_ms)
 {
-    int64_t           end = ms_now() + timeout_ms;
+    int64_t           end = test_now_ms() + timeout_ms;
     eep_agent_view_t *v   = NULL;
     eep_status_t      status;
 
-    while (ms_now() < end) {
+    while (test_now_ms() < end) {
         status = eep_agent_wait(a, 100, &v);
         if (status == EEP_OK) {
             if (v->my_rank >= 0 && v->n_ranks == n) {
@@ -173,8 +165,8 @@ static void test_join_and_poll(void **state)
     /* Nothing new: INPROGRESS, and the same epoch is never handed out twice. */
     assert_int_equal(eep_agent_poll(a, &again), EEP_INPROGRESS);
     /* The callback runs just after the view is stored (and a waiter woken): allow it a moment. */
-    for (int64_t end = ms_now() + 2000;
-         ms_now() < end && __atomic_load_n(&n1, __ATOMIC_RELAXED) == 0;) {
+    for (int64_t end = test_now_ms() + 2000;
+         test_now_ms() < end && __atomic_load_n(&n1, __ATOMIC_RELAXED) == 0;) {
         struct timespec ts = { 0, 10 * 1000 * 1000 };
 
         nanosleep(&ts, NULL);
@@ -216,8 +208,8 @@ static void test_lease_lost_rejoins_as_new_member(void **state)
     assert_int_equal(eep_etcd_lease_revoke(etcd, (int64_t)strtoull(strrchr(before, '-') + 1,
                                                                      NULL, 16)), EEP_OK);
     eep_etcd_destroy(etcd);
-    end = ms_now() + 10000;
-    while (ms_now() < end && !lost) {
+    end = test_now_ms() + 10000;
+    while (test_now_ms() < end && !lost) {
         status = eep_agent_wait(a, 100, &w);
         if (status == EEP_ERR_LEASE_LOST) {
             lost = 1;
@@ -265,8 +257,8 @@ static void test_fault_report_evicts_suspect(void **state)
     assert_int_equal(eep_agent_report_fault(a, "../leader", 0, v->epoch, "x", NULL),
                      EEP_ERR_INVALID_ARG);
     eep_agent_view_free(v);
-    end = ms_now() + 10000;
-    while (ms_now() < end && !lost) {
+    end = test_now_ms() + 10000;
+    while (test_now_ms() < end && !lost) {
         eep_agent_view_t *w = NULL;
 
         status = eep_agent_wait(b, 100, &w);
@@ -296,13 +288,13 @@ static void test_leave_is_immediate(void **state)
     b = join(NULL);
     eep_agent_view_free(wait_view(a, 2, 10000));
     eep_agent_view_free(wait_view(b, 2, 10000));
-    t0 = ms_now();
+    t0 = test_now_ms();
     assert_int_equal(eep_agent_leave(b), EEP_OK);
     assert_int_equal(eep_agent_leave(b), EEP_OK); /* idempotent */
     v = wait_view(a, 1, 5000);
     printf("leave -> view without it in %lld ms (settle 200 ms not applied)\n",
-           (long long)(ms_now() - t0));
-    assert_true(ms_now() - t0 < 1500);
+           (long long)(test_now_ms() - t0));
+    assert_true(test_now_ms() - t0 < 1500);
     assert_string_equal(v->reason, "leave");
     eep_agent_view_free(v);
     eep_agent_destroy(b);

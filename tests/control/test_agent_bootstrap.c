@@ -51,14 +51,6 @@ enum {
     RC_BARRIER, RC_NOT_TIMEOUT, RC_TOO_SLOW, RC_MISSING, RC_KEYS_LEFT, RC_ETCD,
 };
 
-static int64_t ms_now(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static void sleep_ms(int ms)
 {
     struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
@@ -111,10 +103,10 @@ static uint8_t pattern(uint64_t epoch, int rank, int round, size_t i)
 /* A view with n ranks holding this member, or NULL after @p timeout_ms. */
 static eep_agent_view_t *child_wait_view(eep_agent_t *a, uint32_t n, int timeout_ms)
 {
-    int64_t           end = ms_now() + timeout_ms;
+    int64_t           end = test_now_ms() + timeout_ms;
     eep_agent_view_t *v   = NULL;
 
-    while (ms_now() < end) {
+    while (test_now_ms() < end) {
         if (eep_agent_wait(a, 100, &v) == EEP_OK) {
             if (v->my_rank >= 0 && v->n_ranks == n) {
                 return v;
@@ -164,7 +156,7 @@ static int child_rounds(eep_bootstrap_t *bs, uint64_t epoch, int rank, int n)
     size_t              len, i;
     int                 r, p, rc = RC_OK;
     uint64_t            ids[2], got[2 * MAX_RANKS];
-    int64_t             t0 = ms_now();
+    int64_t             t0 = test_now_ms();
 
     /* First: everyone agrees on the view (epoch, rank). */
     ids[0] = epoch;
@@ -224,7 +216,7 @@ static int child_rounds(eep_bootstrap_t *bs, uint64_t epoch, int rank, int n)
             rc = RC_BARRIER;
         }
         fprintf(stderr, "rank %d: %d exchanges through etcd in %lld ms\n", rank, N_ROUNDS + 3,
-                (long long)(ms_now() - t0));
+                (long long)(test_now_ms() - t0));
     }
     free(mine);
     free(all);
@@ -290,9 +282,9 @@ static int child_rank(int n, int absent_rank, int hold_fd)
         rc = child_rounds(bs, v->epoch, v->my_rank, n);
         goto out;
     }
-    t0     = ms_now();
+    t0     = test_now_ms();
     status = eep_bootstrap_barrier(bs);
-    waited = ms_now() - t0;
+    waited = test_now_ms() - t0;
     fprintf(stderr, "rank %d: barrier without rank %d: %s after %lld ms\n", v->my_rank,
             absent_rank, eep_status_name(status), (long long)waited);
     if (status != EEP_ERR_TIMEOUT) {
@@ -315,7 +307,7 @@ static int child_check_keys_gone(void)
     char             prefix[128];
     eep_etcd_t      *etcd = NULL;
     eep_etcd_range_t r;
-    int64_t          end = ms_now() + 6000;
+    int64_t          end = test_now_ms() + 6000;
     size_t           i, boot;
     int              rc = RC_KEYS_LEFT;
 
@@ -323,7 +315,7 @@ static int child_check_keys_gone(void)
     if (eep_etcd_create(NULL, &etcd) != EEP_OK) {
         return RC_ETCD;
     }
-    while (ms_now() < end) {
+    while (test_now_ms() < end) {
         if (eep_etcd_range(etcd, prefix, 1, &r) != EEP_OK) {
             rc = RC_ETCD;
             break;
@@ -376,13 +368,13 @@ static pid_t spawn(const char *name, int n, int absent_rank, int hold[2], int ke
  */
 static int reap_until(pid_t *pids, int n, int *rcs, int want, int timeout_ms, int kill_rest)
 {
-    int64_t end = ms_now() + timeout_ms;
+    int64_t end = test_now_ms() + timeout_ms;
     int     done = 0, i, st;
 
     for (i = 0; i < n; i++) {
         done += rcs[i] != -2;
     }
-    while (done < want && ms_now() < end) {
+    while (done < want && test_now_ms() < end) {
         for (i = 0; i < n; i++) {
             if (rcs[i] == -2 && waitpid(pids[i], &st, WNOHANG) == pids[i]) {
                 rcs[i] = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
@@ -472,7 +464,7 @@ static void test_allgather_rounds(void **state)
     NEED_ETCD(g_up);
     eepd = start_eepd();
     assert_true(eepd > 0);
-    t0 = ms_now();
+    t0 = test_now_ms();
     for (i = 0; i < N_RANKS; i++) {
         snprintf(name, sizeof(name), "ranks-%d", i);
         pids[i] = spawn(name, N_RANKS, -1, NULL, 0);
@@ -480,7 +472,7 @@ static void test_allgather_rounds(void **state)
     }
     reap(pids, N_RANKS, rcs, 60000);
     printf("%d ranks: join, %d all-gathers, bcast, barrier, leave in %lld ms\n", N_RANKS,
-           N_ROUNDS + 1, (long long)(ms_now() - t0));
+           N_ROUNDS + 1, (long long)(test_now_ms() - t0));
     show_log("ranks-0");
     for (i = 0; i < N_RANKS; i++) {
         snprintf(name, sizeof(name), "ranks-%d", i);
