@@ -5,7 +5,7 @@
  * controller can be merged and still read.  The level and subsystem test runs before any
  * formatting, errno is preserved across a call, and EEP_LOG_LEVEL_TRACE is compiled out of
  * release builds (NDEBUG).  Configuration comes from the core knob table (EEP_LOG_LEVEL,
- * EEP_LOG_SUBSYS, EEP_LOG_FILE); nothing here calls getenv.
+ * EEP_LOG_SUBSYS, EEP_LOG_FILE); nothing here reads the environment.
  */
 #ifndef EEP_LOG_H
 #define EEP_LOG_H

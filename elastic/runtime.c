@@ -314,6 +314,13 @@ eep_status_t eep_poll(eep_runtime_t *rt)
                 eep_error(EEP_SUBSYS_KERNEL, "dispatch: token %llu of rank %d has expert id %lld "
                           "outside [-1, num_experts) or repeated: dropped", rec.expected,
                           rec.rank, (long long)rec.observed);
+            } else if (flag != EEP_ABORT_FAULT && eep_runtime_fault(rt, &rec) == EEP_OK &&
+                       (rec.phase == EEP_PHASE_EP_DISPATCH || rec.phase == EEP_PHASE_EP_COMBINE)) {
+                /* Dispatch/combine wait on (sequence << 32) | value words: show both halves. */
+                eep_error(EEP_SUBSYS_KERNEL, "%s timed out waiting for peer %d after %llu us "
+                          "(expected sequence %llu, seen sequence %llu value %llu)",
+                          eep_phase_name(rec.phase), rec.peer, rec.waited_ns / 1000,
+                          rec.expected >> 32, rec.observed >> 32, rec.observed & 0xffffffffull);
             } else if (flag != EEP_ABORT_FAULT && eep_runtime_fault(rt, &rec) == EEP_OK) {
                 eep_error(EEP_SUBSYS_BARRIER, "%s timed out waiting for peer %d after %llu us "
                           "(expected %llu, observed %llu)", eep_phase_name(rec.phase), rec.peer,
