@@ -146,75 +146,102 @@ static eep_status_t eep_config_parse(const eep_knob_t *knob, const char *value, 
 }
 
 /*
- * Look @p name up in the config file: lines "NAME=value", '#' comments, blanks ignored.  The file
- * is small and read only when an object is created, so it is read afresh each time rather than
- * cached (a cache would need invalidation for no measurable gain).
+ * The config file: lines "NAME=value", '#' comments and blank lines ignored, later lines win (as
+ * in a shell).  It is read once per eep_config_load() (objects are created rarely, so no cache
+ * that would need invalidating) into a buffer of its lines.
  */
-static int eep_config_file_lookup(const char *path, const char *name, char *value, size_t len)
-{
-    char   line[EEP_KNOB_STRING_MAX + 128];
-    size_t name_len = strlen(name);
-    FILE  *f;
-    int    found = 0;
+typedef struct {
+    char  *text;  /* the whole file, each line NUL-terminated in place */
+    size_t len;
+} eep_config_file_t;
 
+static void eep_config_file_read(const char *path, eep_config_file_t *file)
+{
+    FILE  *f;
+    long   size;
+    size_t i;
+
+    file->text = NULL;
+    file->len  = 0;
+    if (path == NULL || path[0] == '\0') {
+        return;
+    }
     f = fopen(path, "r");
     if (f == NULL) {
         eep_warn_once(EEP_SUBSYS_CONFIG, "cannot read EEP_CONFIG_FILE %s: %m", path);
-        return 0;
+        return;
     }
-    while (fgets(line, sizeof(line), f) != NULL) {
-        char *p = line;
-        char *nl;
-
-        while (isspace((unsigned char)*p)) {
-            p++;
+    if (fseek(f, 0, SEEK_END) == 0 && (size = ftell(f)) > 0 && fseek(f, 0, SEEK_SET) == 0) {
+        file->text = malloc((size_t)size + 1);
+        if (file->text != NULL) {
+            file->len = fread(file->text, 1, (size_t)size, f);
+            file->text[file->len] = '\0';
+            for (i = 0; i < file->len; i++) {
+                if (file->text[i] == '\n' || file->text[i] == '\r') {
+                    file->text[i] = '\0';
+                }
+            }
         }
-        if (strncmp(p, name, name_len) != 0 || p[name_len] != '=') {
-            continue;
-        }
-        p += name_len + 1;
-        nl = p + strcspn(p, "\r\n");
-        *nl = '\0';
-        snprintf(value, len, "%s", p);
-        found = 1; /* later lines win, as in a shell */
     }
     fclose(f);
+}
+
+/* @return the value of the last "NAME=" line for @p name, or NULL. */
+static const char *eep_config_file_lookup(const eep_config_file_t *file, const char *name)
+{
+    size_t      name_len = strlen(name);
+    const char *found    = NULL;
+    size_t      i        = 0;
+
+    while (i < file->len) {
+        const char *line = file->text + i;
+        size_t      n    = strlen(line);
+
+        while (isspace((unsigned char)*line)) {
+            line++;
+        }
+        if (strncmp(line, name, name_len) == 0 && line[name_len] == '=') {
+            found = line + name_len + 1;
+        }
+        i += n + 1;
+    }
     return found;
 }
 
-static eep_status_t eep_config_load_knob(const eep_knob_t *knob, const char *file, void *cfg)
+static eep_status_t eep_config_load_knob(const eep_knob_t *knob, const eep_config_file_t *file,
+                                         const char *file_name, void *cfg)
 {
-    char        value[EEP_KNOB_STRING_MAX];
     const char *env = getenv(knob->name);
+    const char *value;
 
     if (env != NULL) {
         return eep_config_parse(knob, env, "environment", cfg);
     }
-    if (file != NULL && file[0] != '\0' &&
-        eep_config_file_lookup(file, knob->name, value, sizeof(value))) {
-        return eep_config_parse(knob, value, file, cfg);
+    value = eep_config_file_lookup(file, knob->name);
+    if (value != NULL) {
+        return eep_config_parse(knob, value, file_name, cfg);
     }
     return eep_config_parse(knob, knob->default_value, "default", cfg);
 }
 
 eep_status_t eep_config_load(const eep_knob_table_t *table, void *cfg_p)
 {
-    const char  *file = getenv("EEP_CONFIG_FILE");
-    eep_status_t status;
-    size_t       i;
+    const char       *file_name = getenv("EEP_CONFIG_FILE");
+    eep_config_file_t file;
+    eep_status_t      status = EEP_OK;
+    size_t            i;
 
     if (table == NULL || cfg_p == NULL) {
         eep_error(EEP_SUBSYS_CONFIG, "eep_config_load: %s is NULL", table == NULL ? "table" : "cfg_p");
         return EEP_ERR_INVALID_ARG;
     }
     memset(cfg_p, 0, table->struct_size);
-    for (i = 0; i < table->count; i++) {
-        status = eep_config_load_knob(&table->knobs[i], file, cfg_p);
-        if (status != EEP_OK) {
-            return status;
-        }
+    eep_config_file_read(file_name, &file);
+    for (i = 0; i < table->count && status == EEP_OK; i++) {
+        status = eep_config_load_knob(&table->knobs[i], &file, file_name, cfg_p);
     }
-    return EEP_OK;
+    free(file.text);
+    return status;
 }
 
 eep_status_t eep_config_set(const eep_knob_table_t *table, void *cfg, const char *name,

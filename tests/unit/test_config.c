@@ -160,6 +160,30 @@ static void test_config_file_precedence(void **state)
     unlink(path);
 }
 
+/* A value in the file too long for its knob is an error naming it, never silently cut short. */
+static void test_config_file_long_value(void **state)
+{
+    char          path[] = "/tmp/eep-test-config-XXXXXX";
+    test_config_t cfg;
+    FILE         *f;
+    int           fd, i;
+
+    (void)state;
+    fd = mkstemp(path);
+    assert_true(fd >= 0);
+    f = fdopen(fd, "w");
+    fprintf(f, "EEP_TEST_NAME=");
+    for (i = 0; i < EEP_KNOB_STRING_MAX + 100; i++) {
+        fputc('x', f);
+    }
+    fprintf(f, "\nEEP_TEST_COUNT=12\n");
+    fclose(f);
+    setenv("EEP_CONFIG_FILE", path, 1);
+    assert_int_equal(eep_config_load(&test_table, &cfg), EEP_ERR_INVALID_ARG);
+    assert_non_null(strstr(hook_last, "EEP_TEST_NAME"));
+    unlink(path);
+}
+
 static void test_set_runtime_vs_startup(void **state)
 {
     test_config_t cfg;
@@ -271,6 +295,7 @@ int main(void)
         cmocka_unit_test_setup(test_bad_values_name_the_knob, setup),
         cmocka_unit_test_setup(test_string_too_long, setup),
         cmocka_unit_test_setup(test_config_file_precedence, setup),
+        cmocka_unit_test_setup(test_config_file_long_value, setup),
         cmocka_unit_test_setup(test_set_runtime_vs_startup, setup),
         cmocka_unit_test_setup(test_unknown_variable_warning, setup),
         cmocka_unit_test_setup(test_registry_is_well_formed, setup),
