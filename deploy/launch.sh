@@ -61,7 +61,7 @@ if command -v nvidia-smi >/dev/null 2>&1; then
 fi
 if [ "$gpus" -eq 0 ]; then
     echo "no GPU visible (nvidia-smi lists none): running the control plane alone: etcd at" \
-         "$EEP_ETCD_ENDPOINTS, $replicas eepd replicas${agents:+, $agents stand-in agents}."
+         "$EEP_ETCD_ENDPOINTS, $replicas eepd replicas$([ "$agents" -gt 0 ] && echo ", $agents stand-in agents")."
     for i in $(seq 1 "$agents"); do
         "$build/bin/eep-agent" >"$run_dir/agent-$i.log" 2>&1 &
         pids+=($!)

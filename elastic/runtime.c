@@ -355,6 +355,31 @@ eep_status_t eep_runtime_sync(eep_runtime_t *rt, void *stream)
     return eep_poll(rt);
 }
 
+eep_status_t eep_runtime_stream_query(eep_runtime_t *rt, void *stream)
+{
+    const eep_cuda_sym_t *cu;
+    eep_status_t          status;
+    CUresult              res;
+
+    if (rt == NULL) {
+        eep_error(EEP_SUBSYS_RUNTIME, "eep_runtime_stream_query: rt is NULL");
+        return EEP_ERR_INVALID_ARG;
+    }
+    status = eep_cuda_sym_driver(&cu);
+    if (status != EEP_OK) {
+        return status;
+    }
+    res = cu->cuStreamQuery((CUstream)stream);
+    if (res == CUDA_ERROR_NOT_READY) {
+        return EEP_INPROGRESS;
+    }
+    status = eep_status_from_cu(res, "cuStreamQuery");
+    if (status != EEP_OK) {
+        return status;
+    }
+    return eep_poll(rt);
+}
+
 void eep_runtime_abort(eep_runtime_t *rt)
 {
     unsigned none = EEP_ABORT_NONE;

@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "control/agent/agent.h"
 #include "control/agent/agent_bootstrap.h"
@@ -219,15 +220,33 @@ err:
     return status;
 }
 
-/* One barrier and its self-check: the runtime still matches the view it was built for. */
-static eep_status_t eep_rank_step(eep_rank_t *r)
+/*
+ * One barrier and its self-check: the runtime still matches the view it was built for.  The
+ * barrier is waited for without blocking the view feed: when a newer view arrives (a peer left or
+ * died), the lease is lost, or SIGTERM comes, the runtime is aborted so the kernel leaves at once
+ * instead of at its deadline (EEP_TIMEOUT_MS, 30 s by default).  A view taken here is handed back
+ * through @p v_p for the main loop to act on.
+ */
+static eep_status_t eep_rank_step(eep_rank_t *r, eep_agent_view_t **v_p)
 {
     eep_runtime_info_t info;
-    eep_status_t       status;
+    eep_status_t       status, feed;
+    int                lease_lost = 0;
 
     status = eep_barrier(r->rt, EEP_BARRIER_SEQUENTIAL, NULL);
-    if (status == EEP_OK) {
-        status = eep_runtime_sync(r->rt, NULL); /* bounded: the barrier's wait has a deadline */
+    while (status == EEP_OK &&
+           (status = eep_runtime_stream_query(r->rt, NULL)) == EEP_INPROGRESS) {
+        if (*v_p == NULL && !lease_lost) {
+            feed       = eep_agent_poll(r->agent, v_p);
+            lease_lost = feed == EEP_ERR_LEASE_LOST;
+        }
+        if (eep_rank_stop || lease_lost || (*v_p != NULL && (*v_p)->epoch > r->view->epoch)) {
+            eep_runtime_abort(r->rt);
+        }
+        usleep(100);
+    }
+    if (lease_lost) {
+        return EEP_ERR_LEASE_LOST;
     }
     if (status != EEP_OK) {
         return status;
@@ -384,10 +403,12 @@ int main(int argc, char **argv)
             continue;
         }
         waiting_since = eep_rank_wall_ms();
-        status = eep_rank_step(&r);
+        status = eep_rank_step(&r, &v);
         if (status != EEP_OK) {
             eep_fault_record_t rec;
-            uint64_t           epoch = r.view->epoch;
+            /* A lost lease: wait for a view newer than any handed out (it holds the new id). */
+            uint64_t           epoch = status == EEP_ERR_LEASE_LOST ? eep_agent_epoch(r.agent)
+                                                                    : r.view->epoch;
 
             eep_error(EEP_SUBSYS_TOOL, "view %llu: barrier failed (%s): rebuilding for the "
                       "newest view", (unsigned long long)epoch, eep_status_name(status));

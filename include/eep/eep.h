@@ -144,6 +144,15 @@ eep_status_t eep_poll(eep_runtime_t *rt);
 eep_status_t eep_runtime_sync(eep_runtime_t *rt, void *stream);
 
 /**
+ * Without blocking: has the work queued on @p stream finished?
+ * @return EEP_INPROGRESS while it runs; once it has finished, what eep_poll() returns.  Lets a
+ *         caller keep watching membership while a kernel waits, and eep_runtime_abort() it when a
+ *         newer view makes the wait pointless (the kernel then leaves within microseconds instead
+ *         of at its deadline).
+ */
+eep_status_t eep_runtime_stream_query(eep_runtime_t *rt, void *stream);
+
+/**
  * Copy the first fault record.
  * @return EEP_OK with *rec_p filled; EEP_ERR_NOT_FOUND when there is none.
  */

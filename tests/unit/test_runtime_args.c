@@ -127,6 +127,8 @@ static void test_bad_arguments(void **state)
     assert_null(eep_runtime_nccl_comm(NULL));
     eep_runtime_abort(NULL);
     eep_runtime_destroy(NULL);
+    assert_int_equal(eep_runtime_stream_query(NULL, NULL), EEP_ERR_INVALID_ARG);
+    assert_non_null(strstr(last_error, "eep_runtime_stream_query"));
 }
 
 static void test_no_driver_is_no_device(void **state)
