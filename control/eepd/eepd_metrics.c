@@ -86,6 +86,13 @@ eep_status_t eepd_metrics_start(eepd_t *eepd)
     return EEP_OK;
 }
 
+/* One metric in Prometheus text format: its HELP and TYPE lines, then its value. */
+static void eepd_metric(FILE *f, const char *name, const char *type, const char *help,
+                        unsigned long long value)
+{
+    fprintf(f, "# HELP %s %s\n# TYPE %s %s\n%s %llu\n", name, help, name, type, name, value);
+}
+
 void eepd_metrics_update(eepd_t *eepd)
 {
     char *text = NULL;
@@ -99,44 +106,37 @@ void eepd_metrics_update(eepd_t *eepd)
     if (f == NULL) {
         return;
     }
-    fprintf(f, "# HELP eepd_is_leader 1 when this replica leads.\n# TYPE eepd_is_leader gauge\n"
-               "eepd_is_leader %d\n", eepd->is_leader);
-    fprintf(f, "# HELP eepd_view_epoch Epoch of the current view.\n# TYPE eepd_view_epoch gauge\n"
-               "eepd_view_epoch %llu\n",
-            (unsigned long long)(eepd->view != NULL ? eepd->view->epoch : 0));
-    fprintf(f, "# HELP eepd_view_ranks Ranks in the current view.\n# TYPE eepd_view_ranks gauge\n"
-               "eepd_view_ranks %zu\n", eepd->view != NULL ? eepd->view->n_members : 0);
-    fprintf(f, "# HELP eepd_members Registered members.\n# TYPE eepd_members gauge\n"
-               "eepd_members %zu\n", eepd->n_members);
-    fprintf(f, "# HELP eepd_views_published_total Views this replica published.\n"
-               "# TYPE eepd_views_published_total counter\neepd_views_published_total %llu\n",
-            (unsigned long long)eepd->views_published);
-    fprintf(f, "# HELP eepd_publish_conflicts_total Publish transactions that lost a race.\n"
-               "# TYPE eepd_publish_conflicts_total counter\neepd_publish_conflicts_total %llu\n",
-            (unsigned long long)eepd->publish_conflicts);
-    fprintf(f, "# HELP eepd_etcd_round_trips_total etcd calls made by the loop.\n"
-               "# TYPE eepd_etcd_round_trips_total counter\neepd_etcd_round_trips_total %llu\n",
-            (unsigned long long)eepd->etcd_round_trips);
-    fprintf(f, "# HELP eepd_last_view_round_trips etcd round trips of the last view change.\n"
-               "# TYPE eepd_last_view_round_trips gauge\neepd_last_view_round_trips %llu\n",
-            (unsigned long long)eepd->last_view_round_trips);
-    fprintf(f, "# HELP eepd_elections_won_total Times this replica became leader.\n"
-               "# TYPE eepd_elections_won_total counter\neepd_elections_won_total %llu\n",
-            (unsigned long long)eepd->elections_won);
-    fprintf(f, "# HELP eepd_faults_reported_total Fault reports received.\n"
-               "# TYPE eepd_faults_reported_total counter\neepd_faults_reported_total %llu\n",
-            (unsigned long long)eepd->faults_reported);
-    fprintf(f, "# HELP eepd_rpc_requests_total RPC requests handled.\n"
-               "# TYPE eepd_rpc_requests_total counter\neepd_rpc_requests_total %llu\n",
-            (unsigned long long)eepd->rpc_requests);
-    fprintf(f, "# HELP eepd_rpc_errors_total RPC requests answered with an error.\n"
-               "# TYPE eepd_rpc_errors_total counter\neepd_rpc_errors_total %llu\n",
-            (unsigned long long)eepd->rpc_errors);
+    eepd_metric(f, "eepd_is_leader", "gauge", "1 when this replica leads.",
+                (unsigned long long)eepd->is_leader);
+    eepd_metric(f, "eepd_view_epoch", "gauge", "Epoch of the current view.",
+                (unsigned long long)(eepd->view != NULL ? eepd->view->epoch : 0));
+    eepd_metric(f, "eepd_view_ranks", "gauge", "Ranks in the current view.",
+                (unsigned long long)(eepd->view != NULL ? eepd->view->n_members : 0));
+    eepd_metric(f, "eepd_members", "gauge", "Registered members.",
+                (unsigned long long)eepd->n_members);
+    eepd_metric(f, "eepd_views_published_total", "counter", "Views this replica published.",
+                (unsigned long long)eepd->views_published);
+    eepd_metric(f, "eepd_publish_conflicts_total", "counter",
+                "Publish transactions that lost a race.",
+                (unsigned long long)eepd->publish_conflicts);
+    eepd_metric(f, "eepd_etcd_round_trips_total", "counter", "etcd calls made by the loop.",
+                (unsigned long long)eepd->etcd_round_trips);
+    eepd_metric(f, "eepd_last_view_round_trips", "gauge",
+                "etcd round trips of the last view change.",
+                (unsigned long long)eepd->last_view_round_trips);
+    eepd_metric(f, "eepd_elections_won_total", "counter", "Times this replica became leader.",
+                (unsigned long long)eepd->elections_won);
+    eepd_metric(f, "eepd_faults_reported_total", "counter", "Fault reports received.",
+                (unsigned long long)eepd->faults_reported);
+    eepd_metric(f, "eepd_rpc_requests_total", "counter", "RPC requests handled.",
+                (unsigned long long)eepd->rpc_requests);
+    eepd_metric(f, "eepd_rpc_errors_total", "counter", "RPC requests answered with an error.",
+                (unsigned long long)eepd->rpc_errors);
     fprintf(f, "# HELP eepd_last_publish_ms First change seen to view committed, last view.\n"
                "# TYPE eepd_last_publish_ms gauge\neepd_last_publish_ms %.0f\n",
             eepd->last_publish_ms);
-    fprintf(f, "# HELP eepd_watchers Open WatchViews streams.\n# TYPE eepd_watchers gauge\n"
-               "eepd_watchers %zu\n", eepd->n_watchers);
+    eepd_metric(f, "eepd_watchers", "gauge", "Open WatchViews streams.",
+                (unsigned long long)eepd->n_watchers);
     if (fclose(f) != 0) {
         free(text);
         return;
