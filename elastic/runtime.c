@@ -297,10 +297,35 @@ eep_status_t eep_runtime_fault(const eep_runtime_t *rt, eep_fault_record_t *rec_
     return EEP_ERR_NOT_FOUND;
 }
 
-eep_status_t eep_poll(eep_runtime_t *rt)
+/* Say once what raised the abort flag, from the first fault record (read once). */
+static void eep_runtime_log_fault(eep_runtime_t *rt, unsigned flag)
 {
     eep_fault_record_t rec;
-    unsigned           flag;
+    int                have = eep_runtime_fault(rt, &rec) == EEP_OK;
+
+    if (have && rec.phase == EEP_PHASE_EP_BAD_EXPERT) {
+        eep_error(EEP_SUBSYS_KERNEL, "dispatch: token %llu of rank %d has expert id %lld "
+                  "outside [-1, num_experts) or repeated: dropped", rec.expected, rec.rank,
+                  (long long)rec.observed);
+    } else if (have && flag != EEP_ABORT_FAULT &&
+               (rec.phase == EEP_PHASE_EP_DISPATCH || rec.phase == EEP_PHASE_EP_COMBINE)) {
+        /* Dispatch/combine wait on (sequence << 32) | value words: show both halves. */
+        eep_error(EEP_SUBSYS_KERNEL, "%s timed out waiting for peer %d after %llu us "
+                  "(expected sequence %llu, seen sequence %llu value %llu)",
+                  eep_phase_name(rec.phase), rec.peer, rec.waited_ns / 1000,
+                  rec.expected >> 32, rec.observed >> 32, rec.observed & 0xffffffffull);
+    } else if (have && flag != EEP_ABORT_FAULT) {
+        eep_error(EEP_SUBSYS_BARRIER, "%s timed out waiting for peer %d after %llu us "
+                  "(expected %llu, observed %llu)", eep_phase_name(rec.phase), rec.peer,
+                  rec.waited_ns / 1000, rec.expected, rec.observed);
+    } else if (flag == EEP_ABORT_HOST) {
+        eep_warn(EEP_SUBSYS_RUNTIME, "runtime aborted by the host");
+    }
+}
+
+eep_status_t eep_poll(eep_runtime_t *rt)
+{
+    unsigned flag;
 
     if (rt == NULL) {
         eep_error(EEP_SUBSYS_RUNTIME, "eep_poll: rt is NULL");
@@ -310,24 +335,7 @@ eep_status_t eep_poll(eep_runtime_t *rt)
     if (flag != EEP_ABORT_NONE) {
         if (!rt->fault_seen) {
             rt->fault_seen = 1;
-            if (eep_runtime_fault(rt, &rec) == EEP_OK && rec.phase == EEP_PHASE_EP_BAD_EXPERT) {
-                eep_error(EEP_SUBSYS_KERNEL, "dispatch: token %llu of rank %d has expert id %lld "
-                          "outside [-1, num_experts) or repeated: dropped", rec.expected,
-                          rec.rank, (long long)rec.observed);
-            } else if (flag != EEP_ABORT_FAULT && eep_runtime_fault(rt, &rec) == EEP_OK &&
-                       (rec.phase == EEP_PHASE_EP_DISPATCH || rec.phase == EEP_PHASE_EP_COMBINE)) {
-                /* Dispatch/combine wait on (sequence << 32) | value words: show both halves. */
-                eep_error(EEP_SUBSYS_KERNEL, "%s timed out waiting for peer %d after %llu us "
-                          "(expected sequence %llu, seen sequence %llu value %llu)",
-                          eep_phase_name(rec.phase), rec.peer, rec.waited_ns / 1000,
-                          rec.expected >> 32, rec.observed >> 32, rec.observed & 0xffffffffull);
-            } else if (flag != EEP_ABORT_FAULT && eep_runtime_fault(rt, &rec) == EEP_OK) {
-                eep_error(EEP_SUBSYS_BARRIER, "%s timed out waiting for peer %d after %llu us "
-                          "(expected %llu, observed %llu)", eep_phase_name(rec.phase), rec.peer,
-                          rec.waited_ns / 1000, rec.expected, rec.observed);
-            } else if (flag == EEP_ABORT_HOST) {
-                eep_warn(EEP_SUBSYS_RUNTIME, "runtime aborted by the host");
-            }
+            eep_runtime_log_fault(rt, flag);
         }
         return flag == EEP_ABORT_HOST ? EEP_ERR_ABORTED :
                flag == EEP_ABORT_FAULT ? EEP_ERR_DEVICE_FAULT : EEP_ERR_PEER_TIMEOUT;
