@@ -10,7 +10,7 @@ LIBEEP_SRCS += elastic/ep_layout.c elastic/ep_args.c elastic/ep_handle.c elastic
 UTIL_SRCS += elastic/runtime_knobs.c
 LIBEEP_SRCS += elastic/bootstrap.c elastic/bootstrap_file.c elastic/bootstrap_tcp.c
 LIBEEP_SRCS += elastic/runtime.c elastic/runtime_nccl.cc elastic/runtime_barrier.c \
-               elastic/runtime_layout.c
+               elastic/runtime_layout.c elastic/wait_loop.c
 # JIT (jit*.c) and the CUDA/NVRTC symbol table: knobs and hashing in the util base, the rest in
 # libeep.  Build-time defaults baked in: the toolkit, the NCCL headers libeep was built with, and
 # this checkout as the kernel source root, so tests and tools work from the build tree.

@@ -16,6 +16,7 @@
 #include "elastic/config.h"
 #include "elastic/cuda_sym.h"
 #include "elastic/log.h"
+#include "elastic/wait_loop.h"
 
 #define EEP_WINDOW_GRANULARITY (2u << 20)
 
@@ -386,6 +387,42 @@ eep_status_t eep_runtime_stream_query(eep_runtime_t *rt, void *stream)
         return status;
     }
     return eep_poll(rt);
+}
+
+typedef struct {
+    eep_runtime_t *rt;
+    void          *stream;
+} eep_stream_wait_ctx_t;
+
+static eep_status_t eep_stream_wait_query(void *ctx)
+{
+    eep_stream_wait_ctx_t *c = ctx;
+
+    return eep_runtime_stream_query(c->rt, c->stream);
+}
+
+static void eep_stream_wait_abort(void *ctx)
+{
+    eep_runtime_abort(((eep_stream_wait_ctx_t *)ctx)->rt);
+}
+
+eep_status_t eep_runtime_stream_wait(eep_runtime_t *rt, void *stream,
+                                     int (*should_abort)(void *ctx), void *ctx)
+{
+    eep_stream_wait_ctx_t c = { rt, stream };
+    eep_wait_loop_t       w;
+
+    if (rt == NULL) {
+        eep_error(EEP_SUBSYS_RUNTIME, "eep_runtime_stream_wait: rt is NULL");
+        return EEP_ERR_INVALID_ARG;
+    }
+    w.query        = eep_stream_wait_query;
+    w.abort        = eep_stream_wait_abort;
+    w.ctx          = &c;
+    w.should_abort = should_abort;
+    w.watch_ctx    = ctx;
+    w.poll_us      = 100;
+    return eep_wait_loop_run(&w);
 }
 
 void eep_runtime_abort(eep_runtime_t *rt)

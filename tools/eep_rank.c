@@ -220,6 +220,25 @@ err:
     return status;
 }
 
+/* While the barrier runs: keep reading the view feed; a newer view, a lost lease or a signal
+   makes the wait pointless (the runtime is rebuilt either way). */
+typedef struct {
+    eep_rank_t        *r;
+    eep_agent_view_t **v_p;
+    int                lease_lost;
+} eep_rank_watch_t;
+
+static int eep_rank_should_abort(void *ctx)
+{
+    eep_rank_watch_t *w = ctx;
+
+    if (*w->v_p == NULL && !w->lease_lost) {
+        w->lease_lost = eep_agent_poll(w->r->agent, w->v_p) == EEP_ERR_LEASE_LOST;
+    }
+    return eep_rank_stop || w->lease_lost ||
+           (*w->v_p != NULL && (*w->v_p)->epoch > w->r->view->epoch);
+}
+
 /*
  * One barrier and its self-check: the runtime still matches the view it was built for.  The
  * barrier is waited for without blocking the view feed: when a newer view arrives (a peer left or
@@ -230,22 +249,14 @@ err:
 static eep_status_t eep_rank_step(eep_rank_t *r, eep_agent_view_t **v_p)
 {
     eep_runtime_info_t info;
-    eep_status_t       status, feed;
-    int                lease_lost = 0;
+    eep_rank_watch_t   watch = { r, v_p, 0 };
+    eep_status_t       status;
 
     status = eep_barrier(r->rt, EEP_BARRIER_SEQUENTIAL, NULL);
-    while (status == EEP_OK &&
-           (status = eep_runtime_stream_query(r->rt, NULL)) == EEP_INPROGRESS) {
-        if (*v_p == NULL && !lease_lost) {
-            feed       = eep_agent_poll(r->agent, v_p);
-            lease_lost = feed == EEP_ERR_LEASE_LOST;
-        }
-        if (eep_rank_stop || lease_lost || (*v_p != NULL && (*v_p)->epoch > r->view->epoch)) {
-            eep_runtime_abort(r->rt);
-        }
-        usleep(100);
+    if (status == EEP_OK) {
+        status = eep_runtime_stream_wait(r->rt, NULL, eep_rank_should_abort, &watch);
     }
-    if (lease_lost) {
+    if (watch.lease_lost) {
         return EEP_ERR_LEASE_LOST;
     }
     if (status != EEP_OK) {

@@ -153,6 +153,18 @@ eep_status_t eep_runtime_sync(eep_runtime_t *rt, void *stream);
 eep_status_t eep_runtime_stream_query(eep_runtime_t *rt, void *stream);
 
 /**
+ * Wait for the work queued on @p stream, asking @p should_abort(@p ctx) between polls (every
+ * 100 us) whether the wait has become pointless (a newer view, a lost lease, a signal).  When it
+ * says so, the runtime's abort flag is raised once and the wait goes on until the aborted work
+ * has left the stream (it leaves its device waits within microseconds).
+ * @return what eep_runtime_stream_query() returns once the work has finished: EEP_OK,
+ *         EEP_ERR_ABORTED after an abort, EEP_ERR_PEER_TIMEOUT, ...; EEP_ERR_INVALID_ARG for a
+ *         NULL @p rt.
+ */
+eep_status_t eep_runtime_stream_wait(eep_runtime_t *rt, void *stream,
+                                     int (*should_abort)(void *ctx), void *ctx);
+
+/**
  * Copy the first fault record.
  * @return EEP_OK with *rec_p filled; EEP_ERR_NOT_FOUND when there is none.
  */
