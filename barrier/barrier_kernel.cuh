@@ -156,6 +156,7 @@ __device__ void eep_barrier_body(const eep_barrier_params_t &p)
     w.block_failed = &block_failed;
     w.timeout_ns   = p.timeout_ns;
     w.rank         = dc.rank;
+    w.abort_check_ns = EEP_ABORT_CHECK_NS;
     if (threadIdx.x == 0) {
         block_failed = 0;
     }

@@ -52,7 +52,8 @@ typedef struct {
     double  dispatch_us, combine_us;
     double  dispatch_bytes, combine_bytes; /* to other ranks, per call */
     double  recv_bytes;  /* received-token bytes (hidden + scales), local included, per call */
-    int     sms;         /* SMs of ours (0: not ours) */
+    int     sms;         /* sending SMs of ours (0: not ours) */
+    int     copy_sms;    /* its copying SMs */
     int64_t errors;
     int     ran;
     char    why[96];   /* when not run */
@@ -713,7 +714,8 @@ static eep_status_t run_ours(eep_bench_ctx_t *ctx, const bench_opts_t *o,
     }
     res->combine_us = (now_us() - t0) / o->iters;
     traffic(s, in, ctx->rank, &res->dispatch_bytes, &res->combine_bytes);
-    res->sms = h->num_sms;
+    res->sms      = h->num_sms;
+    res->copy_sms = h->copy_sms;
     res->ran = 1;
 out:
     if (status != EEP_OK && res->why[0] == '\0') {
@@ -742,8 +744,8 @@ static void print_row(const char *impl, const bench_opts_t *o, const bench_resul
 {
     double  d = 0, c = 0, db = 0, cb = 0, rb = 0;
     int64_t errors = 0;
-    int     r, ran = 1, sms = 0;
-    char    smsbuf[16];
+    int     r, ran = 1, sms = 0, copy = 0;
+    char    smsbuf[32];
 
     for (r = 0; r < world; r++) {
         d  = fmax(d, all[r].dispatch_us);
@@ -751,12 +753,13 @@ static void print_row(const char *impl, const bench_opts_t *o, const bench_resul
         db = fmax(db, all[r].dispatch_bytes);
         cb = fmax(cb, all[r].combine_bytes);
         rb = fmax(rb, all[r].recv_bytes);
-        sms = all[r].sms > sms ? all[r].sms : sms;
+        sms  = all[r].sms > sms ? all[r].sms : sms;
+        copy = all[r].copy_sms > copy ? all[r].copy_sms : copy;
         errors += all[r].errors;
         ran &= all[r].ran;
     }
     if (sms > 0) {
-        snprintf(smsbuf, sizeof(smsbuf), "%d", sms);
+        snprintf(smsbuf, sizeof(smsbuf), "%d+%d", sms, copy);
     } else {
         snprintf(smsbuf, sizeof(smsbuf), "-");
     }
@@ -777,7 +780,7 @@ static void print_row(const char *impl, const bench_opts_t *o, const bench_resul
         return;
     }
     printf("| %-8s | %d | %5d | %5d | %2d | %4d | %-4s | %-12s | %9.1f | %7.1f | %9.1f | %7.1f | "
-           "%-6s | %7.1f | %3s |\n", impl, world, o->shape.max_tokens, o->shape.hidden,
+           "%-6s | %7.1f | %6s |\n", impl, world, o->shape.max_tokens, o->shape.hidden,
            o->shape.num_topk, o->shape.num_experts,
            o->shape.dtype == EEP_DTYPE_FP8_E4M3 ? "fp8" : "bf16", o->gating,
            d, db / d / 1e3, c, cb / c / 1e3,

@@ -197,6 +197,7 @@ static eep_status_t eep_ep_prepare(eep_runtime_t *rt, const eep_ep_shape_t *shap
     p->scale_off     = (unsigned)wire.scale_off;
     p->scale_bytes   = (unsigned)wire.scale_bytes;
     p->meta_off      = (unsigned)wire.meta_off;
+    p->tag_off       = (unsigned)wire.tag_off;
     p->window        = rt->window;
     p->fault         = (eep_fault_page_t *)(uintptr_t)rt->fault_dev;
     p->fault_claim   = (unsigned int *)((char *)rt->buf + rt->layout.counters_off);
@@ -207,7 +208,8 @@ static eep_status_t eep_ep_prepare(eep_runtime_t *rt, const eep_ep_shape_t *shap
     p->drecv_off     = ep_off + z.dispatch_recv_off;
     p->drecv_region  = (unsigned long long)shape->max_tokens * wire.token_bytes;
     p->crecv_off     = ep_off + z.combine_recv_off;
-    p->crecv_region  = (unsigned long long)shape->max_tokens * (unsigned long long)shape->hidden * 2;
+    p->crecv_row     = z.combine_row_bytes;
+    p->crecv_region  = (unsigned long long)shape->max_tokens * z.combine_row_bytes;
     p->crecv_regions = shape->world < shape->num_topk ? shape->world : shape->num_topk;
     return EEP_OK;
 }
@@ -355,7 +357,7 @@ eep_status_t eep_dispatch(eep_runtime_t *rt, const eep_dispatch_args_t *args,
     eep_ep_handle_t      *h, *created = NULL;
     eep_jit_kernel_t     *kernel;
     eep_status_t          status;
-    int                   El, NC, sw, sms, idx_bits;
+    int                   El, NC, sw, sms, copy, idx_bits;
     size_t                dyn;
     int64_t               rows;
 
@@ -380,6 +382,9 @@ eep_status_t eep_dispatch(eep_runtime_t *rt, const eep_dispatch_args_t *args,
     if (sms < 1) {
         return EEP_ERR_INVALID_ARG;
     }
+    /* Copy blocks: the rest of the device unless a knob says otherwise (docs/dispatch.md 5). */
+    copy = st->cfg.copy_sms > 0 ? (int)st->cfg.copy_sms : st->device_sms - sms;
+    copy = copy < 1 ? 1 : copy;
     h = *handle_p;
     if (h == NULL) {
         status = eep_ep_handle_create(rt, world.epoch, rt->rank, &created);
@@ -397,6 +402,7 @@ eep_status_t eep_dispatch(eep_runtime_t *rt, const eep_dispatch_args_t *args,
     sw  = sw < 1 ? 1 : sw > EEP_EPK_WARPS ? EEP_EPK_WARPS : sw;
     dyn = (size_t)(1 + 2 * sw) * (size_t)NC * 4;
     p.scan_warps        = sw;
+    p.send_blocks       = sms;
     p.num_tokens        = args->num_tokens;
     p.x                 = (uintptr_t)args->x;
     p.x_scales          = (uintptr_t)args->x_scales;
@@ -418,7 +424,9 @@ eep_status_t eep_dispatch(eep_runtime_t *rt, const eep_dispatch_args_t *args,
     if (args->mode == EEP_EP_MODE_CPU_SYNC) {
         __atomic_store_n(&st->mirror[El + 1], 0, __ATOMIC_RELEASE);
     }
-    status = eep_jit_launch(kernel, (unsigned)sms, EEP_EPK_THREADS, dyn, stream, &p, sizeof(p));
+    /* Senders, then the counter; without CPU sync the copy blocks too (the counter is one). */
+    status = eep_jit_launch(kernel, (unsigned)(sms + (args->mode == EEP_EP_MODE_CPU_SYNC ? 1 : copy)),
+                            EEP_EPK_THREADS, dyn, stream, &p, sizeof(p));
     if (status != EEP_OK) {
         goto fail;
     }
@@ -439,7 +447,7 @@ eep_status_t eep_dispatch(eep_runtime_t *rt, const eep_dispatch_args_t *args,
         }
         if ((status = eep_ep_outputs(args, rows, hb, sb, &p)) != EEP_OK ||
             (status = eep_ep_kernel(rt, st, 0, idx_bits, (int)args->mode, 1, &kernel)) != EEP_OK ||
-            (status = eep_jit_launch(kernel, (unsigned)sms, EEP_EPK_THREADS, dyn, stream, &p,
+            (status = eep_jit_launch(kernel, (unsigned)copy, EEP_EPK_THREADS, dyn, stream, &p,
                                      sizeof(p))) != EEP_OK) {
             /* The data is on its way and the peers wait for nothing more: the copy is lost,
                the protocol is not (the next dispatch's kernel reads fresh slots). */
@@ -453,6 +461,7 @@ eep_status_t eep_dispatch(eep_runtime_t *rt, const eep_dispatch_args_t *args,
         h->shape         = shape;
         h->num_tokens    = args->num_tokens;
         h->num_sms       = sms;
+        h->copy_sms      = copy;
         h->num_recv_rows = rows;
         h->has_layout    = 1;
         h->epoch         = world.epoch;
@@ -495,6 +504,6 @@ eep_status_t eep_combine(eep_runtime_t *rt, const void *y, const eep_ep_handle_t
     if ((status = eep_ep_kernel(rt, st, 1, 0, 0, 0, &kernel)) != EEP_OK) {
         return status;
     }
-    return eep_jit_launch(kernel, (unsigned)handle->num_sms, EEP_EPK_THREADS, 0, stream, &p,
-                          sizeof(p));
+    return eep_jit_launch(kernel, (unsigned)(handle->num_sms + handle->copy_sms), EEP_EPK_THREADS,
+                          0, stream, &p, sizeof(p));
 }

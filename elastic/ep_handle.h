@@ -23,7 +23,8 @@ struct eep_ep_handle {
     int            rank;           /* this rank in that epoch */
     eep_ep_shape_t shape;          /* world, max tokens, hidden, K, experts, alignment, dtype */
     int            num_tokens;     /* T of the dispatch that made the layout */
-    int            num_sms;        /* combine reuses the dispatch's SM count */
+    int            num_sms;        /* the dispatch's sending blocks */
+    int            copy_sms;       /* its copying blocks; combine runs on num_sms + copy_sms */
     int            has_layout;     /* a non-cached dispatch filled the arrays below */
     uint64_t       seq;            /* call number of that dispatch */
     int64_t        num_recv_rows;  /* padded rows: exact (CPU_SYNC) or rows_max */

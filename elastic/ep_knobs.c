@@ -24,6 +24,9 @@ static const eep_knob_t eep_ep_knobs[] = {
                 "SM model: safety factor on the computed SM count (DeepEP: 1.25)."),
     EEP_EP_KNOB("EEP_EP_MIN_SMS", "4", EEP_KNOB_INT, min_sms, 1, 1024,
                 "SM model: the fewest SMs it picks."),
+    EEP_EP_KNOB("EEP_EP_COPY_SMS", "0", EEP_KNOB_INT, copy_sms, 0, 1024,
+                "Blocks that copy received tokens into the expert-major outputs (and run the "
+                "combine), beside the num_sms sending ones; 0: the device's SMs minus those."),
 };
 
 const eep_knob_table_t eep_ep_knob_table = {

@@ -14,6 +14,7 @@ typedef struct eep_ep_config {
     double  token_overhead_bytes;
     double  sm_margin;
     int64_t min_sms;
+    int64_t copy_sms;             /* 0: the device's SMs minus the sending ones */
 } eep_ep_config_t;
 
 extern const eep_knob_table_t eep_ep_knob_table;

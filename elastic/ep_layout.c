@@ -93,6 +93,10 @@ void eep_ep_wire_layout(const eep_ep_shape_t *s, eep_ep_wire_t *wire_p)
     w.scale_off    = (size_t)eep_ep_align_up((int64_t)w.hidden_bytes, EEP_EP_WIRE_ALIGN);
     w.meta_off     = w.scale_off + (size_t)eep_ep_align_up((int64_t)w.scale_bytes,
                                                            EEP_EP_WIRE_ALIGN);
+    /* then the tag (u64): the receiver copies a record once its tag holds the call's sequence,
+       so rows are placed while the rest still travels (no "all landed" signal) */
+    w.tag_off      = w.meta_off + (size_t)eep_ep_align_up((int64_t)w.meta_bytes, 8);
+    w.meta_bytes   = w.tag_off + 8 - w.meta_off;
     w.token_bytes  = w.meta_off + (size_t)eep_ep_align_up((int64_t)w.meta_bytes,
                                                           EEP_EP_WIRE_ALIGN);
     *wire_p = w;
@@ -149,8 +153,9 @@ eep_status_t eep_ep_buffer_sizes(const eep_ep_shape_t *s, eep_ep_buffer_sizes_t 
     z.dispatch_recv_bytes = (size_t)EEP_EP_PARITIES * (size_t)s->world *
                             (size_t)s->max_tokens * wire.token_bytes;
     regions = (size_t)(s->world < s->num_topk ? s->world : s->num_topk);
+    z.combine_row_bytes   = (size_t)s->hidden * 2 + EEP_EP_COMBINE_TAG_BYTES;
     z.combine_recv_bytes  = (size_t)EEP_EP_PARITIES * regions * (size_t)s->max_tokens *
-                            (size_t)s->hidden * 2;
+                            z.combine_row_bytes;
 
     off = 0;
     z.counts_off = off;

@@ -37,12 +37,16 @@ typedef struct {
  */
 #define EEP_EP_WIRE_ALIGN 32
 
+/* A combine partial row ends in a 16-byte tag (u64 call sequence + padding), stored last. */
+#define EEP_EP_COMBINE_TAG_BYTES 16
+
 typedef struct {
     size_t hidden_bytes; /* hidden * element size */
     size_t scale_bytes;  /* fp8: hidden / 128 * 4; bf16: 0 */
     size_t scale_off;    /* offsets inside the record */
     size_t meta_off;
-    size_t meta_bytes;   /* K * 4 + K * 4 + 4 + K * 4 */
+    size_t meta_bytes;   /* K * 4 + K * 4 + 4 + K * 4, padded to 8, + the 8-byte tag */
+    size_t tag_off;      /* the record's tag: the sender's call sequence, stored last */
     size_t token_bytes;  /* whole record, a multiple of EEP_EP_WIRE_ALIGN */
 } eep_ep_wire_t;
 
@@ -66,7 +70,8 @@ typedef struct {
     size_t counts_bytes;       /* world * parities * slot */
     size_t allocator_bytes;    /* per-destination slot allocators: world * 4, padded */
     size_t dispatch_recv_bytes;/* parities * world regions * max_tokens * token_bytes */
-    size_t combine_recv_bytes; /* parities * min(world, K) regions * max_tokens * hidden * 2 */
+    size_t combine_recv_bytes; /* parities * min(world, K) regions * max_tokens * row */
+    size_t combine_row_bytes;  /* hidden * 2 + EEP_EP_COMBINE_TAG_BYTES */
     size_t total_bytes;        /* all of the above, each region 256-aligned, total 2 MiB-aligned */
     /* offsets from the start of this rank's share */
     size_t counts_off, allocator_off, dispatch_recv_off, combine_recv_off;

@@ -57,6 +57,9 @@ struct eep_wait_ctx {
     int                *block_failed; /* shared: set once a wait of this block gave up */
     unsigned long long  timeout_ns;   /* each wait's deadline, from when it starts spinning */
     int                 rank;
+    /* how often a spinning wait reads the host-mapped abort flag (a PCIe read): kernels with
+       thousands of waiters at once check rarely, or the reads crowd out everyone's traffic */
+    unsigned long long  abort_check_ns;
 };
 
 /* Record a fault (first waiter of the block only) and raise the abort flag. */
@@ -112,7 +115,7 @@ __device__ __forceinline__ bool eep_wait_geq(const eep_wait_ctx &w, Load load,
             if (start_ns == 0) {
                 start_ns         = now;
                 deadline_ns      = now + w.timeout_ns;
-                next_abort_check = now + EEP_ABORT_CHECK_NS;
+                next_abort_check = now + w.abort_check_ns;
             }
             if (*(volatile int *)w.block_failed) {
                 return false;
@@ -122,7 +125,7 @@ __device__ __forceinline__ bool eep_wait_geq(const eep_wait_ctx &w, Load load,
                 return false;
             }
             if (now >= next_abort_check) {
-                next_abort_check = now + EEP_ABORT_CHECK_NS;
+                next_abort_check = now + w.abort_check_ns;
                 if (eep_abort_raised(w.fault)) {
                     atomicCAS(w.block_failed, 0, 1);
                     return false;

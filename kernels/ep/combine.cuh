@@ -3,14 +3,17 @@
  *
  *   __device__ void eep_ep_combine_body(const eep_epk_params_t &p);
  *
- * Expert side: one warp per record received by the dispatch (from the handle: source token,
- * rows and weights per top-k lane, ordinal of this rank among the token's destination ranks)
- * computes the partial p = bf16(fma over its local lanes ascending, from 0) in fp32 and writes
- * it, 16 bytes per lane, into the source rank's combine region `ordinal` at row `token`
- * (LSA pointer).  The last block to finish signals "combine done" to every peer (self-cleaning
- * block counter).  Source side: every block waits for every peer's done (bounded), then one warp
- * per token sums the partials of regions 0, 1, ... (= destination ranks ascending) in fp32 and
- * writes bf16.  The arithmetic is eep/ep.h's; kernels/ep/ep_numeric.cuh fixes the roundings.
+ * Every block first tells every peer "combine n started" (its count slot's CDONE word: the
+ * call's handshake, docs/dispatch.md section 3).  Expert side: one warp per record received by
+ * the dispatch (from the handle: source token, rows and weights per top-k lane, ordinal of this
+ * rank among the token's destination ranks) computes the partial p = bf16(fma over its local
+ * lanes ascending, from 0) in fp32, writes it, 16 bytes per lane, into the source rank's combine
+ * region `ordinal` at row `token` (LSA pointer), fences and stores the row's tag (the call's
+ * sequence).  Source side: one warp per token waits for the tags of its rows in regions 0, 1,
+ * ... (= destination ranks ascending), sums the partials in fp32 and writes bf16: no "all
+ * landed" signal, so a token is summed as soon as its own partials are in.  Block 0 finally
+ * waits for every peer's start word.  The arithmetic is eep/ep.h's; kernels/ep/ep_numeric.cuh
+ * fixes the roundings.
  */
 #ifndef EEP_KERNELS_EP_COMBINE_CUH
 #define EEP_KERNELS_EP_COMBINE_CUH
@@ -43,7 +46,7 @@ __device__ __forceinline__ uint4 eep_epk_pack8(const float f[8])
 
 __device__ void eep_ep_combine_body(const eep_epk_params_t &p)
 {
-    __shared__ int                block_failed, last_block;
+    __shared__ int                block_failed;
     __shared__ unsigned long long sh_seq;
     __shared__ int                rec_base[EEP_EPK_MAX_WORLD + 1];
     __shared__ unsigned char     *peer_base[EEP_EPK_MAX_WORLD];
@@ -57,7 +60,6 @@ __device__ void eep_ep_combine_body(const eep_epk_params_t &p)
         int b = 0;
 
         block_failed = 0;
-        last_block   = 0;
         sh_seq = *(volatile unsigned long long *)ctl_seq + 1ull;
         for (int s = 0; s < W; s++) {
             rec_base[s] = b;
@@ -74,8 +76,22 @@ __device__ void eep_ep_combine_body(const eep_epk_params_t &p)
     const unsigned long long region0 = p.crecv_off +
                                        (unsigned long long)parity * p.crecv_regions * p.crecv_region;
 
-    /* Expert side. */
-    for (int q = blockIdx.x * EEP_EPK_WARPS + warp; q < rec_base[W]; q += gwarps) {
+    /* The handshake word, to every peer. */
+    if (blockIdx.x == 0 && (int)threadIdx.x < W) {
+        unsigned long long *slot = (unsigned long long *)(
+            peer_base[threadIdx.x] + p.counts_off +
+            ((unsigned long long)p.rank * 2 + parity) * p.slot_bytes);
+        eep_st_release_sys(slot + EEP_EPK_SLOT_CDONE, (seq << 32) | 1ull);
+    }
+
+    /* Expert side: up to 4 records per warp, one fence, then their tags. */
+    for (int q4 = blockIdx.x * EEP_EPK_WARPS + warp; q4 < rec_base[W]; q4 += 4 * gwarps) {
+    unsigned char *done_rows[4] = { nullptr, nullptr, nullptr, nullptr };
+    for (int jq = 0; jq < 4; jq++) {
+        const int q = q4 + jq * gwarps;
+        if (q >= rec_base[W]) {
+            break;
+        }
         int s = 0;
 
         while (rec_base[s + 1] <= q) {
@@ -87,9 +103,10 @@ __device__ void eep_ep_combine_body(const eep_epk_params_t &p)
         const int       my_row = (int)lane < K ? ((const int *)p.h_recv_rows)[rec * K + lane] : -1;
         const float     my_w = (int)lane < K ? ((const float *)p.h_recv_w)[rec * K + lane] : 0.0f;
         const unsigned  rows_mask = __ballot_sync(0xffffffffu, my_row >= 0);
-        uint4          *dst = (uint4 *)(peer_base[s] + region0 +
-                                        (unsigned long long)ord * p.crecv_region +
-                                        (unsigned long long)tok * p.hidden * 2);
+        unsigned char  *dst_row = peer_base[s] + region0 +
+                                  (unsigned long long)ord * p.crecv_region +
+                                  (unsigned long long)tok * p.crecv_row;
+        uint4          *dst = (uint4 *)dst_row;
 
         /* 2 vectors of 8 channels per lane x up to 4 top-k lanes in flight (8 loads), then the
            fmas in lane order k ascending (the contract's order). */
@@ -153,36 +170,24 @@ __device__ void eep_ep_combine_body(const eep_epk_params_t &p)
                 }
             }
         }
+        done_rows[jq] = dst_row;
+    }
+    __threadfence_system();
+    __syncwarp();
+    if (lane < 4 && done_rows[lane] != nullptr) {
+        eep_epk_tag_store(done_rows[lane], (unsigned)p.hidden * 2u, seq);
+    }
     }
 
-    /* The last block done sending signals every peer. */
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        unsigned int *ctr = (unsigned int *)(p.ctl + EEP_EPK_CTL_CCTR);
+    /* Source side: one warp per token, each partial once its tag holds this call's sequence. */
+    eep_wait_ctx w;
 
-        __threadfence_system();
-        if (atomicAdd(ctr, 1u) == gridDim.x - 1u) {
-            *(volatile unsigned int *)ctr = 0u;
-            *(volatile unsigned long long *)ctl_seq = seq;
-            __threadfence_system();
-            last_block = 1;
-        }
-    }
-    __syncthreads();
-    if (last_block && (int)threadIdx.x < W) {
-        unsigned long long *slot = (unsigned long long *)(
-            peer_base[threadIdx.x] + p.counts_off +
-            ((unsigned long long)p.rank * 2 + parity) * p.slot_bytes);
-        __threadfence_system();
-        eep_st_release_sys(slot + EEP_EPK_SLOT_CDONE, (seq << 32) | 1ull);
-    }
-
-    /* Source side. */
-    const unsigned char *my_counts = peer_base[p.rank] + p.counts_off;
-    if (!eep_epk_wait_slots(p, my_counts, parity, EEP_EPK_SLOT_CDONE, seq, EEP_PHASE_EP_COMBINE,
-                            &block_failed)) {
-        return;
-    }
+    w.fault        = p.fault;
+    w.fault_claim  = p.fault_claim;
+    w.block_failed = &block_failed;
+    w.timeout_ns   = p.timeout_ns;
+    w.rank         = p.rank;
+    w.abort_check_ns = EEP_EPK_ABORT_CHECK_NS;
     const unsigned char *mine = peer_base[p.rank] + region0;
     for (int t = blockIdx.x * EEP_EPK_WARPS + warp; t < p.num_tokens; t += gwarps) {
         const int *slots = (const int *)p.h_send_slot + (long long)t * W;
@@ -194,6 +199,33 @@ __device__ void eep_ep_combine_body(const eep_epk_params_t &p)
         dm = __reduce_or_sync(0xffffffffu, dm);
         const int n = __popc(dm);
         uint4    *out = (uint4 *)((unsigned short *)p.out + (long long)t * p.hidden);
+        int       ok = 1;
+
+        /* lane j < n waits for region j's row (its source: the j-th destination rank) */
+        if ((int)lane < n) {
+            const unsigned long long *tag = (const unsigned long long *)(
+                mine + (unsigned long long)lane * p.crecv_region +
+                (unsigned long long)t * p.crecv_row + (unsigned long long)p.hidden * 2);
+            unsigned polls = 0;
+            unsigned mm = dm;
+
+            for (int j = 0; j < (int)lane; j++) {
+                mm &= mm - 1;
+            }
+            ok = eep_wait_geq(w, [tag, &polls] {
+                                  if (polls++ > 64) {
+                                      __nanosleep(64);
+                                  }
+                                  return eep_ld_relaxed_sys(tag);
+                              }, seq, EEP_PHASE_EP_COMBINE, __ffs(mm) - 1);
+            if (ok) {
+                (void)eep_ld_acquire_sys(tag);
+            }
+        }
+        if (__any_sync(0xffffffffu, !ok)) {
+            break;
+        }
+        __syncwarp();
 
         for (int v0 = lane; v0 < vecs; v0 += 32 * 4) {
             float acc[4][8];
@@ -206,7 +238,7 @@ __device__ void eep_ep_combine_body(const eep_epk_params_t &p)
             }
             for (int j = 0; j < n; j++) {
                 const uint4 *p4 = (const uint4 *)(mine + (unsigned long long)j * p.crecv_region +
-                                                  (unsigned long long)t * p.hidden * 2);
+                                                  (unsigned long long)t * p.crecv_row);
                 uint4        pv[4];
 #pragma unroll
                 for (int u = 0; u < 4; u++) {
@@ -230,6 +262,24 @@ __device__ void eep_ep_combine_body(const eep_epk_params_t &p)
                     out[v0 + 32 * u] = eep_epk_pack8(acc[u]);
                 }
             }
+        }
+    }
+
+    /* Every peer started this combine (so none can be two calls ahead: docs/dispatch.md 3). */
+    if (blockIdx.x == 0) {
+        (void)eep_epk_wait_slots(p, peer_base[p.rank] + p.counts_off, parity, EEP_EPK_SLOT_CDONE,
+                                 seq, EEP_PHASE_EP_COMBINE, &block_failed);
+    }
+
+    /* The last block writes the sequence back (every block has read it). */
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned int *ctr = (unsigned int *)(p.ctl + EEP_EPK_CTL_CCTR);
+
+        if (atomicAdd(ctr, 1u) == gridDim.x - 1u) {
+            *(volatile unsigned int *)ctr = 0u;
+            *(volatile unsigned long long *)ctl_seq = seq;
+            __threadfence();
         }
     }
 }

@@ -41,6 +41,10 @@
 #include "../../barrier/impl/bounded_wait.cuh"
 
 
+/* Waits of the EP kernels read the host-mapped abort flag at most this often: up to one waiting
+   warp per record at once (thousands), each read a PCIe round trip. */
+#define EEP_EPK_ABORT_CHECK_NS 500000ull
+
 template <int IdxBits>
 __device__ __forceinline__ long long eep_epk_id(const eep_epk_params_t &p, long long i)
 {
@@ -179,6 +183,7 @@ __device__ __forceinline__ bool eep_epk_wait_slots(const eep_epk_params_t &p,
     w.block_failed = block_failed;
     w.timeout_ns   = p.timeout_ns;
     w.rank         = p.rank;
+    w.abort_check_ns = EEP_EPK_ABORT_CHECK_NS;
     if ((int)threadIdx.x < p.world) {
         const unsigned long long *word = (const unsigned long long *)(
             my_counts + ((unsigned long long)threadIdx.x * 2 + parity) * p.slot_bytes) + idx;
@@ -198,27 +203,42 @@ __device__ __forceinline__ bool eep_epk_wait_slots(const eep_epk_params_t &p,
     return !*(volatile int *)block_failed;
 }
 
-/* Shared state of the copy epilogue. */
+/* Store the tag of a record (after a system fence by the whole warp: the record's bytes, written
+   by every lane, are visible to the peer before its tag). */
+__device__ __forceinline__ void eep_epk_tag_store(unsigned char *rec, unsigned tag_off,
+                                                  unsigned long long seq)
+{
+    asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(rec + tag_off), "l"(seq) : "memory");
+}
+
+/* Shared state of the expanders (the copy from received records to expert-major rows). */
 struct eep_epk_copy_smem {
     int n[EEP_EPK_MAX_WORLD];        /* records from each source */
     int rec_base[EEP_EPK_MAX_WORLD + 1];
     int counts[256];
     int offsets[257];
+    int pad_base[257];               /* padding rows of experts < e */
 };
 
-/* The copy epilogue: received records -> expert-major outputs (+ handle), padding rows. */
+/*
+ * The expanders: received records -> expert-major outputs (+ handle), padding rows zeroed.
+ * Block @p xb of @p XB.  Waits for every peer's count word (also the call's handshake, see
+ * docs/dispatch.md section 3), computes the layout, zeroes the padding rows, then takes records
+ * one warp each and copies each as soon as its tag shows this call's sequence: rows are placed
+ * while later records still travel, and no "all landed" signal is needed.
+ */
 template <int Mode>
-__device__ void eep_epk_copy(const eep_epk_params_t &p, unsigned long long seq,
-                             int *src_prefix /* [world * El] shared */, eep_epk_copy_smem &sm,
-                             int *block_failed)
+__device__ void eep_epk_expand(const eep_epk_params_t &p, unsigned long long seq, int xb, int XB,
+                               int *src_prefix /* [world * El] shared */, eep_epk_copy_smem &sm,
+                               int *block_failed)
 {
-    const int           parity = (int)(seq & 1ull);
-    const int           El = p.num_local, K = p.num_topk, lo = p.rank * El;
-    const unsigned      lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
-    unsigned char      *mine = eep_epk_peer(p, 0, p.rank);
+    const int            parity = (int)(seq & 1ull);
+    const int            El = p.num_local, K = p.num_topk, lo = p.rank * El;
+    const unsigned       lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+    unsigned char       *mine = eep_epk_peer(p, 0, p.rank);
     const unsigned char *my_counts = mine + p.counts_off;
 
-    if (!eep_epk_wait_slots(p, my_counts, parity, EEP_EPK_SLOT_DDONE, seq, EEP_PHASE_EP_DISPATCH,
+    if (!eep_epk_wait_slots(p, my_counts, parity, EEP_EPK_SLOT_TOKENS, seq, EEP_PHASE_EP_DISPATCH,
                             block_failed)) {
         return;
     }
@@ -270,9 +290,15 @@ __device__ void eep_epk_copy(const eep_epk_params_t &p, unsigned long long seq,
             b += sm.n[s];
         }
         sm.rec_base[p.world] = b;
+        b = 0;
+        for (int e = 0; e < El; e++) {
+            sm.pad_base[e] = b;
+            b += sm.offsets[e + 1] - sm.offsets[e] - sm.counts[e];
+        }
+        sm.pad_base[El] = b;
     }
     __syncthreads();
-    if (blockIdx.x == 0) {
+    if (xb == 0) {
         for (int e = threadIdx.x; e <= El; e += blockDim.x) {
             if (e < El) {
                 ((int *)p.recv_counts)[e] = sm.counts[e];
@@ -292,12 +318,45 @@ __device__ void eep_epk_copy(const eep_epk_params_t &p, unsigned long long seq,
         }
     }
 
-    /* One warp per received record. */
-    const int      total = sm.rec_base[p.world];
-    const int      gwarps = gridDim.x * EEP_EPK_WARPS;
-    const unsigned rec_x = 0;
+    const int gwarps = XB * EEP_EPK_WARPS, gw = xb * EEP_EPK_WARPS + (int)warp;
 
-    for (int q = blockIdx.x * EEP_EPK_WARPS + warp; q < total; q += gwarps) {
+    /* Padding rows first (they need no data: the records keep arriving meanwhile), one warp per
+       row: x = 0, scales = 0, ids = -1, weights = 0. */
+    for (int j = gw; j < sm.pad_base[El]; j += gwarps) {
+        int e = 0;
+
+        while (sm.pad_base[e + 1] <= j) {
+            e++;
+        }
+        const long long r = sm.offsets[e] + sm.counts[e] + (j - sm.pad_base[e]);
+        uint4          *x4 = (uint4 *)((unsigned char *)p.recv_x +
+                                       (unsigned long long)r * p.hidden_bytes);
+
+        for (unsigned v = lane; v < p.hidden_bytes / 16; v += 32) {
+            x4[v] = make_uint4(0, 0, 0, 0);
+        }
+        for (unsigned v = lane; v < p.scale_bytes / 4; v += 32) {
+            ((unsigned int *)((unsigned char *)p.recv_x_scales +
+                              (unsigned long long)r * p.scale_bytes))[v] = 0;
+        }
+        for (int k = lane; k < K; k += 32) {
+            ((int *)p.recv_topk_idx)[r * K + k]       = -1;
+            ((float *)p.recv_topk_weights)[r * K + k] = 0.0f;
+        }
+    }
+
+    /* Records: one warp each, sources interleaved so that the local records (which land first)
+       do not all go to the first warps. */
+    eep_wait_ctx w;
+
+    w.fault        = p.fault;
+    w.fault_claim  = p.fault_claim;
+    w.block_failed = block_failed;
+    w.timeout_ns   = p.timeout_ns;
+    w.rank         = p.rank;
+    w.abort_check_ns = EEP_EPK_ABORT_CHECK_NS;
+    const int total = sm.rec_base[p.world];
+    for (int q = gw; q < total; q += gwarps) {
         int s = 0;
 
         while (sm.rec_base[s + 1] <= q) {
@@ -308,11 +367,29 @@ __device__ void eep_epk_copy(const eep_epk_params_t &p, unsigned long long seq,
         const unsigned char *row = mine + p.drecv_off +
                                    (unsigned long long)(parity * p.world + s) * p.drecv_region +
                                    (unsigned long long)i * p.token_bytes;
-        const int           *ids = (const int *)(row + p.meta_off);
-        const float         *wts = (const float *)(ids + K);
-        const int           *pos = ids + 2 * K + 1;
-        int                  my_id = -1, my_row = -1, my_local = 0;
-        float                my_w = 0.0f;
+        const unsigned long long *tag = (const unsigned long long *)(row + p.tag_off);
+        int                  ok = 1;
+
+        if (lane == 0) {
+            unsigned polls = 0;
+
+            ok = eep_wait_geq(w, [tag, &polls] {
+                                  if (polls++ > 64) {
+                                      __nanosleep(64);
+                                  }
+                                  return eep_ld_relaxed_sys(tag);
+                              }, seq, EEP_PHASE_EP_DISPATCH, s);
+        }
+        if (!__shfl_sync(0xffffffffu, ok, 0)) {
+            return;
+        }
+        (void)eep_ld_acquire_sys(tag);
+
+        const int   *ids = (const int *)(row + p.meta_off);
+        const float *wts = (const float *)(ids + K);
+        const int   *pos = ids + 2 * K + 1;
+        int          my_id = -1, my_row = -1, my_local = 0;
+        float        my_w = 0.0f;
 
         if ((int)lane < K) {
             my_id = ids[lane];
@@ -380,37 +457,105 @@ __device__ void eep_epk_copy(const eep_epk_params_t &p, unsigned long long seq,
             }
         }
     }
+}
 
-    /* Padding rows of each expert group: block b takes experts b, b + G, ... */
-    for (int e = blockIdx.x; e < El; e += gridDim.x) {
-        const long long first = sm.offsets[e] + sm.counts[e], end = sm.offsets[e + 1];
-        const unsigned  vecs = p.hidden_bytes / 16, sw = p.scale_bytes / 4;
+/* One token's record to every destination in @p dm (slot per destination from @p slot_of).
+   No fence: the caller fences once for several tokens, then stores their tags. */
+template <typename SlotOf>
+__device__ __forceinline__ void eep_epk_send_token(const eep_epk_params_t &p,
+                                                   unsigned char *const *peer_base,
+                                                   unsigned long long my_region, int t,
+                                                   unsigned dm, SlotOf slot_of, int my_id,
+                                                   float my_w, int my_pos, unsigned lane)
+{
+    const int K = p.num_topk;
 
-        for (long long r = first; r < end; r++) {
-            uint4 *x4 = (uint4 *)((unsigned char *)p.recv_x + (unsigned long long)r * p.hidden_bytes);
+    for (unsigned m = dm; m != 0; m &= m - 1) {
+        const int      d = __ffs(m) - 1;
+        unsigned char *rec = peer_base[d] + my_region +
+                             (unsigned long long)slot_of(d) * p.token_bytes;
 
-            for (unsigned v = threadIdx.x; v < vecs; v += blockDim.x) {
-                x4[v] = make_uint4(0, 0, 0, 0);
-            }
-            for (unsigned v = threadIdx.x; v < sw; v += blockDim.x) {
-                ((unsigned int *)((unsigned char *)p.recv_x_scales +
-                                  (unsigned long long)r * p.scale_bytes))[v] = 0;
-            }
-            for (int k = threadIdx.x; k < K; k += blockDim.x) {
-                ((int *)p.recv_topk_idx)[r * K + k]       = -1;
-                ((float *)p.recv_topk_weights)[r * K + k] = 0.0f;
-            }
+        eep_epk_fanout16<8>(&peer_base[d], my_region + (unsigned long long)slot_of(d) *
+                            p.token_bytes, 1u, (const unsigned char *)p.x +
+                            (unsigned long long)t * p.hidden_bytes, p.hidden_bytes, lane);
+        if (p.scale_bytes != 0) {
+            eep_epk_copy4(rec + p.scale_off, (const unsigned char *)p.x_scales +
+                          (unsigned long long)t * p.scale_bytes, p.scale_bytes, lane, 32);
+        }
+        int   *ids = (int *)(rec + p.meta_off);
+        float *wts = (float *)(ids + K);
+        if ((int)lane < K) {
+            ids[lane] = my_id;
+            wts[lane] = my_w;
+            ids[2 * K + 1 + lane] = my_pos;
+        }
+        if (lane == 0) {
+            ids[2 * K] = t;
         }
     }
 }
 
+/* The tags of one token's records (after the warp's system fence). */
+template <typename SlotOf>
+__device__ __forceinline__ void eep_epk_send_tags(const eep_epk_params_t &p,
+                                                  unsigned char *const *peer_base,
+                                                  unsigned long long my_region, unsigned dm,
+                                                  SlotOf slot_of, unsigned long long seq,
+                                                  unsigned lane)
+{
+    for (unsigned m = dm; m != 0; m &= m - 1) {
+        const int d = __ffs(m) - 1;
+
+        if ((int)lane == d % 32) {
+            eep_epk_tag_store(peer_base[d] + my_region +
+                              (unsigned long long)slot_of(d) * p.token_bytes, p.tag_off, seq);
+        }
+    }
+}
+
+/* Count, per global expert and per destination, the tokens in [t_begin, t_end) into @p base
+   (shared, NC = E + world counters, zeroed by the caller). */
+template <int IdxBits>
+__device__ __forceinline__ void eep_epk_count(const eep_epk_params_t &p, int t_begin, int t_end,
+                                              int *base)
+{
+    const int E = p.num_experts, K = p.num_topk;
+
+    for (int t = t_begin + (int)threadIdx.x; t < t_end; t += blockDim.x) {
+        bool      bad;
+        long long bad_id;
+        unsigned  m = eep_epk_route<IdxBits>(p, t, &bad, &bad_id);
+
+        if (bad) {
+            continue;
+        }
+        for (int k = 0; k < K; k++) {
+            long long e = eep_epk_id<IdxBits>(p, (long long)t * K + k);
+            if (e >= 0) {
+                atomicAdd(&base[e], 1);
+            }
+        }
+        while (m != 0) {
+            int d = __ffs(m) - 1;
+            m &= m - 1;
+            atomicAdd(&base[E + d], 1);
+        }
+    }
+}
+
+/*
+ * Blocks [0, S) send (S = p.send_blocks): block b owns tokens [b*C, (b+1)*C), C = ceil(T / S).
+ * Block S counts every token and sends the count slots (the call's handshake: CACHED sends the
+ * word alone), then, like every later block, expands (CPU_SYNC: publishes the counts to the host
+ * instead, and the expansion is Phase 1, a launch of its own after the host has sized outputs).
+ */
 template <int IdxBits, int Mode, int Phase>
 __device__ void eep_ep_dispatch_body(const eep_epk_params_t &p)
 {
     static_assert(Mode >= 0 && Mode <= 2, "Mode: 0 CPU_SYNC, 1 NO_CPU_SYNC, 2 CACHED");
     static_assert(Phase == 0 || (Phase == 1 && Mode == EEP_EPK_CPU_SYNC), "Phase 1: CPU_SYNC copy");
     extern __shared__ int dyn[];
-    __shared__ int               block_failed, last_block;
+    __shared__ int               block_failed;
     __shared__ unsigned long long sh_seq;
     __shared__ eep_epk_copy_smem  csm;
     __shared__ unsigned char     *peer_base[EEP_EPK_MAX_WORLD];
@@ -422,7 +567,6 @@ __device__ void eep_ep_dispatch_body(const eep_epk_params_t &p)
 
     if (threadIdx.x == 0) {
         block_failed = 0;
-        last_block   = 0;
         /* Phase 0 advances the sequence (written back by the last block); Phase 1 reuses it. */
         sh_seq = *(volatile unsigned long long *)ctl_seq + (Phase == 0 ? 1ull : 0ull);
     }
@@ -434,181 +578,177 @@ __device__ void eep_ep_dispatch_body(const eep_epk_params_t &p)
     const int                parity = (int)(seq & 1ull);
 
     if (Phase == 1) {
-        eep_epk_copy<Mode>(p, seq, dyn, csm, &block_failed);
+        eep_epk_expand<Mode>(p, seq, (int)blockIdx.x, (int)gridDim.x, dyn, csm, &block_failed);
         return;
     }
 
-    const int T = p.num_tokens, G = gridDim.x;
-    const int C = (T + G - 1) / G;
-    const int t0 = min(T, (int)blockIdx.x * C), t1 = min(T, t0 + C);
+    const int T = p.num_tokens, G = gridDim.x, S = p.send_blocks;
     const unsigned long long my_region = p.drecv_off +
                                          (unsigned long long)(parity * W + p.rank) * p.drecv_region;
 
-    if (Mode == EEP_EPK_CACHED) {
-        /* Slots from the handle; one warp per token. */
-        for (int t = t0 + (int)warp; t < t1; t += EEP_EPK_WARPS) {
-            const int *slots = (const int *)p.h_send_slot + (long long)t * W;
+    if ((int)blockIdx.x < S) {
+        const int C = (T + S - 1) / S;
+        const int t0 = min(T, (int)blockIdx.x * C), t1 = min(T, t0 + C);
 
-            for (int d = 0; d < W; d++) {
-                const int slot = slots[d];
+        if (Mode == EEP_EPK_CACHED) {
+            /* Slots from the handle; one warp per token, one fence per 4 tokens of a warp. */
+            for (int t4 = t0 + (int)warp; t4 < t1; t4 += 4 * EEP_EPK_WARPS) {
+                for (int j = 0; j < 4; j++) {
+                    const int  t = t4 + j * EEP_EPK_WARPS;
+                    if (t >= t1) {
+                        break;
+                    }
+                    const int *slots = (const int *)p.h_send_slot + (long long)t * W;
+                    unsigned   dm = 0;
+                    int        my_id = -1;
+                    float      my_w = 0.0f;
 
-                if (slot < 0) {
-                    continue;
+                    for (int d = 0; d < W; d++) {
+                        dm |= (slots[d] >= 0 ? 1u : 0u) << d;
+                    }
+                    if ((int)lane < K) {
+                        my_id = (int)eep_epk_id<IdxBits>(p, (long long)t * K + lane);
+                        my_w  = ((const float *)p.topk_weights)[(long long)t * K + lane];
+                    }
+                    eep_epk_send_token(p, peer_base, my_region, t, dm,
+                                       [slots](int d) { return slots[d]; }, my_id, my_w, -1,
+                                       lane);
                 }
-                unsigned char *rec = peer_base[d] + my_region + (unsigned long long)slot * p.token_bytes;
-                eep_epk_fanout16<8>(&peer_base[d], my_region + (unsigned long long)slot *
-                                    p.token_bytes, 1u, (const unsigned char *)p.x +
-                                    (unsigned long long)t * p.hidden_bytes, p.hidden_bytes, lane);
-                if (p.scale_bytes != 0) {
-                    eep_epk_copy4(rec + p.scale_off, (const unsigned char *)p.x_scales +
-                                  (unsigned long long)t * p.scale_bytes, p.scale_bytes, lane, 32);
-                }
-                int   *ids = (int *)(rec + p.meta_off);
-                float *wts = (float *)(ids + K);
-                for (int k = lane; k < K; k += 32) {
-                    ids[k] = (int)eep_epk_id<IdxBits>(p, (long long)t * K + k);
-                    wts[k] = ((const float *)p.topk_weights)[(long long)t * K + k];
-                }
-                if (lane == 0) {
-                    ids[2 * K] = t;
-                }
-            }
-        }
-    } else {
-        int *base   = dyn;                        /* [NC] running counts before the round */
-        int *masks  = base + NC;                  /* [scan_warps][NC] lane bits */
-        int *prefix = masks + p.scan_warps * NC;  /* [scan_warps][NC] counts before the warp */
-        const int SW = p.scan_warps, R = SW * 32;
+                __threadfence_system();
+                __syncwarp();
+                for (int j = 0; j < 4; j++) {
+                    const int  t = t4 + j * EEP_EPK_WARPS;
+                    if (t >= t1) {
+                        break;
+                    }
+                    const int *slots = (const int *)p.h_send_slot + (long long)t * W;
+                    unsigned   dm = 0;
 
-        /* 1. counts of the tokens before this chunk */
-        for (int j = threadIdx.x; j < NC; j += blockDim.x) {
-            base[j] = 0;
-        }
-        __syncthreads();
-        for (int t = threadIdx.x; t < t0; t += blockDim.x) {
-            bool      bad;
-            long long bad_id;
-            unsigned  m = eep_epk_route<IdxBits>(p, t, &bad, &bad_id);
-
-            if (bad) {
-                continue;
-            }
-            for (int k = 0; k < K; k++) {
-                long long e = eep_epk_id<IdxBits>(p, (long long)t * K + k);
-                if (e >= 0) {
-                    atomicAdd(&base[e], 1);
+                    for (int d = 0; d < W; d++) {
+                        dm |= (slots[d] >= 0 ? 1u : 0u) << d;
+                    }
+                    eep_epk_send_tags(p, peer_base, my_region, dm,
+                                      [slots](int d) { return slots[d]; }, seq, lane);
                 }
             }
-            while (m != 0) {
-                int d = __ffs(m) - 1;
-                m &= m - 1;
-                atomicAdd(&base[E + d], 1);
-            }
-        }
-        __syncthreads();
+        } else {
+            int *base   = dyn;                        /* [NC] running counts before the round */
+            int *masks  = base + NC;                  /* [scan_warps][NC] lane bits */
+            int *prefix = masks + p.scan_warps * NC;  /* [scan_warps][NC] counts before the warp */
+            const int SW = p.scan_warps, R = SW * 32;
 
-        /* 2 + 3, one round of R tokens at a time */
-        for (int r0 = t0; r0 < t1; r0 += R) {
-            for (int j = threadIdx.x; j < SW * NC; j += blockDim.x) {
-                masks[j] = 0;
+            /* 1. counts of the tokens before this chunk */
+            for (int j = threadIdx.x; j < NC; j += blockDim.x) {
+                base[j] = 0;
             }
             __syncthreads();
-            if ((int)warp < SW) {
-                const int t = r0 + (int)warp * 32 + (int)lane;
+            eep_epk_count<IdxBits>(p, 0, t0, base);
+            __syncthreads();
 
-                if (t < t1) {
-                    bool      bad;
-                    long long bad_id;
-                    unsigned  m = eep_epk_route<IdxBits>(p, t, &bad, &bad_id);
-                    int      *mw = masks + warp * NC;
+            /* 2 + 3, one round of R tokens at a time */
+            for (int r0 = t0; r0 < t1; r0 += R) {
+                for (int j = threadIdx.x; j < SW * NC; j += blockDim.x) {
+                    masks[j] = 0;
+                }
+                __syncthreads();
+                if ((int)warp < SW) {
+                    const int t = r0 + (int)warp * 32 + (int)lane;
 
-                    if (bad) {
-                        eep_epk_fault_bad(p, t, bad_id);
-                    } else {
-                        for (int k = 0; k < K; k++) {
-                            long long e = eep_epk_id<IdxBits>(p, (long long)t * K + k);
-                            if (e >= 0) {
-                                atomicOr(&mw[e], (int)(1u << lane));
+                    if (t < t1) {
+                        bool      bad;
+                        long long bad_id;
+                        unsigned  m = eep_epk_route<IdxBits>(p, t, &bad, &bad_id);
+                        int      *mw = masks + warp * NC;
+
+                        if (bad) {
+                            eep_epk_fault_bad(p, t, bad_id);
+                        } else {
+                            for (int k = 0; k < K; k++) {
+                                long long e = eep_epk_id<IdxBits>(p, (long long)t * K + k);
+                                if (e >= 0) {
+                                    atomicOr(&mw[e], (int)(1u << lane));
+                                }
+                            }
+                            while (m != 0) {
+                                int d = __ffs(m) - 1;
+                                m &= m - 1;
+                                atomicOr(&mw[E + d], (int)(1u << lane));
                             }
                         }
-                        while (m != 0) {
-                            int d = __ffs(m) - 1;
-                            m &= m - 1;
-                            atomicOr(&mw[E + d], (int)(1u << lane));
+                    }
+                }
+                __syncthreads();
+                for (int j = threadIdx.x; j < NC; j += blockDim.x) {
+                    int running = base[j];
+
+                    for (int w = 0; w < SW; w++) {
+                        prefix[w * NC + j] = running;
+                        running += __popc((unsigned)masks[w * NC + j]);
+                    }
+                    base[j] = running;
+                }
+                __syncthreads();
+                /* send: one warp per token of the round */
+                for (int q = (int)warp; q < R && r0 + q < t1; q += EEP_EPK_WARPS) {
+                    const int      t = r0 + q, w = q >> 5;
+                    const unsigned l = (unsigned)(q & 31), lt = (1u << l) - 1u;
+                    const int     *mw = masks + w * NC, *pw = prefix + w * NC;
+                    int           *slots = (int *)p.h_send_slot + (long long)t * W;
+                    int            my_id = -1, my_pos = -1;
+                    float          my_w = 0.0f;
+
+                    if ((int)lane < K) {
+                        my_id = (int)eep_epk_id<IdxBits>(p, (long long)t * K + lane);
+                        my_w  = ((const float *)p.topk_weights)[(long long)t * K + lane];
+                        if (my_id >= 0 && my_id < E && (((unsigned)mw[my_id] >> l) & 1u)) {
+                            my_pos = pw[my_id] + __popc((unsigned)mw[my_id] & lt);
                         }
                     }
+                    for (int d = lane; d < W; d += 32) {
+                        slots[d] = (((unsigned)mw[E + d] >> l) & 1u) ?
+                                   pw[E + d] + __popc((unsigned)mw[E + d] & lt) : -1;
+                    }
+                    unsigned dm = 0;
+                    for (int d = 0; d < W; d++) {
+                        dm |= (((unsigned)mw[E + d] >> l) & 1u) << d;
+                    }
+                    eep_epk_send_token(p, peer_base, my_region, t, dm,
+                                       [mw, pw, lt, E](int d) {
+                                           return pw[E + d] + __popc((unsigned)mw[E + d] & lt);
+                                       }, my_id, my_w, my_pos, lane);
                 }
-            }
-            __syncthreads();
-            for (int j = threadIdx.x; j < NC; j += blockDim.x) {
-                int running = base[j];
+                /* one fence per warp and round, then the tags of its tokens */
+                __threadfence_system();
+                __syncwarp();
+                for (int q = (int)warp; q < R && r0 + q < t1; q += EEP_EPK_WARPS) {
+                    const int      w = q >> 5;
+                    const unsigned l = (unsigned)(q & 31), lt = (1u << l) - 1u;
+                    const int     *mw = masks + w * NC, *pw = prefix + w * NC;
+                    unsigned       dm = 0;
 
-                for (int w = 0; w < SW; w++) {
-                    prefix[w * NC + j] = running;
-                    running += __popc((unsigned)masks[w * NC + j]);
+                    for (int d = 0; d < W; d++) {
+                        dm |= (((unsigned)mw[E + d] >> l) & 1u) << d;
+                    }
+                    eep_epk_send_tags(p, peer_base, my_region, dm,
+                                      [mw, pw, lt, E](int d) {
+                                          return pw[E + d] + __popc((unsigned)mw[E + d] & lt);
+                                      }, seq, lane);
                 }
-                base[j] = running;
+                __syncthreads();
             }
-            __syncthreads();
-            /* send: one warp per token of the round */
-            for (int q = (int)warp; q < R && r0 + q < t1; q += EEP_EPK_WARPS) {
-                const int      t = r0 + q, w = q >> 5;
-                const unsigned l = (unsigned)(q & 31), lt = (1u << l) - 1u;
-                const int     *mw = masks + w * NC, *pw = prefix + w * NC;
-                int           *slots = (int *)p.h_send_slot + (long long)t * W;
-                int            my_id = -1, my_pos = -1;
-                float          my_w = 0.0f;
-
-                if ((int)lane < K) {
-                    my_id = (int)eep_epk_id<IdxBits>(p, (long long)t * K + lane);
-                    my_w  = ((const float *)p.topk_weights)[(long long)t * K + lane];
-                    if (my_id >= 0 && my_id < E && (((unsigned)mw[my_id] >> l) & 1u)) {
-                        my_pos = pw[my_id] + __popc((unsigned)mw[my_id] & lt);
-                    }
-                }
-                for (int d = lane; d < W; d += 32) {
-                    slots[d] = (((unsigned)mw[E + d] >> l) & 1u) ?
-                               pw[E + d] + __popc((unsigned)mw[E + d] & lt) : -1;
-                }
-                unsigned dm = 0;
-                for (int d = 0; d < W; d++) {
-                    dm |= (((unsigned)mw[E + d] >> l) & 1u) << d;
-                }
-                /* every destination's record at its own slot: offsets differ per d, so fan out
-                   per destination (the source row stays in L1/L2 after the first) */
-                for (unsigned m = dm; m != 0; m &= m - 1) {
-                    const int d = __ffs(m) - 1;
-                    const int slot = pw[E + d] + __popc((unsigned)mw[E + d] & lt);
-                    unsigned char *rec = peer_base[d] + my_region +
-                                         (unsigned long long)slot * p.token_bytes;
-
-                    eep_epk_fanout16<8>(&peer_base[d], my_region +
-                                        (unsigned long long)slot * p.token_bytes, 1u,
-                                        (const unsigned char *)p.x +
-                                        (unsigned long long)t * p.hidden_bytes, p.hidden_bytes,
-                                        lane);
-                    if (p.scale_bytes != 0) {
-                        eep_epk_copy4(rec + p.scale_off, (const unsigned char *)p.x_scales +
-                                      (unsigned long long)t * p.scale_bytes, p.scale_bytes, lane, 32);
-                    }
-                    int   *ids = (int *)(rec + p.meta_off);
-                    float *wts = (float *)(ids + K);
-                    if ((int)lane < K) {
-                        ids[lane] = my_id;
-                        wts[lane] = my_w;
-                        ids[2 * K + 1 + lane] = my_pos;
-                    }
-                    if (lane == 0) {
-                        ids[2 * K] = t;
-                    }
-                }
-            }
-            __syncthreads();
         }
+    } else if ((int)blockIdx.x == S) {
+        /* The counter: totals of every token, sent to every peer at once (the expanders of
+           every rank wait for these words first). */
+        int *base = dyn;
 
-        /* 4. the block that owns the last token has the totals: count slots to every peer */
-        const int owner = T == 0 ? 0 : (T - 1) / C;
-        if ((int)blockIdx.x == owner) {
+        if (Mode != EEP_EPK_CACHED) {
+            for (int j = threadIdx.x; j < NC; j += blockDim.x) {
+                base[j] = 0;
+            }
+            __syncthreads();
+            eep_epk_count<IdxBits>(p, 0, T, base);
+            __syncthreads();
             for (int d = 0; d < W; d++) {
                 unsigned long long *slot = (unsigned long long *)(
                     peer_base[d] + p.counts_off + ((unsigned long long)p.rank * 2 + parity) *
@@ -618,47 +758,40 @@ __device__ void eep_ep_dispatch_body(const eep_epk_params_t &p)
                 }
             }
             __syncthreads();
-            if ((int)threadIdx.x < W) {
-                const int           d = threadIdx.x;
-                unsigned long long *slot = (unsigned long long *)(
-                    peer_base[d] + p.counts_off + ((unsigned long long)p.rank * 2 + parity) *
-                                                  p.slot_bytes);
-                __threadfence_system();
-                eep_st_release_sys(slot + EEP_EPK_SLOT_TOKENS, (seq << 32) | (unsigned)base[E + d]);
-            }
         }
+        if ((int)threadIdx.x < W) {
+            const int           d = threadIdx.x;
+            unsigned long long *slot = (unsigned long long *)(
+                peer_base[d] + p.counts_off + ((unsigned long long)p.rank * 2 + parity) *
+                                              p.slot_bytes);
+            __threadfence_system();
+            eep_st_release_sys(slot + EEP_EPK_SLOT_TOKENS,
+                               (seq << 32) | (Mode != EEP_EPK_CACHED ? (unsigned)base[E + d] : 0u));
+        }
+        __syncthreads();
     }
 
-    /* 5. the last block done sending signals every peer */
+    /* The last block of the launch writes the sequence back (every block has read it). */
     __syncthreads();
     if (threadIdx.x == 0) {
         unsigned int *ctr = (unsigned int *)(p.ctl + EEP_EPK_CTL_DCTR);
 
-        __threadfence_system();
         if (atomicAdd(ctr, 1u) == (unsigned)G - 1u) {
             *(volatile unsigned int *)ctr = 0u; /* self-cleaning: ready for the next launch */
             *(volatile unsigned long long *)ctl_seq = seq;
-            __threadfence_system();
-            last_block = 1;
+            __threadfence();
         }
     }
-    __syncthreads();
-    if (last_block && (int)threadIdx.x < W) {
-        unsigned long long *slot = (unsigned long long *)(
-            peer_base[threadIdx.x] + p.counts_off +
-            ((unsigned long long)p.rank * 2 + parity) * p.slot_bytes);
-        __threadfence_system();
-        eep_st_release_sys(slot + EEP_EPK_SLOT_DDONE, (seq << 32) | 1ull);
+    if ((int)blockIdx.x < S) {
+        return;
     }
 
     if (Mode != EEP_EPK_CPU_SYNC) {
-        eep_epk_copy<Mode>(p, seq, dyn, csm, &block_failed);
+        eep_epk_expand<Mode>(p, seq, (int)blockIdx.x - S, G - S, dyn, csm, &block_failed);
         return;
     }
-    /* CPU_SYNC: block 0 waits for the counts, publishes them on the device and the host. */
-    if (blockIdx.x != 0) {
-        return;
-    }
+    /* CPU_SYNC (grid S + 1): the counter waits for the counts, publishes them on the device and
+       the host. */
     const unsigned char *my_counts = peer_base[p.rank] + p.counts_off;
     if (!eep_epk_wait_slots(p, my_counts, parity, EEP_EPK_SLOT_TOKENS, seq, EEP_PHASE_EP_DISPATCH,
                             &block_failed)) {

@@ -22,8 +22,8 @@
 
 /* Words of one count slot (peer, parity), each (sequence << 32) | value. */
 #define EEP_EPK_SLOT_TOKENS 0  /* tokens the peer sends me */
-#define EEP_EPK_SLOT_DDONE  1  /* the peer's dispatch data has landed */
-#define EEP_EPK_SLOT_CDONE  2  /* the peer's combine partials have landed */
+#define EEP_EPK_SLOT_DDONE  1  /* unused since records carry tags */
+#define EEP_EPK_SLOT_CDONE  2  /* the peer started this combine (its partials carry tags) */
 #define EEP_EPK_SLOT_COUNTS 3  /* El words: rows for my local expert e */
 
 /* Local control words (in this rank's allocator region): self-cleaning block counters and the
@@ -44,8 +44,8 @@ typedef struct eep_epk_params {
     int num_local;         /* El */
     int alignment;
     int scan_warps;        /* warps that build the per-expert order masks (smem bound) */
-    /* wire record: [hidden][scales][meta: K ids, K weights, token, K positions] */
-    unsigned int token_bytes, hidden_bytes, scale_off, scale_bytes, meta_off, pad0;
+    /* wire record: [hidden][scales][meta: K ids, K weights, token, K positions, u64 tag] */
+    unsigned int token_bytes, hidden_bytes, scale_off, scale_bytes, meta_off, tag_off;
 
     /* runtime */
     void               *window;        /* ncclWindow_t */
@@ -60,7 +60,8 @@ typedef struct eep_epk_params {
     unsigned long long  crecv_off;     /* window offset: 2 parities x min(world, K) regions */
     unsigned long long  crecv_region;  /* max_tokens * hidden * 2 */
     int                 crecv_regions; /* min(world, K) */
-    int                 pad1;
+    int                 send_blocks;   /* dispatch: blocks [0, send_blocks) send, the rest copy */
+    unsigned long long  crecv_row;     /* combine region row: hidden * 2 bytes + a 16-byte tag */
 
     /* dispatch inputs */
     unsigned long long x, x_scales, topk_idx, topk_weights;
@@ -84,6 +85,6 @@ typedef struct eep_epk_params {
 } eep_epk_params_t;
 
 EEP_LAYOUT_ASSERT(sizeof(void *) == 8, "64-bit pointers");
-EEP_LAYOUT_ASSERT(sizeof(eep_epk_params_t) == 328, "eep_epk_params_t size");
+EEP_LAYOUT_ASSERT(sizeof(eep_epk_params_t) == 336, "eep_epk_params_t size");
 
 #endif /* EEP_KERNELS_EP_PARAMS_H */

@@ -69,7 +69,9 @@ static void test_wire_layout(void **state)
     assert_int_equal(w.scale_bytes, 0);
     assert_int_equal(w.scale_off, 14336);
     assert_int_equal(w.meta_off, 14336);
-    assert_int_equal(w.meta_bytes, 8 * 12 + 4);
+    assert_int_equal(w.meta_bytes, 8 * 12 + 4 + 4 + 8);
+    assert_int_equal(w.tag_off, 14336 + 104);
+    assert_int_equal(w.tag_off % 8, 0);
     assert_int_equal(w.token_bytes, 14336 + 128);
     s.dtype = EEP_DTYPE_FP8_E4M3;
     eep_ep_wire_layout(&s, &w);
@@ -146,7 +148,7 @@ static void test_buffer_sizes(void **state)
     assert_int_equal(z.count_slot_bytes, 384);
     assert_int_equal(z.counts_bytes, 8 * 2 * 384);
     assert_int_equal(z.dispatch_recv_bytes, (size_t)2 * 8 * 4096 * w.token_bytes);
-    assert_int_equal(z.combine_recv_bytes, (size_t)2 * 8 * 4096 * 7168 * 2);
+    assert_int_equal(z.combine_recv_bytes, (size_t)2 * 8 * 4096 * (7168 * 2 + 16));
     assert_true(z.counts_off < z.allocator_off);
     assert_true(z.allocator_off < z.dispatch_recv_off);
     assert_true(z.dispatch_recv_off + z.dispatch_recv_bytes <= z.combine_recv_off);
@@ -157,7 +159,7 @@ static void test_buffer_sizes(void **state)
     /* Fewer regions than ranks when K < world. */
     s.num_topk = 2;
     assert_int_equal(eep_ep_buffer_sizes(&s, &z), EEP_OK);
-    assert_int_equal(z.combine_recv_bytes, (size_t)2 * 2 * 4096 * 7168 * 2);
+    assert_int_equal(z.combine_recv_bytes, (size_t)2 * 2 * 4096 * (7168 * 2 + 16));
     s.alignment = 3;
     assert_int_equal(eep_ep_buffer_sizes(&s, &z), EEP_ERR_INVALID_ARG);
 }

@@ -1,0 +1,234 @@
+/*
+ * bench/membw/membw.cu - per-SM copy rates that the dispatch/combine SM model rests on.
+ *
+ * A standalone nvcc program (not part of libeep): it times row copies of token-sized rows the
+ * way the EP kernels move them, for a sweep of grid sizes, so the constants of the SM model
+ * (docs/dispatch.md section 5) and the kernels' copy strategy come from measurements:
+ *   ldst  one warp per row, 16-byte loads (U in flight per lane) then stores;
+ *   tma   one warp per row, cp.async.bulk global->shared (mbarrier), then one bulk store per
+ *         destination row from shared memory;
+ * each 1 -> 1 (a copy) and 1 -> 4 (the expert-major fan-out: one read, four row writes), local
+ * (HBM to HBM) and remote (to the peer GPU over NVLink, both GPUs at once when there are two).
+ *
+ *   nvcc -O3 -arch=sm_90 -o build/bin/eep-membw bench/membw/membw.cu
+ *   build/bin/eep-membw [row_bytes] [rows]
+ */
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define CHECK(x)                                                                                   \
+    do {                                                                                           \
+        cudaError_t err_ = (x);                                                                    \
+        if (err_ != cudaSuccess) {                                                                 \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(err_)); \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+struct Dsts {
+    uint4 *d[4];
+};
+
+template <int U>
+__global__ void k_ldst(const uint4 *src, Dsts dsts, int ndst, int rows, int row_vecs)
+{
+    const int lane = threadIdx.x & 31, gw = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const int nw = (gridDim.x * blockDim.x) >> 5;
+
+    for (int r = gw; r < rows; r += nw) {
+        const uint4 *s = src + (long long)r * row_vecs;
+        for (int v0 = lane; v0 < row_vecs; v0 += 32 * U) {
+            uint4 x[U];
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                if (v0 + 32 * u < row_vecs) {
+                    x[u] = s[v0 + 32 * u];
+                }
+            }
+            for (int d = 0; d < ndst; d++) {
+                uint4 *o = dsts.d[d] + (long long)r * row_vecs;
+#pragma unroll
+                for (int u = 0; u < U; u++) {
+                    if (v0 + 32 * u < row_vecs) {
+                        o[v0 + 32 * u] = x[u];
+                    }
+                }
+            }
+        }
+    }
+}
+
+__device__ __forceinline__ unsigned smem_addr(const void *p)
+{
+    return (unsigned)__cvta_generic_to_shared(p);
+}
+
+__global__ void k_tma(const uint4 *src, Dsts dsts, int ndst, int rows, int row_bytes, int slots)
+{
+    extern __shared__ __align__(128) unsigned char smem[];
+    __shared__ __align__(8) unsigned long long bar[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int nw = gridDim.x * slots;
+
+    if (warp >= slots) {
+        return;
+    }
+    unsigned char *slot = smem + (size_t)warp * row_bytes;
+    const unsigned mb = smem_addr(&bar[warp]);
+    if (lane == 0) {
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(mb));
+        asm volatile("fence.mbarrier_init.release.cluster;");
+    }
+    __syncwarp();
+    unsigned phase = 0;
+    for (int r = blockIdx.x * slots + warp; r < rows; r += nw) {
+        if (lane == 0) {
+            const unsigned char *s = (const unsigned char *)src + (long long)r * row_bytes;
+            /* the slot may still be read by the previous stores */
+            asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+            asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(mb),
+                         "r"(row_bytes)
+                         : "memory");
+            asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes "
+                         "[%0], [%1], %2, [%3];" ::"r"(smem_addr(slot)),
+                         "l"(s), "r"(row_bytes), "r"(mb)
+                         : "memory");
+            unsigned done = 0;
+            while (!done) {
+                asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;"
+                             " selp.u32 %0, 1, 0, p; }"
+                             : "=r"(done)
+                             : "r"(mb), "r"(phase)
+                             : "memory");
+            }
+            phase ^= 1u;
+            for (int d = 0; d < ndst; d++) {
+                unsigned char *o = (unsigned char *)dsts.d[d] + (long long)r * row_bytes;
+                asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(o),
+                             "r"(smem_addr(slot)), "r"(row_bytes)
+                             : "memory");
+            }
+            asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+        }
+        __syncwarp();
+    }
+    if (lane == 0) {
+        asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+    }
+}
+
+struct Side {
+    int          dev;
+    uint4       *src;
+    Dsts         dst;
+    cudaStream_t st;
+    cudaEvent_t  e0, e1;
+};
+
+static int g_ndev;
+
+/* Run kind (0 ldst, 1 tma) on every side at once; return the slowest side's ms (min of reps). */
+static float run(Side *sides, int nsides, int kind, int grid, int ndst, int rows, int row_bytes)
+{
+    float best = 1e30f;
+    const int slots_max = (227 * 1024) / row_bytes < 32 ? (227 * 1024) / row_bytes : 32;
+    const int slots = slots_max < 16 ? slots_max : 16;
+
+    for (int rep = 0; rep < 5; rep++) {
+        for (int i = 0; i < nsides; i++) {
+            CHECK(cudaSetDevice(sides[i].dev));
+            CHECK(cudaDeviceSynchronize());
+        }
+        for (int i = 0; i < nsides; i++) {
+            Side *s = &sides[i];
+            CHECK(cudaSetDevice(s->dev));
+            CHECK(cudaEventRecord(s->e0, s->st));
+            if (kind == 0) {
+                k_ldst<8><<<grid, 512, 0, s->st>>>(s->src, s->dst, ndst, rows, row_bytes / 16);
+            } else {
+                const size_t smem = (size_t)slots * row_bytes;
+                CHECK(cudaFuncSetAttribute(k_tma, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           (int)smem));
+                k_tma<<<grid, slots * 32, smem, s->st>>>(s->src, s->dst, ndst, rows, row_bytes,
+                                                         slots);
+            }
+            CHECK(cudaGetLastError());
+            CHECK(cudaEventRecord(s->e1, s->st));
+        }
+        float worst = 0;
+        for (int i = 0; i < nsides; i++) {
+            float ms;
+            CHECK(cudaSetDevice(sides[i].dev));
+            CHECK(cudaEventSynchronize(sides[i].e1));
+            CHECK(cudaEventElapsedTime(&ms, sides[i].e0, sides[i].e1));
+            worst = ms > worst ? ms : worst;
+        }
+        best = worst < best ? worst : best;
+    }
+    return best;
+}
+
+int main(int argc, char **argv)
+{
+    const int row_bytes = argc > 1 ? atoi(argv[1]) : 14336;
+    const int rows = argc > 2 ? atoi(argv[2]) : 8192;
+    const size_t bytes = (size_t)rows * row_bytes;
+    const int grids[] = { 4, 8, 16, 24, 32, 48, 64, 96, 132 };
+    int sms;
+
+    CHECK(cudaGetDeviceCount(&g_ndev));
+    CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    printf("devices %d, SMs %d, row %d B, rows %d (%.1f MB per copy)\n", g_ndev, sms, row_bytes,
+           rows, bytes / 1e6);
+    const int nd = g_ndev >= 2 ? 2 : 1;
+    uint4 *src[2], *dst[2][4];
+    for (int d = 0; d < nd; d++) {
+        CHECK(cudaSetDevice(d));
+        if (nd == 2) {
+            CHECK(cudaDeviceEnablePeerAccess(1 - d, 0));
+        }
+        CHECK(cudaMalloc(&src[d], bytes));
+        CHECK(cudaMemset(src[d], 0x5a, bytes));
+        for (int j = 0; j < 4; j++) {
+            CHECK(cudaMalloc(&dst[d][j], bytes));
+        }
+    }
+    Side sides[2];
+    for (int d = 0; d < nd; d++) {
+        CHECK(cudaSetDevice(d));
+        sides[d].dev = d;
+        sides[d].src = src[d];
+        CHECK(cudaStreamCreateWithFlags(&sides[d].st, cudaStreamNonBlocking));
+        CHECK(cudaEventCreate(&sides[d].e0));
+        CHECK(cudaEventCreate(&sides[d].e1));
+    }
+    printf("| test | kind | %s |\n|---|---|", "GB/s written per GPU for grids 4 8 16 24 32 48 64 96 132");
+    printf("\n");
+    for (int remote = 0; remote <= (nd == 2 ? 1 : 0); remote++) {
+        for (int ndst = 1; ndst <= 4; ndst += 3) {
+            if (remote && ndst == 4) {
+                continue;
+            }
+            for (int kind = 0; kind < 2; kind++) {
+                for (int d = 0; d < nd; d++) {
+                    for (int j = 0; j < 4; j++) {
+                        sides[d].dst.d[j] = remote ? dst[1 - d][j] : dst[d][j];
+                    }
+                }
+                printf("| %s 1->%d | %s |", remote ? "remote (both GPUs)" : "local", ndst,
+                       kind ? "tma" : "ldst");
+                for (unsigned g = 0; g < sizeof grids / sizeof grids[0]; g++) {
+                    if (grids[g] > sms) {
+                        continue;
+                    }
+                    float ms = run(sides, remote ? nd : 1, kind, grids[g], ndst, rows, row_bytes);
+                    printf(" %.0f", (double)bytes * ndst / (ms * 1e-3) / 1e9);
+                    fflush(stdout);
+                }
+                printf(" |\n");
+            }
+        }
+    }
+    return 0;
+}
