@@ -16,6 +16,7 @@
  */
 #include "eep_bench_ep.h"
 
+#include <dlfcn.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
@@ -31,6 +32,7 @@
 #include "elastic/log.h"
 #include "elastic/nccl_util.h"
 #include "kernels/ep/baseline_params.h"
+#include "kernels/ep/ep_params.h"
 #include "tests/unit/ep_reference.h"
 
 typedef struct {
@@ -54,6 +56,7 @@ typedef struct {
     double  recv_bytes;  /* received-token bytes (hidden + scales), local included, per call */
     int     sms;         /* sending SMs of ours (0: not ours) */
     int     copy_sms;    /* its copying SMs */
+    double  graph_dispatch_us, graph_combine_us; /* ours, one call per CUDA graph replay */
     int64_t errors;
     int     ran;
     char    why[96];   /* when not run */
@@ -76,6 +79,7 @@ static void usage(FILE *out)
             "  --mode M            ours: cpu-sync, no-cpu-sync (default) or cached\n"
             "  --no-ours           skip eep_dispatch/eep_combine (baseline only)\n"
             "  --num-sms N         SMs of ours (0: the bandwidth model)\n"
+            "  --trace             print where ours' last dispatch and combine spent their time\n"
             "  --iters N           timed iterations (20); --warmup N (5)\n"
             "  --seed S            (1); --no-check skips the CPU reference\n");
 }
@@ -91,7 +95,7 @@ static int parse_opts(int argc, char **argv, bench_opts_t *o)
         { "iters", required_argument, NULL, 'i' },  { "warmup", required_argument, NULL, 'w' },
         { "seed", required_argument, NULL, 's' },   { "no-check", no_argument, NULL, 'C' },
         { "mode", required_argument, NULL, 'm' },   { "no-ours", no_argument, NULL, 'O' },
-        { "num-sms", required_argument, NULL, 'S' },
+        { "num-sms", required_argument, NULL, 'S' }, { "trace", no_argument, NULL, 'T' },
         { "help", no_argument, NULL, 'h' },         { NULL, 0, NULL, 0 },
     };
     int c;
@@ -142,6 +146,7 @@ static int parse_opts(int argc, char **argv, bench_opts_t *o)
         case 'C': o->check = 0; break;
         case 'O': o->ours = 0; break;
         case 'S': o->num_sms = atoi(optarg); break;
+        case 'T': setenv("EEP_EP_TRACE", "1", 1); break; /* read when ours' runtime starts */
         case 'm':
             if (strcmp(optarg, "cpu-sync") == 0) {
                 o->mode = EEP_EP_MODE_CPU_SYNC;
@@ -554,6 +559,140 @@ static void traffic(const eep_ep_shape_t *s, const eep_ref_input_t *in, int rank
 
 /* eep_dispatch/eep_combine on this rank, over a runtime that adopts the benchmark's
    communicator: check, then time.  Whatever stops it is said in res->why. */
+/*
+ * --trace: for the last dispatch and combine, per phase stamp k (kernels/ep/dispatch.cuh,
+ * eep_epk_stamp) and block group, the earliest / latest block in us after the first block began.
+ * Dispatch groups: senders [0, S), the counter S, copy blocks (S, G); combine: all blocks.
+ */
+static void print_trace(eep_runtime_t *rt, int rank, int S, int G)
+{
+    static uint64_t st[EEP_EPK_TRACE_BLOCKS * 8];
+    static const char *dnames[8] = { "start", "counted", "sent", "counts in", "layout",
+                                     "padding", "records", "end" };
+    static const char *cnames[8] = { "start", "expert side", "source side", "handshake", "-", "-",
+                                     "-", "end" };
+    int which, g, k, b;
+
+    for (which = 0; which < 2; which++) {
+        uint64_t t0 = UINT64_MAX;
+
+        if (eep_ep_trace_copy(rt, which, st, (size_t)G * 8) != EEP_OK) {
+            return;
+        }
+        for (b = 0; b < G; b++) {
+            if (st[b * 8] != 0 && st[b * 8] < t0) {
+                t0 = st[b * 8];
+            }
+        }
+        for (g = 0; g < (which == 0 ? 3 : 1); g++) {
+            int lo = which == 1 ? 0 : g == 0 ? 0 : g == 1 ? S : S + 1;
+            int hi = which == 1 ? G : g == 0 ? S : g == 1 ? S + 1 : G;
+
+            printf("trace rank %d %s %-8s", rank, which == 0 ? "dispatch" : "combine ",
+                   which == 1 ? "all" : g == 0 ? "senders" : g == 1 ? "counter" : "copiers");
+            for (k = 0; k < 8; k++) {
+                double mn = 1e30, mx = -1;
+
+                for (b = lo; b < hi; b++) {
+                    if (st[b * 8 + k] != 0) {
+                        double us = (double)(int64_t)(st[b * 8 + k] - t0) / 1e3;
+                        mn = us < mn ? us : mn;
+                        mx = us > mx ? us : mx;
+                    }
+                }
+                if (mx >= 0) {
+                    printf(" | %s %.1f-%.1f", which == 0 ? dnames[k] : cnames[k], mn, mx);
+                }
+            }
+            printf("\n");
+        }
+    }
+    fflush(stdout);
+}
+
+/* Driver entry points for graphs (not in libeep's symbol table: only the bench needs them). */
+typedef CUresult (*bench_begin_capture_fn)(CUstream, CUstreamCaptureMode);
+typedef CUresult (*bench_end_capture_fn)(CUstream, CUgraph *);
+typedef CUresult (*bench_instantiate_fn)(CUgraphExec *, CUgraph, unsigned long long);
+typedef CUresult (*bench_graph_launch_fn)(CUgraphExec, CUstream);
+typedef CUresult (*bench_graph_exec_destroy_fn)(CUgraphExec);
+typedef CUresult (*bench_graph_destroy_fn)(CUgraph);
+
+/*
+ * Ours without host overhead: one dispatch (then one combine) captured in a CUDA graph and
+ * replayed @p iters times; @return the mean us per replay in *d_us / *c_us (0 where it could not
+ * be captured).  Only for modes without a host wait (NO_CPU_SYNC, CACHED).
+ */
+static eep_status_t graph_times(eep_bench_ctx_t *ctx, eep_runtime_t *rt,
+                                const eep_dispatch_args_t *a, eep_ep_handle_t **h,
+                                CUdeviceptr y, CUdeviceptr out, int iters, CUdeviceptr scratch,
+                                double *d_us, double *c_us)
+{
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    bench_begin_capture_fn      begin;
+    bench_end_capture_fn        end;
+    bench_instantiate_fn        inst;
+    bench_graph_launch_fn       launch;
+    bench_graph_exec_destroy_fn exec_destroy;
+    bench_graph_destroy_fn      destroy;
+    eep_status_t                status = EEP_OK;
+    int                         which, i;
+
+    *d_us = *c_us = 0;
+    if (lib == NULL) {
+        return EEP_OK;
+    }
+    begin        = (bench_begin_capture_fn)dlsym(lib, "cuStreamBeginCapture_v2");
+    end          = (bench_end_capture_fn)dlsym(lib, "cuStreamEndCapture");
+    inst         = (bench_instantiate_fn)dlsym(lib, "cuGraphInstantiateWithFlags");
+    launch       = (bench_graph_launch_fn)dlsym(lib, "cuGraphLaunch");
+    exec_destroy = (bench_graph_exec_destroy_fn)dlsym(lib, "cuGraphExecDestroy");
+    destroy      = (bench_graph_destroy_fn)dlsym(lib, "cuGraphDestroy");
+    if (begin == NULL || end == NULL || inst == NULL || launch == NULL || exec_destroy == NULL ||
+        destroy == NULL) {
+        dlclose(lib);
+        return EEP_OK;
+    }
+    for (which = 0; which < 2 && status == EEP_OK; which++) {
+        CUgraph     g = NULL;
+        CUgraphExec ge = NULL;
+        double      t0;
+
+        if (begin(ctx->stream, CU_STREAM_CAPTURE_MODE_RELAXED) != CUDA_SUCCESS) {
+            break;
+        }
+        status = which == 0 ? eep_dispatch(rt, a, h, ctx->stream) :
+                              eep_combine(rt, (const void *)y, *h, (void *)out, ctx->stream);
+        if (end(ctx->stream, &g) != CUDA_SUCCESS || status != EEP_OK ||
+            inst(&ge, g, 0) != CUDA_SUCCESS) {
+            if (g != NULL) {
+                destroy(g);
+            }
+            status = status != EEP_OK ? status : EEP_ERR_INTERNAL;
+            break;
+        }
+        /* warm up, line up, then time */
+        for (i = 0; i < 3 && status == EEP_OK; i++) {
+            status = eep_status_from_cu(launch(ge, ctx->stream), "cuGraphLaunch");
+        }
+        if (status == EEP_OK) {
+            status = line_up(ctx, scratch);
+        }
+        t0 = now_us();
+        for (i = 0; i < iters && status == EEP_OK; i++) {
+            status = eep_status_from_cu(launch(ge, ctx->stream), "cuGraphLaunch");
+        }
+        if (status == EEP_OK) {
+            status = eep_runtime_sync(rt, ctx->stream);
+        }
+        *(which == 0 ? d_us : c_us) = (now_us() - t0) / iters;
+        exec_destroy(ge);
+        destroy(g);
+    }
+    dlclose(lib);
+    return status;
+}
+
 static eep_status_t run_ours(eep_bench_ctx_t *ctx, const bench_opts_t *o,
                              const eep_ref_input_t *in, const eep_ref_recv_t *recv,
                              uint16_t *const *y_host, const uint16_t *out_want,
@@ -713,6 +852,12 @@ static eep_status_t run_ours(eep_bench_ctx_t *ctx, const bench_opts_t *o,
         goto out;
     }
     res->combine_us = (now_us() - t0) / o->iters;
+    if (o->mode != EEP_EP_MODE_CPU_SYNC &&
+        (status = graph_times(ctx, rt, &a, &h, y, v.out, o->iters, y, &res->graph_dispatch_us,
+                              &res->graph_combine_us)) != EEP_OK) {
+        goto out;
+    }
+    print_trace(rt, ctx->rank, h->num_sms, h->num_sms + h->copy_sms);
     traffic(s, in, ctx->rank, &res->dispatch_bytes, &res->combine_bytes);
     res->sms      = h->num_sms;
     res->copy_sms = h->copy_sms;
@@ -954,6 +1099,13 @@ static int rank_main(const bench_opts_t *opts, eep_bootstrap_t *bs)
         }
         if (ctx.rank == 0) {
             print_row("ours", &o, all, ctx.world);
+            if (all[0].graph_dispatch_us > 0) {
+                for (r = 0; r < ctx.world; r++) {
+                    all[r].dispatch_us = all[r].graph_dispatch_us;
+                    all[r].combine_us  = all[r].graph_combine_us;
+                }
+                print_row("ours/gr", &o, all, ctx.world);
+            }
         }
         for (r = 0; r < ctx.world; r++) {
             rc |= all[r].errors != 0 || !all[r].ran;

@@ -26,6 +26,7 @@
 
 #define EEP_EP_KERNEL_SLOTS 32
 #define EEP_EP_SMEM_BUDGET  (160 * 1024) /* dynamic shared memory of the order masks */
+#define EEP_EP_CHUNK_TOTALS_BYTES ((size_t)EEP_EPK_MAX_SEND_BLOCKS * EEP_EPK_MAX_COUNTERS * 4)
 
 typedef struct {
     char              key[48];
@@ -37,6 +38,8 @@ struct eep_ep_state {
     int                   device_sms;
     volatile uint64_t    *mirror;      /* pinned, host-mapped: u64[EEP_EP_MAX_LOCAL_EXPERTS + 2] */
     uint64_t              mirror_dev;
+    uint64_t              trace[2];    /* EEP_EP_TRACE: device stamps of dispatch, combine */
+    uint64_t              chunk;       /* device scratch: senders' chunk counts, then flags */
     eep_ep_kernel_slot_t  kernels[EEP_EP_KERNEL_SLOTS];
 };
 
@@ -57,8 +60,18 @@ void eep_ep_state_destroy(eep_runtime_t *rt)
     if (rt == NULL || rt->ep == NULL) {
         return;
     }
-    if (rt->ep->mirror != NULL && eep_cuda_sym_driver(&cu) == EEP_OK) {
-        cu->cuMemFreeHost((void *)rt->ep->mirror);
+    if (eep_cuda_sym_driver(&cu) == EEP_OK) {
+        if (rt->ep->mirror != NULL) {
+            cu->cuMemFreeHost((void *)rt->ep->mirror);
+        }
+        if (rt->ep->chunk != 0) {
+            cu->cuMemFree((CUdeviceptr)rt->ep->chunk);
+        }
+        for (int i = 0; i < 2; i++) {
+            if (rt->ep->trace[i] != 0) {
+                cu->cuMemFree((CUdeviceptr)rt->ep->trace[i]);
+            }
+        }
     }
     free(rt->ep);
     rt->ep = NULL;
@@ -106,6 +119,34 @@ static eep_status_t eep_ep_state_get(eep_runtime_t *rt, const eep_cuda_sym_t *cu
     }
     st->mirror     = (volatile uint64_t *)host;
     st->mirror_dev = (uint64_t)dev;
+    {
+        /* zeroed once: the flags hold call sequences, never reset */
+        const size_t bytes = EEP_EP_CHUNK_TOTALS_BYTES + (size_t)EEP_EPK_MAX_SEND_BLOCKS * 8;
+        CUdeviceptr  d = 0;
+
+        status = eep_status_from_cu(cu->cuMemAlloc(&d, bytes), "cuMemAlloc(dispatch scratch)");
+        if (status == EEP_OK) {
+            status = eep_status_from_cu(cu->cuMemsetD8(d, 0, bytes), "cuMemsetD8(dispatch scratch)");
+            st->chunk = (uint64_t)d;
+        }
+        if (status != EEP_OK) {
+            if (d != 0) {
+                cu->cuMemFree(d);
+            }
+            cu->cuMemFreeHost(host);
+            free(st);
+            return status;
+        }
+    }
+    for (int i = 0; i < 2 && st->cfg.trace; i++) {
+        CUdeviceptr d = 0;
+
+        if (eep_status_from_cu(cu->cuMemAlloc(&d, (size_t)EEP_EPK_TRACE_BLOCKS * 8 * 8),
+                               "cuMemAlloc(trace)") == EEP_OK) {
+            cu->cuMemsetD8(d, 0, (size_t)EEP_EPK_TRACE_BLOCKS * 8 * 8);
+            st->trace[i] = (uint64_t)d;
+        }
+    }
     rt->ep = st;
     *st_p  = st;
     return EEP_OK;
@@ -382,6 +423,7 @@ eep_status_t eep_dispatch(eep_runtime_t *rt, const eep_dispatch_args_t *args,
     if (sms < 1) {
         return EEP_ERR_INVALID_ARG;
     }
+    sms = sms > EEP_EPK_MAX_SEND_BLOCKS ? EEP_EPK_MAX_SEND_BLOCKS : sms;
     /* Copy blocks: the rest of the device unless a knob says otherwise (docs/dispatch.md 5). */
     copy = st->cfg.copy_sms > 0 ? (int)st->cfg.copy_sms : st->device_sms - sms;
     copy = copy < 1 ? 1 : copy;
@@ -403,6 +445,9 @@ eep_status_t eep_dispatch(eep_runtime_t *rt, const eep_dispatch_args_t *args,
     dyn = (size_t)(1 + 2 * sw) * (size_t)NC * 4;
     p.scan_warps        = sw;
     p.send_blocks       = sms;
+    p.trace             = st->trace[0];
+    p.chunk_totals      = st->chunk;
+    p.chunk_flags       = st->chunk + EEP_EP_CHUNK_TOTALS_BYTES;
     p.num_tokens        = args->num_tokens;
     p.x                 = (uintptr_t)args->x;
     p.x_scales          = (uintptr_t)args->x_scales;
@@ -498,6 +543,7 @@ eep_status_t eep_combine(eep_runtime_t *rt, const void *y, const eep_ep_handle_t
         return status;
     }
     p.num_tokens = handle->num_tokens;
+    p.trace      = st->trace[1];
     p.y          = (uintptr_t)y;
     p.out        = (uintptr_t)out;
     eep_ep_params_handle(&p, handle);
@@ -506,4 +552,20 @@ eep_status_t eep_combine(eep_runtime_t *rt, const void *y, const eep_ep_handle_t
     }
     return eep_jit_launch(kernel, (unsigned)(handle->num_sms + handle->copy_sms), EEP_EPK_THREADS,
                           0, stream, &p, sizeof(p));
+}
+
+eep_status_t eep_ep_trace_copy(eep_runtime_t *rt, int combine, uint64_t *stamps, size_t n)
+{
+    const eep_cuda_sym_t *cu;
+    eep_status_t          status;
+
+    if (rt == NULL || rt->ep == NULL || rt->ep->trace[combine != 0] == 0 || stamps == NULL) {
+        return EEP_ERR_NOT_FOUND;
+    }
+    if ((status = eep_cuda_sym_driver(&cu)) != EEP_OK) {
+        return status;
+    }
+    n = n < (size_t)EEP_EPK_TRACE_BLOCKS * 8 ? n : (size_t)EEP_EPK_TRACE_BLOCKS * 8;
+    return eep_status_from_cu(cu->cuMemcpyDtoH(stamps, (CUdeviceptr)rt->ep->trace[combine != 0],
+                                               n * sizeof(uint64_t)), "cuMemcpyDtoH(trace)");
 }

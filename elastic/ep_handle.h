@@ -53,6 +53,14 @@ struct eep_ep_handle {
  * Allocate a zeroed handle (no device arrays yet).
  * @return EEP_OK or EEP_ERR_NO_MEMORY.
  */
+/*
+ * EEP_EP_TRACE=1 only: copy the per-block phase stamps (%globaltimer, ns) of the last dispatch
+ * (@p combine 0) or combine into @p stamps [blocks][8]; 0 where a block did not reach a phase.
+ * @return EEP_ERR_NOT_FOUND when tracing is off.
+ */
+struct eep_runtime;
+eep_status_t eep_ep_trace_copy(struct eep_runtime *rt, int combine, uint64_t *stamps, size_t n);
+
 eep_status_t eep_ep_handle_create(const void *runtime, uint64_t epoch, int rank,
                                   eep_ep_handle_t **handle_p);
 

@@ -27,6 +27,9 @@ static const eep_knob_t eep_ep_knobs[] = {
     EEP_EP_KNOB("EEP_EP_COPY_SMS", "0", EEP_KNOB_INT, copy_sms, 0, 1024,
                 "Blocks that copy received tokens into the expert-major outputs (and run the "
                 "combine), beside the num_sms sending ones; 0: the device's SMs minus those."),
+    EEP_EP_KNOB("EEP_EP_TRACE", "0", EEP_KNOB_INT, trace, 0, 1,
+                "1: the kernels stamp %globaltimer at each phase, per block, for the last "
+                "dispatch and combine (eep-bench ep --trace prints them); costs a few stores."),
 };
 
 const eep_knob_table_t eep_ep_knob_table = {

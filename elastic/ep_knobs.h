@@ -15,6 +15,7 @@ typedef struct eep_ep_config {
     double  sm_margin;
     int64_t min_sms;
     int64_t copy_sms;             /* 0: the device's SMs minus the sending ones */
+    int64_t trace;                /* 1: per-block time stamps of the last dispatch and combine */
 } eep_ep_config_t;
 
 extern const eep_knob_table_t eep_ep_knob_table;

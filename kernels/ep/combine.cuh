@@ -57,15 +57,19 @@ __device__ void eep_ep_combine_body(const eep_epk_params_t &p)
     const int           gwarps = gridDim.x * EEP_EPK_WARPS;
 
     if (threadIdx.x == 0) {
-        int b = 0;
-
         block_failed = 0;
         sh_seq = *(volatile unsigned long long *)ctl_seq + 1ull;
-        for (int s = 0; s < W; s++) {
-            rec_base[s] = b;
-            b += ((const int *)p.h_recv_n)[s];
+    }
+    if (threadIdx.x < 32) { /* records per source, prefix by a warp scan (W <= 32) */
+        const int n = (int)lane < W ? ((const int *)p.h_recv_n)[lane] : 0;
+        const int incl = eep_epk_warp_incl_scan(n, lane);
+
+        if ((int)lane < W) {
+            rec_base[lane] = incl - n;
         }
-        rec_base[W] = b;
+        if (lane == 31) {
+            rec_base[W] = incl;
+        }
     }
     for (int d = threadIdx.x; d < W; d += blockDim.x) {
         peer_base[d] = eep_epk_peer(p, 0, d);
@@ -76,6 +80,7 @@ __device__ void eep_ep_combine_body(const eep_epk_params_t &p)
     const unsigned long long region0 = p.crecv_off +
                                        (unsigned long long)parity * p.crecv_regions * p.crecv_region;
 
+    eep_epk_stamp(p, 0);
     /* The handshake word, to every peer. */
     if (blockIdx.x == 0 && (int)threadIdx.x < W) {
         unsigned long long *slot = (unsigned long long *)(
@@ -84,11 +89,18 @@ __device__ void eep_ep_combine_body(const eep_epk_params_t &p)
         eep_st_release_sys(slot + EEP_EPK_SLOT_CDONE, (seq << 32) | 1ull);
     }
 
-    /* Expert side: up to 4 records per warp, one fence, then their tags. */
-    for (int q4 = blockIdx.x * EEP_EPK_WARPS + warp; q4 < rec_base[W]; q4 += 4 * gwarps) {
+    /* Expert side: records taken dynamically (a counter the launch's last block resets), one
+       system fence per 4 records of a warp, then their tags. */
+    unsigned int  *work = (unsigned int *)(p.ctl + EEP_EPK_CTL_CWORK);
     unsigned char *done_rows[4] = { nullptr, nullptr, nullptr, nullptr };
-    for (int jq = 0; jq < 4; jq++) {
-        const int q = q4 + jq * gwarps;
+    int            ndone = 0;
+    for (;;) {
+        int q = 0;
+
+        if (lane == 0) {
+            q = (int)atomicAdd(work, 1u);
+        }
+        q = __shfl_sync(0xffffffffu, q, 0);
         if (q >= rec_base[W]) {
             break;
         }
@@ -170,15 +182,25 @@ __device__ void eep_ep_combine_body(const eep_epk_params_t &p)
                 }
             }
         }
-        done_rows[jq] = dst_row;
+        done_rows[ndone++] = dst_row;
+        if (ndone == 4) {
+            __threadfence_system();
+            __syncwarp();
+            if (lane < 4) {
+                eep_epk_tag_store(done_rows[lane], (unsigned)p.hidden * 2u, seq);
+            }
+            ndone = 0;
+        }
     }
-    __threadfence_system();
-    __syncwarp();
-    if (lane < 4 && done_rows[lane] != nullptr) {
-        eep_epk_tag_store(done_rows[lane], (unsigned)p.hidden * 2u, seq);
-    }
+    if (ndone > 0) {
+        __threadfence_system();
+        __syncwarp();
+        if ((int)lane < ndone) {
+            eep_epk_tag_store(done_rows[lane], (unsigned)p.hidden * 2u, seq);
+        }
     }
 
+    eep_epk_stamp(p, 1);
     /* Source side: one warp per token, each partial once its tag holds this call's sequence. */
     eep_wait_ctx w;
 
@@ -265,23 +287,15 @@ __device__ void eep_ep_combine_body(const eep_epk_params_t &p)
         }
     }
 
+    eep_epk_stamp(p, 2);
     /* Every peer started this combine (so none can be two calls ahead: docs/dispatch.md 3). */
     if (blockIdx.x == 0) {
         (void)eep_epk_wait_slots(p, peer_base[p.rank] + p.counts_off, parity, EEP_EPK_SLOT_CDONE,
                                  seq, EEP_PHASE_EP_COMBINE, &block_failed);
     }
 
-    /* The last block writes the sequence back (every block has read it). */
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        unsigned int *ctr = (unsigned int *)(p.ctl + EEP_EPK_CTL_CCTR);
-
-        if (atomicAdd(ctr, 1u) == gridDim.x - 1u) {
-            *(volatile unsigned int *)ctr = 0u;
-            *(volatile unsigned long long *)ctl_seq = seq;
-            __threadfence();
-        }
-    }
+    eep_epk_stamp(p, 3);
+    eep_epk_finish(p, EEP_EPK_CTL_CCTR, EEP_EPK_CTL_CWORK, EEP_EPK_CTL_CSEQ, seq);
 }
 
 #endif /* __CUDACC__ */

@@ -45,6 +45,21 @@
    warp per record at once (thousands), each read a PCIe round trip. */
 #define EEP_EPK_ABORT_CHECK_NS 500000ull
 
+/* EEP_EP_TRACE: thread 0 stamps phase k of its block (docs/dispatch.md, "Where the time goes"). */
+__device__ __forceinline__ void eep_epk_stamp(const eep_epk_params_t &p, int k)
+{
+    if (p.trace != 0 && threadIdx.x == 0 && blockIdx.x < EEP_EPK_TRACE_BLOCKS) {
+        unsigned long long *t = (unsigned long long *)p.trace + blockIdx.x * 8u;
+
+        if (k == 0) {
+            for (int i = 1; i < 8; i++) {
+                t[i] = 0;
+            }
+        }
+        t[k] = eep_globaltimer();
+    }
+}
+
 template <int IdxBits>
 __device__ __forceinline__ long long eep_epk_id(const eep_epk_params_t &p, long long i)
 {
@@ -220,6 +235,67 @@ struct eep_epk_copy_smem {
     int pad_base[257];               /* padding rows of experts < e */
 };
 
+__device__ __forceinline__ int eep_epk_warp_incl_scan(int v, unsigned lane)
+{
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const int u = __shfl_up_sync(0xffffffffu, v, o);
+
+        v += (int)lane >= o ? u : 0;
+    }
+    return v;
+}
+
+/*
+ * Warp 0 of the block fills sm.offsets (when @p with_offsets; else they are already there),
+ * sm.pad_base and sm.rec_base from sm.counts and sm.n by warp scans (a serial loop over 256
+ * experts by one thread took ~5 us).  The caller syncs before and after.
+ */
+__device__ __forceinline__ void eep_epk_layout_scan(eep_epk_copy_smem &sm, int El, int W,
+                                                    int alignment, bool with_offsets)
+{
+    const unsigned lane = threadIdx.x & 31u;
+    int            carry_off = 0, carry_pad = 0;
+
+    if (threadIdx.x >= 32) {
+        return;
+    }
+    for (int e0 = 0; e0 < El; e0 += 32) {
+        const int e = e0 + (int)lane;
+        const int c = e < El ? sm.counts[e] : 0;
+        int       a;
+
+        if (with_offsets) {
+            a = e < El ? (c + alignment - 1) / alignment * alignment : 0;
+            const int incl = eep_epk_warp_incl_scan(a, lane);
+            if (e < El) {
+                sm.offsets[e] = carry_off + incl - a;
+            }
+            carry_off += __shfl_sync(0xffffffffu, incl, 31);
+        } else {
+            a = e < El ? sm.offsets[e + 1] - sm.offsets[e] : 0;
+        }
+        const int pad = a - c;
+        const int incl_p = eep_epk_warp_incl_scan(pad, lane);
+        if (e < El) {
+            sm.pad_base[e] = carry_pad + incl_p - pad;
+        }
+        carry_pad += __shfl_sync(0xffffffffu, incl_p, 31);
+    }
+    const int n = (int)lane < W ? sm.n[lane] : 0;
+    const int incl_n = eep_epk_warp_incl_scan(n, lane);
+    if ((int)lane < W) {
+        sm.rec_base[lane] = incl_n - n;
+    }
+    if (lane == 31) {
+        sm.rec_base[W] = incl_n;
+        sm.pad_base[El] = carry_pad;
+        if (with_offsets) {
+            sm.offsets[El] = carry_off;
+        }
+    }
+}
+
 /*
  * The expanders: received records -> expert-major outputs (+ handle), padding rows zeroed.
  * Block @p xb of @p XB.  Waits for every peer's count word (also the call's handshake, see
@@ -242,6 +318,7 @@ __device__ void eep_epk_expand(const eep_epk_params_t &p, unsigned long long seq
                             block_failed)) {
         return;
     }
+    eep_epk_stamp(p, 3);
     /* Counts and offsets: from the peers' slots, or the handle (CACHED). */
     if (Mode == EEP_EPK_CACHED) {
         for (int s = threadIdx.x; s < p.world; s += blockDim.x) {
@@ -262,6 +339,7 @@ __device__ void eep_epk_expand(const eep_epk_params_t &p, unsigned long long seq
         for (int e = threadIdx.x; e < El; e += blockDim.x) {
             int running = 0;
 
+#pragma unroll 8
             for (int s = 0; s < p.world; s++) {
                 const unsigned long long *slot = (const unsigned long long *)(
                     my_counts + ((unsigned long long)s * 2 + parity) * p.slot_bytes);
@@ -270,33 +348,9 @@ __device__ void eep_epk_expand(const eep_epk_params_t &p, unsigned long long seq
             }
             sm.counts[e] = running;
         }
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            int off = 0;
-
-            sm.offsets[0] = 0;
-            for (int e = 0; e < El; e++) {
-                off += (sm.counts[e] + p.alignment - 1) / p.alignment * p.alignment;
-                sm.offsets[e + 1] = off;
-            }
-        }
     }
     __syncthreads();
-    if (threadIdx.x == 0) {
-        int b = 0;
-
-        for (int s = 0; s < p.world; s++) {
-            sm.rec_base[s] = b;
-            b += sm.n[s];
-        }
-        sm.rec_base[p.world] = b;
-        b = 0;
-        for (int e = 0; e < El; e++) {
-            sm.pad_base[e] = b;
-            b += sm.offsets[e + 1] - sm.offsets[e] - sm.counts[e];
-        }
-        sm.pad_base[El] = b;
-    }
+    eep_epk_layout_scan(sm, El, p.world, p.alignment, Mode != EEP_EPK_CACHED);
     __syncthreads();
     if (xb == 0) {
         for (int e = threadIdx.x; e <= El; e += blockDim.x) {
@@ -319,6 +373,8 @@ __device__ void eep_epk_expand(const eep_epk_params_t &p, unsigned long long seq
     }
 
     const int gwarps = XB * EEP_EPK_WARPS, gw = xb * EEP_EPK_WARPS + (int)warp;
+
+    eep_epk_stamp(p, 4);
 
     /* Padding rows first (they need no data: the records keep arriving meanwhile), one warp per
        row: x = 0, scales = 0, ids = -1, weights = 0. */
@@ -345,6 +401,7 @@ __device__ void eep_epk_expand(const eep_epk_params_t &p, unsigned long long seq
         }
     }
 
+    eep_epk_stamp(p, 5);
     /* Records: one warp each, sources interleaved so that the local records (which land first)
        do not all go to the first warps. */
     eep_wait_ctx w;
@@ -355,14 +412,33 @@ __device__ void eep_epk_expand(const eep_epk_params_t &p, unsigned long long seq
     w.timeout_ns   = p.timeout_ns;
     w.rank         = p.rank;
     w.abort_check_ns = EEP_EPK_ABORT_CHECK_NS;
-    const int total = sm.rec_base[p.world];
-    for (int q = gw; q < total; q += gwarps) {
-        int s = 0;
+    /* Taken dynamically (a counter reset by the launch's last block), in the order slot 0 of
+       every source, slot 1 of every source, ...: a warp that would wait for a late record does
+       not hold back others behind a static share. */
+    int max_n = 0;
+    for (int s = 0; s < p.world; s++) {
+        max_n = max(max_n, sm.n[s]);
+    }
+    /* Few records (decode): each is split into up to 8 pieces of its hidden bytes, one warp
+       each, so that a record is not copied to its rows by one warp alone. */
+    const int     total = sm.rec_base[p.world];
+    const int     CHK = max(1, min(8, total > 0 ? gwarps / total : 1));
+    const int     span = max_n * p.world * CHK;
+    unsigned int *work = (unsigned int *)(p.ctl + EEP_EPK_CTL_DWORK);
+    for (;;) {
+        int q = 0;
 
-        while (sm.rec_base[s + 1] <= q) {
-            s++;
+        if (lane == 0) {
+            q = (int)atomicAdd(work, 1u);
         }
-        const int            i = q - sm.rec_base[s];
+        q = __shfl_sync(0xffffffffu, q, 0);
+        if (q >= span) {
+            break;
+        }
+        const int c = q % CHK, s = (q / CHK) % p.world, i = q / CHK / p.world;
+        if (i >= sm.n[s]) {
+            continue;
+        }
         const long long      rec = (long long)s * p.max_tokens + i;
         const unsigned char *row = mine + p.drecv_off +
                                    (unsigned long long)(parity * p.world + s) * p.drecv_region +
@@ -406,22 +482,25 @@ __device__ void eep_epk_expand(const eep_epk_params_t &p, unsigned long long seq
         /* Handle: rows and weights per lane, token, ordinal among the token's ranks. */
         unsigned dst_bit = ((int)lane < K && my_id >= 0) ? 1u << (unsigned)(my_id / El) : 0u;
         unsigned dmask = __reduce_or_sync(0xffffffffu, dst_bit);
-        if ((int)lane < K) {
+        if ((int)lane < K && c == 0) {
             if (Mode != EEP_EPK_CACHED) {
                 ((int *)p.h_recv_rows)[rec * K + lane] = my_row;
             }
             ((float *)p.h_recv_w)[rec * K + lane] = my_local ? my_w : 0.0f;
         }
-        if (lane == 0 && Mode != EEP_EPK_CACHED) {
+        if (lane == 0 && c == 0 && Mode != EEP_EPK_CACHED) {
             ((int *)p.h_recv_tok)[rec] = ids[2 * K];
             ((int *)p.h_recv_ord)[rec] = __popc(dmask & ((1u << p.rank) - 1u));
         }
         {
             const uint4   *s4 = (const uint4 *)row;
-            const unsigned n = p.hidden_bytes / 16;
+            const unsigned nv = p.hidden_bytes / 16;
+            /* piece c of CHK: vectors [vb, ve) */
+            const unsigned vb = (unsigned)((unsigned long long)nv * c / CHK);
+            const unsigned n = (unsigned)((unsigned long long)nv * (c + 1) / CHK);
             unsigned       rows_mask = __ballot_sync(0xffffffffu, my_row >= 0);
 
-            for (unsigned v0 = lane; v0 < n; v0 += 32u * 8u) {
+            for (unsigned v0 = vb + lane; v0 < n; v0 += 32u * 8u) {
                 uint4 r8[8];
 #pragma unroll
                 for (int u = 0; u < 8; u++) {
@@ -441,7 +520,7 @@ __device__ void eep_epk_expand(const eep_epk_params_t &p, unsigned long long seq
                     }
                 }
             }
-            for (unsigned m = rows_mask; m != 0; m &= m - 1) {
+            for (unsigned m = c == 0 ? rows_mask : 0u; m != 0; m &= m - 1) {
                 const int r = __shfl_sync(0xffffffffu, my_row, __ffs(m) - 1);
 
                 if (p.scale_bytes != 0) {
@@ -457,6 +536,7 @@ __device__ void eep_epk_expand(const eep_epk_params_t &p, unsigned long long seq
             }
         }
     }
+    eep_epk_stamp(p, 6);
 }
 
 /* One token's record to every destination in @p dm (slot per destination from @p slot_of).
@@ -513,33 +593,239 @@ __device__ __forceinline__ void eep_epk_send_tags(const eep_epk_params_t &p,
     }
 }
 
-/* Count, per global expert and per destination, the tokens in [t_begin, t_end) into @p base
-   (shared, NC = E + world counters, zeroed by the caller). */
-template <int IdxBits>
-__device__ __forceinline__ void eep_epk_count(const eep_epk_params_t &p, int t_begin, int t_end,
-                                              int *base)
+/* The end of every dispatch/combine launch: the last block resets the launch's counters (block
+   count, work) for the next one and, when @p seq_off is not 0, writes the call's sequence back
+   (every block has read it at its start). */
+__device__ __forceinline__ void eep_epk_finish(const eep_epk_params_t &p, unsigned ctr_off,
+                                               unsigned work_off, unsigned seq_off,
+                                               unsigned long long seq)
 {
-    const int E = p.num_experts, K = p.num_topk;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned int *ctr = (unsigned int *)(p.ctl + ctr_off);
 
-    for (int t = t_begin + (int)threadIdx.x; t < t_end; t += blockDim.x) {
-        bool      bad;
-        long long bad_id;
-        unsigned  m = eep_epk_route<IdxBits>(p, t, &bad, &bad_id);
-
-        if (bad) {
-            continue;
+        __threadfence();
+        if (atomicAdd(ctr, 1u) == gridDim.x - 1u) {
+            *(volatile unsigned int *)(p.ctl + work_off) = 0u;
+            *(volatile unsigned int *)ctr = 0u;
+            if (seq_off != 0) {
+                *(volatile unsigned long long *)(p.ctl + seq_off) = seq;
+            }
+            __threadfence();
         }
-        for (int k = 0; k < K; k++) {
-            long long e = eep_epk_id<IdxBits>(p, (long long)t * K + k);
-            if (e >= 0) {
-                atomicAdd(&base[e], 1);
+    }
+    eep_epk_stamp(p, 7);
+}
+
+/* Stage the ids of tokens [c0, c0 + n) into shared memory as int32 (-2: out of range), 8 loads in
+   flight per thread (a load-then-store loop waits for every load: ~1 us each).  Every thread of
+   the block calls this; the caller syncs after. */
+template <int IdxBits>
+__device__ __forceinline__ void eep_epk_stage_ids(const eep_epk_params_t &p, int c0, int n,
+                                                  int *stage)
+{
+    const int K = p.num_topk, E = p.num_experts, nk = n * K;
+
+    for (int i0 = threadIdx.x; i0 < nk; i0 += blockDim.x * 8) {
+        long long v[8];
+#pragma unroll
+        for (int u = 0; u < 8; u++) {
+            const int i = i0 + u * (int)blockDim.x;
+
+            v[u] = i < nk ? eep_epk_id<IdxBits>(p, (long long)c0 * K + i) : 0;
+        }
+#pragma unroll
+        for (int u = 0; u < 8; u++) {
+            const int i = i0 + u * (int)blockDim.x;
+
+            if (i < nk) {
+                stage[i] = (v[u] < -1 || v[u] >= E) ? -2 : (int)v[u];
             }
         }
-        while (m != 0) {
-            int d = __ffs(m) - 1;
-            m &= m - 1;
-            atomicAdd(&base[E + d], 1);
+    }
+}
+
+/* Route one token from its staged ids: destination mask, or bad (duplicate or out of range). */
+__device__ __forceinline__ unsigned eep_epk_route_staged(const int *ids, int K, int El, bool *bad_p)
+{
+    unsigned m = 0;
+    bool     bad = false;
+
+    for (int k = 0; k < K && !bad; k++) {
+        const int e = ids[k];
+
+        if (e == -2) {
+            bad = true;
+        } else if (e >= 0) {
+            for (int i = 0; i < k; i++) {
+                bad |= ids[i] == e;
+            }
+            m |= 1u << (unsigned)(e / El);
         }
+    }
+    *bad_p = bad;
+    return bad ? 0u : m;
+}
+
+/*
+ * Count, per global expert and per destination, the tokens in [t_begin, t_end) into @p base
+ * (shared, NC = E + world counters, zeroed by the caller).  The ids go through shared memory
+ * (@p stage, @p stage_ints) in chunks, loaded coalesced by the whole block: routing straight
+ * from global memory was a chain of ~K*K/2 dependent loads per token (tens of us at T 4096).
+ * Every thread of the block calls this.
+ */
+template <int IdxBits>
+__device__ void eep_epk_count(const eep_epk_params_t &p, int t_begin, int t_end, int *base,
+                              int *stage, int stage_ints)
+{
+    const int E = p.num_experts, K = p.num_topk, El = p.num_local;
+    const int CH = max(1, min(1024, stage_ints / K));
+
+    for (int c0 = t_begin; c0 < t_end; c0 += CH) {
+        const int n = min(CH, t_end - c0);
+
+        eep_epk_stage_ids<IdxBits>(p, c0, n, stage);
+        __syncthreads();
+        /* one token per thread; counts aggregated per warp (ballots, match_any): a shared
+           counter hit by every thread (2 destinations, a hot expert) serialises otherwise */
+        for (int j0 = 0; j0 < n; j0 += blockDim.x) {
+            const int  j = j0 + (int)threadIdx.x;
+            const int *ids = stage + j * K;
+            bool       bad = true;
+            unsigned   m = 0;
+
+            if (j < n) {
+                m = eep_epk_route_staged(ids, K, El, &bad); /* a bad token: its sender reports */
+            }
+            for (int k = 0; k < K; k++) {
+                const int      e = bad ? -1 : ids[k];
+                const unsigned peers = __match_any_sync(0xffffffffu, e);
+
+                if (e >= 0 && (threadIdx.x & 31u) == (unsigned)(__ffs(peers) - 1)) {
+                    atomicAdd(&base[e], __popc(peers));
+                }
+            }
+            for (int d = 0; d < p.world; d++) {
+                const unsigned b = __ballot_sync(0xffffffffu, (m >> d) & 1u);
+
+                if ((threadIdx.x & 31u) == 0 && b != 0) {
+                    atomicAdd(&base[E + d], __popc(b));
+                }
+            }
+        }
+        __syncthreads();
+    }
+}
+
+/* A sender block's chunk counts (shared @p base, NC counters) to the scratch, then its flag. */
+__device__ __forceinline__ void eep_epk_chunk_publish(const eep_epk_params_t &p, const int *base,
+                                                      int NC, unsigned long long seq)
+{
+    int *mine = (int *)p.chunk_totals + (long long)blockIdx.x * NC;
+
+    for (int j = threadIdx.x; j < NC; j += blockDim.x) {
+        mine[j] = base[j];
+    }
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        asm volatile("st.release.gpu.global.u64 [%0], %1;" ::"l"(
+                         (unsigned long long *)p.chunk_flags + blockIdx.x), "l"(seq) : "memory");
+    }
+}
+
+/* @p base (shared) = the sum of the chunk counts of sending blocks [0, @p nb), once each has
+   published for this call (they run at the same time: a bounded wait, abortable). */
+__device__ __forceinline__ void eep_epk_chunk_sum(const eep_epk_params_t &p, int *base, int NC,
+                                                  int nb, unsigned long long seq)
+{
+    __shared__ int failed;
+
+    if (threadIdx.x == 0) {
+        failed = 0;
+    }
+    __syncthreads();
+    if ((int)threadIdx.x < nb) {
+        const unsigned long long *flag = (const unsigned long long *)p.chunk_flags + threadIdx.x;
+        eep_wait_ctx              w;
+        unsigned                  polls = 0;
+
+        w.fault          = p.fault;
+        w.fault_claim    = p.fault_claim;
+        w.block_failed   = &failed;
+        w.timeout_ns     = p.timeout_ns;
+        w.rank           = p.rank;
+        w.abort_check_ns = EEP_EPK_ABORT_CHECK_NS;
+        (void)eep_wait_geq(w, [flag, &polls] {
+                               unsigned long long v;
+                               if (polls++ > 16) {
+                                   __nanosleep(32);
+                               }
+                               asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v)
+                                            : "l"(flag) : "memory");
+                               return v;
+                           }, seq, EEP_PHASE_EP_DISPATCH, p.rank);
+    }
+    __syncthreads();
+    for (int j = threadIdx.x; j < NC; j += blockDim.x) {
+        int sum = 0;
+
+#pragma unroll 8
+        for (int b = 0; b < nb; b++) {
+            sum += __ldcg((const int *)p.chunk_totals + (long long)b * NC + j);
+        }
+        base[j] = sum;
+    }
+    __syncthreads();
+}
+
+/* CPU_SYNC, Phase 0, the counter block: wait for every peer's counts, publish counts and
+   offsets on the device and in the host-mapped mirror (its last word last). */
+__device__ void eep_epk_publish(const eep_epk_params_t &p, unsigned long long seq,
+                                const unsigned char *my_counts, eep_epk_copy_smem &csm,
+                                int *block_failed)
+{
+    const int El = p.num_local, W = p.world, parity = (int)(seq & 1ull);
+
+    if (!eep_epk_wait_slots(p, my_counts, parity, EEP_EPK_SLOT_TOKENS, seq, EEP_PHASE_EP_DISPATCH,
+                            block_failed)) {
+        return;
+    }
+    for (int e = threadIdx.x; e < El; e += blockDim.x) {
+        int running = 0;
+
+        for (int s = 0; s < W; s++) {
+            const unsigned long long *slot = (const unsigned long long *)(
+                my_counts + ((unsigned long long)s * 2 + parity) * p.slot_bytes);
+            running += (int)(unsigned)(slot[EEP_EPK_SLOT_COUNTS + e] & 0xffffffffull);
+        }
+        csm.counts[e] = running;
+    }
+    for (int s = threadIdx.x; s < W; s += blockDim.x) {
+        csm.n[s] = 0;
+    }
+    __syncthreads();
+    eep_epk_layout_scan(csm, El, W, p.alignment, true);
+    __syncthreads();
+    {
+        volatile unsigned long long *mirror = (volatile unsigned long long *)p.host_mirror;
+
+        for (int e = threadIdx.x; e <= El; e += blockDim.x) {
+            mirror[e] = (unsigned long long)(unsigned)(e < El ? csm.counts[e] : csm.offsets[El]);
+        }
+        __threadfence_system();
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            mirror[El + 1] = seq; /* the host waits for this word last */
+            __threadfence_system();
+        }
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e <= El; e += blockDim.x) {
+        if (e < El) {
+            ((int *)p.recv_counts)[e] = csm.counts[e];
+        }
+        ((int *)p.recv_offsets)[e] = csm.offsets[e];
     }
 }
 
@@ -577,8 +863,10 @@ __device__ void eep_ep_dispatch_body(const eep_epk_params_t &p)
     const unsigned long long seq = sh_seq;
     const int                parity = (int)(seq & 1ull);
 
+    eep_epk_stamp(p, 0);
     if (Phase == 1) {
         eep_epk_expand<Mode>(p, seq, (int)blockIdx.x, (int)gridDim.x, dyn, csm, &block_failed);
+        eep_epk_finish(p, EEP_EPK_CTL_DCTR, EEP_EPK_CTL_DWORK, 0, seq);
         return;
     }
 
@@ -637,43 +925,61 @@ __device__ void eep_ep_dispatch_body(const eep_epk_params_t &p)
             int *prefix = masks + p.scan_warps * NC;  /* [scan_warps][NC] counts before the warp */
             const int SW = p.scan_warps, R = SW * 32;
 
-            /* 1. counts of the tokens before this chunk */
+            /* 1. counts of this chunk, published for the others (and the counter); the counts
+               before it are the sum over the earlier chunks' (counting [0, t0) itself cost the
+               last block tens of us at T 4096) */
             for (int j = threadIdx.x; j < NC; j += blockDim.x) {
                 base[j] = 0;
             }
             __syncthreads();
-            eep_epk_count<IdxBits>(p, 0, t0, base);
-            __syncthreads();
+            eep_epk_count<IdxBits>(p, t0, t1, base, masks, 2 * SW * NC);
+            eep_epk_chunk_publish(p, base, NC, seq);
+            eep_epk_chunk_sum(p, base, NC, (int)blockIdx.x, seq);
+            eep_epk_stamp(p, 1);
 
             /* 2 + 3, one round of R tokens at a time */
+            /* the round's ids go through shared memory (the prefix area, free until the masks are
+               built) when they fit: routing from global memory is a chain of dependent loads */
+            const bool staged = R * K <= SW * NC;
             for (int r0 = t0; r0 < t1; r0 += R) {
                 for (int j = threadIdx.x; j < SW * NC; j += blockDim.x) {
                     masks[j] = 0;
                 }
+                if (staged) {
+                    eep_epk_stage_ids<IdxBits>(p, r0, min(R, t1 - r0), prefix);
+                }
                 __syncthreads();
                 if ((int)warp < SW) {
                     const int t = r0 + (int)warp * 32 + (int)lane;
+                    int      *mw = masks + warp * NC;
+                    unsigned  m = 0;
 
                     if (t < t1) {
                         bool      bad;
                         long long bad_id;
-                        unsigned  m = eep_epk_route<IdxBits>(p, t, &bad, &bad_id);
-                        int      *mw = masks + warp * NC;
+                        const int *ids = prefix + (t - r0) * K;
 
+                        m = staged ? eep_epk_route_staged(ids, K, El, &bad) :
+                                     eep_epk_route<IdxBits>(p, t, &bad, &bad_id);
                         if (bad) {
+                            (void)eep_epk_route<IdxBits>(p, t, &bad, &bad_id); /* the id, rare */
                             eep_epk_fault_bad(p, t, bad_id);
                         } else {
                             for (int k = 0; k < K; k++) {
-                                long long e = eep_epk_id<IdxBits>(p, (long long)t * K + k);
+                                const long long e = staged ? ids[k] :
+                                                    eep_epk_id<IdxBits>(p, (long long)t * K + k);
                                 if (e >= 0) {
                                     atomicOr(&mw[e], (int)(1u << lane));
                                 }
                             }
-                            while (m != 0) {
-                                int d = __ffs(m) - 1;
-                                m &= m - 1;
-                                atomicOr(&mw[E + d], (int)(1u << lane));
-                            }
+                        }
+                    }
+                    /* destination bits by ballot: the whole warp would hit one word */
+                    for (int d = 0; d < W; d++) {
+                        const unsigned b = __ballot_sync(0xffffffffu, (m >> d) & 1u);
+
+                        if (lane == 0) {
+                            mw[E + d] = (int)b;
                         }
                     }
                 }
@@ -743,12 +1049,8 @@ __device__ void eep_ep_dispatch_body(const eep_epk_params_t &p)
         int *base = dyn;
 
         if (Mode != EEP_EPK_CACHED) {
-            for (int j = threadIdx.x; j < NC; j += blockDim.x) {
-                base[j] = 0;
-            }
-            __syncthreads();
-            eep_epk_count<IdxBits>(p, 0, T, base);
-            __syncthreads();
+            eep_epk_chunk_sum(p, base, NC, S, seq); /* every sender's chunk */
+            eep_epk_stamp(p, 1);
             for (int d = 0; d < W; d++) {
                 unsigned long long *slot = (unsigned long long *)(
                     peer_base[d] + p.counts_off + ((unsigned long long)p.rank * 2 + parity) *
@@ -771,65 +1073,13 @@ __device__ void eep_ep_dispatch_body(const eep_epk_params_t &p)
         __syncthreads();
     }
 
-    /* The last block of the launch writes the sequence back (every block has read it). */
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        unsigned int *ctr = (unsigned int *)(p.ctl + EEP_EPK_CTL_DCTR);
-
-        if (atomicAdd(ctr, 1u) == (unsigned)G - 1u) {
-            *(volatile unsigned int *)ctr = 0u; /* self-cleaning: ready for the next launch */
-            *(volatile unsigned long long *)ctl_seq = seq;
-            __threadfence();
-        }
-    }
-    if ((int)blockIdx.x < S) {
-        return;
-    }
-
-    if (Mode != EEP_EPK_CPU_SYNC) {
+    eep_epk_stamp(p, 2);
+    if ((int)blockIdx.x >= S && Mode != EEP_EPK_CPU_SYNC) {
         eep_epk_expand<Mode>(p, seq, (int)blockIdx.x - S, G - S, dyn, csm, &block_failed);
-        return;
+    } else if ((int)blockIdx.x == S && Mode == EEP_EPK_CPU_SYNC) {
+        eep_epk_publish(p, seq, peer_base[p.rank] + p.counts_off, csm, &block_failed);
     }
-    /* CPU_SYNC (grid S + 1): the counter waits for the counts, publishes them on the device and
-       the host. */
-    const unsigned char *my_counts = peer_base[p.rank] + p.counts_off;
-    if (!eep_epk_wait_slots(p, my_counts, parity, EEP_EPK_SLOT_TOKENS, seq, EEP_PHASE_EP_DISPATCH,
-                            &block_failed)) {
-        return;
-    }
-    for (int e = threadIdx.x; e < El; e += blockDim.x) {
-        int running = 0;
-
-        for (int s = 0; s < W; s++) {
-            const unsigned long long *slot = (const unsigned long long *)(
-                my_counts + ((unsigned long long)s * 2 + parity) * p.slot_bytes);
-            running += (int)(unsigned)(slot[EEP_EPK_SLOT_COUNTS + e] & 0xffffffffull);
-        }
-        csm.counts[e] = running;
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        volatile unsigned long long *mirror = (volatile unsigned long long *)p.host_mirror;
-        int                          off = 0;
-
-        csm.offsets[0] = 0;
-        for (int e = 0; e < El; e++) {
-            off += (csm.counts[e] + p.alignment - 1) / p.alignment * p.alignment;
-            csm.offsets[e + 1] = off;
-            mirror[e] = (unsigned long long)(unsigned)csm.counts[e];
-        }
-        mirror[El] = (unsigned long long)(unsigned)off;
-        __threadfence_system();
-        mirror[El + 1] = seq; /* the host waits for this word last */
-        __threadfence_system();
-    }
-    __syncthreads();
-    for (int e = threadIdx.x; e <= El; e += blockDim.x) {
-        if (e < El) {
-            ((int *)p.recv_counts)[e] = csm.counts[e];
-        }
-        ((int *)p.recv_offsets)[e] = csm.offsets[e];
-    }
+    eep_epk_finish(p, EEP_EPK_CTL_DCTR, EEP_EPK_CTL_DWORK, EEP_EPK_CTL_DSEQ, seq);
 }
 
 #endif /* __CUDACC__ */

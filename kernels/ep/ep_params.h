@@ -14,6 +14,9 @@
 #define EEP_EPK_MAX_WORLD  32   /* destination masks are 32-bit (direct mode, one NVLink domain) */
 #define EEP_EPK_THREADS    512  /* threads per block of every kernel */
 #define EEP_EPK_WARPS      (EEP_EPK_THREADS / 32)
+#define EEP_EPK_TRACE_BLOCKS 1024 /* time stamps (EEP_EP_TRACE): blocks x 8 phases */
+#define EEP_EPK_MAX_SEND_BLOCKS 256 /* dispatch sending blocks (chunk count scratch) */
+#define EEP_EPK_MAX_COUNTERS (2048 + EEP_EPK_MAX_WORLD) /* experts + destinations */
 
 /* Kernel modes (template argument Mode): the values of eep_ep_mode_t. */
 #define EEP_EPK_CPU_SYNC    0
@@ -32,6 +35,8 @@
 #define EEP_EPK_CTL_CCTR   4   /* u32 at byte 4: combine blocks done sending */
 #define EEP_EPK_CTL_DSEQ   8   /* u64: dispatch sequence of the last dispatch kernel */
 #define EEP_EPK_CTL_CSEQ   16  /* u64: combine sequence */
+#define EEP_EPK_CTL_DWORK  24  /* u32: next received record a dispatch copier takes */
+#define EEP_EPK_CTL_CWORK  28  /* u32: next record the combine's expert side takes */
 
 typedef struct eep_epk_params {
     /* identity and shape */
@@ -62,6 +67,9 @@ typedef struct eep_epk_params {
     int                 crecv_regions; /* min(world, K) */
     int                 send_blocks;   /* dispatch: blocks [0, send_blocks) send, the rest copy */
     unsigned long long  crecv_row;     /* combine region row: hidden * 2 bytes + a 16-byte tag */
+    unsigned long long  trace;         /* 0, or u64 [EEP_EPK_TRACE_BLOCKS][8]: phase time stamps */
+    unsigned long long  chunk_totals;  /* int [EEP_EPK_MAX_SEND_BLOCKS][NC]: each sender's counts */
+    unsigned long long  chunk_flags;   /* u64 [EEP_EPK_MAX_SEND_BLOCKS]: = sequence once written */
 
     /* dispatch inputs */
     unsigned long long x, x_scales, topk_idx, topk_weights;
@@ -85,6 +93,6 @@ typedef struct eep_epk_params {
 } eep_epk_params_t;
 
 EEP_LAYOUT_ASSERT(sizeof(void *) == 8, "64-bit pointers");
-EEP_LAYOUT_ASSERT(sizeof(eep_epk_params_t) == 336, "eep_epk_params_t size");
+EEP_LAYOUT_ASSERT(sizeof(eep_epk_params_t) == 360, "eep_epk_params_t size");
 
 #endif /* EEP_KERNELS_EP_PARAMS_H */
