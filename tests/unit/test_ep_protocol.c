@@ -3,14 +3,16 @@
  * by threads standing in for ranks.
  *
  * Each rank makes the same sequence of calls (dispatches and combines, in a random but common
- * order).  A call of kind k with sequence n (its own counter per kind) uses parity p = n & 1:
- * for every peer it maybe writes data into the peer's region [k][p][me] (tagged n; a peer it has
- * no tokens for gets none), then always stores the done word (n << 32 | 1) into the peer's slot
- * [k][p][me]; then it waits for every peer's done word of sequence n in its own slots (a word past
- * n would mean a peer overtook the call); then, after
- * a random delay standing for the copy epilogue, it consumes its regions and checks that each
- * still holds sequence n (or was not written at all).  If a fast rank could overwrite a region
- * that a slow rank has not consumed, a tag would show n + 2.  Nothing is ever reset.
+ * order).  A call of kind k with sequence n (its own counter per kind) uses parity p = n & 1.
+ * As the kernels do since records carry tags: it first stores its handshake word (n << 32 | 1)
+ * into every peer's slot [k][p][me] (the count word of a dispatch, the start word of a combine),
+ * then maybe writes data into the peer's region [k][p][me] tagged n (which pairs carry data is
+ * known to both sides, as a handle's layout or the counts make it known).  As consumer it waits
+ * for the tag n of every region that gets data, "copies" (a random delay, long on rank 0) and
+ * checks that the tag still reads n, and only then waits for every peer's handshake word of n
+ * (the combine's order: last; a dispatch waits for the count words first, which is stronger).  A
+ * word or tag past n would mean a fast rank overtook a slow one and overwrote a region in use.
+ * Nothing is ever reset.
  *
  * A second run with one parity shows the test can fail: there a fast rank does overwrite.
  */
@@ -31,7 +33,7 @@
 #define KINDS 2 /* dispatch, combine */
 
 typedef struct {
-    _Atomic uint64_t done[KINDS][2][WORLD];   /* [kind][parity][writer] */
+    _Atomic uint64_t hello[KINDS][2][WORLD];  /* [kind][parity][writer]: handshake words */
     _Atomic uint64_t region[KINDS][2][WORLD]; /* data tag: sequence of the writer's last call */
 } rank_mem_t;
 
@@ -39,6 +41,7 @@ typedef struct {
     rank_mem_t       mem[WORLD];
     int              parities;    /* 2: the protocol; 1: the broken variant */
     unsigned char    kinds[CALLS];
+    unsigned char    carries[CALLS][WORLD][WORLD]; /* [call][from][to]: data this call */
     _Atomic int64_t  violations;
     _Atomic int      timeouts;
 } world_t;
@@ -81,23 +84,51 @@ static void *rank_main(void *p)
         uint64_t n = ++seq[k];
         int      par = (int)(n % (uint64_t)w->parities);
 
-        /* Producer: data (maybe) then done, for every peer. */
+        /* Producer: the handshake word, then data where this call carries some. */
         for (peer = 0; peer < WORLD; peer++) {
             int d = (peer + me) % WORLD;
 
-            if (rnd(&st) % 4 != 0) { /* a quarter of the pairs carry no tokens */
-                atomic_store_explicit(&w->mem[d].region[k][par][me], n, memory_order_relaxed);
-            }
-            atomic_store_explicit(&w->mem[d].done[k][par][me], (n << 32) | 1u,
+            atomic_store_explicit(&w->mem[d].hello[k][par][me], (n << 32) | 1u,
                                   memory_order_release);
         }
-        /* Consumer: wait for every peer's done word of this sequence (bounded).  A word already
-           past n means a peer overtook this call: the protocol must make that impossible. */
+        for (peer = 0; peer < WORLD; peer++) {
+            int d = (peer + me) % WORLD;
+
+            if (w->carries[i][me][d]) {
+                atomic_store_explicit(&w->mem[d].region[k][par][me], n, memory_order_release);
+            }
+        }
+        /* Consumer: each region with data once its tag reads n, then a slow copy, then the tag
+           must still read n. */
+        for (peer = 0; peer < WORLD; peer++) {
+            long     tries = 0;
+            uint64_t tag;
+
+            if (!w->carries[i][peer][me]) {
+                continue;
+            }
+            while ((tag = atomic_load_explicit(&w->mem[me].region[k][par][peer],
+                                               memory_order_acquire)) < n) {
+                if (++tries > 50000000L) {
+                    atomic_fetch_add(&w->timeouts, 1);
+                    return NULL;
+                }
+                if (tries % 256 == 0) {
+                    sched_yield();
+                }
+            }
+            spin(&st, me == 0 ? 4000 : 200);
+            tag = atomic_load_explicit(&w->mem[me].region[k][par][peer], memory_order_relaxed);
+            if (tag != n) {
+                atomic_fetch_add(&w->violations, 1);
+            }
+        }
+        /* Last: every peer's handshake word of this call (bounded); one past n is an overtake. */
         for (peer = 0; peer < WORLD; peer++) {
             long     tries = 0;
             uint64_t got;
 
-            while ((got = atomic_load_explicit(&w->mem[me].done[k][par][peer],
+            while ((got = atomic_load_explicit(&w->mem[me].hello[k][par][peer],
                                                memory_order_acquire) >> 32) < n) {
                 if (++tries > 50000000L) {
                     atomic_fetch_add(&w->timeouts, 1);
@@ -108,17 +139,6 @@ static void *rank_main(void *p)
                 }
             }
             if (got > n) {
-                atomic_fetch_add(&w->violations, 1);
-            }
-        }
-        /* The copy epilogue, slow on some ranks: then every region must still hold this call's
-           data (or an older tag where no tokens came). */
-        spin(&st, me == 0 ? 4000 : 200);
-        for (peer = 0; peer < WORLD; peer++) {
-            uint64_t tag = atomic_load_explicit(&w->mem[me].region[k][par][peer],
-                                                memory_order_relaxed);
-
-            if (tag > n) {
                 atomic_fetch_add(&w->violations, 1);
             }
         }
@@ -136,8 +156,15 @@ static void run_world(world_t *w, int parities)
     memset(w, 0, sizeof(*w));
     w->parities = parities;
     for (i = 0; i < CALLS; i++) {
+        int a, b;
+
         /* Pairs, runs of dispatches (cached ones) and lone combines all occur. */
         w->kinds[i] = (unsigned char)(rnd(&st) % 3 == 0);
+        for (a = 0; a < WORLD; a++) {
+            for (b = 0; b < WORLD; b++) {
+                w->carries[i][a][b] = rnd(&st) % 4 != 0; /* a quarter of the pairs: no tokens */
+            }
+        }
     }
     for (i = 0; i < WORLD; i++) {
         args[i] = (arg_t){ w, i };
