@@ -2,6 +2,7 @@
 #
 #   make bench            every benchmark on this machine's GPUs; rows for bench/RESULTS.md
 #   make bench-ep         dispatch/combine against the NCCL baseline (EEP_BENCH_NRANKS GPUs)
+#   make bench-membw      per-SM copy rates (HBM, NVLink) behind the SM model
 #
 # eep-bench links the CPU reference of dispatch/combine (tests/unit/ep_reference.c) to check every
 # element it measures.
@@ -50,3 +51,15 @@ bench: bench-barrier
 bench-barrier: check-cuda $(EEP_BENCH)
 	@mkdir -p $(BUILD)/bench
 	tests/gpu/launch.sh $(EEP_BENCH) barrier $(BUILD)/bench/barrier.md
+
+# eep-membw: per-SM copy rates behind the SM model (bench/membw/membw.cu, a standalone nvcc
+# program: it is not part of libeep).  `make bench-membw` builds and runs it on this machine.
+EEP_MEMBW := $(BUILD)/bin/eep-membw
+$(EEP_MEMBW): bench/membw/membw.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) -O3 -arch=sm_90 -o $@ $<
+
+.PHONY: bench-membw
+bench: bench-membw
+bench-membw: check-cuda $(EEP_MEMBW)
+	$(EEP_MEMBW) 14336 8192
