@@ -122,8 +122,10 @@ __device__ void eep_ep_combine_body(const eep_epk_params_t &p)
 
         /* 2 vectors of 8 channels per lane x up to 4 top-k lanes in flight (8 loads), then the
            fmas in lane order k ascending (the contract's order). */
-        for (int v0 = lane; v0 < vecs; v0 += 32 * 2) {
-            float    acc[2][8];
+        /* every lane runs every iteration (the body shuffles with the full mask) */
+        for (int b0 = 0; b0 < vecs; b0 += 32 * 2) {
+            const int v0 = b0 + (int)lane;
+            float     acc[2][8];
             unsigned m = rows_mask;
 #pragma unroll
             for (int u = 0; u < 2; u++) {

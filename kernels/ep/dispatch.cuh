@@ -500,8 +500,12 @@ __device__ void eep_epk_expand(const eep_epk_params_t &p, unsigned long long seq
             const unsigned n = (unsigned)((unsigned long long)nv * (c + 1) / CHK);
             unsigned       rows_mask = __ballot_sync(0xffffffffu, my_row >= 0);
 
-            for (unsigned v0 = vb + lane; v0 < n; v0 += 32u * 8u) {
-                uint4 r8[8];
+            /* the loop runs the same number of times on every lane (its body shuffles with the
+               full mask): a piece narrower than 32 vectors, e.g. fp8 H 2048 split 8 ways, left
+               lanes out and hung the warp */
+            for (unsigned b0 = vb; b0 < n; b0 += 32u * 8u) {
+                const unsigned v0 = b0 + lane;
+                uint4          r8[8];
 #pragma unroll
                 for (int u = 0; u < 8; u++) {
                     if (v0 + 32u * u < n) {

@@ -33,4 +33,8 @@ run --mode no-cpu-sync --dtype bf16 --hidden 2048 --topk 6 --tokens 128 --gating
 run --mode cpu-sync --dtype bf16 --hidden 7168 --topk 8 --tokens 64 --gating t1
 run --mode cached --dtype bf16 --hidden 2048 --topk 8 --tokens 64 --gating t1 --align 1
 run --mode no-cpu-sync --dtype bf16 --hidden 7168 --topk 8 --tokens 4096
+# narrow copy pieces / hidden under 32 vectors: a warp loop that shuffled with the full mask
+# while some lanes had left it hung (fp8 H 2048 decode: 16-vector pieces; H 128: 16 vectors)
+run --mode no-cpu-sync --dtype fp8 --hidden 2048 --topk 8 --tokens 32
+run --mode cached --dtype bf16 --hidden 128 --topk 2 --tokens 64 --align 1
 [ $fails -eq 0 ] || { echo "$fails case(s) failed"; exit 1; }
