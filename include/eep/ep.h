@@ -15,10 +15,10 @@
  * never of arrival order.  Padding rows hold x = 0, scales = 0, topk_idx = -1, weights = 0.
  *
  * Synchronisation per dispatch+combine pair, steady state: no barrier kernel, no memset, no
- * separate notify kernel.  Each kernel ends with one point-to-point "done" signal from every rank
- * to every peer, tagged with the call's sequence number (the world-wide handshake that keeps buffer
- * reuse safe); a non-cached dispatch also sends one count message per peer, inside the same
- * kernel.  Host synchronisations: CPU_SYNC 1 (dispatch waits for the counts, not for the data),
+ * separate notify kernel.  Each kernel sends one point-to-point handshake word from every rank to
+ * every peer, tagged with the call's sequence number (a dispatch's count word, a combine's start
+ * word: what keeps buffer reuse safe), and every record it moves carries the same tag, so data is
+ * consumed as it lands, without an "all done" signal.  Host synchronisations: CPU_SYNC 1 (dispatch waits for the counts, not for the data),
  * NO_CPU_SYNC 0, CACHED 0.  docs/dispatch.md explains why this is enough.
  *
  * Threading: calls on one runtime are serialised by the caller (one stream per runtime, like NCCL
