@@ -55,9 +55,9 @@ typedef struct {
  * (sequence << 32) | value, where sequence is the low 32 bits of the call number (never 0), so a
  * slot never needs cleaning: "arrived" means "the high half equals my sequence".  Two parities so
  * that a fast peer's call n+1 cannot overwrite call n before it was read (docs/dispatch.md).
- *   word 0        tokens the peer sends me (distinct tokens)
- *   word 1        dispatch done: the peer's data for this call has all landed in my buffer
- *   word 2        combine done (the combine call counter's sequence and parity)
+ *   word 0        tokens the peer sends me (distinct tokens): also the dispatch's handshake
+ *   word 1        unused (records carry tags since the second kernel version)
+ *   word 2        combine started (the combine's handshake; its rows carry tags)
  *   word 3 + e    rows for my local expert e (El words)
  * The slot is padded to 128 bytes so that two peers never share a cache line.
  */

@@ -4,30 +4,33 @@
  *   template <int IdxBits, int Mode, int Phase>
  *   __device__ void eep_ep_dispatch_body(const eep_epk_params_t &p);
  *
- * Phase 0 (the dispatch kernel), G blocks, block b owns tokens [b*C, (b+1)*C):
- *   1. count: the block counts, per global expert and per destination rank, the tokens before
- *      its chunk (shared-memory atomics: sums do not depend on order);
- *   2. order: per round of scan_warps*32 tokens, each warp sets one bit per (token, expert) and
- *      (token, destination) in shared masks; a prefix over warps gives every token its exact
+ * Phase 0 (the dispatch kernel): blocks [0, S) send, block S counts, blocks >= S copy
+ * (S = p.send_blocks; the counter copies too once it has counted):
+ *   1. sender b owns tokens [b*C, (b+1)*C): it counts them per global expert and destination,
+ *      publishes the counts to a device scratch (flag = the call's sequence), and sums the
+ *      earlier chunks' counts into its running base;
+ *   2. order: per round of scan_warps*32 tokens, each warp sets one bit per (token, expert) in
+ *      shared masks (destinations by ballot); a prefix over warps gives every token its exact
  *      position among this rank's tokens for each of its experts and destinations, in token
  *      order, with no atomics on positions and no grid-wide sync;
- *   3. send: one warp per token writes its wire record once to each destination rank's region
- *      (slot = its position among the tokens for that rank) through LSA pointers, 16-byte
- *      stores; the record carries the per-expert positions;
- *   4. the block owning the last token holds the totals: it writes each peer's count slot
- *      (tokens, per-local-expert rows), release-ordered;
- *   5. the last block to finish sending (a self-cleaning counter) sends "done" to every peer.
- * CACHED skips 1, 2 and 4: slots come from the handle.  Modes other than CPU_SYNC then run the
- * copy epilogue in the same kernel (Phase 0 includes it); CPU_SYNC: block 0 waits for the counts,
- * publishes them (device arrays and a host-mapped mirror), and the host launches Phase 1 (copy
- * only) once it has sized the outputs.
- * Copy epilogue: wait for every peer's done (bounded), compute offsets, then one warp per
- * received record places it at offsets[e] + rows of e from lower sources + its position: source
- * then token order, a function of the inputs alone.  Padding rows are zeroed.
+ *   3. send: one warp per token writes its wire record to each destination rank's region (slot =
+ *      its position among the tokens for that rank) through LSA pointers, 16-byte stores; after
+ *      the round one system fence, then each record's tag (the call's sequence);
+ *   4. the counter sums every sender's chunk counts and writes each peer's count slot (tokens,
+ *      per-local-expert rows), release-ordered: the counts and the call's handshake;
+ *   5. copy: wait for every peer's count word, lay out offsets (warp scans), zero the padding
+ *      rows, then take records from a work counter and place each once its tag holds this
+ *      call's sequence, at offsets[e] + rows of e from lower sources + its position (source then
+ *      token order, a function of the inputs alone);
+ *   6. the launch's last block resets the work counter and writes the sequence back.
+ * CACHED skips 1, 2 and the counts of 4: slots and layout come from the handle.  CPU_SYNC: the
+ * launch is senders + counter; the counter publishes the counts (device arrays and a host-mapped
+ * mirror) and the host launches Phase 1 (the copy alone, on the copy blocks) once it has sized
+ * the outputs.
  *
- * Every word a peer waits for is (sequence << 32) | value; the sequence comes from a device
- * counter advanced by the kernel itself (graph replays stay in step); parity = sequence & 1
- * selects the slot and region (docs/dispatch.md, section 3).
+ * Every word a peer waits for is (sequence << 32) | value, every tag the sequence itself; the
+ * sequence comes from a device counter advanced by the kernel itself (graph replays stay in
+ * step); parity = sequence & 1 selects the slot and region (docs/dispatch.md, section 3).
  */
 #ifndef EEP_KERNELS_EP_DISPATCH_CUH
 #define EEP_KERNELS_EP_DISPATCH_CUH
@@ -130,17 +133,6 @@ __device__ __forceinline__ unsigned char *eep_epk_peer(const eep_epk_params_t &p
                                                        unsigned long long off, int peer)
 {
     return (unsigned char *)ncclGetLsaPointer((ncclWindow_t)p.window, (size_t)off, peer);
-}
-
-__device__ __forceinline__ void eep_epk_copy16(void *dst, const void *src, unsigned bytes,
-                                               unsigned lane, unsigned nlanes)
-{
-    const uint4 *s4 = (const uint4 *)src;
-    uint4       *d4 = (uint4 *)dst;
-
-    for (unsigned i = lane; i < bytes / 16; i += nlanes) {
-        d4[i] = s4[i];
-    }
 }
 
 __device__ __forceinline__ void eep_epk_copy4(void *dst, const void *src, unsigned bytes,
