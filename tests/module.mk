@@ -33,5 +33,17 @@ $(EP_EMU_TEST): tests/unit/test_ep_baseline_emu.cc tests/unit/ep_cuda_shim.h \
 	$(CXX) -std=c++20 $(CPPFLAGS) $(WARN) -O1 -g -ffp-contract=off -pthread $(SAN) -o $@ $< \
 	    $(EP_REFERENCE_OBJ) $(LIBEEP_A) $(LDFLAGS) $(NCCL_LDFLAGS) -ldl
 
+# test_ep_kernels_emu: the real dispatch/combine kernels on the CPU (tests/unit/ep_kernel_shim.h:
+# a process per block, a thread per GPU thread) against the CPU reference.
+EP_KERNELS_EMU_TEST := $(BUILD)/tests/unit/test_ep_kernels_emu
+UNIT_TEST_BINS += $(EP_KERNELS_EMU_TEST)
+unit-tests: $(EP_KERNELS_EMU_TEST)
+$(EP_KERNELS_EMU_TEST): tests/unit/test_ep_kernels_emu.cc tests/unit/ep_kernel_shim.h \
+                        $(wildcard kernels/ep/*.cuh kernels/ep/*.h barrier/impl/*.cuh) \
+                        $(EP_REFERENCE_OBJ) $(LIBEEP_A)
+	@mkdir -p $(dir $@)
+	$(CXX) -std=c++20 $(CPPFLAGS) $(WARN) -Wno-unknown-pragmas -O1 -g -ffp-contract=off -pthread \
+	    $(SAN) -o $@ $< $(EP_REFERENCE_OBJ) $(LIBEEP_A) $(LDFLAGS) $(NCCL_LDFLAGS) -ldl
+
 # GPU tests (make gpu-check): tests/gpu/module.mk.
 include tests/gpu/module.mk

@@ -19,6 +19,12 @@
 
 #define EEP_ABORT_CHECK_NS 20000ull
 
+/*
+ * The memory operations the kernels order their signals with.  EEP_EPK_EMULATION (defined only
+ * by tests/unit/ep_kernel_shim.h, which runs the kernels on CPU threads) swaps the PTX for the
+ * compiler's atomics and a host clock; the GPU build never sees that branch.
+ */
+#ifndef EEP_EPK_EMULATION
 __device__ __forceinline__ unsigned long long eep_globaltimer(void)
 {
     unsigned long long t;
@@ -44,6 +50,59 @@ __device__ __forceinline__ void eep_st_release_sys(unsigned long long *p, unsign
 {
     asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
+
+__device__ __forceinline__ void eep_st_relaxed_sys(unsigned long long *p, unsigned long long v)
+{
+    asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+__device__ __forceinline__ void eep_st_release_gpu(unsigned long long *p, unsigned long long v)
+{
+    asm volatile("st.release.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+__device__ __forceinline__ unsigned long long eep_ld_acquire_gpu(const unsigned long long *p)
+{
+    unsigned long long v;
+    asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+#else
+__device__ __forceinline__ unsigned long long eep_globaltimer(void)
+{
+    return eep_shim_now_ns();
+}
+
+__device__ __forceinline__ unsigned long long eep_ld_acquire_sys(const unsigned long long *p)
+{
+    return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+}
+
+__device__ __forceinline__ unsigned long long eep_ld_relaxed_sys(const unsigned long long *p)
+{
+    return __atomic_load_n(p, __ATOMIC_RELAXED);
+}
+
+__device__ __forceinline__ void eep_st_release_sys(unsigned long long *p, unsigned long long v)
+{
+    __atomic_store_n(p, v, __ATOMIC_RELEASE);
+}
+
+__device__ __forceinline__ void eep_st_relaxed_sys(unsigned long long *p, unsigned long long v)
+{
+    __atomic_store_n(p, v, __ATOMIC_RELAXED);
+}
+
+__device__ __forceinline__ void eep_st_release_gpu(unsigned long long *p, unsigned long long v)
+{
+    __atomic_store_n(p, v, __ATOMIC_RELEASE);
+}
+
+__device__ __forceinline__ unsigned long long eep_ld_acquire_gpu(const unsigned long long *p)
+{
+    return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+}
+#endif
 
 __device__ __forceinline__ unsigned int eep_abort_raised(const eep_fault_page_t *fault)
 {

@@ -38,8 +38,13 @@
 #include "ep_params.h"
 
 #ifdef __CUDACC__
+#ifndef EEP_EPK_EMULATION /* tests/unit/ep_kernel_shim.h stands in for NCCL's device API */
 #include <nccl.h>
 #include <nccl_device.h>
+#endif
+#ifndef EEP_EPK_DYN_SMEM
+#define EEP_EPK_DYN_SMEM(name) extern __shared__ int name[]
+#endif
 
 #include "../../barrier/impl/bounded_wait.cuh"
 
@@ -215,7 +220,7 @@ __device__ __forceinline__ bool eep_epk_wait_slots(const eep_epk_params_t &p,
 __device__ __forceinline__ void eep_epk_tag_store(unsigned char *rec, unsigned tag_off,
                                                   unsigned long long seq)
 {
-    asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(rec + tag_off), "l"(seq) : "memory");
+    eep_st_relaxed_sys((unsigned long long *)(rec + tag_off), seq);
 }
 
 /* Shared state of the expanders (the copy from received records to expert-major rows). */
@@ -725,8 +730,7 @@ __device__ __forceinline__ void eep_epk_chunk_publish(const eep_epk_params_t &p,
     __threadfence();
     __syncthreads();
     if (threadIdx.x == 0) {
-        asm volatile("st.release.gpu.global.u64 [%0], %1;" ::"l"(
-                         (unsigned long long *)p.chunk_flags + blockIdx.x), "l"(seq) : "memory");
+        eep_st_release_gpu((unsigned long long *)p.chunk_flags + blockIdx.x, seq);
     }
 }
 
@@ -753,13 +757,10 @@ __device__ __forceinline__ void eep_epk_chunk_sum(const eep_epk_params_t &p, int
         w.rank           = p.rank;
         w.abort_check_ns = EEP_EPK_ABORT_CHECK_NS;
         (void)eep_wait_geq(w, [flag, &polls] {
-                               unsigned long long v;
                                if (polls++ > 16) {
                                    __nanosleep(32);
                                }
-                               asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v)
-                                            : "l"(flag) : "memory");
-                               return v;
+                               return eep_ld_acquire_gpu(flag);
                            }, seq, EEP_PHASE_EP_DISPATCH, p.rank);
     }
     __syncthreads();
@@ -836,7 +837,7 @@ __device__ void eep_ep_dispatch_body(const eep_epk_params_t &p)
 {
     static_assert(Mode >= 0 && Mode <= 2, "Mode: 0 CPU_SYNC, 1 NO_CPU_SYNC, 2 CACHED");
     static_assert(Phase == 0 || (Phase == 1 && Mode == EEP_EPK_CPU_SYNC), "Phase 1: CPU_SYNC copy");
-    extern __shared__ int dyn[];
+    EEP_EPK_DYN_SMEM(dyn);
     __shared__ int               block_failed;
     __shared__ unsigned long long sh_seq;
     __shared__ eep_epk_copy_smem  csm;
@@ -952,7 +953,7 @@ __device__ void eep_ep_dispatch_body(const eep_epk_params_t &p)
 
                     if (t < t1) {
                         bool      bad;
-                        long long bad_id;
+                        long long bad_id = -1;
                         const int *ids = prefix + (t - r0) * K;
 
                         m = staged ? eep_epk_route_staged(ids, K, El, &bad) :
