@@ -115,7 +115,7 @@ deps-run:
 
 test: deps-test
 	@$(MAKE) --no-print-directory all unit-tests
-	@BUILD=$(BUILD) tests/run.sh $(UNIT_TEST_BINS) $(SCRIPT_TESTS)
+	@BUILD=$(BUILD) SANITIZER=$(SANITIZER) tests/run.sh $(UNIT_TEST_BINS) $(SCRIPT_TESTS)
 
 asan:
 	@$(MAKE) --no-print-directory SANITIZER=address test

@@ -20,6 +20,8 @@ if [ -f "$lib" ]; then
     for n in $needed; do
         case $n in
             libnccl.so.2|libc.so.6|libm.so.6|libdl.so.2|libpthread.so.0|librt.so.1|libstdc++.so.6|libgcc_s.so.1|ld-linux*) ;;
+            # make asan / make ubsan link the sanitizer's runtime into everything they build
+            libasan.so.*|libubsan.so.*) [ -n "${SANITIZER:-}" ] || fail "libeep.so needs $n outside a sanitizer build" ;;
             *) fail "libeep.so needs $n (allowed: NCCL, libc and its parts)" ;;
         esac
     done
