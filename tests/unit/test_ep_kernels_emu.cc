@@ -101,14 +101,15 @@ static void run_block(body_fn fn, const eep_epk_params_t &p, unsigned b, unsigne
 }
 
 /* A launch on both ranks: every block of every rank a process; false on a hang or a crash. */
-static bool launch(body_fn fn, eep_epk_params_t *p, unsigned G, size_t dyn, const char *what)
+static bool launch(body_fn fn, eep_epk_params_t *p, unsigned G, size_t dyn, const char *what,
+                   int nranks = W)
 {
     std::vector<pid_t> pids;
     time_t             start = time(NULL);
     bool               ok = true;
 
     fflush(stdout);
-    for (int r = 0; r < W; r++) {
+    for (int r = 0; r < nranks; r++) {
         for (unsigned b = 0; b < G; b++) {
             pid_t pid = fork();
 
@@ -152,7 +153,10 @@ static void check(bool cond, const char *what, int r, long long i)
     }
 }
 
-static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, int pairs)
+enum { FAULT_NONE, FAULT_SILENT_PEER, FAULT_BAD_ID };
+
+static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, int pairs,
+                    int fault = FAULT_NONE)
 {
     eep_ep_shape_t s;
     memset(&s, 0, sizeof(s));
@@ -201,6 +205,9 @@ static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, i
         int32_t          *ids = (int32_t *)shm_alloc((size_t)T * K * 4 + 4);
 
         eep_ref_topk_to_i32(&in[r], K, ids);
+        if (fault == FAULT_BAD_ID && r == 0) {
+            ids[3 * K + 1] = 99; /* token 3, lane 1: out of range (8 experts) */
+        }
         memset(&q, 0, sizeof(q));
         q.rank = r;
         q.world = W;
@@ -221,7 +228,7 @@ static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, i
         q.window = win;
         q.fault = (eep_fault_page_t *)shm_alloc(sizeof(eep_fault_page_t));
         q.fault_claim = (unsigned int *)shm_alloc(4);
-        q.timeout_ns = 200ull * 1000000000ull;
+        q.timeout_ns = (fault == FAULT_SILENT_PEER ? 2ull : 200ull) * 1000000000ull;
         q.ctl = U(win->base[r] + z.allocator_off);
         q.counts_off = z.counts_off;
         q.slot_bytes = z.count_slot_bytes;
@@ -277,6 +284,41 @@ static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, i
         return 1;
     }
 
+    if (fault != FAULT_NONE) {
+        /* One dispatch: rank 1 never runs (silent peer: every wait of rank 0 must give up at
+           its 2 s deadline, recording peer 1), or both run with a bad id on rank 0 (the token is
+           dropped and recorded; nothing hangs). */
+        const int                 nr = fault == FAULT_SILENT_PEER ? 1 : W;
+        const eep_fault_page_t   *f = p[0].fault;
+        const unsigned long long  t0 = eep_shim_now_ns();
+        bool                      ok;
+
+        ok = launch(eep_ep_dispatch_body<32, EEP_EPK_NO_CPU_SYNC, 0>, p, G, dyn, name, nr);
+        check(ok, "the launch ends", 0, -1);
+        if (fault == FAULT_SILENT_PEER) {
+            const double s_waited = (double)(eep_shim_now_ns() - t0) / 1e9;
+
+            check(f->abort_flag == EEP_ABORT_TIMEOUT, "abort flag: timeout", 0, f->abort_flag);
+            check(f->nrecords >= 1 && f->records[0].valid, "a fault record", 0, f->nrecords);
+            check(f->records[0].phase == EEP_PHASE_EP_DISPATCH, "record phase", 0,
+                  f->records[0].phase);
+            check(f->records[0].peer == 1, "record names peer 1", 0, f->records[0].peer);
+            check(s_waited < 30.0, "gave up near the deadline", 0, (long long)s_waited);
+        } else {
+            check(f->abort_flag == EEP_ABORT_FAULT, "abort flag: fault", 0, f->abort_flag);
+            check(f->nrecords >= 1 && f->records[0].phase == EEP_PHASE_EP_BAD_EXPERT,
+                  "bad-expert record", 0, f->nrecords);
+            check(f->records[0].expected == 3 && f->records[0].observed == 99,
+                  "record names token 3 and id 99", 0, (long long)f->records[0].expected);
+        }
+        printf("%s %s\n", g_errors == before ? "PASS" : "FAIL", name);
+        for (int r = 0; r < W; r++) {
+            eep_ref_input_free(&in[r]);
+            eep_ref_recv_free(&rr[r]);
+            free(out_ref[r]);
+        }
+        return g_errors == before ? 0 : 1;
+    }
     for (int pair = 0; pair < pairs; pair++) {
         const int dmode = mode == EEP_EPK_CPU_SYNC ? EEP_EPK_CPU_SYNC :
                           pair > 0 && mode == EEP_EPK_CACHED ? EEP_EPK_CACHED : EEP_EPK_NO_CPU_SYNC;
@@ -381,6 +423,9 @@ int main(void)
     fails += run_case("cached bf16", EEP_EPK_CACHED, EEP_DTYPE_BF16, 0, 3);
     fails += run_case("cpu-sync fp8", EEP_EPK_CPU_SYNC, EEP_DTYPE_FP8_E4M3, 0, 3);
     fails += run_case("no-cpu-sync bf16, 2 tokens", EEP_EPK_NO_CPU_SYNC, EEP_DTYPE_BF16, 2, 3);
-    printf("%d passed, %d failed\n", 4 - fails, fails);
+    fails += run_case("silent peer", EEP_EPK_NO_CPU_SYNC, EEP_DTYPE_BF16, 0, 1,
+                      FAULT_SILENT_PEER);
+    fails += run_case("bad expert id", EEP_EPK_NO_CPU_SYNC, EEP_DTYPE_BF16, 0, 1, FAULT_BAD_ID);
+    printf("%d passed, %d failed\n", 6 - fails, fails);
     return fails == 0 ? 0 : 1;
 }
