@@ -44,6 +44,97 @@ __device__ __forceinline__ uint4 eep_epk_pack8(const float f[8])
     return make_uint4(u[0], u[1], u[2], u[3]);
 }
 
+/*
+ * The expert side of one record (source @p s, index @p i): the bf16 partial of channels
+ * [8 vb, 8 ve) into the source's combine region; one warp.  @return the row (its tag is stored by
+ * the caller after a fence).
+ */
+__device__ __forceinline__ unsigned char *eep_epc_partial(const eep_epk_params_t &p,
+                                                          unsigned char *const *peer_base,
+                                                          unsigned long long region0, int s,
+                                                          int i, int vb, int ve, unsigned lane)
+{
+    const int K = p.num_topk;
+
+    const long long rec = (long long)s * p.max_tokens + i;
+    const int       tok = ((const int *)p.h_recv_tok)[rec];
+    const int       ord = ((const int *)p.h_recv_ord)[rec];
+    const int       my_row = (int)lane < K ? ((const int *)p.h_recv_rows)[rec * K + lane] : -1;
+    const float     my_w = (int)lane < K ? ((const float *)p.h_recv_w)[rec * K + lane] : 0.0f;
+    const unsigned  rows_mask = __ballot_sync(0xffffffffu, my_row >= 0);
+    unsigned char  *dst_row = peer_base[s] + region0 +
+                              (unsigned long long)ord * p.crecv_region +
+                              (unsigned long long)tok * p.crecv_row;
+    uint4          *dst = (uint4 *)dst_row;
+
+    /* 2 vectors of 8 channels per lane x up to 4 top-k lanes in flight (8 loads), then the
+       fmas in lane order k ascending (the contract's order). */
+    /* every lane runs every iteration (the body shuffles with the full mask): a slice under 32
+       vectors (H 2048 split over 16 warps) let lanes leave and hung the warp */
+    for (int b0 = vb; b0 < ve; b0 += 32 * 2) {
+        const int v0 = b0 + (int)lane;
+        float     acc[2][8];
+        unsigned m = rows_mask;
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                acc[u][j] = 0.0f;
+            }
+        }
+        while (m != 0) { /* m is warp-uniform (a ballot) */
+            int   rr[4];
+            float ww[4];
+            uint4 yv[4][2];
+#pragma unroll
+            for (int g = 0; g < 4; g++) {
+                int k = -1;
+                if (m != 0) {
+                    k = __ffs(m) - 1;
+                    m &= m - 1;
+                }
+                rr[g] = __shfl_sync(0xffffffffu, my_row, k < 0 ? 0 : k);
+                ww[g] = __shfl_sync(0xffffffffu, my_w, k < 0 ? 0 : k);
+                if (k < 0) {
+                    rr[g] = -1;
+                }
+            }
+#pragma unroll
+            for (int g = 0; g < 4; g++) {
+#pragma unroll
+                for (int u = 0; u < 2; u++) {
+                    if (rr[g] >= 0 && v0 + 32 * u < ve) {
+                        yv[g][u] = ((const uint4 *)((const unsigned short *)p.y +
+                                                    (long long)rr[g] * p.hidden))[v0 + 32 * u];
+                    }
+                }
+            }
+#pragma unroll
+            for (int g = 0; g < 4; g++) {
+                if (rr[g] < 0) {
+                    continue;
+                }
+#pragma unroll
+                for (int u = 0; u < 2; u++) {
+                    float y[8];
+                    eep_epk_unpack8(yv[g][u], y);
+#pragma unroll
+                    for (int j = 0; j < 8; j++) {
+                        acc[u][j] = eep_fma(ww[g], y[j], acc[u][j]);
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            if (v0 + 32 * u < ve) {
+                dst[v0 + 32 * u] = eep_epk_pack8(acc[u]);
+            }
+        }
+    }
+    return dst_row;
+}
+
 __device__ void eep_ep_combine_body(const eep_epk_params_t &p)
 {
     __shared__ int                block_failed;
@@ -51,7 +142,7 @@ __device__ void eep_ep_combine_body(const eep_epk_params_t &p)
     __shared__ int                rec_base[EEP_EPK_MAX_WORLD + 1];
     __shared__ unsigned char     *peer_base[EEP_EPK_MAX_WORLD];
 
-    const int           W = p.world, K = p.num_topk, vecs = p.hidden / 8;
+    const int           W = p.world, vecs = p.hidden / 8;
     const unsigned      lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
     unsigned long long *ctl_seq = (unsigned long long *)(p.ctl + EEP_EPK_CTL_CSEQ);
     const int           gwarps = gridDim.x * EEP_EPK_WARPS;
@@ -89,12 +180,32 @@ __device__ void eep_ep_combine_body(const eep_epk_params_t &p)
         eep_st_release_sys(slot + EEP_EPK_SLOT_CDONE, (seq << 32) | 1ull);
     }
 
+    /* Expert side, few records (decode): one block per record, its warps splitting the
+       channels; the block syncs, fences, and thread 0 stores the tag. */
+    if (rec_base[W] <= 2 * (int)gridDim.x) {
+        for (int q = blockIdx.x; q < rec_base[W]; q += gridDim.x) {
+            int s = 0;
+
+            while (rec_base[s + 1] <= q) {
+                s++;
+            }
+            unsigned char *row = eep_epc_partial(p, peer_base, region0, s, q - rec_base[s],
+                                                 vecs * (int)warp / EEP_EPK_WARPS,
+                                                 vecs * ((int)warp + 1) / EEP_EPK_WARPS, lane);
+            __threadfence_system();
+            __syncthreads();
+            if (threadIdx.x == 0) {
+                __threadfence_system();
+                eep_epk_tag_store(row, (unsigned)p.hidden * 2u, seq);
+            }
+        }
+    }
     /* Expert side: records taken dynamically (a counter the launch's last block resets), one
        system fence per 4 records of a warp, then their tags. */
     unsigned int  *work = (unsigned int *)(p.ctl + EEP_EPK_CTL_CWORK);
     unsigned char *done_rows[4] = { nullptr, nullptr, nullptr, nullptr };
     int            ndone = 0;
-    for (;;) {
+    for (; rec_base[W] > 2 * (int)gridDim.x;) {
         int q = 0;
 
         if (lane == 0) {
@@ -109,81 +220,8 @@ __device__ void eep_ep_combine_body(const eep_epk_params_t &p)
         while (rec_base[s + 1] <= q) {
             s++;
         }
-        const long long rec = (long long)s * p.max_tokens + (q - rec_base[s]);
-        const int       tok = ((const int *)p.h_recv_tok)[rec];
-        const int       ord = ((const int *)p.h_recv_ord)[rec];
-        const int       my_row = (int)lane < K ? ((const int *)p.h_recv_rows)[rec * K + lane] : -1;
-        const float     my_w = (int)lane < K ? ((const float *)p.h_recv_w)[rec * K + lane] : 0.0f;
-        const unsigned  rows_mask = __ballot_sync(0xffffffffu, my_row >= 0);
-        unsigned char  *dst_row = peer_base[s] + region0 +
-                                  (unsigned long long)ord * p.crecv_region +
-                                  (unsigned long long)tok * p.crecv_row;
-        uint4          *dst = (uint4 *)dst_row;
-
-        /* 2 vectors of 8 channels per lane x up to 4 top-k lanes in flight (8 loads), then the
-           fmas in lane order k ascending (the contract's order). */
-        /* every lane runs every iteration (the body shuffles with the full mask) */
-        for (int b0 = 0; b0 < vecs; b0 += 32 * 2) {
-            const int v0 = b0 + (int)lane;
-            float     acc[2][8];
-            unsigned m = rows_mask;
-#pragma unroll
-            for (int u = 0; u < 2; u++) {
-#pragma unroll
-                for (int j = 0; j < 8; j++) {
-                    acc[u][j] = 0.0f;
-                }
-            }
-            while (m != 0) { /* m is warp-uniform (a ballot) */
-                int   rr[4];
-                float ww[4];
-                uint4 yv[4][2];
-#pragma unroll
-                for (int g = 0; g < 4; g++) {
-                    int k = -1;
-                    if (m != 0) {
-                        k = __ffs(m) - 1;
-                        m &= m - 1;
-                    }
-                    rr[g] = __shfl_sync(0xffffffffu, my_row, k < 0 ? 0 : k);
-                    ww[g] = __shfl_sync(0xffffffffu, my_w, k < 0 ? 0 : k);
-                    if (k < 0) {
-                        rr[g] = -1;
-                    }
-                }
-#pragma unroll
-                for (int g = 0; g < 4; g++) {
-#pragma unroll
-                    for (int u = 0; u < 2; u++) {
-                        if (rr[g] >= 0 && v0 + 32 * u < vecs) {
-                            yv[g][u] = ((const uint4 *)((const unsigned short *)p.y +
-                                                        (long long)rr[g] * p.hidden))[v0 + 32 * u];
-                        }
-                    }
-                }
-#pragma unroll
-                for (int g = 0; g < 4; g++) {
-                    if (rr[g] < 0) {
-                        continue;
-                    }
-#pragma unroll
-                    for (int u = 0; u < 2; u++) {
-                        float y[8];
-                        eep_epk_unpack8(yv[g][u], y);
-#pragma unroll
-                        for (int j = 0; j < 8; j++) {
-                            acc[u][j] = eep_fma(ww[g], y[j], acc[u][j]);
-                        }
-                    }
-                }
-            }
-#pragma unroll
-            for (int u = 0; u < 2; u++) {
-                if (v0 + 32 * u < vecs) {
-                    dst[v0 + 32 * u] = eep_epk_pack8(acc[u]);
-                }
-            }
-        }
+        unsigned char *dst_row = eep_epc_partial(p, peer_base, region0, s, q - rec_base[s], 0,
+                                                 vecs, lane);
         done_rows[ndone++] = dst_row;
         if (ndone == 4) {
             __threadfence_system();

@@ -148,39 +148,6 @@ __device__ __forceinline__ void eep_epk_copy4(void *dst, const void *src, unsign
     }
 }
 
-/*
- * Copy @p bytes (a multiple of 16) from @p src to every destination rank in @p dmask (record
- * address: base[d] + off), one warp, U 16-byte loads in flight per lane before their stores: a
- * copy is bound by memory latency otherwise (each store would wait for its own load).
- */
-template <int U>
-__device__ __forceinline__ void eep_epk_fanout16(unsigned char *const *base,
-                                                 unsigned long long off, unsigned dmask,
-                                                 const void *src, unsigned bytes, unsigned lane)
-{
-    const uint4   *s4 = (const uint4 *)src;
-    const unsigned n = bytes / 16;
-
-    for (unsigned i = lane; i < n; i += 32u * U) {
-        uint4 r[U];
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            if (i + 32u * u < n) {
-                r[u] = s4[i + 32u * u];
-            }
-        }
-        for (unsigned m = dmask; m != 0; m &= m - 1) {
-            uint4 *d4 = (uint4 *)(base[__ffs(m) - 1] + off);
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                if (i + 32u * u < n) {
-                    d4[i + 32u * u] = r[u];
-                }
-            }
-        }
-    }
-}
-
 /* Wait, by the first world threads of the block, until word @p idx of every peer's slot carries
    @p seq.  @return false when a wait gave up (fault recorded) or the runtime aborted. */
 __device__ __forceinline__ bool eep_epk_wait_slots(const eep_epk_params_t &p,
@@ -540,25 +507,49 @@ __device__ void eep_epk_expand(const eep_epk_params_t &p, unsigned long long seq
     eep_epk_stamp(p, 6);
 }
 
-/* One token's record to every destination in @p dm (slot per destination from @p slot_of).
-   No fence: the caller fences once for several tokens, then stores their tags. */
+/* Vectors [vb, ve) (16 bytes each) of token @p t's hidden bytes to every destination in @p dm
+   (slot per destination from @p slot_of), loaded once, 8 per lane in flight; with @p meta also
+   the scales and the metadata.  No fence: the caller fences, then stores the tags. */
 template <typename SlotOf>
 __device__ __forceinline__ void eep_epk_send_token(const eep_epk_params_t &p,
                                                    unsigned char *const *peer_base,
                                                    unsigned long long my_region, int t,
                                                    unsigned dm, SlotOf slot_of, int my_id,
-                                                   float my_w, int my_pos, unsigned lane)
+                                                   float my_w, int my_pos, unsigned lane,
+                                                   unsigned vb, unsigned ve, bool meta)
 {
-    const int K = p.num_topk;
+    const int    K = p.num_topk;
+    const uint4 *s4 = (const uint4 *)((const unsigned char *)p.x +
+                                      (unsigned long long)t * p.hidden_bytes);
 
+    for (unsigned v0 = vb + lane; v0 < ve; v0 += 32u * 8u) {
+        uint4 r[8];
+#pragma unroll
+        for (int u = 0; u < 8; u++) {
+            if (v0 + 32u * u < ve) {
+                r[u] = s4[v0 + 32u * u];
+            }
+        }
+        for (unsigned m = dm; m != 0; m &= m - 1) {
+            const int d = __ffs(m) - 1;
+            uint4    *d4 = (uint4 *)(peer_base[d] + my_region +
+                                     (unsigned long long)slot_of(d) * p.token_bytes);
+#pragma unroll
+            for (int u = 0; u < 8; u++) {
+                if (v0 + 32u * u < ve) {
+                    d4[v0 + 32u * u] = r[u];
+                }
+            }
+        }
+    }
+    if (!meta) {
+        return;
+    }
     for (unsigned m = dm; m != 0; m &= m - 1) {
         const int      d = __ffs(m) - 1;
         unsigned char *rec = peer_base[d] + my_region +
                              (unsigned long long)slot_of(d) * p.token_bytes;
 
-        eep_epk_fanout16<8>(&peer_base[d], my_region + (unsigned long long)slot_of(d) *
-                            p.token_bytes, 1u, (const unsigned char *)p.x +
-                            (unsigned long long)t * p.hidden_bytes, p.hidden_bytes, lane);
         if (p.scale_bytes != 0) {
             eep_epk_copy4(rec + p.scale_off, (const unsigned char *)p.x_scales +
                           (unsigned long long)t * p.scale_bytes, p.scale_bytes, lane, 32);
@@ -897,7 +888,7 @@ __device__ void eep_ep_dispatch_body(const eep_epk_params_t &p)
                     }
                     eep_epk_send_token(p, peer_base, my_region, t, dm,
                                        [slots](int d) { return slots[d]; }, my_id, my_w, -1,
-                                       lane);
+                                       lane, 0u, p.hidden_bytes / 16u, true);
                 }
                 __threadfence_system();
                 __syncwarp();
@@ -938,9 +929,13 @@ __device__ void eep_ep_dispatch_body(const eep_epk_params_t &p)
             /* the round's ids go through shared memory (the prefix area, free until the masks are
                built) when they fit: routing from global memory is a chain of dependent loads */
             const bool staged = R * K <= SW * NC;
+            __shared__ int piece_done[EEP_EPK_WARPS / 2]; /* tokens of a split round */
             for (int r0 = t0; r0 < t1; r0 += R) {
                 for (int j = threadIdx.x; j < SW * NC; j += blockDim.x) {
                     masks[j] = 0;
+                }
+                for (int j = threadIdx.x; j < EEP_EPK_WARPS / 2; j += blockDim.x) {
+                    piece_done[j] = 0;
                 }
                 if (staged) {
                     eep_epk_stage_ids<IdxBits>(p, r0, min(R, t1 - r0), prefix);
@@ -991,14 +986,23 @@ __device__ void eep_ep_dispatch_body(const eep_epk_params_t &p)
                     base[j] = running;
                 }
                 __syncthreads();
-                /* send: one warp per token of the round */
-                for (int q = (int)warp; q < R && r0 + q < t1; q += EEP_EPK_WARPS) {
+                /* send: one warp per token of the round; a short round (decode) splits each
+                   token into P pieces of its hidden bytes, one warp each, and the warp that
+                   finishes a token's last piece stores its tags */
+                const int nr = min(R, t1 - r0);
+                const int P = nr * 2 <= EEP_EPK_WARPS ? min(8, EEP_EPK_WARPS / nr) : 1;
+                const unsigned nv = p.hidden_bytes / 16u;
+                for (int it = (int)warp; it < nr * P; it += EEP_EPK_WARPS) {
+                    const int      q = it / P, c = it % P;
                     const int      t = r0 + q, w = q >> 5;
                     const unsigned l = (unsigned)(q & 31), lt = (1u << l) - 1u;
                     const int     *mw = masks + w * NC, *pw = prefix + w * NC;
                     int           *slots = (int *)p.h_send_slot + (long long)t * W;
                     int            my_id = -1, my_pos = -1;
                     float          my_w = 0.0f;
+                    auto           slot_of = [mw, pw, lt, E](int d) {
+                        return pw[E + d] + __popc((unsigned)mw[E + d] & lt);
+                    };
 
                     if ((int)lane < K) {
                         my_id = (int)eep_epk_id<IdxBits>(p, (long long)t * K + lane);
@@ -1007,35 +1011,50 @@ __device__ void eep_ep_dispatch_body(const eep_epk_params_t &p)
                             my_pos = pw[my_id] + __popc((unsigned)mw[my_id] & lt);
                         }
                     }
-                    for (int d = lane; d < W; d += 32) {
-                        slots[d] = (((unsigned)mw[E + d] >> l) & 1u) ?
-                                   pw[E + d] + __popc((unsigned)mw[E + d] & lt) : -1;
-                    }
                     unsigned dm = 0;
                     for (int d = 0; d < W; d++) {
                         dm |= (((unsigned)mw[E + d] >> l) & 1u) << d;
                     }
-                    eep_epk_send_token(p, peer_base, my_region, t, dm,
-                                       [mw, pw, lt, E](int d) {
-                                           return pw[E + d] + __popc((unsigned)mw[E + d] & lt);
-                                       }, my_id, my_w, my_pos, lane);
-                }
-                /* one fence per warp and round, then the tags of its tokens */
-                __threadfence_system();
-                __syncwarp();
-                for (int q = (int)warp; q < R && r0 + q < t1; q += EEP_EPK_WARPS) {
-                    const int      w = q >> 5;
-                    const unsigned l = (unsigned)(q & 31), lt = (1u << l) - 1u;
-                    const int     *mw = masks + w * NC, *pw = prefix + w * NC;
-                    unsigned       dm = 0;
-
-                    for (int d = 0; d < W; d++) {
-                        dm |= (((unsigned)mw[E + d] >> l) & 1u) << d;
+                    if (c == 0) {
+                        for (int d = lane; d < W; d += 32) {
+                            slots[d] = ((dm >> d) & 1u) ? slot_of(d) : -1;
+                        }
                     }
-                    eep_epk_send_tags(p, peer_base, my_region, dm,
-                                      [mw, pw, lt, E](int d) {
-                                          return pw[E + d] + __popc((unsigned)mw[E + d] & lt);
-                                      }, seq, lane);
+                    eep_epk_send_token(p, peer_base, my_region, t, dm, slot_of, my_id, my_w,
+                                       my_pos, lane, (unsigned)((unsigned long long)nv * c / P),
+                                       (unsigned)((unsigned long long)nv * (c + 1) / P), c == 0);
+                    if (P > 1) {
+                        int last = 0;
+
+                        __threadfence_system();
+                        __syncwarp();
+                        if (lane == 0) {
+                            last = atomicAdd(&piece_done[q], 1) == P - 1;
+                        }
+                        if (__shfl_sync(0xffffffffu, last, 0)) {
+                            __threadfence_system(); /* after seeing the other pieces' fences */
+                            eep_epk_send_tags(p, peer_base, my_region, dm, slot_of, seq, lane);
+                        }
+                    }
+                }
+                if (P == 1) {
+                    /* one fence per warp and round, then the tags of its tokens */
+                    __threadfence_system();
+                    __syncwarp();
+                    for (int q = (int)warp; q < nr; q += EEP_EPK_WARPS) {
+                        const int      w = q >> 5;
+                        const unsigned l = (unsigned)(q & 31), lt = (1u << l) - 1u;
+                        const int     *mw = masks + w * NC, *pw = prefix + w * NC;
+                        unsigned       dm = 0;
+
+                        for (int d = 0; d < W; d++) {
+                            dm |= (((unsigned)mw[E + d] >> l) & 1u) << d;
+                        }
+                        eep_epk_send_tags(p, peer_base, my_region, dm,
+                                          [mw, pw, lt, E](int d) {
+                                              return pw[E + d] + __popc((unsigned)mw[E + d] & lt);
+                                          }, seq, lane);
+                    }
                 }
                 __syncthreads();
             }
