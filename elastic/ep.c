@@ -24,12 +24,13 @@
 #include "elastic/runtime.h"
 #include "kernels/ep/ep_params.h"
 
-#define EEP_EP_KERNEL_SLOTS 32
+#define EEP_EP_KERNEL_SLOTS 64
+#define EEP_EP_KERNEL_KEY   64
 #define EEP_EP_SMEM_BUDGET  (160 * 1024) /* dynamic shared memory of the order masks */
 #define EEP_EP_CHUNK_TOTALS_BYTES ((size_t)EEP_EPK_MAX_SEND_BLOCKS * EEP_EPK_MAX_COUNTERS * 4)
 
 typedef struct {
-    char              key[48];
+    char              key[EEP_EP_KERNEL_KEY];
     eep_jit_kernel_t *kernel;
 } eep_ep_kernel_slot_t;
 
@@ -152,17 +153,27 @@ static eep_status_t eep_ep_state_get(eep_runtime_t *rt, const eep_cuda_sym_t *cu
     return EEP_OK;
 }
 
-/* A kernel by (function, template arguments), from the per-runtime table or the JIT. */
+/*
+ * A kernel by (function, template arguments, shape), from the per-runtime table or the JIT.  The
+ * shape's top-k, ranks and hidden size are compiled in (kernels/ep/ep_params.h, EEP_EPK_FIXED_*):
+ * one variant per shape, compiled once and kept in the JIT's disk cache.
+ */
 static eep_status_t eep_ep_kernel(eep_runtime_t *rt, struct eep_ep_state *st, int combine,
-                                  int idx_bits, int mode, int phase, eep_jit_kernel_t **kernel_p)
+                                  int idx_bits, int mode, int phase, const eep_ep_shape_t *shape,
+                                  eep_jit_kernel_t **kernel_p)
 {
-    char           key[48], targs[32];
+    char           key[EEP_EP_KERNEL_KEY], targs[32], flags[160];
     eep_jit_spec_t spec;
     eep_status_t   status;
     int            i;
 
     snprintf(targs, sizeof(targs), "%d, %d, %d", idx_bits, mode, phase);
-    snprintf(key, sizeof(key), "%s<%s>", combine ? "c" : "d", combine ? "" : targs);
+    snprintf(flags, sizeof(flags), "-DEEP_EPK_FIXED_K=%d -DEEP_EPK_FIXED_W=%d -DEEP_EPK_FIXED_H=%d "
+             "-DEEP_EPK_FIXED_HB=%zu", shape->num_topk, shape->world, shape->hidden,
+             (size_t)shape->hidden * eep_ep_elem_bytes(shape->dtype));
+    snprintf(key, sizeof(key), "%s<%s> k%d w%d h%d %s", combine ? "c" : "d",
+             combine ? "" : targs, shape->num_topk, shape->world, shape->hidden,
+             shape->dtype == EEP_DTYPE_FP8_E4M3 ? "fp8" : "bf16");
     for (i = 0; i < EEP_EP_KERNEL_SLOTS && st->kernels[i].kernel != NULL; i++) {
         if (strcmp(st->kernels[i].key, key) == 0) {
             *kernel_p = st->kernels[i].kernel;
@@ -174,6 +185,7 @@ static eep_status_t eep_ep_kernel(eep_runtime_t *rt, struct eep_ep_state *st, in
     spec.header        = combine ? "kernels/ep/combine.cuh" : "kernels/ep/dispatch.cuh";
     spec.function      = combine ? "eep_ep_combine_body" : "eep_ep_dispatch_body";
     spec.template_args = combine ? NULL : targs;
+    spec.extra_flags   = flags;
     spec.param_type    = "eep_epk_params_t";
     spec.launch_bounds = EEP_EPK_THREADS;
     spec.backend       = EEP_JIT_BACKEND_AUTO;
@@ -463,7 +475,8 @@ eep_status_t eep_dispatch(eep_runtime_t *rt, const eep_dispatch_args_t *args,
     eep_ep_params_handle(&p, h);
     idx_bits = args->topk_idx_dtype == EEP_INDEX_INT64 ? 64 : 32;
 
-    if ((status = eep_ep_kernel(rt, st, 0, idx_bits, (int)args->mode, 0, &kernel)) != EEP_OK) {
+    if ((status = eep_ep_kernel(rt, st, 0, idx_bits, (int)args->mode, 0, &shape, &kernel)) !=
+        EEP_OK) {
         goto fail;
     }
     if (args->mode == EEP_EP_MODE_CPU_SYNC) {
@@ -491,7 +504,8 @@ eep_status_t eep_dispatch(eep_runtime_t *rt, const eep_dispatch_args_t *args,
             }
         }
         if ((status = eep_ep_outputs(args, rows, hb, sb, &p)) != EEP_OK ||
-            (status = eep_ep_kernel(rt, st, 0, idx_bits, (int)args->mode, 1, &kernel)) != EEP_OK ||
+            (status = eep_ep_kernel(rt, st, 0, idx_bits, (int)args->mode, 1, &shape, &kernel)) !=
+                EEP_OK ||
             (status = eep_jit_launch(kernel, (unsigned)copy, EEP_EPK_THREADS, dyn, stream, &p,
                                      sizeof(p))) != EEP_OK) {
             /* The data is on its way and the peers wait for nothing more: the copy is lost,
@@ -547,7 +561,7 @@ eep_status_t eep_combine(eep_runtime_t *rt, const void *y, const eep_ep_handle_t
     p.y          = (uintptr_t)y;
     p.out        = (uintptr_t)out;
     eep_ep_params_handle(&p, handle);
-    if ((status = eep_ep_kernel(rt, st, 1, 0, 0, 0, &kernel)) != EEP_OK) {
+    if ((status = eep_ep_kernel(rt, st, 1, 0, 0, 0, &handle->shape, &kernel)) != EEP_OK) {
         return status;
     }
     return eep_jit_launch(kernel, (unsigned)(handle->num_sms + handle->copy_sms), EEP_EPK_THREADS,

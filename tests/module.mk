@@ -34,7 +34,8 @@ $(EP_EMU_TEST): tests/unit/test_ep_baseline_emu.cc tests/unit/ep_cuda_shim.h \
 	    $(EP_REFERENCE_OBJ) $(LIBEEP_A) $(LDFLAGS) $(NCCL_LDFLAGS) -ldl
 
 # test_ep_kernels_emu: the real dispatch/combine kernels on the CPU (tests/unit/ep_kernel_shim.h:
-# a process per block, a thread per GPU thread) against the CPU reference.
+# a process per block, a thread per GPU thread) against the CPU reference.  Top-k and ranks are
+# compiled in, as elastic/ep.c's per-shape variants have them (every case has K 2 on 2 ranks).
 EP_KERNELS_EMU_TEST := $(BUILD)/tests/unit/test_ep_kernels_emu
 UNIT_TEST_BINS += $(EP_KERNELS_EMU_TEST)
 unit-tests: $(EP_KERNELS_EMU_TEST)
@@ -43,6 +44,7 @@ $(EP_KERNELS_EMU_TEST): tests/unit/test_ep_kernels_emu.cc tests/unit/ep_kernel_s
                         $(EP_REFERENCE_OBJ) $(LIBEEP_A)
 	@mkdir -p $(dir $@)
 	$(CXX) -std=c++20 $(CPPFLAGS) $(WARN) -Wno-unknown-pragmas -O1 -g -ffp-contract=off -pthread \
+	    -DEEP_EPK_FIXED_K=2 -DEEP_EPK_FIXED_W=2 \
 	    $(SAN) -o $@ $< $(EP_REFERENCE_OBJ) $(LIBEEP_A) $(LDFLAGS) $(NCCL_LDFLAGS) -ldl
 
 # GPU tests (make gpu-check): tests/gpu/module.mk.

@@ -54,7 +54,7 @@ __device__ __forceinline__ unsigned char *eep_epc_partial(const eep_epk_params_t
                                                           unsigned long long region0, int s,
                                                           int i, int vb, int ve, unsigned lane)
 {
-    const int K = p.num_topk;
+    const int K = EEP_EPK_K(p);
 
     const long long rec = (long long)s * p.max_tokens + i;
     const int       tok = ((const int *)p.h_recv_tok)[rec];
@@ -105,7 +105,7 @@ __device__ __forceinline__ unsigned char *eep_epc_partial(const eep_epk_params_t
                 for (int u = 0; u < 2; u++) {
                     if (rr[g] >= 0 && v0 + 32 * u < ve) {
                         yv[g][u] = ((const uint4 *)((const unsigned short *)p.y +
-                                                    (long long)rr[g] * p.hidden))[v0 + 32 * u];
+                                                    (long long)rr[g] * EEP_EPK_H(p)))[v0 + 32 * u];
                     }
                 }
             }
@@ -142,7 +142,7 @@ __device__ void eep_ep_combine_body(const eep_epk_params_t &p)
     __shared__ int                rec_base[EEP_EPK_MAX_WORLD + 1];
     __shared__ unsigned char     *peer_base[EEP_EPK_MAX_WORLD];
 
-    const int           W = p.world, vecs = p.hidden / 8;
+    const int           W = EEP_EPK_W(p), vecs = EEP_EPK_H(p) / 8;
     const unsigned      lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
     unsigned long long *ctl_seq = (unsigned long long *)(p.ctl + EEP_EPK_CTL_CSEQ);
     const int           gwarps = gridDim.x * EEP_EPK_WARPS;
@@ -168,8 +168,8 @@ __device__ void eep_ep_combine_body(const eep_epk_params_t &p)
     __syncthreads();
     const unsigned long long seq = sh_seq;
     const int                parity = (int)(seq & 1ull);
-    const unsigned long long region0 = p.crecv_off +
-                                       (unsigned long long)parity * p.crecv_regions * p.crecv_region;
+    const unsigned long long region0 =
+        p.crecv_off + (unsigned long long)parity * p.crecv_regions * p.crecv_region;
 
     eep_epk_stamp(p, 0);
     /* The handshake word, to every peer. */
@@ -196,7 +196,7 @@ __device__ void eep_ep_combine_body(const eep_epk_params_t &p)
             __syncthreads();
             if (threadIdx.x == 0) {
                 __threadfence_system();
-                eep_epk_tag_store(row, (unsigned)p.hidden * 2u, seq);
+                eep_epk_tag_store(row, (unsigned)EEP_EPK_H(p) * 2u, seq);
             }
         }
     }
@@ -227,7 +227,7 @@ __device__ void eep_ep_combine_body(const eep_epk_params_t &p)
             __threadfence_system();
             __syncwarp();
             if (lane < 4) {
-                eep_epk_tag_store(done_rows[lane], (unsigned)p.hidden * 2u, seq);
+                eep_epk_tag_store(done_rows[lane], (unsigned)EEP_EPK_H(p) * 2u, seq);
             }
             ndone = 0;
         }
@@ -236,7 +236,7 @@ __device__ void eep_ep_combine_body(const eep_epk_params_t &p)
         __threadfence_system();
         __syncwarp();
         if ((int)lane < ndone) {
-            eep_epk_tag_store(done_rows[lane], (unsigned)p.hidden * 2u, seq);
+            eep_epk_tag_store(done_rows[lane], (unsigned)EEP_EPK_H(p) * 2u, seq);
         }
     }
 
@@ -260,14 +260,14 @@ __device__ void eep_ep_combine_body(const eep_epk_params_t &p)
         }
         dm = __reduce_or_sync(0xffffffffu, dm);
         const int n = __popc(dm);
-        uint4    *out = (uint4 *)((unsigned short *)p.out + (long long)t * p.hidden);
+        uint4    *out = (uint4 *)((unsigned short *)p.out + (long long)t * EEP_EPK_H(p));
         int       ok = 1;
 
         /* lane j < n waits for region j's row (its source: the j-th destination rank) */
         if ((int)lane < n) {
             const unsigned long long *tag = (const unsigned long long *)(
                 mine + (unsigned long long)lane * p.crecv_region +
-                (unsigned long long)t * p.crecv_row + (unsigned long long)p.hidden * 2);
+                (unsigned long long)t * p.crecv_row + (unsigned long long)EEP_EPK_H(p) * 2);
             unsigned polls = 0;
             unsigned mm = dm;
 

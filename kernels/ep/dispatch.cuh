@@ -83,10 +83,10 @@ __device__ __forceinline__ unsigned eep_epk_route(const eep_epk_params_t &p, int
                                                   long long *bad_id_p)
 {
     unsigned mask = 0;
-    const long long base = (long long)t * p.num_topk;
+    const long long base = (long long)t * EEP_EPK_K(p);
 
     *bad_p = false;
-    for (int k = 0; k < p.num_topk; k++) {
+    for (int k = 0; k < EEP_EPK_K(p); k++) {
         long long e = eep_epk_id<IdxBits>(p, base + k);
 
         if (e < -1 || e >= p.num_experts) {
@@ -163,7 +163,7 @@ __device__ __forceinline__ bool eep_epk_wait_slots(const eep_epk_params_t &p,
     w.timeout_ns   = p.timeout_ns;
     w.rank         = p.rank;
     w.abort_check_ns = EEP_EPK_ABORT_CHECK_NS;
-    if ((int)threadIdx.x < p.world) {
+    if ((int)threadIdx.x < EEP_EPK_W(p)) {
         const unsigned long long *word = (const unsigned long long *)(
             my_counts + ((unsigned long long)threadIdx.x * 2 + parity) * p.slot_bytes) + idx;
         /* Back off between polls: every block waits here, and a grid of tight .sys-scope
@@ -273,7 +273,7 @@ __device__ void eep_epk_expand(const eep_epk_params_t &p, unsigned long long seq
                                int *block_failed)
 {
     const int            parity = (int)(seq & 1ull);
-    const int            El = p.num_local, K = p.num_topk, lo = p.rank * El;
+    const int            El = p.num_local, K = EEP_EPK_K(p), lo = p.rank * El;
     const unsigned       lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
     unsigned char       *mine = eep_epk_peer(p, 0, p.rank);
     const unsigned char *my_counts = mine + p.counts_off;
@@ -285,7 +285,7 @@ __device__ void eep_epk_expand(const eep_epk_params_t &p, unsigned long long seq
     eep_epk_stamp(p, 3);
     /* Counts and offsets: from the peers' slots, or the handle (CACHED). */
     if (Mode == EEP_EPK_CACHED) {
-        for (int s = threadIdx.x; s < p.world; s += blockDim.x) {
+        for (int s = threadIdx.x; s < EEP_EPK_W(p); s += blockDim.x) {
             sm.n[s] = ((const int *)p.h_recv_n)[s];
         }
         for (int e = threadIdx.x; e < El; e += blockDim.x) {
@@ -295,7 +295,7 @@ __device__ void eep_epk_expand(const eep_epk_params_t &p, unsigned long long seq
             sm.offsets[e] = ((const int *)p.h_offsets)[e];
         }
     } else {
-        for (int s = threadIdx.x; s < p.world; s += blockDim.x) {
+        for (int s = threadIdx.x; s < EEP_EPK_W(p); s += blockDim.x) {
             const unsigned long long *slot = (const unsigned long long *)(
                 my_counts + ((unsigned long long)s * 2 + parity) * p.slot_bytes);
             sm.n[s] = (int)(unsigned)(slot[EEP_EPK_SLOT_TOKENS] & 0xffffffffull);
@@ -304,7 +304,7 @@ __device__ void eep_epk_expand(const eep_epk_params_t &p, unsigned long long seq
             int running = 0;
 
 #pragma unroll 8
-            for (int s = 0; s < p.world; s++) {
+            for (int s = 0; s < EEP_EPK_W(p); s++) {
                 const unsigned long long *slot = (const unsigned long long *)(
                     my_counts + ((unsigned long long)s * 2 + parity) * p.slot_bytes);
                 src_prefix[s * El + e] = running;
@@ -314,7 +314,7 @@ __device__ void eep_epk_expand(const eep_epk_params_t &p, unsigned long long seq
         }
     }
     __syncthreads();
-    eep_epk_layout_scan(sm, El, p.world, p.alignment, Mode != EEP_EPK_CACHED);
+    eep_epk_layout_scan(sm, El, EEP_EPK_W(p), p.alignment, Mode != EEP_EPK_CACHED);
     __syncthreads();
     if (xb == 0) {
         for (int e = threadIdx.x; e <= El; e += blockDim.x) {
@@ -330,7 +330,7 @@ __device__ void eep_epk_expand(const eep_epk_params_t &p, unsigned long long seq
             }
         }
         if (Mode != EEP_EPK_CACHED) {
-            for (int s = threadIdx.x; s < p.world; s += blockDim.x) {
+            for (int s = threadIdx.x; s < EEP_EPK_W(p); s += blockDim.x) {
                 ((int *)p.h_recv_n)[s] = sm.n[s];
             }
         }
@@ -350,9 +350,9 @@ __device__ void eep_epk_expand(const eep_epk_params_t &p, unsigned long long seq
         }
         const long long r = sm.offsets[e] + sm.counts[e] + (j - sm.pad_base[e]);
         uint4          *x4 = (uint4 *)((unsigned char *)p.recv_x +
-                                       (unsigned long long)r * p.hidden_bytes);
+                                       (unsigned long long)r * EEP_EPK_HB(p));
 
-        for (unsigned v = lane; v < p.hidden_bytes / 16; v += 32) {
+        for (unsigned v = lane; v < EEP_EPK_HB(p) / 16; v += 32) {
             x4[v] = make_uint4(0, 0, 0, 0);
         }
         for (unsigned v = lane; v < p.scale_bytes / 4; v += 32) {
@@ -380,14 +380,14 @@ __device__ void eep_epk_expand(const eep_epk_params_t &p, unsigned long long seq
        every source, slot 1 of every source, ...: a warp that would wait for a late record does
        not hold back others behind a static share. */
     int max_n = 0;
-    for (int s = 0; s < p.world; s++) {
+    for (int s = 0; s < EEP_EPK_W(p); s++) {
         max_n = max(max_n, sm.n[s]);
     }
     /* Few records (decode): each is split into up to 8 pieces of its hidden bytes, one warp
        each, so that a record is not copied to its rows by one warp alone. */
-    const int     total = sm.rec_base[p.world];
+    const int     total = sm.rec_base[EEP_EPK_W(p)];
     const int     CHK = max(1, min(8, total > 0 ? gwarps / total : 1));
-    const int     span = max_n * p.world * CHK;
+    const int     span = max_n * EEP_EPK_W(p) * CHK;
     unsigned int *work = (unsigned int *)(p.ctl + EEP_EPK_CTL_DWORK);
     for (;;) {
         int q = 0;
@@ -399,14 +399,14 @@ __device__ void eep_epk_expand(const eep_epk_params_t &p, unsigned long long seq
         if (q >= span) {
             break;
         }
-        const int c = q % CHK, s = (q / CHK) % p.world, i = q / CHK / p.world;
+        const int c = q % CHK, s = (q / CHK) % EEP_EPK_W(p), i = q / CHK / EEP_EPK_W(p);
         if (i >= sm.n[s]) {
             continue;
         }
         const long long      rec = (long long)s * p.max_tokens + i;
-        const unsigned char *row = mine + p.drecv_off +
-                                   (unsigned long long)(parity * p.world + s) * p.drecv_region +
-                                   (unsigned long long)i * p.token_bytes;
+        const unsigned char *row =
+            mine + p.drecv_off + (unsigned long long)(parity * EEP_EPK_W(p) + s) * p.drecv_region +
+            (unsigned long long)i * p.token_bytes;
         const unsigned long long *tag = (const unsigned long long *)(row + p.tag_off);
         int                  ok = 1;
 
@@ -458,7 +458,7 @@ __device__ void eep_epk_expand(const eep_epk_params_t &p, unsigned long long seq
         }
         {
             const uint4   *s4 = (const uint4 *)row;
-            const unsigned nv = p.hidden_bytes / 16;
+            const unsigned nv = EEP_EPK_HB(p) / 16;
             /* piece c of CHK: vectors [vb, ve) */
             const unsigned vb = (unsigned)((unsigned long long)nv * c / CHK);
             const unsigned n = (unsigned)((unsigned long long)nv * (c + 1) / CHK);
@@ -479,7 +479,7 @@ __device__ void eep_epk_expand(const eep_epk_params_t &p, unsigned long long seq
                 for (unsigned m = rows_mask; m != 0; m &= m - 1) {
                     const int r = __shfl_sync(0xffffffffu, my_row, __ffs(m) - 1);
                     uint4    *d4 = (uint4 *)((unsigned char *)p.recv_x +
-                                             (unsigned long long)r * p.hidden_bytes);
+                                             (unsigned long long)r * EEP_EPK_HB(p));
 #pragma unroll
                     for (int u = 0; u < 8; u++) {
                         if (v0 + 32u * u < n) {
@@ -518,9 +518,9 @@ __device__ __forceinline__ void eep_epk_send_token(const eep_epk_params_t &p,
                                                    float my_w, int my_pos, unsigned lane,
                                                    unsigned vb, unsigned ve, bool meta)
 {
-    const int    K = p.num_topk;
+    const int    K = EEP_EPK_K(p);
     const uint4 *s4 = (const uint4 *)((const unsigned char *)p.x +
-                                      (unsigned long long)t * p.hidden_bytes);
+                                      (unsigned long long)t * EEP_EPK_HB(p));
 
     for (unsigned v0 = vb + lane; v0 < ve; v0 += 32u * 8u) {
         uint4 r[8];
@@ -616,7 +616,7 @@ template <int IdxBits>
 __device__ __forceinline__ void eep_epk_stage_ids(const eep_epk_params_t &p, int c0, int n,
                                                   int *stage)
 {
-    const int K = p.num_topk, E = p.num_experts, nk = n * K;
+    const int K = EEP_EPK_K(p), E = p.num_experts, nk = n * K;
 
     for (int i0 = threadIdx.x; i0 < nk; i0 += blockDim.x * 8) {
         long long v[8];
@@ -670,7 +670,7 @@ template <int IdxBits>
 __device__ void eep_epk_count(const eep_epk_params_t &p, int t_begin, int t_end, int *base,
                               int *stage, int stage_ints)
 {
-    const int E = p.num_experts, K = p.num_topk, El = p.num_local;
+    const int E = p.num_experts, K = EEP_EPK_K(p), El = p.num_local;
     const int CH = max(1, min(1024, stage_ints / K));
 
     for (int c0 = t_begin; c0 < t_end; c0 += CH) {
@@ -697,7 +697,7 @@ __device__ void eep_epk_count(const eep_epk_params_t &p, int t_begin, int t_end,
                     atomicAdd(&base[e], __popc(peers));
                 }
             }
-            for (int d = 0; d < p.world; d++) {
+            for (int d = 0; d < EEP_EPK_W(p); d++) {
                 const unsigned b = __ballot_sync(0xffffffffu, (m >> d) & 1u);
 
                 if ((threadIdx.x & 31u) == 0 && b != 0) {
@@ -773,7 +773,7 @@ __device__ void eep_epk_publish(const eep_epk_params_t &p, unsigned long long se
                                 const unsigned char *my_counts, eep_epk_copy_smem &csm,
                                 int *block_failed)
 {
-    const int El = p.num_local, W = p.world, parity = (int)(seq & 1ull);
+    const int El = p.num_local, W = EEP_EPK_W(p), parity = (int)(seq & 1ull);
 
     if (!eep_epk_wait_slots(p, my_counts, parity, EEP_EPK_SLOT_TOKENS, seq, EEP_PHASE_EP_DISPATCH,
                             block_failed)) {
@@ -834,7 +834,7 @@ __device__ void eep_ep_dispatch_body(const eep_epk_params_t &p)
     __shared__ eep_epk_copy_smem  csm;
     __shared__ unsigned char     *peer_base[EEP_EPK_MAX_WORLD];
 
-    const int      E = p.num_experts, W = p.world, El = p.num_local, K = p.num_topk;
+    const int      E = p.num_experts, W = EEP_EPK_W(p), El = p.num_local, K = EEP_EPK_K(p);
     const int      NC = E + W; /* counters: experts, then destinations */
     const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
     unsigned long long *ctl_seq = (unsigned long long *)(p.ctl + EEP_EPK_CTL_DSEQ);
@@ -888,7 +888,7 @@ __device__ void eep_ep_dispatch_body(const eep_epk_params_t &p)
                     }
                     eep_epk_send_token(p, peer_base, my_region, t, dm,
                                        [slots](int d) { return slots[d]; }, my_id, my_w, -1,
-                                       lane, 0u, p.hidden_bytes / 16u, true);
+                                       lane, 0u, EEP_EPK_HB(p) / 16u, true);
                 }
                 __threadfence_system();
                 __syncwarp();
@@ -991,7 +991,7 @@ __device__ void eep_ep_dispatch_body(const eep_epk_params_t &p)
                    finishes a token's last piece stores its tags */
                 const int nr = min(R, t1 - r0);
                 const int P = nr * 2 <= EEP_EPK_WARPS ? min(8, EEP_EPK_WARPS / nr) : 1;
-                const unsigned nv = p.hidden_bytes / 16u;
+                const unsigned nv = EEP_EPK_HB(p) / 16u;
                 for (int it = (int)warp; it < nr * P; it += EEP_EPK_WARPS) {
                     const int      q = it / P, c = it % P;
                     const int      t = r0 + q, w = q >> 5;

@@ -18,6 +18,29 @@
 #define EEP_EPK_MAX_SEND_BLOCKS 256 /* dispatch sending blocks (chunk count scratch) */
 #define EEP_EPK_MAX_COUNTERS (2048 + EEP_EPK_MAX_WORLD) /* experts + destinations */
 
+/*
+ * The JIT's per-shape variant: elastic/ep.c compiles each (top-k, ranks, hidden) with these fixed
+ * by -D flags, so the compiler knows the trip counts of the loops over top-k lanes, ranks and
+ * hidden vectors.  0 (the default): read from the parameters (the generic variant; the CPU run
+ * of the kernels uses it).  The kernels read these fields only through the macros below.
+ */
+#ifndef EEP_EPK_FIXED_K
+#define EEP_EPK_FIXED_K 0
+#endif
+#ifndef EEP_EPK_FIXED_W
+#define EEP_EPK_FIXED_W 0
+#endif
+#ifndef EEP_EPK_FIXED_H
+#define EEP_EPK_FIXED_H 0
+#endif
+#ifndef EEP_EPK_FIXED_HB
+#define EEP_EPK_FIXED_HB 0
+#endif
+#define EEP_EPK_K(p)  (EEP_EPK_FIXED_K > 0 ? EEP_EPK_FIXED_K : (p).num_topk)
+#define EEP_EPK_W(p)  (EEP_EPK_FIXED_W > 0 ? EEP_EPK_FIXED_W : (p).world)
+#define EEP_EPK_H(p)  (EEP_EPK_FIXED_H > 0 ? EEP_EPK_FIXED_H : (p).hidden)
+#define EEP_EPK_HB(p) (EEP_EPK_FIXED_HB > 0 ? (unsigned)EEP_EPK_FIXED_HB : (p).hidden_bytes)
+
 /* Kernel modes (template argument Mode): the values of eep_ep_mode_t. */
 #define EEP_EPK_CPU_SYNC    0
 #define EEP_EPK_NO_CPU_SYNC 1

@@ -1,8 +1,10 @@
 /*
  * test_ep_jit.c - every variant of the direct-mode dispatch/combine kernels (kernels/ep/
  * dispatch.cuh, combine.cuh) compiles through the JIT with NVRTC, as elastic/ep.c asks for them:
- * index width x mode (x phase for CPU_SYNC's copy kernel), and combine.  Needs NVRTC, not a GPU;
- * skips when NVRTC cannot be loaded.
+ * index width x mode (x phase for CPU_SYNC's copy kernel), and combine; generic (shape read from
+ * the parameters) and with a shape compiled in (EEP_EPK_FIXED_*, as ep.c compiles them: the
+ * issue's bf16 K 8 on 2 ranks, and an fp8 K 6 on 8 ranks).  Needs NVRTC, not a GPU; skips when
+ * NVRTC cannot be loaded.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -21,12 +23,12 @@
 static char cache_dir[] = "/tmp/eep-test-ep-jit2-XXXXXX";
 
 static void compile_one(eep_jit_t *jit, const char *header, const char *function,
-                        const char *targs)
+                        const char *targs, const char *flags)
 {
     eep_jit_spec_t spec = {
         .size = sizeof(spec), .header = header, .function = function, .template_args = targs,
         .param_type = "eep_epk_params_t", .launch_bounds = EEP_EPK_THREADS,
-        .backend = EEP_JIT_BACKEND_NVRTC,
+        .backend = EEP_JIT_BACKEND_NVRTC, .extra_flags = flags,
     };
 
     ep_jit_compile_check(jit, &spec);
@@ -42,10 +44,19 @@ static void test_compile_all(void **state)
 
     (void)state;
     assert_int_equal(eep_jit_create(&params, &jit), EEP_OK);
+    static const char *const bf16_k8_w2 =
+        "-DEEP_EPK_FIXED_K=8 -DEEP_EPK_FIXED_W=2 -DEEP_EPK_FIXED_H=7168 -DEEP_EPK_FIXED_HB=14336";
+    static const char *const fp8_k6_w8 =
+        "-DEEP_EPK_FIXED_K=6 -DEEP_EPK_FIXED_W=8 -DEEP_EPK_FIXED_H=4096 -DEEP_EPK_FIXED_HB=4096";
     for (i = 0; i < sizeof(variants) / sizeof(variants[0]); i++) {
-        compile_one(jit, "kernels/ep/dispatch.cuh", "eep_ep_dispatch_body", variants[i]);
+        compile_one(jit, "kernels/ep/dispatch.cuh", "eep_ep_dispatch_body", variants[i], NULL);
+        compile_one(jit, "kernels/ep/dispatch.cuh", "eep_ep_dispatch_body", variants[i],
+                    bf16_k8_w2);
     }
-    compile_one(jit, "kernels/ep/combine.cuh", "eep_ep_combine_body", NULL);
+    compile_one(jit, "kernels/ep/dispatch.cuh", "eep_ep_dispatch_body", "32, 1, 0", fp8_k6_w8);
+    compile_one(jit, "kernels/ep/combine.cuh", "eep_ep_combine_body", NULL, NULL);
+    compile_one(jit, "kernels/ep/combine.cuh", "eep_ep_combine_body", NULL, bf16_k8_w2);
+    compile_one(jit, "kernels/ep/combine.cuh", "eep_ep_combine_body", NULL, fp8_k6_w8);
     eep_jit_destroy(jit);
 }
 
