@@ -42,6 +42,7 @@ typedef struct {
     int            ours;     /* run eep_dispatch/eep_combine (default; --no-ours skips) */
     eep_ep_mode_t  mode;     /* of ours: --mode cpu-sync|no-cpu-sync|cached */
     int            num_sms;  /* of ours: --num-sms N (0: the model / EEP_EP_NUM_SMS) */
+    int            skip_pad; /* of ours: --skip-padding-x (padding rows' x left as it was) */
     int            iters, warmup;
     uint64_t       seed;
     const char    *gating;   /* random, masked, hotspot, hotspot-only, silent, masked-rank, t1 */
@@ -80,6 +81,7 @@ static void usage(FILE *out)
             "  --no-ours           skip eep_dispatch/eep_combine (baseline only)\n"
             "  --num-sms N         SMs of ours (0: the bandwidth model)\n"
             "  --trace             print where ours' last dispatch and combine spent their time\n"
+            "  --skip-padding-x    ours leaves padding rows' x and scales unwritten\n"
             "  --iters N           timed iterations (20); --warmup N (5)\n"
             "  --seed S            (1); --no-check skips the CPU reference\n");
 }
@@ -96,6 +98,7 @@ static int parse_opts(int argc, char **argv, bench_opts_t *o)
         { "seed", required_argument, NULL, 's' },   { "no-check", no_argument, NULL, 'C' },
         { "mode", required_argument, NULL, 'm' },   { "no-ours", no_argument, NULL, 'O' },
         { "num-sms", required_argument, NULL, 'S' }, { "trace", no_argument, NULL, 'T' },
+        { "skip-padding-x", no_argument, NULL, 'P' },
         { "help", no_argument, NULL, 'h' },         { NULL, 0, NULL, 0 },
     };
     int c;
@@ -147,6 +150,7 @@ static int parse_opts(int argc, char **argv, bench_opts_t *o)
         case 'O': o->ours = 0; break;
         case 'S': o->num_sms = atoi(optarg); break;
         case 'T': setenv("EEP_EP_TRACE", "1", 1); break; /* read when ours' runtime starts */
+        case 'P': o->skip_pad = 1; break;
         case 'm':
             if (strcmp(optarg, "cpu-sync") == 0) {
                 o->mode = EEP_EP_MODE_CPU_SYNC;
@@ -284,7 +288,7 @@ static int64_t diff(const char *what, const void *got, const void *want, size_t 
 
 /* Check the baseline's dispatch outputs against the reference, every element. */
 static int64_t check_dispatch(eep_bench_ctx_t *ctx, const eep_ep_shape_t *s,
-                              const eep_bl_view_t *v, const eep_ref_recv_t *r)
+                              const eep_bl_view_t *v, const eep_ref_recv_t *r, int skip_pad)
 {
     const eep_cuda_sym_t *cu = ctx->cu;
     size_t   rows = (size_t)v->capacity, K = (size_t)s->num_topk, El = (size_t)r->num_local;
@@ -318,8 +322,19 @@ static int64_t check_dispatch(eep_bench_ctx_t *ctx, const eep_ep_shape_t *s,
     }
     bad += diff("expert_counts", cnt, r->expert_counts, El, 4, ctx->rank);
     bad += diff("expert_offsets", off, want_off, El + 1, 4, ctx->rank);
-    bad += diff("recv_x", x, r->x, nr * hb, 1, ctx->rank);
-    bad += diff("recv_x_scales", sc, r->x_scales, nr * sb / 4, 4, ctx->rank);
+    if (skip_pad) {
+        /* padding rows must still hold the poison: nothing was written there */
+        for (i = 0; i < nr; i++) {
+            const int pad = r->src_rank[i] < 0;
+
+            bad += diff("recv_x", x + i * hb, pad ? poison : r->x + i * hb, hb, 1, ctx->rank);
+            bad += diff("recv_x_scales", sc + i * sb, pad ? poison : (const uint8_t *)r->x_scales +
+                        i * sb, sb / 4, 4, ctx->rank);
+        }
+    } else {
+        bad += diff("recv_x", x, r->x, nr * hb, 1, ctx->rank);
+        bad += diff("recv_x_scales", sc, r->x_scales, nr * sb / 4, 4, ctx->rank);
+    }
     bad += diff("recv_topk_idx", idx, r->topk_idx, nr * K, 4, ctx->rank);
     bad += diff("recv_topk_weights", wts, r->topk_weights, nr * K, 4, ctx->rank);
     /* Nothing written past the real rows. */
@@ -430,7 +445,7 @@ static eep_status_t run_baseline(eep_bench_ctx_t *ctx, const bench_opts_t *o,
             fprintf(stderr, "rank %d: baseline flagged token %d as bad\n", ctx->rank, bad_token);
             res->errors++;
         }
-        res->errors += check_dispatch(ctx, s, &v, r);
+        res->errors += check_dispatch(ctx, s, &v, r, 0);
         /* y in the reference layout (the checked one), NaN in padding rows. */
         CU_TRY(cu->cuMemsetD8(y, 0xff, (size_t)v.capacity * (size_t)s->hidden * 2));
         if (r->num_rows > 0) {
@@ -770,6 +785,7 @@ static eep_status_t run_ours(eep_bench_ctx_t *ctx, const bench_opts_t *o,
     a.recv_expert_offsets = (int32_t *)v.expert_offsets;
     a.host_expert_counts  = host_counts;
     a.num_recv_rows_p     = &num_rows;
+    a.skip_padding_x      = o->skip_pad;
     /* Cached mode needs a layout first. */
     a.mode = o->mode == EEP_EP_MODE_CACHED ? EEP_EP_MODE_NO_CPU_SYNC : o->mode;
 
@@ -795,7 +811,7 @@ static eep_status_t run_ours(eep_bench_ctx_t *ctx, const bench_opts_t *o,
     if (o->check) {
         const eep_ref_recv_t *r = &recv[ctx->rank];
 
-        res->errors += check_dispatch(ctx, s, &v, r);
+        res->errors += check_dispatch(ctx, s, &v, r, o->skip_pad);
         if (o->mode == EEP_EP_MODE_CPU_SYNC) {
             res->errors += diff("host_expert_counts", host_counts, r->expert_counts, El, 4,
                                 ctx->rank);

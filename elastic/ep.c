@@ -10,6 +10,7 @@
  */
 #include "eep/ep.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -457,6 +458,8 @@ eep_status_t eep_dispatch(eep_runtime_t *rt, const eep_dispatch_args_t *args,
     dyn = (size_t)(1 + 2 * sw) * (size_t)NC * 4;
     p.scan_warps        = sw;
     p.send_blocks       = sms;
+    p.skip_pad_x        = args->size >= offsetof(eep_dispatch_args_t, skip_padding_x) +
+                                        sizeof(int) ? args->skip_padding_x : 0;
     p.trace             = st->trace[0];
     p.chunk_totals      = st->chunk;
     p.chunk_flags       = st->chunk + EEP_EP_CHUNK_TOTALS_BYTES;

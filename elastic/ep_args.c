@@ -140,6 +140,10 @@ eep_status_t eep_ep_dispatch_args_check(const eep_dispatch_args_t *a, const eep_
                   a->size, sizeof(*a));
         return EEP_ERR_INVALID_ARG;
     }
+    if (a->size >= offsetof(eep_dispatch_args_t, skip_padding_x) + sizeof(int) &&
+        a->skip_padding_x != 0 && a->skip_padding_x != 1) {
+        return eep_ep_bad("dispatch", "args->skip_padding_x", "must be 0 or 1");
+    }
     if (a->mode != EEP_EP_MODE_CPU_SYNC && a->mode != EEP_EP_MODE_NO_CPU_SYNC &&
         a->mode != EEP_EP_MODE_CACHED) {
         return eep_ep_bad(call, "mode", "not one of CPU_SYNC, NO_CPU_SYNC, CACHED");

@@ -12,7 +12,8 @@
  * expert_alignment), so a grouped GEMM can take recv_x as it is.  A token that hits several local
  * experts gets one row in each of their groups.  Within a group, rows are ordered by source rank
  * ascending, then by source token index ascending: the order is a function of the inputs alone,
- * never of arrival order.  Padding rows hold x = 0, scales = 0, topk_idx = -1, weights = 0.
+ * never of arrival order.  Padding rows hold x = 0, scales = 0, topk_idx = -1, weights = 0 (x and
+ * scales are left as they were with skip_padding_x).
  *
  * Synchronisation per dispatch+combine pair, steady state: no barrier kernel, no memset, no
  * separate notify kernel.  Each kernel sends one point-to-point handshake word from every rank to
@@ -136,6 +137,15 @@ typedef struct {
     int32_t            *host_expert_counts; /* [El] host memory, real counts, or NULL */
     int64_t            *num_recv_rows_p;    /* host: padded total rows (exact in CPU_SYNC,
                                                eep_ep_recv_rows_max() otherwise), or NULL */
+
+    /* ---- since the second version of this struct (older callers' size leaves it 0) ---- */
+    /*
+     * 1: padding rows keep whatever recv_x and recv_x_scales held (their topk_idx is still -1
+     * and their weights 0): for inference, where nothing reads them; saves up to
+     * El * (alignment - 1) row writes per call.  0 (default): zeros, as training needs (a
+     * backward pass reads every row, and stale NaN would poison the weight gradients).
+     */
+    int skip_padding_x;
 } eep_dispatch_args_t;
 
 /**

@@ -341,7 +341,7 @@ __device__ void eep_epk_expand(const eep_epk_params_t &p, unsigned long long seq
     eep_epk_stamp(p, 4);
 
     /* Padding rows first (they need no data: the records keep arriving meanwhile), one warp per
-       row: x = 0, scales = 0, ids = -1, weights = 0. */
+       row: x = 0, scales = 0 (unless skip_pad_x), ids = -1, weights = 0. */
     for (int j = gw; j < sm.pad_base[El]; j += gwarps) {
         int e = 0;
 
@@ -352,10 +352,10 @@ __device__ void eep_epk_expand(const eep_epk_params_t &p, unsigned long long seq
         uint4          *x4 = (uint4 *)((unsigned char *)p.recv_x +
                                        (unsigned long long)r * EEP_EPK_HB(p));
 
-        for (unsigned v = lane; v < EEP_EPK_HB(p) / 16; v += 32) {
+        for (unsigned v = lane; v < (p.skip_pad_x ? 0u : EEP_EPK_HB(p) / 16); v += 32) {
             x4[v] = make_uint4(0, 0, 0, 0);
         }
-        for (unsigned v = lane; v < p.scale_bytes / 4; v += 32) {
+        for (unsigned v = lane; v < (p.skip_pad_x ? 0u : p.scale_bytes / 4); v += 32) {
             ((unsigned int *)((unsigned char *)p.recv_x_scales +
                               (unsigned long long)r * p.scale_bytes))[v] = 0;
         }

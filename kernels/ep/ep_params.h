@@ -93,6 +93,8 @@ typedef struct eep_epk_params {
     unsigned long long  trace;         /* 0, or u64 [EEP_EPK_TRACE_BLOCKS][8]: phase time stamps */
     unsigned long long  chunk_totals;  /* int [EEP_EPK_MAX_SEND_BLOCKS][NC]: each sender's counts */
     unsigned long long  chunk_flags;   /* u64 [EEP_EPK_MAX_SEND_BLOCKS]: = sequence once written */
+    int                 skip_pad_x;    /* 1: padding rows get ids -1 and weights 0 only */
+    int                 pad2;
 
     /* dispatch inputs */
     unsigned long long x, x_scales, topk_idx, topk_weights;
@@ -116,6 +118,6 @@ typedef struct eep_epk_params {
 } eep_epk_params_t;
 
 EEP_LAYOUT_ASSERT(sizeof(void *) == 8, "64-bit pointers");
-EEP_LAYOUT_ASSERT(sizeof(eep_epk_params_t) == 360, "eep_epk_params_t size");
+EEP_LAYOUT_ASSERT(sizeof(eep_epk_params_t) == 368, "eep_epk_params_t size");
 
 #endif /* EEP_KERNELS_EP_PARAMS_H */

@@ -161,6 +161,14 @@ static void test_struct_version(void **state)
     expect_fail(&a, NULL, EEP_ERR_INVALID_ARG, "args->size");
     a.size = sizeof(a) + 8;
     expect_fail(&a, NULL, EEP_ERR_INVALID_ARG, "args->size");
+    /* The second version's field: 0 or 1; a first-version caller's size never reaches it. */
+    valid_args(&a);
+    a.skip_padding_x = 1;
+    assert_int_equal(eep_ep_dispatch_args_check(&a, &world4, NULL, NULL), EEP_OK);
+    a.skip_padding_x = 2;
+    expect_fail(&a, NULL, EEP_ERR_INVALID_ARG, "args->skip_padding_x");
+    a.size = offsetof(eep_dispatch_args_t, num_recv_rows_p) + sizeof(int64_t *);
+    assert_int_equal(eep_ep_dispatch_args_check(&a, &world4, NULL, NULL), EEP_OK);
 }
 
 static void test_null_and_misaligned_pointers(void **state)
