@@ -44,11 +44,15 @@ bench-ep-modes: $(EEP_BENCH)
 	    $(EEP_BENCH) ep --nranks $(EEP_BENCH_NRANKS) --baseline nccl --experts 256 --hidden 7168 \
 	        --topk 8 --tokens $$t --dtype $$d --mode $$m $(EEP_BENCH_EP_MODES_ARGS); \
 	done; done; done
-	@# decode without padding rows (alignment 1): the latency the 25 us goal is about
+	@# decode without padding rows (alignment 1): the latency the 25 us goal is about; and at
+	@# alignment 128 with padding rows left unwritten (skip_padding_x, inference)
 	@set -e; for d in bf16 fp8; do for m in no-cpu-sync cached; do \
 	    echo "T 128 $$d $$m align 1"; \
 	    $(EEP_BENCH) ep --nranks $(EEP_BENCH_NRANKS) --baseline nccl --experts 256 --hidden 7168 \
 	        --topk 8 --tokens 128 --align 1 --dtype $$d --mode $$m $(EEP_BENCH_EP_MODES_ARGS); \
+	    echo "T 128 $$d $$m align 128 skip-padding-x"; \
+	    $(EEP_BENCH) ep --nranks $(EEP_BENCH_NRANKS) --experts 256 --hidden 7168 --topk 8 \
+	        --tokens 128 --skip-padding-x --dtype $$d --mode $$m $(EEP_BENCH_EP_MODES_ARGS); \
 	done; done
 
 # eep-bench barrier: barrier latency against NCCL, one process per GPU through tests/gpu/launch.sh.
