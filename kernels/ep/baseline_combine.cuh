@@ -15,27 +15,6 @@
 
 #ifdef __CUDACC__
 
-__device__ __forceinline__ void eep_bl_unpack8(uint4 v, float f[8])
-{
-    const unsigned int u[4] = { v.x, v.y, v.z, v.w };
-
-    for (int i = 0; i < 4; i++) {
-        f[2 * i]     = eep_bf16_to_f32((unsigned short)(u[i] & 0xffffu));
-        f[2 * i + 1] = eep_bf16_to_f32((unsigned short)(u[i] >> 16));
-    }
-}
-
-__device__ __forceinline__ uint4 eep_bl_pack8(const float f[8])
-{
-    unsigned int u[4];
-
-    for (int i = 0; i < 4; i++) {
-        u[i] = (unsigned int)eep_f32_to_bf16(f[2 * i]) |
-               ((unsigned int)eep_f32_to_bf16(f[2 * i + 1]) << 16);
-    }
-    return make_uint4(u[0], u[1], u[2], u[3]);
-}
-
 /* One block per received row (grid-stride). */
 __device__ void eep_bl_reduce_body(const eep_bl_reduce_params_t &p)
 {
@@ -60,13 +39,13 @@ __device__ void eep_bl_reduce_body(const eep_bl_reduce_params_t &p)
                     continue;
                 }
                 float y[8];
-                eep_bl_unpack8(((const uint4 *)((const unsigned short *)p.y +
+                eep_bf16x8_unpack(((const uint4 *)((const unsigned short *)p.y +
                                                 (long long)r * s.hidden))[v], y);
                 for (int j = 0; j < 8; j++) {
                     acc[j] = eep_fma(wts[k], y[j], acc[j]);
                 }
             }
-            dst[v] = eep_bl_pack8(acc);
+            dst[v] = eep_bf16x8_pack(acc);
         }
     }
 }
@@ -91,13 +70,13 @@ __device__ void eep_bl_sum_body(const eep_bl_sum_params_t &p)
                 long long r = (long long)((const int *)p.send_offsets)[d] + pos[d];
                 float     y[8];
 
-                eep_bl_unpack8(((const uint4 *)((const unsigned short *)p.recv_buf +
+                eep_bf16x8_unpack(((const uint4 *)((const unsigned short *)p.recv_buf +
                                                 r * s.hidden))[v], y);
                 for (int j = 0; j < 8; j++) {
                     acc[j] = eep_add(acc[j], y[j]);
                 }
             }
-            dst[v] = eep_bl_pack8(acc);
+            dst[v] = eep_bf16x8_pack(acc);
         }
     }
 }

@@ -23,27 +23,6 @@
 
 #ifdef __CUDACC__
 
-__device__ __forceinline__ void eep_epk_unpack8(uint4 v, float f[8])
-{
-    const unsigned int u[4] = { v.x, v.y, v.z, v.w };
-
-    for (int i = 0; i < 4; i++) {
-        f[2 * i]     = eep_bf16_to_f32((unsigned short)(u[i] & 0xffffu));
-        f[2 * i + 1] = eep_bf16_to_f32((unsigned short)(u[i] >> 16));
-    }
-}
-
-__device__ __forceinline__ uint4 eep_epk_pack8(const float f[8])
-{
-    unsigned int u[4];
-
-    for (int i = 0; i < 4; i++) {
-        u[i] = (unsigned int)eep_f32_to_bf16(f[2 * i]) |
-               ((unsigned int)eep_f32_to_bf16(f[2 * i + 1]) << 16);
-    }
-    return make_uint4(u[0], u[1], u[2], u[3]);
-}
-
 /*
  * The expert side of one record (source @p s, index @p i): the bf16 partial of channels
  * [8 vb, 8 ve) into the source's combine region; one warp.  @return the row (its tag is stored by
@@ -117,7 +96,7 @@ __device__ __forceinline__ unsigned char *eep_epc_partial(const eep_epk_params_t
 #pragma unroll
                 for (int u = 0; u < 2; u++) {
                     float y[8];
-                    eep_epk_unpack8(yv[g][u], y);
+                    eep_bf16x8_unpack(yv[g][u], y);
 #pragma unroll
                     for (int j = 0; j < 8; j++) {
                         acc[u][j] = eep_fma(ww[g], y[j], acc[u][j]);
@@ -128,7 +107,7 @@ __device__ __forceinline__ unsigned char *eep_epc_partial(const eep_epk_params_t
 #pragma unroll
         for (int u = 0; u < 2; u++) {
             if (v0 + 32 * u < ve) {
-                dst[v0 + 32 * u] = eep_epk_pack8(acc[u]);
+                dst[v0 + 32 * u] = eep_bf16x8_pack(acc[u]);
             }
         }
     }
@@ -311,7 +290,7 @@ __device__ void eep_ep_combine_body(const eep_epk_params_t &p)
 #pragma unroll
                 for (int u = 0; u < 4; u++) {
                     float y[8];
-                    eep_epk_unpack8(pv[u], y);
+                    eep_bf16x8_unpack(pv[u], y);
 #pragma unroll
                     for (int i = 0; i < 8; i++) {
                         acc[u][i] = eep_add(acc[u][i], y[i]);
@@ -321,7 +300,7 @@ __device__ void eep_ep_combine_body(const eep_epk_params_t &p)
 #pragma unroll
             for (int u = 0; u < 4; u++) {
                 if (v0 + 32 * u < vecs) {
-                    out[v0 + 32 * u] = eep_epk_pack8(acc[u]);
+                    out[v0 + 32 * u] = eep_bf16x8_pack(acc[u]);
                 }
             }
         }

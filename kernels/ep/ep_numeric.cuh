@@ -27,6 +27,28 @@ __device__ __forceinline__ unsigned short eep_f32_to_bf16(float f)
     return (unsigned short)(u >> 16);
 }
 
+/* 8 bf16 channels (one 16-byte vector) to f32, and back with round to nearest even. */
+__device__ __forceinline__ void eep_bf16x8_unpack(uint4 v, float f[8])
+{
+    const unsigned int u[4] = { v.x, v.y, v.z, v.w };
+
+    for (int i = 0; i < 4; i++) {
+        f[2 * i]     = eep_bf16_to_f32((unsigned short)(u[i] & 0xffffu));
+        f[2 * i + 1] = eep_bf16_to_f32((unsigned short)(u[i] >> 16));
+    }
+}
+
+__device__ __forceinline__ uint4 eep_bf16x8_pack(const float f[8])
+{
+    unsigned int u[4];
+
+    for (int i = 0; i < 4; i++) {
+        u[i] = (unsigned int)eep_f32_to_bf16(f[2 * i]) |
+               ((unsigned int)eep_f32_to_bf16(f[2 * i + 1]) << 16);
+    }
+    return make_uint4(u[0], u[1], u[2], u[3]);
+}
+
 /* The combine partial: acc + w * y, one rounding. */
 __device__ __forceinline__ float eep_fma(float w, float y, float acc)
 {
