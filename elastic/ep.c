@@ -128,7 +128,8 @@ static eep_status_t eep_ep_state_get(eep_runtime_t *rt, const eep_cuda_sym_t *cu
 
         status = eep_status_from_cu(cu->cuMemAlloc(&d, bytes), "cuMemAlloc(dispatch scratch)");
         if (status == EEP_OK) {
-            status = eep_status_from_cu(cu->cuMemsetD8(d, 0, bytes), "cuMemsetD8(dispatch scratch)");
+            status = eep_status_from_cu(cu->cuMemsetD8(d, 0, bytes),
+                                        "cuMemsetD8(dispatch scratch)");
             st->chunk = (uint64_t)d;
         }
         if (status != EEP_OK) {
@@ -209,7 +210,6 @@ static eep_status_t eep_ep_prepare(eep_runtime_t *rt, const eep_ep_shape_t *shap
                                    eep_epk_params_t *p)
 {
     eep_ep_buffer_sizes_t z;
-    eep_ep_wire_t         wire;
     eep_status_t          status;
     size_t                ep_off = rt->layout.data_off;
 
@@ -236,35 +236,14 @@ static eep_status_t eep_ep_prepare(eep_runtime_t *rt, const eep_ep_shape_t *shap
                   rt->window_bytes, ep_off + z.total_bytes);
         return EEP_ERR_NO_RESOURCE;
     }
-    eep_ep_wire_layout(shape, &wire);
-    memset(p, 0, sizeof(*p));
-    p->rank          = rt->rank;
-    p->world         = rt->nranks;
-    p->max_tokens    = shape->max_tokens;
-    p->hidden        = shape->hidden;
-    p->num_topk      = shape->num_topk;
-    p->num_experts   = shape->num_experts;
-    p->num_local     = eep_ep_local_experts(shape);
-    p->alignment     = shape->alignment;
-    p->token_bytes   = (unsigned)wire.token_bytes;
-    p->hidden_bytes  = (unsigned)wire.hidden_bytes;
-    p->scale_off     = (unsigned)wire.scale_off;
-    p->scale_bytes   = (unsigned)wire.scale_bytes;
-    p->meta_off      = (unsigned)wire.meta_off;
-    p->tag_off       = (unsigned)wire.tag_off;
-    p->window        = rt->window;
-    p->fault         = (eep_fault_page_t *)(uintptr_t)rt->fault_dev;
-    p->fault_claim   = (unsigned int *)((char *)rt->buf + rt->layout.counters_off);
-    p->timeout_ns    = (unsigned long long)rt->timeout_ms * 1000000ull;
-    p->ctl           = (unsigned long long)(uintptr_t)((char *)rt->buf + ep_off + z.allocator_off);
-    p->counts_off    = ep_off + z.counts_off;
-    p->slot_bytes    = z.count_slot_bytes;
-    p->drecv_off     = ep_off + z.dispatch_recv_off;
-    p->drecv_region  = (unsigned long long)shape->max_tokens * wire.token_bytes;
-    p->crecv_off     = ep_off + z.combine_recv_off;
-    p->crecv_row     = z.combine_row_bytes;
-    p->crecv_region  = (unsigned long long)shape->max_tokens * z.combine_row_bytes;
-    p->crecv_regions = shape->world < shape->num_topk ? shape->world : shape->num_topk;
+    /* shape->world is rt->nranks: the argument checks took it from this runtime */
+    if ((status = eep_ep_params_layout(shape, rt->rank, ep_off, rt->buf, p)) != EEP_OK) {
+        return status;
+    }
+    p->window      = rt->window;
+    p->fault       = (eep_fault_page_t *)(uintptr_t)rt->fault_dev;
+    p->fault_claim = (unsigned int *)((char *)rt->buf + rt->layout.counters_off);
+    p->timeout_ns  = (unsigned long long)rt->timeout_ms * 1000000ull;
     return EEP_OK;
 }
 
@@ -412,6 +391,7 @@ eep_status_t eep_dispatch(eep_runtime_t *rt, const eep_dispatch_args_t *args,
     eep_jit_kernel_t     *kernel;
     eep_status_t          status;
     int                   El, NC, sw, sms, copy, idx_bits;
+    unsigned              grid;
     size_t                dyn;
     int64_t               rows;
 
@@ -486,8 +466,8 @@ eep_status_t eep_dispatch(eep_runtime_t *rt, const eep_dispatch_args_t *args,
         __atomic_store_n(&st->mirror[El + 1], 0, __ATOMIC_RELEASE);
     }
     /* Senders, then the counter; without CPU sync the copy blocks too (the counter is one). */
-    status = eep_jit_launch(kernel, (unsigned)(sms + (args->mode == EEP_EP_MODE_CPU_SYNC ? 1 : copy)),
-                            EEP_EPK_THREADS, dyn, stream, &p, sizeof(p));
+    grid   = (unsigned)(sms + (args->mode == EEP_EP_MODE_CPU_SYNC ? 1 : copy));
+    status = eep_jit_launch(kernel, grid, EEP_EPK_THREADS, dyn, stream, &p, sizeof(p));
     if (status != EEP_OK) {
         goto fail;
     }

@@ -8,8 +8,10 @@
 #include "elastic/ep_layout.h"
 
 #include <math.h>
+#include <string.h>
 
 #include "elastic/ep_knobs.h"
+#include "kernels/ep/ep_params.h"
 
 #define EEP_EP_MAX_WORLD      1024
 #define EEP_EP_MAX_ALIGNMENT  4096
@@ -301,4 +303,43 @@ int eep_ep_pick_sms(const eep_ep_config_t *cfg, const eep_ep_shape_t *shape, int
         }
     }
     return n < 1 ? 1 : n > device_sms ? device_sms : n;
+}
+
+eep_status_t eep_ep_params_layout(const eep_ep_shape_t *shape, int rank, size_t ep_off,
+                                  const void *my_window, eep_epk_params_t *p)
+{
+    eep_ep_buffer_sizes_t z;
+    eep_ep_wire_t         wire;
+    eep_status_t          status;
+
+    if ((status = eep_ep_buffer_sizes(shape, &z)) != EEP_OK) {
+        return status;
+    }
+    eep_ep_wire_layout(shape, &wire);
+    memset(p, 0, sizeof(*p));
+    p->rank          = rank;
+    p->world         = shape->world;
+    p->max_tokens    = shape->max_tokens;
+    p->hidden        = shape->hidden;
+    p->num_topk      = shape->num_topk;
+    p->num_experts   = shape->num_experts;
+    p->num_local     = eep_ep_local_experts(shape);
+    p->alignment     = shape->alignment;
+    p->token_bytes   = (unsigned)wire.token_bytes;
+    p->hidden_bytes  = (unsigned)wire.hidden_bytes;
+    p->scale_off     = (unsigned)wire.scale_off;
+    p->scale_bytes   = (unsigned)wire.scale_bytes;
+    p->meta_off      = (unsigned)wire.meta_off;
+    p->tag_off       = (unsigned)wire.tag_off;
+    p->ctl           = (unsigned long long)(uintptr_t)((const char *)my_window + ep_off +
+                                                       z.allocator_off);
+    p->counts_off    = ep_off + z.counts_off;
+    p->slot_bytes    = z.count_slot_bytes;
+    p->drecv_off     = ep_off + z.dispatch_recv_off;
+    p->drecv_region  = (unsigned long long)shape->max_tokens * wire.token_bytes;
+    p->crecv_off     = ep_off + z.combine_recv_off;
+    p->crecv_row     = z.combine_row_bytes;
+    p->crecv_region  = (unsigned long long)shape->max_tokens * z.combine_row_bytes;
+    p->crecv_regions = shape->world < shape->num_topk ? shape->world : shape->num_topk;
+    return EEP_OK;
 }

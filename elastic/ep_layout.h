@@ -104,6 +104,17 @@ int64_t eep_ep_rows_max(const eep_ep_shape_t *shape);
 eep_status_t eep_ep_buffer_sizes(const eep_ep_shape_t *shape, eep_ep_buffer_sizes_t *sizes_p);
 
 /**
+ * Zero the kernels' parameters (kernels/ep/ep_params.h) and fill what the shape decides: rank and
+ * shape fields, the wire record, the window offsets of the counts and receive regions (the
+ * dispatch/combine area starts @p ep_off bytes into the window) and the control words' address
+ * (@p my_window: this rank's window as the device sees it).  Pointers to the runtime's other
+ * memory, inputs and outputs are the caller's.  @return as eep_ep_buffer_sizes().
+ */
+struct eep_epk_params;
+eep_status_t eep_ep_params_layout(const eep_ep_shape_t *shape, int rank, size_t ep_off,
+                                  const void *my_window, struct eep_epk_params *params_p);
+
+/**
  * Exclusive prefix sums of the padded expert counts.
  * @param [in]  counts     [num_local] real rows per local expert (>= 0).
  * @param [in]  alignment  power of two >= 1.

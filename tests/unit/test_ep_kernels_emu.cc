@@ -208,36 +208,17 @@ static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, i
         if (fault == FAULT_BAD_ID && r == 0) {
             ids[3 * K + 1] = 99; /* token 3, lane 1: out of range (8 experts) */
         }
-        memset(&q, 0, sizeof(q));
-        q.rank = r;
-        q.world = W;
+        /* the layout fields as eep_dispatch fills them; the dispatch area starts the window */
+        if (eep_ep_params_layout(&s, r, 0, win->base[r], &q) != EEP_OK) {
+            printf("%s: eep_ep_params_layout failed\n", name);
+            return 1;
+        }
         q.num_tokens = n;
-        q.max_tokens = T;
-        q.hidden = H;
-        q.num_topk = K;
-        q.num_experts = s.num_experts;
-        q.num_local = El;
-        q.alignment = s.alignment;
         q.scan_warps = sw;
-        q.token_bytes = (unsigned)wire.token_bytes;
-        q.hidden_bytes = (unsigned)wire.hidden_bytes;
-        q.scale_off = (unsigned)wire.scale_off;
-        q.scale_bytes = (unsigned)wire.scale_bytes;
-        q.meta_off = (unsigned)wire.meta_off;
-        q.tag_off = (unsigned)wire.tag_off;
         q.window = win;
         q.fault = (eep_fault_page_t *)shm_alloc(sizeof(eep_fault_page_t));
         q.fault_claim = (unsigned int *)shm_alloc(4);
         q.timeout_ns = (fault == FAULT_SILENT_PEER ? 2ull : 200ull) * 1000000000ull;
-        q.ctl = U(win->base[r] + z.allocator_off);
-        q.counts_off = z.counts_off;
-        q.slot_bytes = z.count_slot_bytes;
-        q.drecv_off = z.dispatch_recv_off;
-        q.drecv_region = (unsigned long long)T * wire.token_bytes;
-        q.crecv_off = z.combine_recv_off;
-        q.crecv_row = z.combine_row_bytes;
-        q.crecv_region = (unsigned long long)T * z.combine_row_bytes;
-        q.crecv_regions = W < K ? W : K;
         q.send_blocks = S;
         q.skip_pad_x = fault == SKIP_PADDING_X;
         q.x = U(shm_alloc(wire.hidden_bytes * T));
@@ -352,8 +333,9 @@ static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, i
             if (!launch(eep_ep_dispatch_body<32, EEP_EPK_CPU_SYNC, 1>, p, X, dyn, what)) {
                 return 1;
             }
-        } else if (!launch(dmode == EEP_EPK_CACHED ? eep_ep_dispatch_body<32, EEP_EPK_CACHED, 0> :
-                                                     eep_ep_dispatch_body<32, EEP_EPK_NO_CPU_SYNC, 0>,
+        } else if (!launch(dmode == EEP_EPK_CACHED ?
+                               eep_ep_dispatch_body<32, EEP_EPK_CACHED, 0> :
+                               eep_ep_dispatch_body<32, EEP_EPK_NO_CPU_SYNC, 0>,
                            p, G, dyn, what)) {
             return 1;
         }
