@@ -221,14 +221,7 @@ __device__ void eep_ep_combine_body(const eep_epk_params_t &p)
 
     eep_epk_stamp(p, 1);
     /* Source side: one warp per token, each partial once its tag holds this call's sequence. */
-    eep_wait_ctx w;
-
-    w.fault        = p.fault;
-    w.fault_claim  = p.fault_claim;
-    w.block_failed = &block_failed;
-    w.timeout_ns   = p.timeout_ns;
-    w.rank         = p.rank;
-    w.abort_check_ns = EEP_EPK_ABORT_CHECK_NS;
+    const eep_wait_ctx w = eep_epk_wait_ctx(p, &block_failed);
     const unsigned char *mine = peer_base[p.rank] + region0;
     for (int t = blockIdx.x * EEP_EPK_WARPS + warp; t < p.num_tokens; t += gwarps) {
         const int *slots = (const int *)p.h_send_slot + (long long)t * W;

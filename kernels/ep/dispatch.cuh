@@ -77,19 +77,19 @@ __device__ __forceinline__ long long eep_epk_id(const eep_epk_params_t &p, long 
     return ((const int *)p.topk_idx)[i];
 }
 
-/* Route one token: destination mask, or bad (mask 0, *bad_p the offending id). */
-template <int IdxBits>
-__device__ __forceinline__ unsigned eep_epk_route(const eep_epk_params_t &p, int t, bool *bad_p,
-                                                  long long *bad_id_p)
+/* Route one token whose K ids come from get(k): its destination mask; or bad (an id outside
+   [-1, E) or repeated in the token: mask 0, *bad_id_p the offending id). */
+template <typename GetId>
+__device__ __forceinline__ unsigned eep_epk_route_ids(GetId get, int K, int E, int El,
+                                                      bool *bad_p, long long *bad_id_p)
 {
     unsigned mask = 0;
-    const long long base = (long long)t * EEP_EPK_K(p);
 
     *bad_p = false;
-    for (int k = 0; k < EEP_EPK_K(p); k++) {
-        long long e = eep_epk_id<IdxBits>(p, base + k);
+    for (int k = 0; k < K; k++) {
+        const long long e = get(k);
 
-        if (e < -1 || e >= p.num_experts) {
+        if (e < -1 || e >= E) {
             *bad_p = true;
             *bad_id_p = e;
             return 0;
@@ -98,15 +98,26 @@ __device__ __forceinline__ unsigned eep_epk_route(const eep_epk_params_t &p, int
             continue;
         }
         for (int j = 0; j < k; j++) {
-            if (eep_epk_id<IdxBits>(p, base + j) == e) {
+            if (get(j) == e) {
                 *bad_p = true;
                 *bad_id_p = e;
                 return 0;
             }
         }
-        mask |= 1u << (unsigned)(e / p.num_local);
+        mask |= 1u << (unsigned)(e / El);
     }
     return mask;
+}
+
+/* Route token t from the global ids. */
+template <int IdxBits>
+__device__ __forceinline__ unsigned eep_epk_route(const eep_epk_params_t &p, int t, bool *bad_p,
+                                                  long long *bad_id_p)
+{
+    const long long base = (long long)t * EEP_EPK_K(p);
+
+    return eep_epk_route_ids([&p, base](int k) { return eep_epk_id<IdxBits>(p, base + k); },
+                             EEP_EPK_K(p), p.num_experts, p.num_local, bad_p, bad_id_p);
 }
 
 /* A bad expert id: one fault record {phase, peer -1, expected token, observed id}, abort flag. */
@@ -148,6 +159,43 @@ __device__ __forceinline__ void eep_epk_copy4(void *dst, const void *src, unsign
     }
 }
 
+/* A token's destination ranks, from its handle slots (-1: not sent there). */
+__device__ __forceinline__ unsigned eep_epk_slot_mask(const int *slots, int W)
+{
+    unsigned dm = 0;
+
+    for (int d = 0; d < W; d++) {
+        dm |= (slots[d] >= 0 ? 1u : 0u) << d;
+    }
+    return dm;
+}
+
+/* A token's destination ranks, from its round's masks (@p mw: its warp's row, @p l: its lane). */
+__device__ __forceinline__ unsigned eep_epk_round_mask(const int *mw, int E, int W, unsigned l)
+{
+    unsigned dm = 0;
+
+    for (int d = 0; d < W; d++) {
+        dm |= (((unsigned)mw[E + d] >> l) & 1u) << d;
+    }
+    return dm;
+}
+
+/* The bounded-wait context of an EP kernel's waits (barrier/impl/bounded_wait.cuh). */
+__device__ __forceinline__ eep_wait_ctx eep_epk_wait_ctx(const eep_epk_params_t &p,
+                                                         int *block_failed)
+{
+    eep_wait_ctx w;
+
+    w.fault          = p.fault;
+    w.fault_claim    = p.fault_claim;
+    w.block_failed   = block_failed;
+    w.timeout_ns     = p.timeout_ns;
+    w.rank           = p.rank;
+    w.abort_check_ns = EEP_EPK_ABORT_CHECK_NS;
+    return w;
+}
+
 /* Wait, by the first world threads of the block, until word @p idx of every peer's slot carries
    @p seq.  @return false when a wait gave up (fault recorded) or the runtime aborted. */
 __device__ __forceinline__ bool eep_epk_wait_slots(const eep_epk_params_t &p,
@@ -155,14 +203,7 @@ __device__ __forceinline__ bool eep_epk_wait_slots(const eep_epk_params_t &p,
                                                    int idx, unsigned long long seq, int phase,
                                                    int *block_failed)
 {
-    eep_wait_ctx w;
-
-    w.fault        = p.fault;
-    w.fault_claim  = p.fault_claim;
-    w.block_failed = block_failed;
-    w.timeout_ns   = p.timeout_ns;
-    w.rank         = p.rank;
-    w.abort_check_ns = EEP_EPK_ABORT_CHECK_NS;
+    const eep_wait_ctx w = eep_epk_wait_ctx(p, block_failed);
     if ((int)threadIdx.x < EEP_EPK_W(p)) {
         const unsigned long long *word = (const unsigned long long *)(
             my_counts + ((unsigned long long)threadIdx.x * 2 + parity) * p.slot_bytes) + idx;
@@ -368,14 +409,7 @@ __device__ void eep_epk_expand(const eep_epk_params_t &p, unsigned long long seq
     eep_epk_stamp(p, 5);
     /* Records: one warp each, sources interleaved so that the local records (which land first)
        do not all go to the first warps. */
-    eep_wait_ctx w;
-
-    w.fault        = p.fault;
-    w.fault_claim  = p.fault_claim;
-    w.block_failed = block_failed;
-    w.timeout_ns   = p.timeout_ns;
-    w.rank         = p.rank;
-    w.abort_check_ns = EEP_EPK_ABORT_CHECK_NS;
+    const eep_wait_ctx w = eep_epk_wait_ctx(p, block_failed);
     /* Taken dynamically (a counter reset by the launch's last block), in the order slot 0 of
        every source, slot 1 of every source, ...: a warp that would wait for a late record does
        not hold back others behind a static share. */
@@ -637,26 +671,14 @@ __device__ __forceinline__ void eep_epk_stage_ids(const eep_epk_params_t &p, int
     }
 }
 
-/* Route one token from its staged ids: destination mask, or bad (duplicate or out of range). */
+/* Route one token from its staged ids (out-of-range ids were staged as -2, which routes as
+   bad): destination mask, or bad. */
 __device__ __forceinline__ unsigned eep_epk_route_staged(const int *ids, int K, int El, bool *bad_p)
 {
-    unsigned m = 0;
-    bool     bad = false;
+    long long bad_id;
 
-    for (int k = 0; k < K && !bad; k++) {
-        const int e = ids[k];
-
-        if (e == -2) {
-            bad = true;
-        } else if (e >= 0) {
-            for (int i = 0; i < k; i++) {
-                bad |= ids[i] == e;
-            }
-            m |= 1u << (unsigned)(e / El);
-        }
-    }
-    *bad_p = bad;
-    return bad ? 0u : m;
+    return eep_epk_route_ids([ids](int k) { return (long long)ids[k]; }, K, 1 << 30, El, bad_p,
+                             &bad_id);
 }
 
 /*
@@ -738,15 +760,8 @@ __device__ __forceinline__ void eep_epk_chunk_sum(const eep_epk_params_t &p, int
     __syncthreads();
     if ((int)threadIdx.x < nb) {
         const unsigned long long *flag = (const unsigned long long *)p.chunk_flags + threadIdx.x;
-        eep_wait_ctx              w;
+        const eep_wait_ctx        w = eep_epk_wait_ctx(p, &failed);
         unsigned                  polls = 0;
-
-        w.fault          = p.fault;
-        w.fault_claim    = p.fault_claim;
-        w.block_failed   = &failed;
-        w.timeout_ns     = p.timeout_ns;
-        w.rank           = p.rank;
-        w.abort_check_ns = EEP_EPK_ABORT_CHECK_NS;
         (void)eep_wait_geq(w, [flag, &polls] {
                                if (polls++ > 16) {
                                    __nanosleep(32);
@@ -874,14 +889,11 @@ __device__ void eep_ep_dispatch_body(const eep_epk_params_t &p)
                     if (t >= t1) {
                         break;
                     }
-                    const int *slots = (const int *)p.h_send_slot + (long long)t * W;
-                    unsigned   dm = 0;
-                    int        my_id = -1;
-                    float      my_w = 0.0f;
+                    const int     *slots = (const int *)p.h_send_slot + (long long)t * W;
+                    const unsigned dm = eep_epk_slot_mask(slots, W);
+                    int            my_id = -1;
+                    float          my_w = 0.0f;
 
-                    for (int d = 0; d < W; d++) {
-                        dm |= (slots[d] >= 0 ? 1u : 0u) << d;
-                    }
                     if ((int)lane < K) {
                         my_id = (int)eep_epk_id<IdxBits>(p, (long long)t * K + lane);
                         my_w  = ((const float *)p.topk_weights)[(long long)t * K + lane];
@@ -898,12 +910,8 @@ __device__ void eep_ep_dispatch_body(const eep_epk_params_t &p)
                         break;
                     }
                     const int *slots = (const int *)p.h_send_slot + (long long)t * W;
-                    unsigned   dm = 0;
 
-                    for (int d = 0; d < W; d++) {
-                        dm |= (slots[d] >= 0 ? 1u : 0u) << d;
-                    }
-                    eep_epk_send_tags(p, peer_base, my_region, dm,
+                    eep_epk_send_tags(p, peer_base, my_region, eep_epk_slot_mask(slots, W),
                                       [slots](int d) { return slots[d]; }, seq, lane);
                 }
             }
@@ -1011,10 +1019,7 @@ __device__ void eep_ep_dispatch_body(const eep_epk_params_t &p)
                             my_pos = pw[my_id] + __popc((unsigned)mw[my_id] & lt);
                         }
                     }
-                    unsigned dm = 0;
-                    for (int d = 0; d < W; d++) {
-                        dm |= (((unsigned)mw[E + d] >> l) & 1u) << d;
-                    }
+                    const unsigned dm = eep_epk_round_mask(mw, E, W, l);
                     if (c == 0) {
                         for (int d = lane; d < W; d += 32) {
                             slots[d] = ((dm >> d) & 1u) ? slot_of(d) : -1;
@@ -1045,12 +1050,9 @@ __device__ void eep_ep_dispatch_body(const eep_epk_params_t &p)
                         const int      w = q >> 5;
                         const unsigned l = (unsigned)(q & 31), lt = (1u << l) - 1u;
                         const int     *mw = masks + w * NC, *pw = prefix + w * NC;
-                        unsigned       dm = 0;
 
-                        for (int d = 0; d < W; d++) {
-                            dm |= (((unsigned)mw[E + d] >> l) & 1u) << d;
-                        }
-                        eep_epk_send_tags(p, peer_base, my_region, dm,
+                        eep_epk_send_tags(p, peer_base, my_region,
+                                          eep_epk_round_mask(mw, E, W, l),
                                           [mw, pw, lt, E](int d) {
                                               return pw[E + d] + __popc((unsigned)mw[E + d] & lt);
                                           }, seq, lane);
