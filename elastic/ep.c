@@ -170,9 +170,6 @@ static eep_status_t eep_ep_kernel(eep_runtime_t *rt, struct eep_ep_state *st, in
     int            i;
 
     snprintf(targs, sizeof(targs), "%d, %d, %d", idx_bits, mode, phase);
-    snprintf(flags, sizeof(flags), "-DEEP_EPK_FIXED_K=%d -DEEP_EPK_FIXED_W=%d -DEEP_EPK_FIXED_H=%d "
-             "-DEEP_EPK_FIXED_HB=%zu", shape->num_topk, shape->world, shape->hidden,
-             (size_t)shape->hidden * eep_ep_elem_bytes(shape->dtype));
     snprintf(key, sizeof(key), "%s<%s> k%d w%d h%d %s", combine ? "c" : "d",
              combine ? "" : targs, shape->num_topk, shape->world, shape->hidden,
              shape->dtype == EEP_DTYPE_FP8_E4M3 ? "fp8" : "bf16");
@@ -182,6 +179,10 @@ static eep_status_t eep_ep_kernel(eep_runtime_t *rt, struct eep_ep_state *st, in
             return EEP_OK;
         }
     }
+    /* not in the table: the JIT (its disk cache, or a compile) */
+    snprintf(flags, sizeof(flags), "-DEEP_EPK_FIXED_K=%d -DEEP_EPK_FIXED_W=%d -DEEP_EPK_FIXED_H=%d "
+             "-DEEP_EPK_FIXED_HB=%zu", shape->num_topk, shape->world, shape->hidden,
+             (size_t)shape->hidden * eep_ep_elem_bytes(shape->dtype));
     memset(&spec, 0, sizeof(spec));
     spec.size          = sizeof(spec);
     spec.header        = combine ? "kernels/ep/combine.cuh" : "kernels/ep/dispatch.cuh";
