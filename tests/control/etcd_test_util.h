@@ -75,6 +75,7 @@ typedef struct {
         char                  key[64];
         char                  value[64];
         int64_t               mod_revision;
+        int64_t               at_ms; /* test_now_ms() when it arrived */
     } ev[COLLECT_MAX];
     int          ended;
     eep_status_t end_status;
@@ -113,6 +114,7 @@ static inline void collector_func(const eep_etcd_event_t *events, size_t count, 
         snprintf(c->ev[c->n].value, sizeof(c->ev[c->n].value), "%.*s",
                  (int)events[i].kv.value_len, (const char *)events[i].kv.value);
         c->ev[c->n].mod_revision = events[i].kv.mod_revision;
+        c->ev[c->n].at_ms        = test_now_ms();
         c->n++;
     }
     pthread_mutex_unlock(&c->mu);
@@ -126,6 +128,21 @@ static inline int collector_count(collector_t *c)
     n = c->n;
     pthread_mutex_unlock(&c->mu);
     return n;
+}
+
+/* Print every collected event (type, key, value, mod revision): a failing count says why. */
+static inline void collector_dump(collector_t *c, const char *when)
+{
+    int i;
+
+    pthread_mutex_lock(&c->mu);
+    printf("%d event(s) %s:\n", c->n, when);
+    for (i = 0; i < c->n; i++) {
+        printf("  [%d] %s %s=%s mod_revision %lld, arrived at %lld ms\n", i,
+               c->ev[i].type == EEP_ETCD_EVENT_PUT ? "put" : "delete", c->ev[i].key,
+               c->ev[i].value, (long long)c->ev[i].mod_revision, (long long)c->ev[i].at_ms);
+    }
+    pthread_mutex_unlock(&c->mu);
 }
 
 /* Wait until the collector holds at least @p n events; @return the count. */

@@ -10,6 +10,7 @@
 #include "tests/control/support/etcd_server.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -272,11 +273,64 @@ void eep_test_etcd_kill(eep_test_etcd_t *etcd, int i)
     }
 }
 
-void eep_test_etcd_pause(eep_test_etcd_t *etcd, int i, int stop)
+/* 1 when every thread of @p pid is in the stopped state ('T' in /proc/PID/task/TID/stat). */
+static int eep_test_all_threads_stopped(pid_t pid)
 {
-    if (etcd->pid[i] > 0) {
-        kill(etcd->pid[i], stop ? SIGSTOP : SIGCONT);
+    char           path[64], stat[512];
+    DIR           *dir;
+    struct dirent *ent;
+    int            stopped = 1, seen = 0;
+
+    snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+    dir = opendir(path);
+    if (dir == NULL) {
+        return 0;
     }
+    while (stopped && (ent = readdir(dir)) != NULL) {
+        const char *state;
+        FILE       *f;
+        size_t      got;
+
+        if (ent->d_name[0] == '.') {
+            continue;
+        }
+        snprintf(path, sizeof(path), "/proc/%d/task/%.16s/stat", (int)pid, ent->d_name);
+        f = fopen(path, "r");
+        if (f == NULL) {
+            continue; /* the thread exited */
+        }
+        got = fread(stat, 1, sizeof(stat) - 1, f);
+        fclose(f);
+        stat[got] = '\0';
+        /* "TID (comm) S ...": the state follows the last ')' (comm may hold one). */
+        state = strrchr(stat, ')');
+        stopped = state != NULL && state[1] == ' ' && (state[2] == 'T' || state[2] == 't');
+        seen++;
+    }
+    closedir(dir);
+    return stopped && seen > 0;
+}
+
+int eep_test_etcd_pause(eep_test_etcd_t *etcd, int i, int stop)
+{
+    int64_t deadline;
+
+    if (etcd->pid[i] <= 0) {
+        return 0;
+    }
+    kill(etcd->pid[i], stop ? SIGSTOP : SIGCONT);
+    if (!stop) {
+        return 0;
+    }
+    deadline = eep_test_now_ms() + 5000;
+    while (!eep_test_all_threads_stopped(etcd->pid[i])) {
+        if (eep_test_now_ms() > deadline) {
+            fprintf(stderr, "etcd member %d: not all threads stopped 5 s after SIGSTOP\n", i);
+            return -1;
+        }
+        usleep(1000);
+    }
+    return 0;
 }
 
 int eep_test_etcd_restart(eep_test_etcd_t *etcd, int i)

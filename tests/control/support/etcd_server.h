@@ -41,8 +41,14 @@ int eep_test_etcd_start_tls(eep_test_etcd_t *etcd, int n);
 /** SIGKILL member @p i and reap it. */
 void eep_test_etcd_kill(eep_test_etcd_t *etcd, int i);
 
-/** SIGSTOP (@p stop) or SIGCONT member @p i: a hung member, and its recovery. */
-void eep_test_etcd_pause(eep_test_etcd_t *etcd, int i, int stop);
+/**
+ * SIGSTOP (@p stop) or SIGCONT member @p i: a hung member, and its recovery.  A stop returns
+ * only once every thread of the member is stopped: SIGSTOP stops a multithreaded process one
+ * thread at a time, and on a loaded machine a member went on serving for milliseconds after
+ * kill() returned (it took a put the test meant to send to a hung member).
+ * @return 0; -1 when the member's threads were not all stopped within 5 s.
+ */
+int eep_test_etcd_pause(eep_test_etcd_t *etcd, int i, int stop);
 
 /** Start member @p i again with its data dir and ports; wait until healthy.  @return 0. */
 int eep_test_etcd_restart(eep_test_etcd_t *etcd, int i);
