@@ -134,7 +134,10 @@ extern "C" {
     _X(nvrtcGetCUBINSize, 1)                                                                   \
     _X(nvrtcGetCUBIN, 1)                                                                       \
     _X(nvrtcGetPTXSize, 1)                                                                     \
-    _X(nvrtcGetPTX, 1)
+    _X(nvrtcGetPTX, 1)                                                                         \
+    _X(nvrtcGetPCHCreateStatus, 0)                                                             \
+    _X(nvrtcGetPCHHeapSizeRequired, 0)                                                         \
+    _X(nvrtcSetPCHHeapSize, 0)
 
 #define EEP_CUDA_SYM_FIELD(_name, _required) __typeof__(&_name) _name;
 

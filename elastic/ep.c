@@ -164,7 +164,7 @@ static eep_status_t eep_ep_kernel(eep_runtime_t *rt, struct eep_ep_state *st, in
                                   int idx_bits, int mode, int phase, const eep_ep_shape_t *shape,
                                   eep_jit_kernel_t **kernel_p)
 {
-    char           key[EEP_EP_KERNEL_KEY], targs[32], flags[160];
+    char           key[EEP_EP_KERNEL_KEY], targs[32], defines[160];
     eep_jit_spec_t spec;
     eep_status_t   status;
     int            i;
@@ -180,15 +180,16 @@ static eep_status_t eep_ep_kernel(eep_runtime_t *rt, struct eep_ep_state *st, in
         }
     }
     /* not in the table: the JIT (its disk cache, or a compile) */
-    snprintf(flags, sizeof(flags), "-DEEP_EPK_FIXED_K=%d -DEEP_EPK_FIXED_W=%d -DEEP_EPK_FIXED_H=%d "
-             "-DEEP_EPK_FIXED_HB=%zu", shape->num_topk, shape->world, shape->hidden,
+    /* unit #defines, not -D flags: NVRTC's precompiled headers need the same command line */
+    snprintf(defines, sizeof(defines), "EEP_EPK_FIXED_K=%d EEP_EPK_FIXED_W=%d EEP_EPK_FIXED_H=%d "
+             "EEP_EPK_FIXED_HB=%zu", shape->num_topk, shape->world, shape->hidden,
              (size_t)shape->hidden * eep_ep_elem_bytes(shape->dtype));
     memset(&spec, 0, sizeof(spec));
     spec.size          = sizeof(spec);
     spec.header        = combine ? "kernels/ep/combine.cuh" : "kernels/ep/dispatch.cuh";
     spec.function      = combine ? "eep_ep_combine_body" : "eep_ep_dispatch_body";
     spec.template_args = combine ? NULL : targs;
-    spec.extra_flags   = flags;
+    spec.defines       = defines;
     spec.param_type    = "eep_epk_params_t";
     spec.launch_bounds = EEP_EPK_THREADS;
     spec.backend       = EEP_JIT_BACKEND_AUTO;

@@ -243,6 +243,7 @@ eep_status_t eep_jit_create(const eep_jit_params_t *params, eep_jit_t **jit_p)
         goto err_free;
     }
     jit->keep_source = cfg->keep_source;
+    jit->pch         = cfg->pch;
     eep_jit_find_nvcc(jit, cfg->nvcc);
     eep_jit_canon(jit->cuda_home, sizeof(jit->cuda_home), EEP_JIT_CUDA_HOME);
     snprintf(path, sizeof(path), "%s/include", jit->cuda_home);

@@ -59,6 +59,14 @@ typedef struct {
     int               needs_gin;     /* includes GIN headers: NVRTC cannot compile it (nvcc) */
     eep_jit_backend_t backend;       /* AUTO, or force one */
     const char       *extra_flags;   /* extra compiler flags, space separated, or NULL */
+    /*
+     * Macros for this unit, space separated NAME or NAME=VALUE (VALUE: letters, digits, _ . + -),
+     * or NULL.  They are #defined in the generated unit after the backend's shared headers, not
+     * passed as -D: NVRTC reuses its precompiled shared headers only for identical command lines,
+     * so a kernel's shape constants belong here (docs/jit.md, "Precompiled headers").  Added after
+     * extra_flags: a spec whose size ends before it has none.
+     */
+    const char       *defines;
 } eep_jit_spec_t;
 
 typedef struct {

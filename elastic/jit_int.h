@@ -96,6 +96,7 @@ struct eep_jit {
     char              cccl_include[PATH_MAX];
     eep_jit_backend_t backend;               /* from EEP_JIT_BACKEND */
     int               keep_source;
+    int               pch;                   /* from EEP_JIT_PCH */
     pthread_mutex_t   lock;                  /* kernels list, identities */
     eep_jit_kernel_t *kernels;
     int               nvcc_identity_done;

@@ -11,6 +11,7 @@ typedef struct {
     char source_root[EEP_KNOB_STRING_MAX]; /* kernel source root */
     int  keep_source;                      /* keep generated units and failing sources */
     char arch[EEP_KNOB_STRING_MAX];        /* sm_90 */
+    int  pch;                              /* NVRTC reuses precompiled shared headers */
 } eep_jit_config_t;
 
 extern const eep_knob_table_t eep_jit_knob_table;

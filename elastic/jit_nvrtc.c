@@ -7,9 +7,18 @@
  * (their packed layouts break under NVRTC), explicit __host__ on prototypes is neutralised, and
  * loadConst gets specialisations that avoid zero-length arrays.  This makes the LSA subset of the
  * device API (teams, windows, ncclSymPtr, LSA barrier, LL A2A) compile; GIN kernels need nvcc.
+ *
+ * Precompiled headers: every unit starts with the same prefix (the prelude, nccl.h and
+ * nccl_device.h, which pull in libcu++'s <cuda/atomic>: ~2 s of the ~3 s front end of a kernel)
+ * and ends it with a declaration, NVRTC's header stop point.  With -pch (NVRTC 12.8 and later)
+ * the first compile of a process saves that prefix and later ones load it, when their command
+ * lines are identical: so a spec's shape constants travel as unit #defines (spec.defines), after
+ * the stop point, never as -D flags.  The cubin is the same either way (tests/unit/test_jit.c).
+ * NVRTC's automatic PCH state is per process; compiles with it are serialised here.
  */
 #include "elastic/jit_int.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,6 +67,34 @@ static const eep_jit_mem_header_t eep_jit_nvrtc_headers[] = {
 };
 
 static const char *const eep_jit_nvrtc_flags[] = { "-default-device", NULL };
+
+/* NVRTC's automatic PCH is process state (its heap, its files): one compile at a time uses it. */
+static pthread_mutex_t eep_jit_nvrtc_pch_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* 1 when this NVRTC has precompiled headers (12.8 and later) and EEP_JIT_PCH allows them. */
+static int eep_jit_nvrtc_pch(const eep_jit_t *jit, const eep_cuda_sym_t *sym)
+{
+    return jit->pch && sym->nvrtcGetPCHCreateStatus != NULL &&
+           (sym->nvrtc_major > 12 || (sym->nvrtc_major == 12 && sym->nvrtc_minor >= 8));
+}
+
+/*
+ * After a compile with -pch: when NVRTC could not save the prefix because its PCH heap was too
+ * small, grow the heap to what it asked for, so that the next compile saves it.
+ */
+static void eep_jit_nvrtc_pch_heap(const eep_cuda_sym_t *sym, nvrtcProgram prog)
+{
+    size_t need = 0;
+
+    if (sym->nvrtcGetPCHCreateStatus(prog) != NVRTC_ERROR_PCH_CREATE_HEAP_EXHAUSTED ||
+        sym->nvrtcGetPCHHeapSizeRequired == NULL || sym->nvrtcSetPCHHeapSize == NULL ||
+        sym->nvrtcGetPCHHeapSizeRequired(prog, &need) != NVRTC_SUCCESS) {
+        return;
+    }
+    if (sym->nvrtcSetPCHHeapSize(need) == NVRTC_SUCCESS) {
+        eep_debug(EEP_SUBSYS_JIT, "nvrtc PCH heap grown to the %zu bytes it asked for", need);
+    }
+}
 
 /*
  * NVRTC's identity is the library file: the toolkit's libnvrtc.so.13 (the file cuda_sym loads
@@ -126,7 +163,6 @@ static eep_status_t eep_jit_nvrtc_compile(eep_jit_t *jit, const eep_jit_unit_t *
     size_t                i, size = 0;
     void                 *cubin;
 
-    (void)jit;
     *log_p = NULL;
     status = eep_cuda_sym_nvrtc(&sym);
     if (status != EEP_OK) {
@@ -141,7 +177,18 @@ static eep_status_t eep_jit_nvrtc_compile(eep_jit_t *jit, const eep_jit_unit_t *
         return eep_status_from_nvrtc(res, "nvrtcCreateProgram");
     }
     eep_jit_count_compiler_run();
-    res    = sym->nvrtcCompileProgram(prog, unit->n_options, unit->options);
+    if (eep_jit_nvrtc_pch(jit, sym)) {
+        /* PCH options must come first on NVRTC's command line. */
+        const char *options[EEP_JIT_MAX_OPTIONS + 1] = { "-pch" };
+
+        memcpy(options + 1, unit->options, (size_t)unit->n_options * sizeof(options[0]));
+        pthread_mutex_lock(&eep_jit_nvrtc_pch_lock);
+        res = sym->nvrtcCompileProgram(prog, unit->n_options + 1, options);
+        eep_jit_nvrtc_pch_heap(sym, prog);
+        pthread_mutex_unlock(&eep_jit_nvrtc_pch_lock);
+    } else {
+        res = sym->nvrtcCompileProgram(prog, unit->n_options, unit->options);
+    }
     *log_p = eep_jit_nvrtc_log(sym, prog);
     if (res == NVRTC_ERROR_COMPILATION) {
         status = EEP_ERR_JIT; /* the caller logs the compiler's own words */
@@ -185,6 +232,10 @@ const eep_jit_backend_ops_t eep_jit_nvrtc_ops = {
     .flags         = eep_jit_nvrtc_flags,
     .mem_headers   = eep_jit_nvrtc_headers,
     .n_mem_headers = sizeof(eep_jit_nvrtc_headers) / sizeof(eep_jit_nvrtc_headers[0]),
-    .unit_prologue = "#include \"" EEP_JIT_NVRTC_PRELUDE "\"\n",
+    .unit_prologue = "#include \"" EEP_JIT_NVRTC_PRELUDE "\"\n"
+                     "#include <nccl.h>\n"
+                     "#include <nccl_device.h>\n"
+                     "/* the end of the shared prefix that NVRTC precompiles (header stop) */\n"
+                     "typedef int eep_jit_shared_prefix_end_t;\n",
     .compile       = eep_jit_nvrtc_compile,
 };

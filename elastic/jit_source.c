@@ -18,6 +18,7 @@
 #include <cuda.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stddef.h>
 #include <nccl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,14 +56,63 @@ static int eep_jit_chars_ok(const char *s, const char *extra)
     return 1;
 }
 
+/* The spec's defines, or NULL for a spec (of an older size) that ends before the field. */
+static const char *eep_jit_spec_defines(const eep_jit_spec_t *spec)
+{
+    return spec->size >= offsetof(eep_jit_spec_t, defines) + sizeof(spec->defines)
+               ? spec->defines
+               : NULL;
+}
+
+/* 1 when @p defines is blank-separated NAME or NAME=VALUE tokens (VALUE: [A-Za-z0-9_.+-]+). */
+static int eep_jit_defines_ok(const char *defines)
+{
+    const char *p = defines;
+
+    while (*p != '\0') {
+        if (*p == ' ' || *p == '\t') {
+            p++;
+            continue;
+        }
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || *p == '_')) {
+            return 0;
+        }
+        while ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+               *p == '_') {
+            p++;
+        }
+        if (*p == '=') {
+            const char *value = ++p;
+
+            while ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+                   (*p >= '0' && *p <= '9') || (*p != '\0' && strchr("_.+-", *p) != NULL)) {
+                p++;
+            }
+            if (p == value) {
+                return 0;
+            }
+        }
+        if (*p != '\0' && *p != ' ' && *p != '\t') {
+            return 0;
+        }
+    }
+    return 1;
+}
+
 static eep_status_t eep_jit_spec_check(const eep_jit_t *jit, const eep_jit_spec_t *spec)
 {
+    const char *defines = eep_jit_spec_defines(spec);
     char        path[PATH_MAX];
     struct stat st;
 
-    if (spec->size < sizeof(eep_jit_spec_t)) {
-        eep_error(EEP_SUBSYS_JIT, "spec size %zu is smaller than sizeof(eep_jit_spec_t) %zu",
-                  spec->size, sizeof(eep_jit_spec_t));
+    if (spec->size < offsetof(eep_jit_spec_t, extra_flags) + sizeof(spec->extra_flags)) {
+        eep_error(EEP_SUBSYS_JIT, "spec size %zu is too small for an eep_jit_spec_t (set it to "
+                  "sizeof(eep_jit_spec_t), %zu)", spec->size, sizeof(eep_jit_spec_t));
+        return EEP_ERR_INVALID_ARG;
+    }
+    if (defines != NULL && !eep_jit_defines_ok(defines)) {
+        eep_error(EEP_SUBSYS_JIT, "spec defines '%s' must be blank-separated NAME or NAME=VALUE "
+                  "(NAME a C identifier, VALUE of letters, digits, _ . + -)", defines);
         return EEP_ERR_INVALID_ARG;
     }
     if (spec->header == NULL || spec->header[0] == '\0' || spec->header[0] == '/' ||
@@ -180,11 +230,41 @@ static eep_status_t eep_jit_unit_options(eep_jit_t *jit, const eep_jit_spec_t *s
     return EEP_OK;
 }
 
+/* "#define NAME VALUE" lines for checked @p defines (NULL: none) into *lines_p (malloc). */
+static eep_status_t eep_jit_define_lines(const char *defines, char **lines_p)
+{
+    size_t len = defines != NULL ? strlen(defines) : 0, used = 0;
+    char  *lines, *copy, *tok, *save = NULL;
+
+    /* each token grows by "#define " and a newline at most; "NAME" alone gets no value */
+    lines = malloc(len * 10 + 1);
+    copy  = malloc(len + 1);
+    if (lines == NULL || copy == NULL) {
+        free(lines);
+        free(copy);
+        return EEP_ERR_NO_MEMORY;
+    }
+    lines[0] = '\0';
+    memcpy(copy, defines != NULL ? defines : "", len + 1);
+    for (tok = strtok_r(copy, " \t", &save); tok != NULL; tok = strtok_r(NULL, " \t", &save)) {
+        char *eq = strchr(tok, '=');
+
+        if (eq != NULL) {
+            *eq = ' ';
+        }
+        used += (size_t)snprintf(lines + used, len * 10 + 1 - used, "#define %s\n", tok);
+    }
+    free(copy);
+    *lines_p = lines;
+    return EEP_OK;
+}
+
 eep_status_t eep_jit_unit_build(eep_jit_t *jit, const eep_jit_spec_t *spec, eep_jit_unit_t *unit_p)
 {
     const eep_jit_backend_ops_t *ops;
     eep_jit_unit_t unit;
     eep_status_t   status;
+    char          *defines = NULL;
     const char    *targs = spec->template_args != NULL ? spec->template_args : "";
     size_t         len;
     char           bounds[64] = "";
@@ -213,8 +293,12 @@ eep_status_t eep_jit_unit_build(eep_jit_t *jit, const eep_jit_spec_t *spec, eep_
     if (spec->launch_bounds > 0) {
         snprintf(bounds, sizeof(bounds), "__launch_bounds__(%d) ", spec->launch_bounds);
     }
+    status = eep_jit_define_lines(eep_jit_spec_defines(spec), &defines);
+    if (status != EEP_OK) {
+        goto err_cleanup;
+    }
     len = strlen(spec->header) + strlen(spec->function) + strlen(targs) +
-          2 * strlen(spec->param_type) + 512;
+          2 * strlen(spec->param_type) + strlen(defines) + 512;
     unit.source = malloc(len);
     if (unit.source == NULL) {
         status = EEP_ERR_NO_MEMORY;
@@ -223,6 +307,7 @@ eep_status_t eep_jit_unit_build(eep_jit_t *jit, const eep_jit_spec_t *spec, eep_
     n = snprintf(unit.source, len,
                  "/* generated by eep_jit (%s): %s%s%s%s(const %s &) */\n"
                  "%s"
+                 "%s"
                  "#include \"%s\"\n"
                  "extern \"C\" __global__ void %s" EEP_JIT_ENTRY_NAME "(const %s p)\n"
                  "{\n"
@@ -230,17 +315,20 @@ eep_status_t eep_jit_unit_build(eep_jit_t *jit, const eep_jit_spec_t *spec, eep_
                  "}\n",
                  ops->name, spec->function, targs[0] != '\0' ? "<" : "", targs,
                  targs[0] != '\0' ? ">" : "", spec->param_type,
-                 ops->unit_prologue != NULL ? ops->unit_prologue : "", spec->header, bounds,
+                 ops->unit_prologue != NULL ? ops->unit_prologue : "", defines, spec->header,
+                 bounds,
                  spec->param_type, spec->function, targs[0] != '\0' ? "<" : "", targs,
                  targs[0] != '\0' ? ">" : "");
     if (n < 0 || (size_t)n >= len) {
         status = EEP_ERR_INTERNAL;
         goto err_cleanup;
     }
+    free(defines);
     *unit_p = unit;
     return EEP_OK;
 
 err_cleanup:
+    free(defines);
     eep_jit_unit_cleanup(&unit);
     return status;
 }

@@ -55,7 +55,7 @@ static eep_status_t eep_barrier_kernel(eep_runtime_t *rt, eep_barrier_mode_t mod
     spec.launch_bounds = EEP_BARRIER_MAX_THREADS;
     spec.needs_gin     = rt->gin;
     spec.backend       = EEP_JIT_BACKEND_AUTO;
-    spec.extra_flags   = rt->gin ? "-DEEP_BARRIER_GIN=1" : NULL;
+    spec.defines       = rt->gin ? "EEP_BARRIER_GIN=1" : NULL;
     status = eep_jit_get_kernel(rt->jit, &spec, &rt->barrier_kernels[mode]);
     if (status != EEP_OK) {
         eep_error(EEP_SUBSYS_BARRIER, "cannot build the %s barrier kernel",

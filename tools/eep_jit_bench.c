@@ -7,7 +7,9 @@
  * then looked up N times (warm: key + read + checksum; median reported).  Run twice with the same
  * --cache to see a fresh process's warm start.  --gpu also loads each kernel into device 0's
  * primary context (first get_kernel, then the median of N repeated lookups) and launches the fill
- * probe over a poisoned buffer, checking every element.
+ * probe over a poisoned buffer, checking every element.  The EP pair is compiled for 2 ranks and
+ * then for 1 (a survivor's shrink); with EEP_JIT_PCH=1 (default) every compile after the first
+ * loads NVRTC's precompiled shared headers, so compare a run with EEP_JIT_PCH=0.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,6 +90,30 @@ int main(int argc, char **argv)
                                 .function = "eep_gin_probe_body", .template_args = "0",
                                 .param_type = "eep_gin_probe_params_t", .needs_gin = 1,
                                 .backend = EEP_JIT_BACKEND_NVCC } },
+        /* The EP pair as elastic/ep.c asks for it (bf16, top-k 8, H 7168, no CPU sync) on 2
+         * ranks, then on 1: what a survivor compiles after a shrink, in the same process. */
+        { "ep dispatch w2", { .header = "kernels/ep/dispatch.cuh",
+                              .function = "eep_ep_dispatch_body", .template_args = "32, 1, 0",
+                              .param_type = "eep_epk_params_t", .launch_bounds = 512,
+                              .backend = EEP_JIT_BACKEND_NVRTC,
+                              .defines = "EEP_EPK_FIXED_K=8 EEP_EPK_FIXED_W=2 "
+                                         "EEP_EPK_FIXED_H=7168 EEP_EPK_FIXED_HB=14336" } },
+        { "ep combine w2", { .header = "kernels/ep/combine.cuh",
+                             .function = "eep_ep_combine_body", .param_type = "eep_epk_params_t",
+                             .launch_bounds = 512, .backend = EEP_JIT_BACKEND_NVRTC,
+                             .defines = "EEP_EPK_FIXED_K=8 EEP_EPK_FIXED_W=2 "
+                                        "EEP_EPK_FIXED_H=7168 EEP_EPK_FIXED_HB=14336" } },
+        { "ep dispatch w1", { .header = "kernels/ep/dispatch.cuh",
+                              .function = "eep_ep_dispatch_body", .template_args = "32, 1, 0",
+                              .param_type = "eep_epk_params_t", .launch_bounds = 512,
+                              .backend = EEP_JIT_BACKEND_NVRTC,
+                              .defines = "EEP_EPK_FIXED_K=8 EEP_EPK_FIXED_W=1 "
+                                         "EEP_EPK_FIXED_H=7168 EEP_EPK_FIXED_HB=14336" } },
+        { "ep combine w1", { .header = "kernels/ep/combine.cuh",
+                             .function = "eep_ep_combine_body", .param_type = "eep_epk_params_t",
+                             .launch_bounds = 512, .backend = EEP_JIT_BACKEND_NVRTC,
+                             .defines = "EEP_EPK_FIXED_K=8 EEP_EPK_FIXED_W=1 "
+                                        "EEP_EPK_FIXED_H=7168 EEP_EPK_FIXED_HB=14336" } },
         { "fill probe / nvrtc", { .header = "kernels/probe/fill_probe.cuh",
                                   .function = "eep_fill_probe_body", .template_args = "5u",
                                   .param_type = "eep_fill_probe_params_t", .launch_bounds = 256,

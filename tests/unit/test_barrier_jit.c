@@ -60,7 +60,7 @@ static void compile(const char *header, const char *function, const char *args, 
     spec.param_type    = "eep_barrier_params_t";
     spec.launch_bounds = EEP_BARRIER_MAX_THREADS;
     spec.needs_gin     = gin;
-    spec.extra_flags   = gin ? "-DEEP_BARRIER_GIN=1" : NULL;
+    spec.defines       = gin ? "EEP_BARRIER_GIN=1" : NULL;
     status = eep_jit_compile(jit, &spec, &info);
     if (status != EEP_OK) {
         fail_msg("%s<%s> did not compile: %s\n%s", function, args ? args : "", eep_status_name(status),

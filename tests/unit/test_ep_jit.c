@@ -23,12 +23,12 @@
 static char cache_dir[] = "/tmp/eep-test-ep-jit2-XXXXXX";
 
 static void compile_one(eep_jit_t *jit, const char *header, const char *function,
-                        const char *targs, const char *flags)
+                        const char *targs, const char *defines)
 {
     eep_jit_spec_t spec = {
         .size = sizeof(spec), .header = header, .function = function, .template_args = targs,
         .param_type = "eep_epk_params_t", .launch_bounds = EEP_EPK_THREADS,
-        .backend = EEP_JIT_BACKEND_NVRTC, .extra_flags = flags,
+        .backend = EEP_JIT_BACKEND_NVRTC, .defines = defines,
     };
 
     ep_jit_compile_check(jit, &spec);
@@ -45,9 +45,9 @@ static void test_compile_all(void **state)
     (void)state;
     assert_int_equal(eep_jit_create(&params, &jit), EEP_OK);
     static const char *const bf16_k8_w2 =
-        "-DEEP_EPK_FIXED_K=8 -DEEP_EPK_FIXED_W=2 -DEEP_EPK_FIXED_H=7168 -DEEP_EPK_FIXED_HB=14336";
+        "EEP_EPK_FIXED_K=8 EEP_EPK_FIXED_W=2 EEP_EPK_FIXED_H=7168 EEP_EPK_FIXED_HB=14336";
     static const char *const fp8_k6_w8 =
-        "-DEEP_EPK_FIXED_K=6 -DEEP_EPK_FIXED_W=8 -DEEP_EPK_FIXED_H=4096 -DEEP_EPK_FIXED_HB=4096";
+        "EEP_EPK_FIXED_K=6 EEP_EPK_FIXED_W=8 EEP_EPK_FIXED_H=4096 EEP_EPK_FIXED_HB=4096";
     for (i = 0; i < sizeof(variants) / sizeof(variants[0]); i++) {
         compile_one(jit, "kernels/ep/dispatch.cuh", "eep_ep_dispatch_body", variants[i], NULL);
         compile_one(jit, "kernels/ep/dispatch.cuh", "eep_ep_dispatch_body", variants[i],

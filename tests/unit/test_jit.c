@@ -406,6 +406,103 @@ static void test_keep_source(void **state)
     jt_rm_rf(cache);
 }
 
+/* A unit's defines reach the kernel (a wrong value is the header's #error), shape the key, are
+ * checked (EEP_ERR_INVALID_ARG naming them), and a spec of the size before the field has none. */
+static void test_defines(void **state)
+{
+    char          *root = jt_mkdtemp("jit-def-root"), *cache = jt_mkdtemp("jit-def");
+    eep_jit_params_t params = { .size = sizeof(params), .cache_dir = cache, .source_root = root };
+    eep_jit_spec_t spec = { .size = sizeof(spec), .header = "def/def.cuh", .function = "def_body",
+                            .param_type = "def_params_t", .backend = EEP_JIT_BACKEND_NVRTC };
+    static const char *const bad[] = { "1A=3", "A=", "A=b;c", "A=\"x\"", "A=1\n#include <x>",
+                                       "A(x)=x", "=3" };
+    eep_jit_info_t info;
+    eep_jit_t     *jit;
+    char           key3[sizeof(info.key)];
+    size_t         i;
+
+    (void)state;
+    jt_write(root, "def/def.cuh",
+             "#pragma once\ntypedef struct { int *out; } def_params_t;\n"
+             "#if !defined(EEP_T_A) || EEP_T_A != 3 || !defined(EEP_T_FLAG)\n"
+             "#error the defines did not arrive\n"
+             "#endif\n"
+             "static_assert(EEP_T_F > 1.4 && EEP_T_F < 1.6, \"EEP_T_F\");\n"
+             "__device__ void def_body(const def_params_t &p) { p.out[0] = EEP_T_A; }\n");
+    assert_int_equal(eep_jit_create(&params, &jit), EEP_OK);
+    spec.defines = "  EEP_T_A=3\tEEP_T_FLAG EEP_T_F=1.5 ";
+    assert_int_equal(eep_jit_compile(jit, &spec, &info), EEP_OK);
+    memcpy(key3, info.key, sizeof(key3));
+    spec.defines = "EEP_T_A=4 EEP_T_FLAG EEP_T_F=1.5";
+    assert_int_equal(eep_jit_compile(jit, &spec, &info), EEP_ERR_JIT);
+    assert_non_null(strstr(eep_jit_last_log(), "the defines did not arrive"));
+    spec.defines = "EEP_T_A=3 EEP_T_FLAG EEP_T_F=1.5 EEP_T_OTHER=1";
+    assert_int_equal(eep_jit_compile(jit, &spec, &info), EEP_OK);
+    assert_string_not_equal(info.key, key3); /* another unit, another cache entry */
+    for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        spec.defines = bad[i];
+        jt_hook_reset();
+        assert_int_equal(eep_jit_compile(jit, &spec, &info), EEP_ERR_INVALID_ARG);
+        assert_non_null(strstr(jt_hook_last, "spec defines"));
+    }
+    /* A caller built against the spec before `defines` existed: the field is not read. */
+    spec.defines = "1A=garbage";
+    spec.size    = offsetof(eep_jit_spec_t, defines);
+    assert_int_equal(eep_jit_compile(jit, &spec, &info), EEP_ERR_JIT); /* #error: no EEP_T_A */
+    eep_jit_destroy(jit);
+    jt_rm_rf(root);
+    jt_rm_rf(cache);
+}
+
+/* Read a cache entry whole. */
+static void *read_entry(const char *path, size_t *size_p)
+{
+    void *cubin = NULL;
+
+    assert_int_equal(eep_jit_cache_read(path, &cubin, size_p), EEP_OK);
+    return cubin;
+}
+
+/*
+ * NVRTC's precompiled shared prefix (EEP_JIT_PCH, on by default) changes how long a compile
+ * takes, never what it makes: the same unit compiled with it (a process's second compile, which
+ * loads the prefix the first one saved) and without it gives the same cubin, byte for byte.
+ */
+static void test_pch_same_cubin(void **state)
+{
+    char          *with = jt_mkdtemp("jit-pch"), *without = jt_mkdtemp("jit-nopch");
+    eep_jit_spec_t first = fill_spec, second = fill_spec;
+    eep_jit_info_t a, b;
+    eep_jit_t     *jit;
+    void          *ca, *cb;
+    size_t         na, nb;
+
+    (void)state;
+    first.backend = second.backend = EEP_JIT_BACKEND_NVRTC;
+    second.template_args = "7u";
+    jit = make_jit(with);
+    assert_int_equal(eep_jit_compile(jit, &first, &a), EEP_OK);
+    assert_int_equal(eep_jit_compile(jit, &second, &a), EEP_OK);
+    eep_jit_destroy(jit);
+    setenv("EEP_JIT_PCH", "0", 1);
+    jit = make_jit(without);
+    unsetenv("EEP_JIT_PCH");
+    assert_int_equal(jit->pch, 0);
+    assert_int_equal(eep_jit_compile(jit, &second, &b), EEP_OK);
+    eep_jit_destroy(jit);
+    printf("fill probe <7u>: %.0f ms after a first compile with PCH, %.0f ms without PCH\n",
+           a.compile_ms, b.compile_ms);
+    assert_string_equal(a.key, b.key); /* PCH is not in the key: it does not shape the cubin */
+    ca = read_entry(a.path, &na);
+    cb = read_entry(b.path, &nb);
+    assert_int_equal(na, nb);
+    assert_memory_equal(ca, cb, na);
+    free(ca);
+    free(cb);
+    jt_rm_rf(with);
+    jt_rm_rf(without);
+}
+
 static void test_no_driver(void **state)
 {
     char             *cache = jt_mkdtemp("jit-nodev");
@@ -450,6 +547,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_syntax_error_nvrtc),
         cmocka_unit_test(test_syntax_error_nvcc),
         cmocka_unit_test(test_keep_source),
+        cmocka_unit_test(test_defines),
+        cmocka_unit_test(test_pch_same_cubin),
         cmocka_unit_test(test_no_driver),
         cmocka_unit_test(test_bad_knob),
     };
