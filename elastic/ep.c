@@ -158,20 +158,24 @@ static eep_status_t eep_ep_state_get(eep_runtime_t *rt, const eep_cuda_sym_t *cu
 /*
  * A kernel by (function, template arguments, shape), from the per-runtime table or the JIT.  The
  * shape's top-k, ranks and hidden size are compiled in (kernels/ep/ep_params.h, EEP_EPK_FIXED_*):
- * one variant per shape, compiled once and kept in the JIT's disk cache.
+ * one variant per shape, compiled once and kept in the JIT's disk cache.  On a table miss the
+ * same kernel for one rank fewer is queued for a background compile (EEP_EP_PREFETCH_SHRINK):
+ * after a rank is lost, the survivors' next call finds it cached instead of compiling for
+ * seconds in the middle of their recovery.
  */
 static eep_status_t eep_ep_kernel(eep_runtime_t *rt, struct eep_ep_state *st, int combine,
                                   int idx_bits, int mode, int phase, const eep_ep_shape_t *shape,
                                   eep_jit_kernel_t **kernel_p)
 {
-    char           key[EEP_EP_KERNEL_KEY], targs[32], defines[160];
-    eep_jit_spec_t spec;
-    eep_status_t   status;
-    int            i;
+    char                  key[EEP_EP_KERNEL_KEY];
+    eep_ep_kernel_names_t names;
+    eep_jit_spec_t        spec;
+    eep_status_t          status;
+    int                   i;
 
-    snprintf(targs, sizeof(targs), "%d, %d, %d", idx_bits, mode, phase);
+    eep_ep_kernel_spec(combine, idx_bits, mode, phase, shape, &names, &spec);
     snprintf(key, sizeof(key), "%s<%s> k%d w%d h%d %s", combine ? "c" : "d",
-             combine ? "" : targs, shape->num_topk, shape->world, shape->hidden,
+             combine ? "" : names.targs, shape->num_topk, shape->world, shape->hidden,
              shape->dtype == EEP_DTYPE_FP8_E4M3 ? "fp8" : "bf16");
     for (i = 0; i < EEP_EP_KERNEL_SLOTS && st->kernels[i].kernel != NULL; i++) {
         if (strcmp(st->kernels[i].key, key) == 0) {
@@ -180,24 +184,14 @@ static eep_status_t eep_ep_kernel(eep_runtime_t *rt, struct eep_ep_state *st, in
         }
     }
     /* not in the table: the JIT (its disk cache, or a compile) */
-    /* unit #defines, not -D flags: NVRTC's precompiled headers need the same command line */
-    snprintf(defines, sizeof(defines), "EEP_EPK_FIXED_K=%d EEP_EPK_FIXED_W=%d EEP_EPK_FIXED_H=%d "
-             "EEP_EPK_FIXED_HB=%zu", shape->num_topk, shape->world, shape->hidden,
-             (size_t)shape->hidden * eep_ep_elem_bytes(shape->dtype));
-    memset(&spec, 0, sizeof(spec));
-    spec.size          = sizeof(spec);
-    spec.header        = combine ? "kernels/ep/combine.cuh" : "kernels/ep/dispatch.cuh";
-    spec.function      = combine ? "eep_ep_combine_body" : "eep_ep_dispatch_body";
-    spec.template_args = combine ? NULL : targs;
-    spec.defines       = defines;
-    spec.param_type    = "eep_epk_params_t";
-    spec.launch_bounds = EEP_EPK_THREADS;
-    spec.backend       = EEP_JIT_BACKEND_AUTO;
     status = eep_jit_get_kernel(rt->jit, &spec, kernel_p);
     if (status != EEP_OK) {
         eep_error(EEP_SUBSYS_KERNEL, "cannot build the %s kernel %s", combine ? "combine" :
                   "dispatch", key);
         return status;
+    }
+    if (st->cfg.prefetch_shrink) {
+        (void)eep_ep_prefetch_shrink(rt->jit, combine, idx_bits, mode, phase, shape);
     }
     if (i < EEP_EP_KERNEL_SLOTS) {
         snprintf(st->kernels[i].key, sizeof(st->kernels[i].key), "%s", key);

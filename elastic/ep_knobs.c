@@ -30,6 +30,10 @@ static const eep_knob_t eep_ep_knobs[] = {
     EEP_EP_KNOB("EEP_EP_TRACE", "0", EEP_KNOB_INT, trace, 0, 1,
                 "1: the kernels stamp %globaltimer at each phase, per block, for the last "
                 "dispatch and combine (eep-bench ep --trace prints them); costs a few stores."),
+    EEP_EP_KNOB("EEP_EP_PREFETCH_SHRINK", "1", EEP_KNOB_INT, prefetch_shrink, 0, 1,
+                "1: when a kernel is first built, compile the same kernel for one rank fewer on "
+                "the JIT's background thread (nice 10), so that survivors of a lost rank need no "
+                "compiler in their recovery; 0: compile it when first used."),
 };
 
 const eep_knob_table_t eep_ep_knob_table = {

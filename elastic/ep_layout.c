@@ -8,6 +8,7 @@
 #include "elastic/ep_layout.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "elastic/ep_knobs.h"
@@ -342,4 +343,39 @@ eep_status_t eep_ep_params_layout(const eep_ep_shape_t *shape, int rank, size_t 
     p->crecv_region  = (unsigned long long)shape->max_tokens * z.combine_row_bytes;
     p->crecv_regions = shape->world < shape->num_topk ? shape->world : shape->num_topk;
     return EEP_OK;
+}
+
+void eep_ep_kernel_spec(int combine, int idx_bits, int mode, int phase,
+                        const eep_ep_shape_t *shape, eep_ep_kernel_names_t *names,
+                        eep_jit_spec_t *spec_p)
+{
+    snprintf(names->targs, sizeof(names->targs), "%d, %d, %d", idx_bits, mode, phase);
+    /* unit #defines, not -D flags: NVRTC's precompiled headers need one command line */
+    snprintf(names->defines, sizeof(names->defines), "EEP_EPK_FIXED_K=%d EEP_EPK_FIXED_W=%d "
+             "EEP_EPK_FIXED_H=%d EEP_EPK_FIXED_HB=%zu", shape->num_topk, shape->world,
+             shape->hidden, (size_t)shape->hidden * eep_ep_elem_bytes(shape->dtype));
+    memset(spec_p, 0, sizeof(*spec_p));
+    spec_p->size          = sizeof(*spec_p);
+    spec_p->header        = combine ? "kernels/ep/combine.cuh" : "kernels/ep/dispatch.cuh";
+    spec_p->function      = combine ? "eep_ep_combine_body" : "eep_ep_dispatch_body";
+    spec_p->template_args = combine ? NULL : names->targs;
+    spec_p->defines       = names->defines;
+    spec_p->param_type    = "eep_epk_params_t";
+    spec_p->launch_bounds = EEP_EPK_THREADS;
+    spec_p->backend       = EEP_JIT_BACKEND_AUTO;
+}
+
+eep_status_t eep_ep_prefetch_shrink(eep_jit_t *jit, int combine, int idx_bits, int mode,
+                                    int phase, const eep_ep_shape_t *shape)
+{
+    eep_ep_shape_t        smaller = *shape;
+    eep_ep_kernel_names_t names;
+    eep_jit_spec_t        spec;
+
+    if (shape->world <= 1) {
+        return EEP_OK;
+    }
+    smaller.world--;
+    eep_ep_kernel_spec(combine, idx_bits, mode, phase, &smaller, &names, &spec);
+    return eep_jit_prefetch(jit, &spec);
 }

@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "eep/ep.h"
+#include "elastic/jit.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -113,6 +114,31 @@ eep_status_t eep_ep_buffer_sizes(const eep_ep_shape_t *shape, eep_ep_buffer_size
 struct eep_epk_params;
 eep_status_t eep_ep_params_layout(const eep_ep_shape_t *shape, int rank, size_t ep_off,
                                   const void *my_window, struct eep_epk_params *params_p);
+
+/* The strings an eep_ep_kernel_spec() points into. */
+typedef struct {
+    char targs[32];
+    char defines[160];
+} eep_ep_kernel_names_t;
+
+/**
+ * The JIT spec of the dispatch kernel (@p combine 0: eep_ep_dispatch_body<idx_bits, mode, phase>)
+ * or of the combine kernel for @p shape: its top-k, ranks, hidden size and element size compiled
+ * in as spec defines (EEP_EPK_FIXED_*).  The one source of both the kernels a call launches and
+ * those prefetched for one rank fewer, so that their cache keys agree.  @p spec_p points into
+ * @p names.
+ */
+void eep_ep_kernel_spec(int combine, int idx_bits, int mode, int phase,
+                        const eep_ep_shape_t *shape, eep_ep_kernel_names_t *names,
+                        eep_jit_spec_t *spec_p);
+
+/**
+ * Queue the background compile (eep_jit_prefetch) of the same kernel for one rank fewer than
+ * @p shape has, as a survivor will ask for it after a rank is lost; nothing for one rank.
+ * @return as eep_jit_prefetch (its outcome is the JIT's to log); EEP_OK for one rank.
+ */
+eep_status_t eep_ep_prefetch_shrink(eep_jit_t *jit, int combine, int idx_bits, int mode,
+                                    int phase, const eep_ep_shape_t *shape);
 
 /**
  * Exclusive prefix sums of the padded expert counts.

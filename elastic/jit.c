@@ -258,6 +258,7 @@ eep_status_t eep_jit_create(const eep_jit_params_t *params, eep_jit_t **jit_p)
     }
     pthread_mutex_init(&jit->lock, NULL);
     pthread_mutex_init(&jit->memo_lock, NULL);
+    eep_jit_prefetch_init(jit);
     jit->memo_racy_s = EEP_JIT_MEMO_RACY_S;
     eep_debug(EEP_SUBSYS_JIT, "jit: cache %s, sources %s, arch %s, nvcc %s, nccl %s", jit->cache_dir,
               jit->source_root, jit->arch, jit->nvcc[0] != '\0' ? jit->nvcc : "(none)",
@@ -281,6 +282,7 @@ void eep_jit_destroy(eep_jit_t *jit)
     if (jit == NULL) {
         return;
     }
+    eep_jit_prefetch_shutdown(jit); /* first: the worker uses the rest */
     if (jit->kernels != NULL && eep_cuda_sym_driver(&cu) != EEP_OK) {
         cu = NULL;
     }

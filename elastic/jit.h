@@ -100,6 +100,28 @@ void eep_jit_destroy(eep_jit_t *jit);
  */
 eep_status_t eep_jit_compile(eep_jit_t *jit, const eep_jit_spec_t *spec, eep_jit_info_t *info_p);
 
+/** What the background compiles did so far (eep_jit_prefetch_wait). */
+typedef struct {
+    unsigned long done;   /* compiled, or found already cached */
+    unsigned long failed; /* logged as warnings; the kernel is compiled when first used */
+} eep_jit_prefetch_stats_t;
+
+/**
+ * Compile @p spec in the background (the jit's worker thread, started on first use, at nice 10)
+ * so that a later eep_jit_compile / eep_jit_get_kernel of it is a cache hit, not a compile.
+ * Returns at once; the spec and its strings are copied.  A spec already waiting is not queued
+ * twice; at most 16 wait.  The background compile's outcome is logged, never returned (a failed
+ * one costs nothing: the kernel is compiled when first used).  Needs no GPU.  eep_jit_destroy
+ * drops what waits and joins the compile in progress (seconds at most).
+ * @return EEP_OK; EEP_ERR_INVALID_ARG for a malformed spec (checked now, as eep_jit_compile
+ *         would); EEP_ERR_NO_RESOURCE when 16 wait already or no thread can be started;
+ *         EEP_ERR_NO_MEMORY.
+ */
+eep_status_t eep_jit_prefetch(eep_jit_t *jit, const eep_jit_spec_t *spec);
+
+/** Block until nothing waits and nothing compiles in the background; @p stats_p may be NULL. */
+void eep_jit_prefetch_wait(eep_jit_t *jit, eep_jit_prefetch_stats_t *stats_p);
+
 /**
  * Compile if needed, then load into the current CUDA context (driver API) and return the entry.
  * Loaded kernels are kept per (context, key): a second call returns the same kernel without

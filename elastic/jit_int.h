@@ -85,6 +85,11 @@ typedef struct {
     size_t          len;
 } eep_jit_memo_t;
 
+typedef struct eep_jit_prefetch_item eep_jit_prefetch_item_t; /* jit_prefetch.c */
+
+/* The most specs eep_jit_prefetch holds waiting (the one compiling not counted). */
+#define EEP_JIT_PREFETCH_MAX 16
+
 struct eep_jit {
     char              cache_dir[PATH_MAX];   /* <dir>: entries live in <dir>/v1 */
     char              source_root[PATH_MAX];
@@ -106,7 +111,19 @@ struct eep_jit {
     eep_jit_memo_t   *memo;
     size_t            n_memo, cap_memo;
     int               memo_racy_s;           /* EEP_JIT_MEMO_RACY_S; tests lower it */
+    /* background compiles (jit_prefetch.c), all under prefetch_lock */
+    pthread_mutex_t          prefetch_lock;
+    pthread_cond_t           prefetch_wake;  /* worker: something queued, or stop */
+    pthread_cond_t           prefetch_idle;  /* waiters: queue empty and nothing compiling */
+    pthread_t                prefetch_thread;
+    int                      prefetch_started, prefetch_stop, prefetch_busy, prefetch_queued;
+    eep_jit_prefetch_item_t *prefetch_queue;
+    unsigned long            prefetch_done, prefetch_failed;
 };
+
+/* jit_prefetch.c: the background worker's state, set up by create and torn down by destroy. */
+void eep_jit_prefetch_init(eep_jit_t *jit);
+void eep_jit_prefetch_shutdown(eep_jit_t *jit);
 
 /* jit_source.c: unit generation and the cache key. */
 eep_status_t eep_jit_unit_build(eep_jit_t *jit, const eep_jit_spec_t *spec,

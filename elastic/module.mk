@@ -16,7 +16,7 @@ LIBEEP_SRCS += elastic/runtime.c elastic/runtime_nccl.cc elastic/runtime_barrier
 # this checkout as the kernel source root, so tests and tools work from the build tree.
 UTIL_SRCS += elastic/sha256.c elastic/jit_knobs.c
 LIBEEP_SRCS += elastic/cuda_sym.c elastic/jit.c elastic/jit_source.c elastic/jit_cache.c \
-               elastic/jit_nvrtc.c elastic/jit_nvcc.c
+               elastic/jit_nvrtc.c elastic/jit_nvcc.c elastic/jit_prefetch.c
 $(BUILD)/elastic/jit_knobs.o: CPPFLAGS += -DEEP_JIT_DEFAULT_NVCC='"$(NVCC)"' \
                                           -DEEP_JIT_DEFAULT_SOURCE_ROOT='"$(CURDIR)"'
 $(BUILD)/elastic/jit.o: CPPFLAGS += -DEEP_JIT_CUDA_HOME='"$(CUDA_HOME)"' \

@@ -16,8 +16,10 @@
 #include <string.h>
 
 #include "elastic/cuda_sym.h"
+#include "elastic/ep_layout.h"
 #include "elastic/jit_int.h"
 #include "elastic/log.h"
+#include "kernels/ep/ep_params.h"
 #include "kernels/probe/fill_probe.cuh"
 
 typedef struct {
@@ -69,6 +71,52 @@ static int eep_jit_bench_fill(eep_jit_t *jit, const eep_jit_spec_t *spec)
     free(host);
     printf("launch fill probe over %u elements: %s (%u wrong)\n", n, bad == 0 ? "ok" : "WRONG", bad);
     return bad == 0 ? 0 : -1;
+}
+
+/*
+ * A survivor's view of EEP_EP_PREFETCH_SHRINK: the EP pair is built for 6 ranks and its 5-rank
+ * variant queued in the background (as elastic/ep.c does); once that is done, what the lookups
+ * of the 5-rank pair cost (cache hits), against compiling the 4-rank pair, which nobody queued.
+ */
+static int eep_jit_bench_shrink(eep_jit_t *jit)
+{
+    eep_ep_shape_t           shape = { .world = 6, .max_tokens = 4096, .hidden = 7168,
+                                       .num_topk = 8, .num_experts = 256, .alignment = 128,
+                                       .dtype = EEP_DTYPE_BF16 };
+    eep_ep_kernel_names_t    names;
+    eep_jit_spec_t           spec;
+    eep_jit_prefetch_stats_t stats;
+    eep_jit_info_t           info;
+    double                   t0, built, wait, hit[2] = { 0, 0 }, cold[2] = { 0, 0 };
+    int                      c, rc = 0;
+
+    t0 = eep_jit_now_ms();
+    for (c = 0; c < 2; c++) {
+        eep_ep_kernel_spec(c, 32, EEP_EPK_NO_CPU_SYNC, 0, &shape, &names, &spec);
+        rc |= eep_jit_compile(jit, &spec, &info) != EEP_OK;
+        rc |= eep_ep_prefetch_shrink(jit, c, 32, EEP_EPK_NO_CPU_SYNC, 0, &shape) != EEP_OK;
+    }
+    built = eep_jit_now_ms() - t0;
+    eep_jit_prefetch_wait(jit, &stats);
+    wait = eep_jit_now_ms() - t0 - built;
+    for (shape.world = 5; shape.world >= 4; shape.world--) {
+        for (c = 0; c < 2; c++) {
+            eep_ep_kernel_spec(c, 32, EEP_EPK_NO_CPU_SYNC, 0, &shape, &names, &spec);
+            rc |= eep_jit_compile(jit, &spec, &info) != EEP_OK;
+            if (shape.world == 5) {
+                hit[c] = info.total_ms;
+                rc |= !info.cache_hit;
+            } else {
+                cold[c] = info.total_ms;
+            }
+        }
+    }
+    printf("shrink prefetch (EP pair, bf16 K 8 H 7168): built for 6 ranks in %.0f ms, the 5-rank "
+           "pair compiled in the background in %.0f ms more (%lu done, %lu failed); then a "
+           "5-rank survivor's lookups: dispatch %.1f ms, combine %.1f ms (cache hits); a 4-rank "
+           "pair nobody queued: %.0f + %.0f ms\n", built, wait, stats.done, stats.failed,
+           hit[0], hit[1], cold[0], cold[1]);
+    return rc;
 }
 
 int main(int argc, char **argv)
@@ -205,6 +253,7 @@ int main(int argc, char **argv)
         }
         printf("\n");
     }
+    rc |= eep_jit_bench_shrink(jit);
     if (gpu) {
         rc |= eep_jit_bench_fill(jit, &cases[n_cases - 1].spec) != 0;
     }

@@ -16,7 +16,8 @@
 #include <cmocka.h>
 
 #include "elastic/cuda_sym.h"
-#include "elastic/jit.h"
+#include "elastic/ep_layout.h"
+#include "elastic/jit_int.h" /* eep_jit_compiler_runs */
 #include "kernels/ep/ep_params.h"
 #include "tests/unit/ep_jit_test_util.h"
 
@@ -60,9 +61,54 @@ static void test_compile_all(void **state)
     eep_jit_destroy(jit);
 }
 
+/*
+ * The shrink prefetch (EEP_EP_PREFETCH_SHRINK, elastic/ep.c): after a kernel is built for 3
+ * ranks, eep_ep_prefetch_shrink queues it for 2; the kernel a 2-rank survivor then asks for (its
+ * spec built afresh, as ep.c builds it) is a cache hit and runs no compiler.  1 rank: nothing.
+ */
+static void test_shrink_prefetch(void **state)
+{
+    eep_jit_params_t         params = { .size = sizeof(params), .cache_dir = cache_dir };
+    eep_ep_shape_t           shape = { .world = 3, .max_tokens = 128, .hidden = 2048,
+                                       .num_topk = 6, .num_experts = 48, .alignment = 16,
+                                       .dtype = EEP_DTYPE_BF16 };
+    eep_ep_kernel_names_t    names;
+    eep_jit_spec_t           spec;
+    eep_jit_prefetch_stats_t stats;
+    eep_jit_info_t           info;
+    eep_jit_t               *jit = NULL;
+    unsigned long            runs;
+    int                      combine;
+
+    (void)state;
+    assert_int_equal(eep_jit_create(&params, &jit), EEP_OK);
+    for (combine = 0; combine < 2; combine++) {
+        assert_int_equal(eep_ep_prefetch_shrink(jit, combine, 32, EEP_EPK_NO_CPU_SYNC, 0, &shape),
+                         EEP_OK);
+    }
+    eep_jit_prefetch_wait(jit, &stats);
+    assert_int_equal(stats.done, 2);
+    assert_int_equal(stats.failed, 0);
+    runs = eep_jit_compiler_runs();
+    shape.world = 2;
+    for (combine = 0; combine < 2; combine++) {
+        eep_ep_kernel_spec(combine, 32, EEP_EPK_NO_CPU_SYNC, 0, &shape, &names, &spec);
+        assert_non_null(strstr(spec.defines, "EEP_EPK_FIXED_W=2 "));
+        assert_int_equal(eep_jit_compile(jit, &spec, &info), EEP_OK);
+        assert_int_equal(info.cache_hit, 1);
+    }
+    assert_int_equal(eep_jit_compiler_runs(), runs);
+    shape.world = 1;
+    assert_int_equal(eep_ep_prefetch_shrink(jit, 0, 32, EEP_EPK_NO_CPU_SYNC, 0, &shape), EEP_OK);
+    eep_jit_prefetch_wait(jit, &stats);
+    assert_int_equal(stats.done, 2); /* nothing queued for zero ranks */
+    eep_jit_destroy(jit);
+}
+
 int main(void)
 {
-    const struct CMUnitTest tests[] = { cmocka_unit_test(test_compile_all) };
+    const struct CMUnitTest tests[] = { cmocka_unit_test(test_compile_all),
+                                        cmocka_unit_test(test_shrink_prefetch) };
     int                     rc = ep_jit_test_begin(cache_dir);
 
     if (rc >= 0) {

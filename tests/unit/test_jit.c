@@ -503,6 +503,93 @@ static void test_pch_same_cubin(void **state)
     jt_rm_rf(without);
 }
 
+/* A prefetched spec is compiled in the background; the later compile of it runs no compiler. */
+static void test_prefetch(void **state)
+{
+    char                    *cache = jt_mkdtemp("jit-pre");
+    eep_jit_t               *jit = make_jit(cache);
+    eep_jit_spec_t           spec = fill_spec, bad = fill_spec;
+    eep_jit_prefetch_stats_t stats;
+    eep_jit_info_t           info;
+    unsigned long            runs;
+
+    (void)state;
+    spec.template_args = "9u";
+    runs = eep_jit_compiler_runs();
+    assert_int_equal(eep_jit_prefetch(jit, &spec), EEP_OK);
+    assert_int_equal(eep_jit_prefetch(jit, &spec), EEP_OK); /* waiting already, or compiling */
+    eep_jit_prefetch_wait(jit, &stats);
+    assert_int_equal(eep_jit_compiler_runs(), runs + 1);    /* once: the second was a hit */
+    assert_true(stats.done >= 1);
+    assert_int_equal(stats.failed, 0);
+    assert_int_equal(eep_jit_compile(jit, &spec, &info), EEP_OK);
+    assert_int_equal(info.cache_hit, 1);
+    assert_int_equal(eep_jit_compiler_runs(), runs + 1);
+    /* malformed: refused now, nothing queued */
+    bad.template_args = "1u; }";
+    jt_hook_reset();
+    assert_int_equal(eep_jit_prefetch(jit, &bad), EEP_ERR_INVALID_ARG);
+    assert_non_null(strstr(jt_hook_last, "template_args"));
+    assert_int_equal(eep_jit_prefetch(NULL, &spec), EEP_ERR_INVALID_ARG);
+    assert_int_equal(eep_jit_prefetch(jit, NULL), EEP_ERR_INVALID_ARG);
+    eep_jit_destroy(jit);
+    jt_rm_rf(cache);
+}
+
+/* A spec that does not compile: prefetch accepts it, the worker logs a warning and counts it. */
+static void test_prefetch_failure_logged(void **state)
+{
+    char          *root = jt_mkdtemp("jit-pre-bad-root"), *cache = jt_mkdtemp("jit-pre-bad");
+    eep_jit_params_t params = { .size = sizeof(params), .cache_dir = cache, .source_root = root };
+    eep_jit_spec_t spec = { .size = sizeof(spec), .header = "bad/bad.cuh", .function = "bad_body",
+                            .param_type = "bad_params_t", .backend = EEP_JIT_BACKEND_NVRTC };
+    eep_jit_prefetch_stats_t stats;
+    eep_jit_t               *jit;
+
+    (void)state;
+    jt_write(root, "bad/bad.cuh", "#pragma once\ntypedef struct { int *out; } bad_params_t;\n"
+                                  "__device__ void bad_body(const bad_params_t &p) { oops; }\n");
+    assert_int_equal(eep_jit_create(&params, &jit), EEP_OK);
+    jt_hook_reset();
+    assert_int_equal(eep_jit_prefetch(jit, &spec), EEP_OK);
+    eep_jit_prefetch_wait(jit, &stats);
+    assert_int_equal(stats.failed, 1);
+    assert_int_equal(stats.done, 0);
+    assert_true(jt_hook_warns >= 1);
+    assert_non_null(strstr(jt_hook_last, "prefetch of bad_body"));
+    eep_jit_destroy(jit);
+    jt_rm_rf(root);
+    jt_rm_rf(cache);
+}
+
+/* More than 16 waiting: EEP_ERR_NO_RESOURCE; destroy with a full queue drops it and returns. */
+static void test_prefetch_queue_bound(void **state)
+{
+    char          *cache = jt_mkdtemp("jit-pre-full");
+    eep_jit_t     *jit = make_jit(cache);
+    eep_jit_spec_t spec = fill_spec;
+    char           targs[16];
+    int            i, full = 0, queued = 0;
+    unsigned long  runs = eep_jit_compiler_runs();
+
+    (void)state;
+    for (i = 0; i < 40; i++) {
+        eep_status_t status;
+
+        snprintf(targs, sizeof(targs), "%du", 100 + i);
+        spec.template_args = targs; /* copied by the prefetch */
+        status = eep_jit_prefetch(jit, &spec);
+        assert_true(status == EEP_OK || status == EEP_ERR_NO_RESOURCE);
+        queued += status == EEP_OK;
+        full += status == EEP_ERR_NO_RESOURCE;
+    }
+    printf("prefetch: %d queued, %d refused (queue full)\n", queued, full);
+    assert_true(full >= 40 - 16 - 2); /* 16 wait, one or two may have left for the compiler */
+    eep_jit_destroy(jit);             /* joins the compile in progress, drops the rest */
+    assert_true(eep_jit_compiler_runs() - runs <= 2);
+    jt_rm_rf(cache);
+}
+
 static void test_no_driver(void **state)
 {
     char             *cache = jt_mkdtemp("jit-nodev");
@@ -549,6 +636,9 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_keep_source),
         cmocka_unit_test(test_defines),
         cmocka_unit_test(test_pch_same_cubin),
+        cmocka_unit_test(test_prefetch),
+        cmocka_unit_test(test_prefetch_failure_logged),
+        cmocka_unit_test(test_prefetch_queue_bound),
         cmocka_unit_test(test_no_driver),
         cmocka_unit_test(test_bad_knob),
     };
