@@ -33,19 +33,22 @@ $(EP_EMU_TEST): tests/unit/test_ep_baseline_emu.cc tests/unit/ep_cuda_shim.h \
 	$(CXX) -std=c++20 $(CPPFLAGS) $(WARN) -O1 -g -ffp-contract=off -pthread $(SAN) -o $@ $< \
 	    $(EP_REFERENCE_OBJ) $(LIBEEP_A) $(LDFLAGS) $(NCCL_LDFLAGS) -ldl
 
-# test_ep_kernels_emu: the real dispatch/combine kernels on the CPU (tests/unit/ep_kernel_shim.h:
+# test_ep_kernels_emu*: the real dispatch/combine kernels on the CPU (tests/unit/ep_kernel_shim.h:
 # a process per block, a thread per GPU thread) against the CPU reference.  Top-k and ranks are
-# compiled in, as elastic/ep.c's per-shape variants have them (every case has K 2 on 2 ranks).
+# compiled in, as elastic/ep.c's per-shape variants have them: K 2 on 2 ranks, and K 8 on 4 ranks.
 EP_KERNELS_EMU_TEST := $(BUILD)/tests/unit/test_ep_kernels_emu
-UNIT_TEST_BINS += $(EP_KERNELS_EMU_TEST)
-unit-tests: $(EP_KERNELS_EMU_TEST)
-$(EP_KERNELS_EMU_TEST): tests/unit/test_ep_kernels_emu.cc tests/unit/ep_kernel_shim.h \
+EP_KERNELS_EMU_W4_TEST := $(BUILD)/tests/unit/test_ep_kernels_emu_w4k8
+UNIT_TEST_BINS += $(EP_KERNELS_EMU_TEST) $(EP_KERNELS_EMU_W4_TEST)
+unit-tests: $(EP_KERNELS_EMU_TEST) $(EP_KERNELS_EMU_W4_TEST)
+$(EP_KERNELS_EMU_TEST): EMU_SHAPE := -DEEP_EPK_FIXED_K=2 -DEEP_EPK_FIXED_W=2
+$(EP_KERNELS_EMU_W4_TEST): EMU_SHAPE := -DEEP_EPK_FIXED_K=8 -DEEP_EPK_FIXED_W=4
+$(EP_KERNELS_EMU_TEST) $(EP_KERNELS_EMU_W4_TEST): tests/unit/test_ep_kernels_emu.cc \
+                        tests/unit/ep_kernel_shim.h \
                         $(wildcard kernels/ep/*.cuh kernels/ep/*.h barrier/impl/*.cuh) \
                         $(EP_REFERENCE_OBJ) $(LIBEEP_A)
 	@mkdir -p $(dir $@)
 	$(CXX) -std=c++20 $(CPPFLAGS) $(WARN) -Wno-unknown-pragmas -O1 -g -ffp-contract=off -pthread \
-	    -DEEP_EPK_FIXED_K=2 -DEEP_EPK_FIXED_W=2 \
-	    $(SAN) -o $@ $< $(EP_REFERENCE_OBJ) $(LIBEEP_A) $(LDFLAGS) $(NCCL_LDFLAGS) -ldl
+	    $(EMU_SHAPE) $(SAN) -o $@ $< $(EP_REFERENCE_OBJ) $(LIBEEP_A) $(LDFLAGS) $(NCCL_LDFLAGS) -ldl
 
 # GPU tests (make gpu-check): tests/gpu/module.mk.
 include tests/gpu/module.mk
