@@ -2,9 +2,9 @@
  * test_ep_kernels_emu.cc - the real direct-mode dispatch and combine kernels
  * (kernels/ep/dispatch.cuh, combine.cuh) run on the CPU through tests/unit/ep_kernel_shim.h:
  * every block its own process and every GPU thread an OS thread, all blocks of all ranks at once,
- * "global memory" shared by all of them.  Built twice, as elastic/ep.c compiles per shape: 2 ranks
- * with top-k 2 (test_ep_kernels_emu) and 4 ranks with top-k 8 (test_ep_kernels_emu_w4k8: a rank
- * with three peers, tokens whose experts span every rank; no GPU machine has run more than 2).  Outputs are checked element by element against
+ * "global memory" shared by all of them.  Built three times, as elastic/ep.c compiles per shape:
+ * 2 ranks with top-k 2 (test_ep_kernels_emu), 3 ranks with top-k 8 (_w3k8: a rank count a shrink
+ * makes) and 8 ranks with top-k 8 (_w8k8: one 8-GPU node; no GPU machine has run more than 2).  Outputs are checked element by element against
  * the CPU reference (tests/unit/ep_reference.c), three dispatch+combine pairs in a row (both
  * parities, tags of an older call present), in NO_CPU_SYNC and CACHED mode.
  *
@@ -31,8 +31,7 @@
 #include <unistd.h>
 #include <vector>
 
-/* Ranks and top-k as compiled in (tests/module.mk builds 2 ranks / top-k 2 and 4 ranks /
- * top-k 8); 4 experts per rank. */
+/* Ranks and top-k as compiled in (tests/module.mk: 2/2, 3/8, 8/8); 4 experts per rank. */
 #if !defined(EEP_EPK_FIXED_W) || !defined(EEP_EPK_FIXED_K)
 #error "build with -DEEP_EPK_FIXED_W and -DEEP_EPK_FIXED_K, as elastic/ep.c compiles the kernels"
 #endif
