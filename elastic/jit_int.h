@@ -121,6 +121,9 @@ struct eep_jit {
     unsigned long            prefetch_done, prefetch_failed;
 };
 
+/* jit_nvrtc.c: remove the PCH folders under @p base of processes that are gone; @return how many. */
+int eep_jit_nvrtc_pch_sweep(const char *base);
+
 /* jit_prefetch.c: the background worker's state, set up by create and torn down by destroy. */
 void eep_jit_prefetch_init(eep_jit_t *jit);
 void eep_jit_prefetch_shutdown(eep_jit_t *jit);

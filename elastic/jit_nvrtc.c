@@ -14,13 +14,20 @@
  * the first compile of a process saves that prefix and later ones load it, when their command
  * lines are identical: so a spec's shape constants travel as unit #defines (spec.defines), after
  * the stop point, never as -D flags.  The cubin is the same either way (tests/unit/test_jit.c).
- * NVRTC's automatic PCH state is per process; compiles with it are serialised here.
+ * NVRTC's automatic PCH state is per process; compiles with it are serialised here.  Its files
+ * (~100 MB for this prefix, one per process) go to $TMPDIR/eep-pch-<uid>/<pid> (--pch-dir);
+ * NVRTC deletes them when the process exits normally, and the first PCH compile of a process
+ * deletes the folders of processes that are gone (killed ranks: fault injection does that).
  */
 #include "elastic/jit_int.h"
 
+#include <dirent.h>
+#include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -70,6 +77,102 @@ static const char *const eep_jit_nvrtc_flags[] = { "-default-device", NULL };
 
 /* NVRTC's automatic PCH is process state (its heap, its files): one compile at a time uses it. */
 static pthread_mutex_t eep_jit_nvrtc_pch_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* This process's PCH folder (--pch-dir), made once; "" when it could not be made. */
+static char  eep_jit_nvrtc_pch_dir[4096 + 64];
+static pid_t eep_jit_nvrtc_pch_pid; /* the process that made it (a forked child makes its own) */
+
+/* Remove @p dir's files, then @p dir (one level: NVRTC writes flat files). */
+static void eep_jit_nvrtc_rm_dir(const char *dir)
+{
+    char           path[4096 + 300];
+    DIR           *d = opendir(dir);
+    struct dirent *ent;
+
+    if (d == NULL) {
+        return;
+    }
+    while ((ent = readdir(d)) != NULL) {
+        if (strcmp(ent->d_name, ".") != 0 && strcmp(ent->d_name, "..") != 0) {
+            if (snprintf(path, sizeof(path), "%s/%s", dir, ent->d_name) < (int)sizeof(path)) {
+                unlink(path);
+            }
+        }
+    }
+    closedir(d);
+    rmdir(dir);
+}
+
+int eep_jit_nvrtc_pch_sweep(const char *base)
+{
+    char           path[4096 + 300], *end;
+    DIR           *d = opendir(base);
+    struct dirent *ent;
+    int            removed = 0;
+
+    if (d == NULL) {
+        return 0;
+    }
+    while ((ent = readdir(d)) != NULL) {
+        long pid = strtol(ent->d_name, &end, 10);
+
+        if (end == ent->d_name || *end != '\0' || pid <= 0 || pid == (long)getpid()) {
+            continue;
+        }
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) {
+            continue; /* alive (or not ours to ask about) */
+        }
+        if (snprintf(path, sizeof(path), "%s/%s", base, ent->d_name) < (int)sizeof(path)) {
+            eep_jit_nvrtc_rm_dir(path);
+            removed++;
+        }
+    }
+    closedir(d);
+    return removed;
+}
+
+/* Make (once) and @return this process's PCH folder, sweeping dead processes' first; NULL. */
+static const char *eep_jit_nvrtc_pch_folder(void)
+{
+    const char *tmp;
+    char        base[4096 + 32];
+    int         removed;
+
+    if (eep_jit_nvrtc_pch_pid == getpid()) {
+        return eep_jit_nvrtc_pch_dir[0] != '\0' ? eep_jit_nvrtc_pch_dir : NULL;
+    }
+    eep_jit_nvrtc_pch_pid    = getpid();
+    eep_jit_nvrtc_pch_dir[0] = '\0';
+    tmp = getenv("TMPDIR");
+    if (tmp == NULL || tmp[0] != '/' || strlen(tmp) > 4000) {
+        tmp = "/tmp";
+    }
+    if (snprintf(base, sizeof(base), "%s/eep-pch-%u", tmp, (unsigned)getuid()) >=
+        (int)sizeof(base)) {
+        return NULL;
+    }
+    if (mkdir(base, 0700) != 0 && errno != EEXIST) {
+        eep_debug(EEP_SUBSYS_JIT, "nvrtc PCH: cannot make %s: %m; compiling without PCH", base);
+        return NULL;
+    }
+    removed = eep_jit_nvrtc_pch_sweep(base);
+    if (removed > 0) {
+        eep_info(EEP_SUBSYS_JIT, "nvrtc PCH: removed %d folder(s) of processes that are gone "
+                 "from %s", removed, base);
+    }
+    if (snprintf(eep_jit_nvrtc_pch_dir, sizeof(eep_jit_nvrtc_pch_dir), "%s/%d", base,
+                 (int)getpid()) >= (int)sizeof(eep_jit_nvrtc_pch_dir)) {
+        eep_jit_nvrtc_pch_dir[0] = '\0';
+        return NULL;
+    }
+    if (mkdir(eep_jit_nvrtc_pch_dir, 0700) != 0 && errno != EEXIST) {
+        eep_debug(EEP_SUBSYS_JIT, "nvrtc PCH: cannot make %s: %m; compiling without PCH",
+                  eep_jit_nvrtc_pch_dir);
+        eep_jit_nvrtc_pch_dir[0] = '\0';
+        return NULL;
+    }
+    return eep_jit_nvrtc_pch_dir;
+}
 
 /* 1 when this NVRTC has precompiled headers (12.8 and later) and EEP_JIT_PCH allows them. */
 static int eep_jit_nvrtc_pch(const eep_jit_t *jit, const eep_cuda_sym_t *sym)
@@ -179,12 +282,24 @@ static eep_status_t eep_jit_nvrtc_compile(eep_jit_t *jit, const eep_jit_unit_t *
     eep_jit_count_compiler_run();
     if (eep_jit_nvrtc_pch(jit, sym)) {
         /* PCH options must come first on NVRTC's command line. */
-        const char *options[EEP_JIT_MAX_OPTIONS + 1] = { "-pch" };
+        const char *options[EEP_JIT_MAX_OPTIONS + 2] = { "-pch" };
+        char        dir_option[sizeof(eep_jit_nvrtc_pch_dir) + 16];
+        const char *dir;
+        int         n = 1;
 
-        memcpy(options + 1, unit->options, (size_t)unit->n_options * sizeof(options[0]));
         pthread_mutex_lock(&eep_jit_nvrtc_pch_lock);
-        res = sym->nvrtcCompileProgram(prog, unit->n_options + 1, options);
-        eep_jit_nvrtc_pch_heap(sym, prog);
+        dir = eep_jit_nvrtc_pch_folder();
+        if (dir != NULL) {
+            if (snprintf(dir_option, sizeof(dir_option), "--pch-dir=%s", dir) <
+                (int)sizeof(dir_option)) {
+                options[n++] = dir_option;
+            }
+            memcpy(options + n, unit->options, (size_t)unit->n_options * sizeof(options[0]));
+            res = sym->nvrtcCompileProgram(prog, unit->n_options + n, options);
+            eep_jit_nvrtc_pch_heap(sym, prog);
+        } else {
+            res = sym->nvrtcCompileProgram(prog, unit->n_options, unit->options);
+        }
         pthread_mutex_unlock(&eep_jit_nvrtc_pch_lock);
     } else {
         res = sym->nvrtcCompileProgram(prog, unit->n_options, unit->options);

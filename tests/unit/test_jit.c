@@ -493,6 +493,16 @@ static void test_pch_same_cubin(void **state)
     printf("fill probe <7u>: %.0f ms after a first compile with PCH, %.0f ms without PCH\n",
            a.compile_ms, b.compile_ms);
     assert_string_equal(a.key, b.key); /* PCH is not in the key: it does not shape the cubin */
+    {
+        /* the saved prefix is in this process's folder, not in /tmp at large */
+        const char *tmp = getenv("TMPDIR") != NULL && getenv("TMPDIR")[0] == '/' ?
+                          getenv("TMPDIR") : "/tmp";
+        char        cmd[4096 + 128];
+
+        snprintf(cmd, sizeof(cmd), "ls '%s/eep-pch-%u/%d/' | grep -q '\\.pch$'", tmp,
+                 (unsigned)getuid(), (int)getpid());
+        assert_int_equal(system(cmd), 0);
+    }
     ca = read_entry(a.path, &na);
     cb = read_entry(b.path, &nb);
     assert_int_equal(na, nb);
@@ -590,6 +600,39 @@ static void test_prefetch_queue_bound(void **state)
     jt_rm_rf(cache);
 }
 
+/* The PCH folders of processes that are gone are removed; a live one's, ours, and others stay. */
+static void test_pch_sweep(void **state)
+{
+    char *base = jt_mkdtemp("jit-pch-sweep");
+    char  rel[64], path[4096];
+    pid_t dead = fork();
+
+    (void)state;
+    if (dead == 0) {
+        _exit(0);
+    }
+    assert_true(dead > 0);
+    assert_int_equal(waitpid(dead, NULL, 0), dead);
+    snprintf(rel, sizeof(rel), "%d/x_0.pch", (int)dead);
+    jt_write(base, rel, "stale");
+    snprintf(rel, sizeof(rel), "%d/x_0.pch", (int)getpid());
+    jt_write(base, rel, "ours");
+    snprintf(rel, sizeof(rel), "%d/x_0.pch", (int)getppid());
+    jt_write(base, rel, "a live process's");
+    jt_write(base, "notes/readme", "not a process");
+    assert_int_equal(eep_jit_nvrtc_pch_sweep(base), 1);
+    snprintf(path, sizeof(path), "%s/%d", base, (int)dead);
+    assert_int_not_equal(access(path, F_OK), 0);
+    snprintf(path, sizeof(path), "%s/%d/x_0.pch", base, (int)getpid());
+    assert_int_equal(access(path, F_OK), 0);
+    snprintf(path, sizeof(path), "%s/%d/x_0.pch", base, (int)getppid());
+    assert_int_equal(access(path, F_OK), 0);
+    snprintf(path, sizeof(path), "%s/notes/readme", base);
+    assert_int_equal(access(path, F_OK), 0);
+    assert_int_equal(eep_jit_nvrtc_pch_sweep("/nonexistent/eep-pch"), 0);
+    jt_rm_rf(base);
+}
+
 static void test_no_driver(void **state)
 {
     char             *cache = jt_mkdtemp("jit-nodev");
@@ -636,6 +679,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_keep_source),
         cmocka_unit_test(test_defines),
         cmocka_unit_test(test_pch_same_cubin),
+        cmocka_unit_test(test_pch_sweep),
         cmocka_unit_test(test_prefetch),
         cmocka_unit_test(test_prefetch_failure_logged),
         cmocka_unit_test(test_prefetch_queue_bound),
