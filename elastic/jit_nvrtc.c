@@ -31,6 +31,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "elastic/config.h"
 #include "elastic/cuda_sym.h"
 #include "elastic/log.h"
 
@@ -143,7 +144,7 @@ static const char *eep_jit_nvrtc_pch_folder(void)
     }
     eep_jit_nvrtc_pch_pid    = getpid();
     eep_jit_nvrtc_pch_dir[0] = '\0';
-    tmp = getenv("TMPDIR");
+    tmp = eep_config_system_env("TMPDIR");
     if (tmp == NULL || tmp[0] != '/' || strlen(tmp) > 4000) {
         tmp = "/tmp";
     }

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# scripts/gpu-round.sh [check] [bench] [jit] [membw] - one device call's worth of GPU work, with
+# every log under $OUT (the device tool brings $OUT back), so a session spends its 30 minutes of
+# device time on runs, not on calls.  Default: check bench jit.
+#
+#   check  make gpu-check (one process per visible GPU); stops the round when it fails, since
+#          benchmarks of kernels that fail their checks mean nothing
+#   bench  make bench-ep-modes at every visible GPU (T 4096 and 128, bf16 and fp8, three modes,
+#          beside the NCCL baseline), then make bench-barrier
+#   jit    eep-jit-bench --gpu (cold/warm JIT, the EP pair per rank count, the shrink prefetch)
+#   membw  make bench-membw (per-SM HBM and NVLink copy rates)
+#
+# Example: run(command="scripts/gpu-round.sh check bench", kind="nvidia-h200-x2").  Each part's
+# wall time and exit status go to $OUT/summary.txt; its full output to $OUT/<part>.log.
+set -u
+out=${OUT:-/tmp/eep-gpu-round}
+mkdir -p "$out"
+export NCCL_NVLS_ENABLE=0
+parts=("$@")
+[ ${#parts[@]} -eq 0 ] && parts=(check bench jit)
+ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+echo "gpu-round $(date -u +%FT%TZ): ${ngpu} GPU(s), parts: ${parts[*]}, HEAD $(git rev-parse --short HEAD 2>/dev/null)" \
+    | tee "$out/summary.txt"
+[ "$ngpu" -ge 1 ] || { echo "no GPU visible" | tee -a "$out/summary.txt"; exit 1; }
+# Each make target builds only what it needs (libeep, the GPU tests, eep-bench): the GPU machine
+# has no gRPC or etcd and no network to install them.
+export MAKEFLAGS="-j$(nproc)"
+
+run_part() {
+    local name=$1 start rc
+    shift
+    start=$(date +%s)
+    "$@" >"$out/$name.log" 2>&1
+    rc=$?
+    echo "$name: exit $rc after $(( $(date +%s) - start )) s" | tee -a "$out/summary.txt"
+    tail -15 "$out/$name.log"
+    return $rc
+}
+
+for part in "${parts[@]}"; do
+    case $part in
+    check) run_part gpu-check make gpu-check || exit 1 ;;
+    bench)
+        run_part bench-ep-modes make bench-ep-modes EEP_BENCH_NRANKS="$ngpu"
+        run_part bench-barrier make bench-barrier ;;
+    jit) run_part jit-bench sh -c 'make build/bin/eep-jit-bench && build/bin/eep-jit-bench --gpu' ;;
+    membw) run_part membw make bench-membw ;;
+    *) echo "gpu-round.sh: unknown part '$part' (check, bench, jit, membw)" >&2; exit 2 ;;
+    esac
+done
