@@ -68,6 +68,40 @@ void eep_jit_count_compiler_run(void)
     __atomic_fetch_add(&eep_jit_runs, 1, __ATOMIC_RELAXED);
 }
 
+/* Foreground compiles (any thread but a prefetch worker), process-wide: how many run now, and
+   when the last one ended (ms, eep_jit_now_ms).  Background compiles keep out of their way. */
+static int             eep_jit_fg_active;
+static int64_t         eep_jit_fg_end_ms;
+static __thread int    eep_jit_thread_is_worker;
+
+void eep_jit_mark_worker_thread(void)
+{
+    eep_jit_thread_is_worker = 1;
+}
+
+double eep_jit_foreground_quiet_ms(void)
+{
+    if (__atomic_load_n(&eep_jit_fg_active, __ATOMIC_ACQUIRE) > 0) {
+        return -1;
+    }
+    return eep_jit_now_ms() - (double)__atomic_load_n(&eep_jit_fg_end_ms, __ATOMIC_ACQUIRE);
+}
+
+static void eep_jit_foreground_begin(void)
+{
+    if (!eep_jit_thread_is_worker) {
+        __atomic_fetch_add(&eep_jit_fg_active, 1, __ATOMIC_ACQ_REL);
+    }
+}
+
+static void eep_jit_foreground_end(void)
+{
+    if (!eep_jit_thread_is_worker) {
+        __atomic_store_n(&eep_jit_fg_end_ms, (int64_t)eep_jit_now_ms(), __ATOMIC_RELEASE);
+        __atomic_fetch_sub(&eep_jit_fg_active, 1, __ATOMIC_ACQ_REL);
+    }
+}
+
 static void eep_jit_log_key_create(void)
 {
     pthread_key_create(&eep_jit_log_key, free);
@@ -342,8 +376,10 @@ static eep_status_t eep_jit_fetch(eep_jit_t *jit, const eep_jit_spec_t *spec, ee
     if (jit->keep_source) {
         eep_jit_keep_file(jit, unit->key, ".cu", unit->source);
     }
-    t0     = eep_jit_now_ms();
+    t0 = eep_jit_now_ms();
+    eep_jit_foreground_begin();
     status = ops->compile(jit, unit, &cubin, &size, &log);
+    eep_jit_foreground_end();
     info->compile_ms = eep_jit_now_ms() - t0;
     eep_jit_set_last_log(log);
     if (status != EEP_OK) {

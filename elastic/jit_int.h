@@ -124,6 +124,17 @@ struct eep_jit {
 /* jit_nvrtc.c: remove the PCH folders under @p base of processes that are gone; @return how many. */
 int eep_jit_nvrtc_pch_sweep(const char *base);
 
+/* jit.c: a prefetch worker marks its thread; everyone else's compiles are foreground ones.
+   @return ms since the process's last foreground compile ended (a large number when there was
+   none), -1 while one runs. */
+void   eep_jit_mark_worker_thread(void);
+double eep_jit_foreground_quiet_ms(void);
+
+/* A background compile starts only after foreground compiles have been quiet this long: a
+   process's first kernels (dispatch, then combine) come one after the other, and NVRTC compiles
+   are serialised (jit_nvrtc.c), so a background one in between would delay the next. */
+#define EEP_JIT_PREFETCH_QUIET_MS 2000
+
 /* jit_prefetch.c: the background worker's state, set up by create and torn down by destroy. */
 void eep_jit_prefetch_init(eep_jit_t *jit);
 void eep_jit_prefetch_shutdown(eep_jit_t *jit);

@@ -6,7 +6,8 @@
  * caller that knows what it will ask for next (elastic/ep.c: the same kernels for one rank
  * fewer) queues it here; the worker compiles it into the disk cache, so the later
  * eep_jit_compile / eep_jit_get_kernel is a cache hit.  The worker runs at nice 10, one compile
- * at a time, so it takes a core's spare time, not the training loop's.
+ * at a time, so it takes a core's spare time, not the training loop's, and starts a compile only
+ * once the process's foreground compiles have been quiet for EEP_JIT_PREFETCH_QUIET_MS.
  *
  * The queue holds copies of the specs (strings included), at most EEP_JIT_PREFETCH_MAX, without
  * duplicates.  eep_jit_destroy drops what is queued and waits for the compile in progress (it
@@ -19,6 +20,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "elastic/log.h"
@@ -99,15 +101,33 @@ static void *eep_jit_prefetch_main(void *arg)
     if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 10) != 0) {
         eep_debug(EEP_SUBSYS_JIT, "prefetch: could not lower the worker's priority: %m");
     }
+    eep_jit_mark_worker_thread();
     pthread_mutex_lock(&jit->prefetch_lock);
     while (!jit->prefetch_stop) {
         eep_jit_prefetch_item_t *item = jit->prefetch_queue;
         eep_jit_info_t           info;
         eep_status_t             status;
+        double                   quiet;
 
         if (item == NULL) {
             pthread_cond_broadcast(&jit->prefetch_idle);
             pthread_cond_wait(&jit->prefetch_wake, &jit->prefetch_lock);
+            continue;
+        }
+        quiet = eep_jit_foreground_quiet_ms();
+        if (quiet < EEP_JIT_PREFETCH_QUIET_MS) {
+            /* a foreground compile runs or just ended: look again soon (or when stopped) */
+            double          wait_ms = quiet < 0 ? 100 : EEP_JIT_PREFETCH_QUIET_MS - quiet + 1;
+            struct timespec until;
+
+            clock_gettime(CLOCK_REALTIME, &until);
+            until.tv_sec += (time_t)(wait_ms / 1000);
+            until.tv_nsec += (long)((long long)wait_ms % 1000) * 1000000L;
+            if (until.tv_nsec >= 1000000000L) {
+                until.tv_sec++;
+                until.tv_nsec -= 1000000000L;
+            }
+            pthread_cond_timedwait(&jit->prefetch_wake, &jit->prefetch_lock, &until);
             continue;
         }
         jit->prefetch_queue = item->next;

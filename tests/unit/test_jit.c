@@ -546,6 +546,33 @@ static void test_prefetch(void **state)
     jt_rm_rf(cache);
 }
 
+/* A background compile waits until foreground compiles have been quiet for 2 s: right after a
+ * foreground compile, a queued prefetch has not run; later it has. */
+static void test_prefetch_yields_to_foreground(void **state)
+{
+    char                    *cache = jt_mkdtemp("jit-pre-quiet");
+    eep_jit_t               *jit = make_jit(cache);
+    eep_jit_spec_t           fg = fill_spec, bg = fill_spec;
+    eep_jit_prefetch_stats_t stats;
+    eep_jit_info_t           info;
+    unsigned long            runs;
+
+    (void)state;
+    fg.template_args = "21u";
+    bg.template_args = "22u";
+    assert_int_equal(eep_jit_compile(jit, &fg, &info), EEP_OK);
+    assert_int_equal(info.cache_hit, 0);
+    runs = eep_jit_compiler_runs();
+    assert_int_equal(eep_jit_prefetch(jit, &bg), EEP_OK);
+    usleep(300 * 1000);
+    assert_int_equal(eep_jit_compiler_runs(), runs); /* still waiting for quiet */
+    eep_jit_prefetch_wait(jit, &stats);
+    assert_int_equal(stats.done, 1);
+    assert_int_equal(eep_jit_compiler_runs(), runs + 1);
+    eep_jit_destroy(jit);
+    jt_rm_rf(cache);
+}
+
 /* A spec that does not compile: prefetch accepts it, the worker logs a warning and counts it. */
 static void test_prefetch_failure_logged(void **state)
 {
@@ -681,6 +708,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_pch_same_cubin),
         cmocka_unit_test(test_pch_sweep),
         cmocka_unit_test(test_prefetch),
+        cmocka_unit_test(test_prefetch_yields_to_foreground),
         cmocka_unit_test(test_prefetch_failure_logged),
         cmocka_unit_test(test_prefetch_queue_bound),
         cmocka_unit_test(test_no_driver),
