@@ -19,7 +19,7 @@
  * peer; signal signal0 + t counts the barriers rail peer t entered; my own count lives in a local
  * window word.  Every wait is bounded (impl/bounded_wait.cuh).
  *
- * GIN code is compiled only with -DEEP_BARRIER_GIN=1 (nvcc): NCCL 2.28.9's GIN headers do not
+ * GIN code is compiled only with EEP_BARRIER_GIN=1 (a spec define; nvcc): NCCL 2.28.9's GIN headers do not
  * compile under NVRTC, and the LSA-only variants must.
  */
 #ifndef EEP_BARRIER_KERNEL_CUH
@@ -128,7 +128,7 @@ template <int Mode, bool Gin>
 __device__ void eep_barrier_body(const eep_barrier_params_t &p)
 {
     static_assert(Mode == 0 || Mode == 1, "Mode: 0 parallel, 1 sequential");
-    static_assert(!Gin || EEP_BARRIER_GIN, "GIN variants need -DEEP_BARRIER_GIN=1 (nvcc)");
+    static_assert(!Gin || EEP_BARRIER_GIN, "GIN variants need EEP_BARRIER_GIN=1 (spec.defines; nvcc)");
     __shared__ int block_failed;
 
     const ncclDevComm &dc = eep_barrier_devcomm(p);
