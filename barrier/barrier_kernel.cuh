@@ -19,8 +19,8 @@
  * peer; signal signal0 + t counts the barriers rail peer t entered; my own count lives in a local
  * window word.  Every wait is bounded (impl/bounded_wait.cuh).
  *
- * GIN code is compiled only with EEP_BARRIER_GIN=1 (a spec define; nvcc): NCCL 2.28.9's GIN headers do not
- * compile under NVRTC, and the LSA-only variants must.
+ * GIN code is compiled only with EEP_BARRIER_GIN=1 (a spec define; nvcc): NCCL 2.28.9's GIN
+ * headers do not compile under NVRTC, and the LSA-only variants must.
  */
 #ifndef EEP_BARRIER_KERNEL_CUH
 #define EEP_BARRIER_KERNEL_CUH
