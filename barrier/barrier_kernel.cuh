@@ -128,7 +128,7 @@ template <int Mode, bool Gin>
 __device__ void eep_barrier_body(const eep_barrier_params_t &p)
 {
     static_assert(Mode == 0 || Mode == 1, "Mode: 0 parallel, 1 sequential");
-    static_assert(!Gin || EEP_BARRIER_GIN, "GIN variants need EEP_BARRIER_GIN=1 (spec.defines; nvcc)");
+    static_assert(!Gin || EEP_BARRIER_GIN, "GIN variants need EEP_BARRIER_GIN=1 (spec defines)");
     __shared__ int block_failed;
 
     const ncclDevComm &dc = eep_barrier_devcomm(p);
