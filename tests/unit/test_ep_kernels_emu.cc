@@ -161,8 +161,11 @@ static void check(bool cond, const char *what, int r, long long i)
 
 enum { FAULT_NONE, FAULT_SILENT_PEER, FAULT_BAD_ID, SKIP_PADDING_X };
 
+/* Gating beyond the balanced default (the edge cases, as make gpu-check has them). */
+enum { GATING_BALANCED, GATING_MASKED, GATING_HOTSPOT, GATING_SILENT_RANK };
+
 static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, int pairs,
-                    int fault = FAULT_NONE)
+                    int fault = FAULT_NONE, int gating = GATING_BALANCED)
 {
     eep_ep_shape_t s;
     memset(&s, 0, sizeof(s));
@@ -189,6 +192,14 @@ static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, i
     eep_ep_wire_layout(&s, &wire);
     eep_ref_gen_init(&gen, 7);
     gen.num_tokens = tokens; /* 0: max_tokens on every rank */
+    if (gating == GATING_MASKED) {
+        gen.masked_fraction = 0.3; /* -1 entries: no expert for that lane */
+    } else if (gating == GATING_HOTSPOT) {
+        gen.hotspot_expert = 0; /* every token to expert 0 only (rank 0), the other lanes -1 */
+        gen.hotspot_only   = 1;
+    } else if (gating == GATING_SILENT_RANK) {
+        gen.silent_rank = 1; /* rank 1 has no tokens: it sends nothing, still receives */
+    }
     for (int r = 0; r < W; r++) {
         eep_ref_input_generate(&s, &gen, r, &in[r]);
     }
@@ -425,6 +436,12 @@ int main(void)
                       FAULT_SILENT_PEER);
     fails += run_case("bad expert id", EEP_EPK_NO_CPU_SYNC, EEP_DTYPE_BF16, 0, 1, FAULT_BAD_ID);
     fails += run_case("skip padding x", EEP_EPK_NO_CPU_SYNC, EEP_DTYPE_BF16, 0, 2, SKIP_PADDING_X);
-    printf("%d passed, %d failed\n", 7 - fails, fails);
+    fails += run_case("masked lanes (30% -1)", EEP_EPK_NO_CPU_SYNC, EEP_DTYPE_BF16, 0, 2,
+                      FAULT_NONE, GATING_MASKED);
+    fails += run_case("hotspot: every token to expert 0 only", EEP_EPK_CPU_SYNC,
+                      EEP_DTYPE_FP8_E4M3, 0, 2, FAULT_NONE, GATING_HOTSPOT);
+    fails += run_case("silent rank 1", EEP_EPK_CACHED, EEP_DTYPE_BF16, 0, 2, FAULT_NONE,
+                      GATING_SILENT_RANK);
+    printf("%d passed, %d failed\n", 10 - fails, fails);
     return fails == 0 ? 0 : 1;
 }
