@@ -3,8 +3,8 @@
  * dispatch.cuh, combine.cuh) compiles through the JIT with NVRTC, as elastic/ep.c asks for them:
  * index width x mode (x phase for CPU_SYNC's copy kernel), and combine; generic (shape read from
  * the parameters) and with a shape compiled in (EEP_EPK_FIXED_*, as ep.c compiles them: the
- * issue's bf16 K 8 on 2 ranks, and an fp8 K 6 on 8 ranks).  Needs NVRTC, not a GPU; skips when
- * NVRTC cannot be loaded.
+ * issue's bf16 K 8 on 2 ranks, an fp8 K 6 on 8 ranks in every mode, and bf16 K 8 on 32 ranks,
+ * the most direct mode takes).  Needs NVRTC, not a GPU; skips when NVRTC cannot be loaded.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -54,10 +54,20 @@ static void test_compile_all(void **state)
         compile_one(jit, "kernels/ep/dispatch.cuh", "eep_ep_dispatch_body", variants[i],
                     bf16_k8_w2);
     }
-    compile_one(jit, "kernels/ep/dispatch.cuh", "eep_ep_dispatch_body", "32, 1, 0", fp8_k6_w8);
+    /* 8 ranks (one node), every mode; and 32, the most direct mode takes (per-rank arrays and
+       shared memory grow with the rank count) */
+    static const char *const bf16_k8_w32 =
+        "EEP_EPK_FIXED_K=8 EEP_EPK_FIXED_W=32 EEP_EPK_FIXED_H=7168 EEP_EPK_FIXED_HB=14336";
+    static const char *const w8_variants[] = { "32, 0, 0", "32, 0, 1", "32, 1, 0", "32, 2, 0" };
+    for (i = 0; i < sizeof(w8_variants) / sizeof(w8_variants[0]); i++) {
+        compile_one(jit, "kernels/ep/dispatch.cuh", "eep_ep_dispatch_body", w8_variants[i],
+                    fp8_k6_w8);
+    }
+    compile_one(jit, "kernels/ep/dispatch.cuh", "eep_ep_dispatch_body", "32, 1, 0", bf16_k8_w32);
     compile_one(jit, "kernels/ep/combine.cuh", "eep_ep_combine_body", NULL, NULL);
     compile_one(jit, "kernels/ep/combine.cuh", "eep_ep_combine_body", NULL, bf16_k8_w2);
     compile_one(jit, "kernels/ep/combine.cuh", "eep_ep_combine_body", NULL, fp8_k6_w8);
+    compile_one(jit, "kernels/ep/combine.cuh", "eep_ep_combine_body", NULL, bf16_k8_w32);
     eep_jit_destroy(jit);
 }
 
