@@ -173,17 +173,18 @@ static eep_status_t eep_ep_kernel(eep_runtime_t *rt, struct eep_ep_state *st, in
     eep_status_t          status;
     int                   i;
 
-    eep_ep_kernel_spec(combine, idx_bits, mode, phase, shape, &names, &spec);
-    snprintf(key, sizeof(key), "%s<%s> k%d w%d h%d %s", combine ? "c" : "d",
-             combine ? "" : names.targs, shape->num_topk, shape->world, shape->hidden,
-             shape->dtype == EEP_DTYPE_FP8_E4M3 ? "fp8" : "bf16");
+    /* the table's key: every input of eep_ep_kernel_spec (combine has no template arguments) */
+    snprintf(key, sizeof(key), "%s<%d, %d, %d> k%d w%d h%d %s", combine ? "c" : "d",
+             combine ? 0 : idx_bits, combine ? 0 : mode, combine ? 0 : phase, shape->num_topk,
+             shape->world, shape->hidden, shape->dtype == EEP_DTYPE_FP8_E4M3 ? "fp8" : "bf16");
     for (i = 0; i < EEP_EP_KERNEL_SLOTS && st->kernels[i].kernel != NULL; i++) {
         if (strcmp(st->kernels[i].key, key) == 0) {
             *kernel_p = st->kernels[i].kernel;
             return EEP_OK;
         }
     }
-    /* not in the table: the JIT (its disk cache, or a compile) */
+    /* not in the table: the JIT (its disk cache, or a compile); the spec is built only here */
+    eep_ep_kernel_spec(combine, idx_bits, mode, phase, shape, &names, &spec);
     status = eep_jit_get_kernel(rt->jit, &spec, kernel_p);
     if (status != EEP_OK) {
         eep_error(EEP_SUBSYS_KERNEL, "cannot build the %s kernel %s", combine ? "combine" :
