@@ -140,6 +140,8 @@ void eep_jit_prefetch_init(eep_jit_t *jit);
 void eep_jit_prefetch_shutdown(eep_jit_t *jit);
 
 /* jit_source.c: unit generation and the cache key. */
+/* The spec's defines, or NULL for a spec (of an older size) that ends before the field. */
+const char *eep_jit_spec_defines(const eep_jit_spec_t *spec);
 eep_status_t eep_jit_unit_build(eep_jit_t *jit, const eep_jit_spec_t *spec,
                                 eep_jit_unit_t *unit_p);
 void         eep_jit_unit_cleanup(eep_jit_unit_t *unit);

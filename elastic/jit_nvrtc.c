@@ -27,9 +27,9 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <unistd.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "elastic/config.h"
 #include "elastic/cuda_sym.h"
@@ -266,6 +266,10 @@ static eep_status_t eep_jit_nvrtc_compile(eep_jit_t *jit, const eep_jit_unit_t *
     eep_status_t          status;
     size_t                i, size = 0;
     void                 *cubin;
+    const char           *with_pch[EEP_JIT_MAX_OPTIONS + 2], *dir;
+    const char *const    *options = unit->options;
+    char                  dir_option[sizeof(eep_jit_nvrtc_pch_dir) + 16];
+    int                   n_options = unit->n_options, pch;
 
     *log_p = NULL;
     status = eep_cuda_sym_nvrtc(&sym);
@@ -281,29 +285,26 @@ static eep_status_t eep_jit_nvrtc_compile(eep_jit_t *jit, const eep_jit_unit_t *
         return eep_status_from_nvrtc(res, "nvrtcCreateProgram");
     }
     eep_jit_count_compiler_run();
-    if (eep_jit_nvrtc_pch(jit, sym)) {
-        /* PCH options must come first on NVRTC's command line. */
-        const char *options[EEP_JIT_MAX_OPTIONS + 2] = { "-pch" };
-        char        dir_option[sizeof(eep_jit_nvrtc_pch_dir) + 16];
-        const char *dir;
-        int         n = 1;
-
+    pch = eep_jit_nvrtc_pch(jit, sym);
+    if (pch) {
         pthread_mutex_lock(&eep_jit_nvrtc_pch_lock);
         dir = eep_jit_nvrtc_pch_folder();
-        if (dir != NULL) {
-            if (snprintf(dir_option, sizeof(dir_option), "--pch-dir=%s", dir) <
-                (int)sizeof(dir_option)) {
-                options[n++] = dir_option;
-            }
-            memcpy(options + n, unit->options, (size_t)unit->n_options * sizeof(options[0]));
-            res = sym->nvrtcCompileProgram(prog, unit->n_options + n, options);
+        /* PCH options must come first on NVRTC's command line (no folder: no PCH) */
+        if (dir != NULL && snprintf(dir_option, sizeof(dir_option), "--pch-dir=%s", dir) <
+                               (int)sizeof(dir_option)) {
+            with_pch[0] = "-pch";
+            with_pch[1] = dir_option;
+            memcpy(with_pch + 2, unit->options, (size_t)unit->n_options * sizeof(with_pch[0]));
+            options   = with_pch;
+            n_options = unit->n_options + 2;
+        }
+    }
+    res = sym->nvrtcCompileProgram(prog, n_options, options);
+    if (pch) {
+        if (options == with_pch) {
             eep_jit_nvrtc_pch_heap(sym, prog);
-        } else {
-            res = sym->nvrtcCompileProgram(prog, unit->n_options, unit->options);
         }
         pthread_mutex_unlock(&eep_jit_nvrtc_pch_lock);
-    } else {
-        res = sym->nvrtcCompileProgram(prog, unit->n_options, unit->options);
     }
     *log_p = eep_jit_nvrtc_log(sym, prog);
     if (res == NVRTC_ERROR_COMPILATION) {

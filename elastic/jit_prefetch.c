@@ -15,7 +15,6 @@
  */
 #include "elastic/jit_int.h"
 
-#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -60,10 +59,7 @@ static void eep_jit_prefetch_item_free(eep_jit_prefetch_item_t *item)
 static eep_jit_prefetch_item_t *eep_jit_prefetch_item_new(const eep_jit_spec_t *spec)
 {
     eep_jit_prefetch_item_t *item = calloc(1, sizeof(*item));
-    const char *defines = spec->size >= offsetof(eep_jit_spec_t, defines) + sizeof(spec->defines)
-                              ? spec->defines
-                              : NULL;
-    int ok = 1;
+    int                      ok = 1;
 
     if (item == NULL) {
         return NULL;
@@ -80,7 +76,7 @@ static eep_jit_prefetch_item_t *eep_jit_prefetch_item_new(const eep_jit_spec_t *
     EEP_JIT_DUP(template_args, spec->template_args);
     EEP_JIT_DUP(param_type, spec->param_type);
     EEP_JIT_DUP(extra_flags, spec->extra_flags);
-    EEP_JIT_DUP(defines, defines);
+    EEP_JIT_DUP(defines, eep_jit_spec_defines(spec));
 #undef EEP_JIT_DUP
     item->spec.size          = sizeof(item->spec);
     item->spec.launch_bounds = spec->launch_bounds;
@@ -117,16 +113,14 @@ static void *eep_jit_prefetch_main(void *arg)
         quiet = eep_jit_foreground_quiet_ms();
         if (quiet < EEP_JIT_PREFETCH_QUIET_MS) {
             /* a foreground compile runs or just ended: look again soon (or when stopped) */
-            double          wait_ms = quiet < 0 ? 100 : EEP_JIT_PREFETCH_QUIET_MS - quiet + 1;
+            const long long wait_ms =
+                quiet < 0 ? 100 : (long long)(EEP_JIT_PREFETCH_QUIET_MS - quiet) + 1;
             struct timespec until;
 
             clock_gettime(CLOCK_REALTIME, &until);
-            until.tv_sec += (time_t)(wait_ms / 1000);
-            until.tv_nsec += (long)((long long)wait_ms % 1000) * 1000000L;
-            if (until.tv_nsec >= 1000000000L) {
-                until.tv_sec++;
-                until.tv_nsec -= 1000000000L;
-            }
+            until.tv_nsec += (long)(wait_ms % 1000) * 1000000L;
+            until.tv_sec += (time_t)(wait_ms / 1000) + until.tv_nsec / 1000000000L;
+            until.tv_nsec %= 1000000000L;
             pthread_cond_timedwait(&jit->prefetch_wake, &jit->prefetch_lock, &until);
             continue;
         }

@@ -56,63 +56,21 @@ static int eep_jit_chars_ok(const char *s, const char *extra)
     return 1;
 }
 
-/* The spec's defines, or NULL for a spec (of an older size) that ends before the field. */
-static const char *eep_jit_spec_defines(const eep_jit_spec_t *spec)
+const char *eep_jit_spec_defines(const eep_jit_spec_t *spec)
 {
     return spec->size >= offsetof(eep_jit_spec_t, defines) + sizeof(spec->defines)
                ? spec->defines
                : NULL;
 }
 
-/* 1 when @p defines is blank-separated NAME or NAME=VALUE tokens (VALUE: [A-Za-z0-9_.+-]+). */
-static int eep_jit_defines_ok(const char *defines)
-{
-    const char *p = defines;
-
-    while (*p != '\0') {
-        if (*p == ' ' || *p == '\t') {
-            p++;
-            continue;
-        }
-        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || *p == '_')) {
-            return 0;
-        }
-        while ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
-               *p == '_') {
-            p++;
-        }
-        if (*p == '=') {
-            const char *value = ++p;
-
-            while ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
-                   (*p >= '0' && *p <= '9') || (*p != '\0' && strchr("_.+-", *p) != NULL)) {
-                p++;
-            }
-            if (p == value) {
-                return 0;
-            }
-        }
-        if (*p != '\0' && *p != ' ' && *p != '\t') {
-            return 0;
-        }
-    }
-    return 1;
-}
-
 static eep_status_t eep_jit_spec_check(const eep_jit_t *jit, const eep_jit_spec_t *spec)
 {
-    const char *defines = eep_jit_spec_defines(spec);
     char        path[PATH_MAX];
     struct stat st;
 
     if (spec->size < offsetof(eep_jit_spec_t, extra_flags) + sizeof(spec->extra_flags)) {
         eep_error(EEP_SUBSYS_JIT, "spec size %zu is too small for an eep_jit_spec_t (set it to "
                   "sizeof(eep_jit_spec_t), %zu)", spec->size, sizeof(eep_jit_spec_t));
-        return EEP_ERR_INVALID_ARG;
-    }
-    if (defines != NULL && !eep_jit_defines_ok(defines)) {
-        eep_error(EEP_SUBSYS_JIT, "spec defines '%s' must be blank-separated NAME or NAME=VALUE "
-                  "(NAME a C identifier, VALUE of letters, digits, _ . + -)", defines);
         return EEP_ERR_INVALID_ARG;
     }
     if (spec->header == NULL || spec->header[0] == '\0' || spec->header[0] == '/' ||
@@ -230,15 +188,19 @@ static eep_status_t eep_jit_unit_options(eep_jit_t *jit, const eep_jit_spec_t *s
     return EEP_OK;
 }
 
-/* "#define NAME VALUE" lines for checked @p defines (NULL: none) into *lines_p (malloc). */
+/*
+ * "#define NAME VALUE" lines for the spec's @p defines (NULL: none) into *lines_p (malloc),
+ * checking each blank-separated token: NAME a C identifier, VALUE (after '=', optional) of
+ * letters, digits and _ . + -.
+ * @return EEP_OK; EEP_ERR_INVALID_ARG (logged) for a malformed token; EEP_ERR_NO_MEMORY.
+ */
 static eep_status_t eep_jit_define_lines(const char *defines, char **lines_p)
 {
-    size_t len = defines != NULL ? strlen(defines) : 0, used = 0;
-    char  *lines, *copy, *tok, *save = NULL;
+    /* a token of n characters becomes "#define " + n + "\n"; at most (len + 1) / 2 tokens */
+    size_t len = defines != NULL ? strlen(defines) : 0, cap = len + 9 * ((len + 1) / 2) + 1;
+    size_t used = 0;
+    char  *lines = malloc(cap), *copy = malloc(len + 1), *tok, *save = NULL;
 
-    /* each token grows by "#define " and a newline at most; "NAME" alone gets no value */
-    lines = malloc(len * 10 + 1);
-    copy  = malloc(len + 1);
     if (lines == NULL || copy == NULL) {
         free(lines);
         free(copy);
@@ -250,9 +212,19 @@ static eep_status_t eep_jit_define_lines(const char *defines, char **lines_p)
         char *eq = strchr(tok, '=');
 
         if (eq != NULL) {
-            *eq = ' ';
+            *eq = '\0';
         }
-        used += (size_t)snprintf(lines + used, len * 10 + 1 - used, "#define %s\n", tok);
+        if (tok[0] == '\0' || (tok[0] >= '0' && tok[0] <= '9') || !eep_jit_chars_ok(tok, "") ||
+            (eq != NULL && (eq[1] == '\0' || !eep_jit_chars_ok(eq + 1, ".+-")))) {
+            eep_error(EEP_SUBSYS_JIT, "spec defines '%s' must be blank-separated NAME or "
+                      "NAME=VALUE (NAME a C identifier, VALUE of letters, digits, _ . + -)",
+                      defines);
+            free(lines);
+            free(copy);
+            return EEP_ERR_INVALID_ARG;
+        }
+        used += (size_t)snprintf(lines + used, cap - used, "#define %s%s%s\n", tok,
+                                 eq != NULL ? " " : "", eq != NULL ? eq + 1 : "");
     }
     free(copy);
     *lines_p = lines;
