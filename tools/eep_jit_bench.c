@@ -25,7 +25,16 @@
 typedef struct {
     const char       *name;
     eep_jit_spec_t    spec;
+    /* > 0: an EP kernel for this many ranks, its spec made by eep_ep_kernel_spec as elastic/ep.c
+       makes it (bench_shape, no CPU sync), combine or dispatch */
+    int               ep_world, ep_combine;
 } eep_jit_bench_case_t;
+
+/* The EP shape the bench compiles: bf16, top-k 8, H 7168, 256 experts. */
+static const eep_ep_shape_t eep_jit_bench_shape = { .world = 2, .max_tokens = 4096,
+                                                     .hidden = 7168, .num_topk = 8,
+                                                     .num_experts = 256, .alignment = 128,
+                                                     .dtype = EEP_DTYPE_BF16 };
 
 static int eep_jit_bench_cmp(const void *a, const void *b)
 {
@@ -80,9 +89,7 @@ static int eep_jit_bench_fill(eep_jit_t *jit, const eep_jit_spec_t *spec)
  */
 static int eep_jit_bench_shrink(eep_jit_t *jit)
 {
-    eep_ep_shape_t           shape = { .world = 6, .max_tokens = 4096, .hidden = 7168,
-                                       .num_topk = 8, .num_experts = 256, .alignment = 128,
-                                       .dtype = EEP_DTYPE_BF16 };
+    eep_ep_shape_t           shape = eep_jit_bench_shape;
     eep_ep_kernel_names_t    names;
     eep_jit_spec_t           spec;
     eep_jit_prefetch_stats_t stats;
@@ -90,7 +97,8 @@ static int eep_jit_bench_shrink(eep_jit_t *jit)
     double                   t0, built, wait, hit[2] = { 0, 0 }, cold[2] = { 0, 0 };
     int                      c, rc = 0;
 
-    t0 = eep_jit_now_ms();
+    shape.world = 6;
+    t0          = eep_jit_now_ms();
     for (c = 0; c < 2; c++) {
         eep_ep_kernel_spec(c, 32, EEP_EPK_NO_CPU_SYNC, 0, &shape, &names, &spec);
         rc |= eep_jit_compile(jit, &spec, &info) != EEP_OK;
@@ -122,52 +130,35 @@ static int eep_jit_bench_shrink(eep_jit_t *jit)
 int main(int argc, char **argv)
 {
     eep_jit_bench_case_t cases[] = {
-        { "lsa probe / nvrtc", { .header = "kernels/probe/lsa_probe.cuh",
-                                 .function = "eep_lsa_probe_body", .template_args = "1",
-                                 .param_type = "eep_lsa_probe_params_t", .launch_bounds = 256,
-                                 .backend = EEP_JIT_BACKEND_NVRTC } },
-        { "lsa probe / nvcc", { .header = "kernels/probe/lsa_probe.cuh",
-                                .function = "eep_lsa_probe_body", .template_args = "1",
-                                .param_type = "eep_lsa_probe_params_t", .launch_bounds = 256,
-                                .backend = EEP_JIT_BACKEND_NVCC } },
-        { "gin probe / nvrtc", { .header = "kernels/probe/gin_probe.cuh",
-                                 .function = "eep_gin_probe_body", .template_args = "0",
-                                 .param_type = "eep_gin_probe_params_t", .needs_gin = 1,
-                                 .backend = EEP_JIT_BACKEND_NVRTC } },
-        { "gin probe / nvcc", { .header = "kernels/probe/gin_probe.cuh",
-                                .function = "eep_gin_probe_body", .template_args = "0",
-                                .param_type = "eep_gin_probe_params_t", .needs_gin = 1,
-                                .backend = EEP_JIT_BACKEND_NVCC } },
+        { .name = "lsa probe / nvrtc",
+          .spec = { .header = "kernels/probe/lsa_probe.cuh", .function = "eep_lsa_probe_body",
+                    .template_args = "1", .param_type = "eep_lsa_probe_params_t",
+                    .launch_bounds = 256, .backend = EEP_JIT_BACKEND_NVRTC } },
+        { .name = "lsa probe / nvcc",
+          .spec = { .header = "kernels/probe/lsa_probe.cuh", .function = "eep_lsa_probe_body",
+                    .template_args = "1", .param_type = "eep_lsa_probe_params_t",
+                    .launch_bounds = 256, .backend = EEP_JIT_BACKEND_NVCC } },
+        { .name = "gin probe / nvrtc",
+          .spec = { .header = "kernels/probe/gin_probe.cuh", .function = "eep_gin_probe_body",
+                    .template_args = "0", .param_type = "eep_gin_probe_params_t",
+                    .needs_gin = 1, .backend = EEP_JIT_BACKEND_NVRTC } },
+        { .name = "gin probe / nvcc",
+          .spec = { .header = "kernels/probe/gin_probe.cuh", .function = "eep_gin_probe_body",
+                    .template_args = "0", .param_type = "eep_gin_probe_params_t",
+                    .needs_gin = 1, .backend = EEP_JIT_BACKEND_NVCC } },
         /* The EP pair as elastic/ep.c asks for it (bf16, top-k 8, H 7168, no CPU sync) on 2
          * ranks, then on 1: what a survivor compiles after a shrink, in the same process. */
-        { "ep dispatch w2", { .header = "kernels/ep/dispatch.cuh",
-                              .function = "eep_ep_dispatch_body", .template_args = "32, 1, 0",
-                              .param_type = "eep_epk_params_t", .launch_bounds = 512,
-                              .backend = EEP_JIT_BACKEND_NVRTC,
-                              .defines = "EEP_EPK_FIXED_K=8 EEP_EPK_FIXED_W=2 "
-                                         "EEP_EPK_FIXED_H=7168 EEP_EPK_FIXED_HB=14336" } },
-        { "ep combine w2", { .header = "kernels/ep/combine.cuh",
-                             .function = "eep_ep_combine_body", .param_type = "eep_epk_params_t",
-                             .launch_bounds = 512, .backend = EEP_JIT_BACKEND_NVRTC,
-                             .defines = "EEP_EPK_FIXED_K=8 EEP_EPK_FIXED_W=2 "
-                                        "EEP_EPK_FIXED_H=7168 EEP_EPK_FIXED_HB=14336" } },
-        { "ep dispatch w1", { .header = "kernels/ep/dispatch.cuh",
-                              .function = "eep_ep_dispatch_body", .template_args = "32, 1, 0",
-                              .param_type = "eep_epk_params_t", .launch_bounds = 512,
-                              .backend = EEP_JIT_BACKEND_NVRTC,
-                              .defines = "EEP_EPK_FIXED_K=8 EEP_EPK_FIXED_W=1 "
-                                         "EEP_EPK_FIXED_H=7168 EEP_EPK_FIXED_HB=14336" } },
-        { "ep combine w1", { .header = "kernels/ep/combine.cuh",
-                             .function = "eep_ep_combine_body", .param_type = "eep_epk_params_t",
-                             .launch_bounds = 512, .backend = EEP_JIT_BACKEND_NVRTC,
-                             .defines = "EEP_EPK_FIXED_K=8 EEP_EPK_FIXED_W=1 "
-                                        "EEP_EPK_FIXED_H=7168 EEP_EPK_FIXED_HB=14336" } },
-        { "fill probe / nvrtc", { .header = "kernels/probe/fill_probe.cuh",
-                                  .function = "eep_fill_probe_body", .template_args = "5u",
-                                  .param_type = "eep_fill_probe_params_t", .launch_bounds = 256,
-                                  .backend = EEP_JIT_BACKEND_NVRTC } },
+        { .name = "ep dispatch w2", .ep_world = 2 },
+        { .name = "ep combine w2", .ep_world = 2, .ep_combine = 1 },
+        { .name = "ep dispatch w1", .ep_world = 1 },
+        { .name = "ep combine w1", .ep_world = 1, .ep_combine = 1 },
+        { .name = "fill probe / nvrtc",
+          .spec = { .header = "kernels/probe/fill_probe.cuh", .function = "eep_fill_probe_body",
+                    .template_args = "5u", .param_type = "eep_fill_probe_params_t",
+                    .launch_bounds = 256, .backend = EEP_JIT_BACKEND_NVRTC } },
     };
     const size_t     n_cases = sizeof(cases) / sizeof(cases[0]);
+    eep_ep_kernel_names_t ep_names[sizeof(cases) / sizeof(cases[0])]; /* their specs' strings */
     eep_jit_params_t params = { .size = sizeof(params) };
     const eep_cuda_sym_t *cu = NULL;
     eep_jit_kernel_t *k;
@@ -216,6 +207,14 @@ int main(int argc, char **argv)
            "warm median ms");
     printf(gpu ? " %12s %14s\n" : "\n", "load ms", "lookup med ms");
     for (c = 0; c < n_cases; c++) {
+        if (cases[c].ep_world > 0) {
+            eep_ep_shape_t shape = eep_jit_bench_shape;
+
+            shape.world = cases[c].ep_world;
+            eep_ep_kernel_spec(cases[c].ep_combine, 32, EEP_EPK_NO_CPU_SYNC, 0, &shape,
+                               &ep_names[c], &cases[c].spec);
+            cases[c].spec.backend = EEP_JIT_BACKEND_NVRTC;
+        }
         cases[c].spec.size = sizeof(cases[c].spec);
         status = eep_jit_compile(jit, &cases[c].spec, &info);
         if (status != EEP_OK) {

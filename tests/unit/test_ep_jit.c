@@ -23,51 +23,55 @@
 
 static char cache_dir[] = "/tmp/eep-test-ep-jit2-XXXXXX";
 
-static void compile_one(eep_jit_t *jit, const char *header, const char *function,
-                        const char *targs, const char *defines)
+/* One kernel as elastic/ep.c asks for it (eep_ep_kernel_spec) for @p shape, or the generic
+ * variant (no shape compiled in) when @p shape is NULL. */
+static void compile_one(eep_jit_t *jit, int combine, int idx_bits, int mode, int phase,
+                        const eep_ep_shape_t *shape)
 {
-    eep_jit_spec_t spec = {
-        .size = sizeof(spec), .header = header, .function = function, .template_args = targs,
-        .param_type = "eep_epk_params_t", .launch_bounds = EEP_EPK_THREADS,
-        .backend = EEP_JIT_BACKEND_NVRTC, .defines = defines,
-    };
+    static const eep_ep_shape_t any = { .world = 2, .hidden = 7168, .num_topk = 8,
+                                        .dtype = EEP_DTYPE_BF16 };
+    eep_ep_kernel_names_t names;
+    eep_jit_spec_t        spec;
 
+    eep_ep_kernel_spec(combine, idx_bits, mode, phase, shape != NULL ? shape : &any, &names,
+                       &spec);
+    if (shape == NULL) {
+        spec.defines = NULL;
+    }
+    spec.backend = EEP_JIT_BACKEND_NVRTC;
     ep_jit_compile_check(jit, &spec);
 }
 
 static void test_compile_all(void **state)
 {
-    static const char *const variants[] = { "32, 0, 0", "32, 0, 1", "64, 0, 0", "64, 0, 1",
-                                            "32, 1, 0", "64, 1, 0", "32, 2, 0", "64, 2, 0" };
+    /* { index bits, mode, phase }: every dispatch variant elastic/ep.c launches */
+    static const int variants[][3] = { { 32, 0, 0 }, { 32, 0, 1 }, { 64, 0, 0 }, { 64, 0, 1 },
+                                       { 32, 1, 0 }, { 64, 1, 0 }, { 32, 2, 0 }, { 64, 2, 0 } };
+    static const eep_ep_shape_t bf16_k8_w2 = { .world = 2, .hidden = 7168, .num_topk = 8,
+                                               .dtype = EEP_DTYPE_BF16 };
+    static const eep_ep_shape_t fp8_k6_w8 = { .world = 8, .hidden = 4096, .num_topk = 6,
+                                              .dtype = EEP_DTYPE_FP8_E4M3 };
+    /* 32 ranks: the most direct mode takes (per-rank arrays and shared memory grow with it) */
+    static const eep_ep_shape_t bf16_k8_w32 = { .world = 32, .hidden = 7168, .num_topk = 8,
+                                                .dtype = EEP_DTYPE_BF16 };
     eep_jit_params_t params = { .size = sizeof(params), .cache_dir = cache_dir };
     eep_jit_t       *jit = NULL;
     size_t           i;
 
     (void)state;
     assert_int_equal(eep_jit_create(&params, &jit), EEP_OK);
-    static const char *const bf16_k8_w2 =
-        "EEP_EPK_FIXED_K=8 EEP_EPK_FIXED_W=2 EEP_EPK_FIXED_H=7168 EEP_EPK_FIXED_HB=14336";
-    static const char *const fp8_k6_w8 =
-        "EEP_EPK_FIXED_K=6 EEP_EPK_FIXED_W=8 EEP_EPK_FIXED_H=4096 EEP_EPK_FIXED_HB=4096";
     for (i = 0; i < sizeof(variants) / sizeof(variants[0]); i++) {
-        compile_one(jit, "kernels/ep/dispatch.cuh", "eep_ep_dispatch_body", variants[i], NULL);
-        compile_one(jit, "kernels/ep/dispatch.cuh", "eep_ep_dispatch_body", variants[i],
-                    bf16_k8_w2);
+        compile_one(jit, 0, variants[i][0], variants[i][1], variants[i][2], NULL);
+        compile_one(jit, 0, variants[i][0], variants[i][1], variants[i][2], &bf16_k8_w2);
+        if (variants[i][0] == 32) { /* 8 ranks (one node), every mode */
+            compile_one(jit, 0, 32, variants[i][1], variants[i][2], &fp8_k6_w8);
+        }
     }
-    /* 8 ranks (one node), every mode; and 32, the most direct mode takes (per-rank arrays and
-       shared memory grow with the rank count) */
-    static const char *const bf16_k8_w32 =
-        "EEP_EPK_FIXED_K=8 EEP_EPK_FIXED_W=32 EEP_EPK_FIXED_H=7168 EEP_EPK_FIXED_HB=14336";
-    static const char *const w8_variants[] = { "32, 0, 0", "32, 0, 1", "32, 1, 0", "32, 2, 0" };
-    for (i = 0; i < sizeof(w8_variants) / sizeof(w8_variants[0]); i++) {
-        compile_one(jit, "kernels/ep/dispatch.cuh", "eep_ep_dispatch_body", w8_variants[i],
-                    fp8_k6_w8);
-    }
-    compile_one(jit, "kernels/ep/dispatch.cuh", "eep_ep_dispatch_body", "32, 1, 0", bf16_k8_w32);
-    compile_one(jit, "kernels/ep/combine.cuh", "eep_ep_combine_body", NULL, NULL);
-    compile_one(jit, "kernels/ep/combine.cuh", "eep_ep_combine_body", NULL, bf16_k8_w2);
-    compile_one(jit, "kernels/ep/combine.cuh", "eep_ep_combine_body", NULL, fp8_k6_w8);
-    compile_one(jit, "kernels/ep/combine.cuh", "eep_ep_combine_body", NULL, bf16_k8_w32);
+    compile_one(jit, 0, 32, EEP_EPK_NO_CPU_SYNC, 0, &bf16_k8_w32);
+    compile_one(jit, 1, 0, 0, 0, NULL);
+    compile_one(jit, 1, 0, 0, 0, &bf16_k8_w2);
+    compile_one(jit, 1, 0, 0, 0, &fp8_k6_w8);
+    compile_one(jit, 1, 0, 0, 0, &bf16_k8_w32);
     eep_jit_destroy(jit);
 }
 
