@@ -4,12 +4,13 @@
  *   __device__ void eep_ep_combine_body(const eep_epk_params_t &p);
  *
  * Every block first tells every peer "combine n started" (its count slot's CDONE word: the
- * call's handshake, docs/dispatch.md section 3).  Expert side: one warp per record received by
- * the dispatch (from the handle: source token, rows and weights per top-k lane, ordinal of this
- * rank among the token's destination ranks) computes the partial p = bf16(fma over its local
+ * call's handshake, docs/dispatch.md section 3).  Expert side: for each record received by the
+ * dispatch (from the handle: source token, rows and weights per top-k lane, ordinal of this rank
+ * among the token's destination ranks) one warp, or at decode size a group of warps splitting
+ * its channels (eep_epc_split), computes the partial p = bf16(fma over its local
  * lanes ascending, from 0) in fp32, writes it, 16 bytes per lane, into the source rank's combine
  * region `ordinal` at row `token` (LSA pointer), fences and stores the row's tag (the call's
- * sequence).  Source side: one warp per token waits for the tags of its rows in regions 0, 1,
+ * sequence).  Source side: one warp per token (a group of warps at decode size) waits for the tags of its rows in regions 0, 1,
  * ... (= destination ranks ascending), sums the partials in fp32 and writes bf16: no "all
  * landed" signal, so a token is summed as soon as its own partials are in.  Block 0 finally
  * waits for every peer's start word.  The arithmetic is eep/ep.h's; kernels/ep/ep_numeric.cuh
@@ -114,6 +115,21 @@ __device__ __forceinline__ unsigned char *eep_epc_partial(const eep_epk_params_t
     return dst_row;
 }
 
+/*
+ * Warps per item when @p items (records, or tokens) are spread over a grid of @p blocks: the
+ * largest of 16, 8, 4, 2 that still gives every item its own warp group, else 1 (one warp per
+ * item, items taken in turn).  A power of two, so groups never straddle blocks.
+ */
+__device__ __forceinline__ int eep_epc_split(int items, int blocks)
+{
+    for (int s = EEP_EPK_WARPS; s >= 2; s /= 2) {
+        if (items <= blocks * (EEP_EPK_WARPS / s)) {
+            return s;
+        }
+    }
+    return 1;
+}
+
 __device__ void eep_ep_combine_body(const eep_epk_params_t &p)
 {
     __shared__ int                block_failed;
@@ -159,21 +175,33 @@ __device__ void eep_ep_combine_body(const eep_epk_params_t &p)
         eep_st_release_sys(slot + EEP_EPK_SLOT_CDONE, (seq << 32) | 1ull);
     }
 
-    /* Expert side, few records (decode): one block per record, its warps splitting the
-       channels; the block syncs, fences, and thread 0 stores the tag. */
-    if (rec_base[W] <= 2 * (int)gridDim.x) {
-        for (int q = blockIdx.x; q < rec_base[W]; q += gridDim.x) {
-            int s = 0;
+    /* Expert side, few records (decode): `split` warps per record (2 to 16: a warp group),
+       the groups of a block taking records in step, the group's warps splitting the channels;
+       the block syncs, fences, and the first thread of each group stores its record's tag.  A
+       record's channels over one warp are ~H/512 dependent rounds of loads, which at decode
+       size is most of the kernel; enough records to fill the grid take the dynamic path. */
+    const int recs = rec_base[W];
+    const int split = eep_epc_split(recs, (int)gridDim.x);
+    if (split > 1) {
+        const int groups = EEP_EPK_WARPS / split, g = (int)warp / split, gw = (int)warp % split;
+        const int per_round = (int)gridDim.x * groups;
 
-            while (rec_base[s + 1] <= q) {
-                s++;
+        for (int q0 = (int)blockIdx.x * groups; q0 < recs; q0 += per_round) {
+            const int      q = q0 + g;
+            unsigned char *row = nullptr;
+
+            if (q < recs) {
+                int s = 0;
+
+                while (rec_base[s + 1] <= q) {
+                    s++;
+                }
+                row = eep_epc_partial(p, peer_base, region0, s, q - rec_base[s],
+                                      vecs * gw / split, vecs * (gw + 1) / split, lane);
+                __threadfence_system();
             }
-            unsigned char *row = eep_epc_partial(p, peer_base, region0, s, q - rec_base[s],
-                                                 vecs * (int)warp / EEP_EPK_WARPS,
-                                                 vecs * ((int)warp + 1) / EEP_EPK_WARPS, lane);
-            __threadfence_system();
             __syncthreads();
-            if (threadIdx.x == 0) {
+            if (row != nullptr && gw == 0 && lane == 0) {
                 __threadfence_system();
                 eep_epk_tag_store(row, (unsigned)EEP_EPK_H(p) * 2u, seq);
             }
@@ -184,7 +212,7 @@ __device__ void eep_ep_combine_body(const eep_epk_params_t &p)
     unsigned int  *work = (unsigned int *)(p.ctl + EEP_EPK_CTL_CWORK);
     unsigned char *done_rows[4] = { nullptr, nullptr, nullptr, nullptr };
     int            ndone = 0;
-    for (; rec_base[W] > 2 * (int)gridDim.x;) {
+    for (; split == 1;) {
         int q = 0;
 
         if (lane == 0) {
@@ -220,10 +248,16 @@ __device__ void eep_ep_combine_body(const eep_epk_params_t &p)
     }
 
     eep_epk_stamp(p, 1);
-    /* Source side: one warp per token, each partial once its tag holds this call's sequence. */
-    const eep_wait_ctx w = eep_epk_wait_ctx(p, &block_failed);
+    /* Source side: `tsplit` warps per token (as many as the grid has for few tokens), each
+       summing its slice of the channels once the tags of the token's partials hold this call's
+       sequence. */
+    const eep_wait_ctx   w = eep_epk_wait_ctx(p, &block_failed);
     const unsigned char *mine = peer_base[p.rank] + region0;
-    for (int t = blockIdx.x * EEP_EPK_WARPS + warp; t < p.num_tokens; t += gwarps) {
+    const int            tsplit = eep_epc_split(p.num_tokens, (int)gridDim.x);
+    const int            gwarp = (int)blockIdx.x * EEP_EPK_WARPS + (int)warp;
+    const int            tvb = vecs * (gwarp % tsplit) / tsplit;
+    const int            tve = vecs * (gwarp % tsplit + 1) / tsplit;
+    for (int t = gwarp / tsplit; t < p.num_tokens && tvb < tve; t += gwarps / tsplit) {
         const int *slots = (const int *)p.h_send_slot + (long long)t * W;
         unsigned   dm = 0;
 
@@ -261,7 +295,7 @@ __device__ void eep_ep_combine_body(const eep_epk_params_t &p)
         }
         __syncwarp();
 
-        for (int v0 = lane; v0 < vecs; v0 += 32 * 4) {
+        for (int v0 = tvb + (int)lane; v0 < tve; v0 += 32 * 4) {
             float acc[4][8];
 #pragma unroll
             for (int u = 0; u < 4; u++) {
@@ -276,7 +310,7 @@ __device__ void eep_ep_combine_body(const eep_epk_params_t &p)
                 uint4        pv[4];
 #pragma unroll
                 for (int u = 0; u < 4; u++) {
-                    if (v0 + 32 * u < vecs) {
+                    if (v0 + 32 * u < tve) {
                         pv[u] = p4[v0 + 32 * u];
                     }
                 }
@@ -292,7 +326,7 @@ __device__ void eep_ep_combine_body(const eep_epk_params_t &p)
             }
 #pragma unroll
             for (int u = 0; u < 4; u++) {
-                if (v0 + 32 * u < vecs) {
+                if (v0 + 32 * u < tve) {
                     out[v0 + 32 * u] = eep_bf16x8_pack(acc[u]);
                 }
             }

@@ -397,8 +397,10 @@ static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, i
                 check(rx[row * wire.hidden_bytes] == 0xa5, "rows past the end untouched", r, row);
             }
         }
+        /* combine on G blocks (few records a block: warp groups split each record and
+           token) and on one block (one warp a record, taken from the work counter) in turn */
         snprintf(what, sizeof(what), "%s pair %d combine", name, pair);
-        if (!launch(eep_ep_combine_body, p, G, 0, what)) {
+        if (!launch(eep_ep_combine_body, p, pair % 2 == 0 ? G : 1, 0, what)) {
             return 1;
         }
         for (int r = 0; r < W; r++) {
