@@ -67,6 +67,21 @@ __device__ __forceinline__ unsigned long long eep_ld_acquire_gpu(const unsigned 
     asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
     return v;
 }
+
+/*
+ * This thread's earlier writes reach every observer (a peer over NVLink included) before its
+ * later ones: the release half of "data, fence, tag".  On sm_90 fence.release.sys is
+ * MEMBAR.ALL.SYS; __threadfence_system() is fence.sc.sys, MEMBAR.SC.SYS, sequential consistency
+ * that tags do not need (sm_80 has only fence.acq_rel, which adds an L1 invalidation).
+ */
+__device__ __forceinline__ void eep_fence_release_sys(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("fence.release.sys;" ::: "memory");
+#else
+    asm volatile("fence.acq_rel.sys;" ::: "memory");
+#endif
+}
 #else
 __device__ __forceinline__ unsigned long long eep_globaltimer(void)
 {
@@ -101,6 +116,11 @@ __device__ __forceinline__ void eep_st_release_gpu(unsigned long long *p, unsign
 __device__ __forceinline__ unsigned long long eep_ld_acquire_gpu(const unsigned long long *p)
 {
     return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+}
+
+__device__ __forceinline__ void eep_fence_release_sys(void)
+{
+    __atomic_thread_fence(__ATOMIC_RELEASE);
 }
 #endif
 

@@ -7,14 +7,14 @@
  * call's handshake, docs/dispatch.md section 3).  Expert side: for each record received by the
  * dispatch (from the handle: source token, rows and weights per top-k lane, ordinal of this rank
  * among the token's destination ranks) one warp, or at decode size a group of warps splitting
- * its channels (eep_epc_split), computes the partial p = bf16(fma over its local
- * lanes ascending, from 0) in fp32, writes it, 16 bytes per lane, into the source rank's combine
- * region `ordinal` at row `token` (LSA pointer), fences and stores the row's tag (the call's
- * sequence).  Source side: one warp per token (a group of warps at decode size) waits for the tags of its rows in regions 0, 1,
- * ... (= destination ranks ascending), sums the partials in fp32 and writes bf16: no "all
- * landed" signal, so a token is summed as soon as its own partials are in.  Block 0 finally
- * waits for every peer's start word.  The arithmetic is eep/ep.h's; kernels/ep/ep_numeric.cuh
- * fixes the roundings.
+ * its channels (eep_epc_split), computes the partial p = bf16(fma over its local lanes
+ * ascending, from 0) in fp32, writes it, 16 bytes per lane, into the source rank's combine region
+ * `ordinal` at row `token` (LSA pointer), fences (release) and stores the row's tag (the call's
+ * sequence).  Source side: one warp per token (a group of warps at decode size) waits for the
+ * tags of its rows in regions 0, 1, ... (= destination ranks ascending), sums the partials in
+ * fp32 and writes bf16: no "all landed" signal, so a token is summed as soon as its own partials
+ * are in.  Block 0 finally waits for every peer's start word.  The arithmetic is eep/ep.h's;
+ * kernels/ep/ep_numeric.cuh fixes the roundings.
  */
 #ifndef EEP_KERNELS_EP_COMBINE_CUH
 #define EEP_KERNELS_EP_COMBINE_CUH
@@ -198,11 +198,11 @@ __device__ void eep_ep_combine_body(const eep_epk_params_t &p)
                 }
                 row = eep_epc_partial(p, peer_base, region0, s, q - rec_base[s],
                                       vecs * gw / split, vecs * (gw + 1) / split, lane);
-                __threadfence_system();
+                eep_fence_release_sys();
             }
             __syncthreads();
             if (row != nullptr && gw == 0 && lane == 0) {
-                __threadfence_system();
+                eep_fence_release_sys();
                 eep_epk_tag_store(row, (unsigned)EEP_EPK_H(p) * 2u, seq);
             }
         }
@@ -231,7 +231,7 @@ __device__ void eep_ep_combine_body(const eep_epk_params_t &p)
                                                  vecs, lane);
         done_rows[ndone++] = dst_row;
         if (ndone == 4) {
-            __threadfence_system();
+            eep_fence_release_sys();
             __syncwarp();
             if (lane < 4) {
                 eep_epk_tag_store(done_rows[lane], (unsigned)EEP_EPK_H(p) * 2u, seq);
@@ -240,7 +240,7 @@ __device__ void eep_ep_combine_body(const eep_epk_params_t &p)
         }
     }
     if (ndone > 0) {
-        __threadfence_system();
+        eep_fence_release_sys();
         __syncwarp();
         if ((int)lane < ndone) {
             eep_epk_tag_store(done_rows[lane], (unsigned)EEP_EPK_H(p) * 2u, seq);

@@ -882,8 +882,47 @@ __device__ void eep_ep_dispatch_body(const eep_epk_params_t &p)
         const int t0 = min(T, (int)blockIdx.x * C), t1 = min(T, t0 + C);
 
         if (Mode == EEP_EPK_CACHED) {
-            /* Slots from the handle; one warp per token, one fence per 4 tokens of a warp. */
-            for (int t4 = t0 + (int)warp; t4 < t1; t4 += 4 * EEP_EPK_WARPS) {
+            /* Slots from the handle.  Few tokens (decode): each token split into P pieces of
+               its hidden bytes, one warp each, the warp that finishes its last piece storing
+               the tags (as in the counted path below); else one warp per token, one fence per
+               4 tokens of a warp. */
+            const int      nt = t1 - t0;
+            const int      P = nt > 0 && nt * 2 <= EEP_EPK_WARPS ? min(8, EEP_EPK_WARPS / nt) : 1;
+            const unsigned nv = EEP_EPK_HB(p) / 16u;
+            __shared__ int cached_piece_done[EEP_EPK_WARPS / 2];
+
+            if (P > 1) {
+                if ((int)threadIdx.x < EEP_EPK_WARPS / 2) {
+                    cached_piece_done[threadIdx.x] = 0;
+                }
+                __syncthreads();
+            }
+            for (int it = (int)warp; P > 1 && it < nt * P; it += EEP_EPK_WARPS) {
+                const int      q = it / P, c = it % P, t = t0 + q;
+                const int     *slots = (const int *)p.h_send_slot + (long long)t * W;
+                const unsigned dm = eep_epk_slot_mask(slots, W);
+                auto           slot_of = [slots](int d) { return slots[d]; };
+                int            my_id = -1, last = 0;
+                float          my_w = 0.0f;
+
+                if ((int)lane < K) {
+                    my_id = (int)eep_epk_id<IdxBits>(p, (long long)t * K + lane);
+                    my_w  = ((const float *)p.topk_weights)[(long long)t * K + lane];
+                }
+                eep_epk_send_token(p, peer_base, my_region, t, dm, slot_of, my_id, my_w, -1, lane,
+                                   (unsigned)((unsigned long long)nv * c / P),
+                                   (unsigned)((unsigned long long)nv * (c + 1) / P), c == 0);
+                eep_fence_release_sys();
+                __syncwarp();
+                if (lane == 0) {
+                    last = atomicAdd(&cached_piece_done[q], 1) == P - 1;
+                }
+                if (__shfl_sync(0xffffffffu, last, 0)) {
+                    eep_fence_release_sys(); /* after seeing the other pieces' fences */
+                    eep_epk_send_tags(p, peer_base, my_region, dm, slot_of, seq, lane);
+                }
+            }
+            for (int t4 = t0 + (int)warp; P == 1 && t4 < t1; t4 += 4 * EEP_EPK_WARPS) {
                 for (int j = 0; j < 4; j++) {
                     const int  t = t4 + j * EEP_EPK_WARPS;
                     if (t >= t1) {
@@ -900,9 +939,9 @@ __device__ void eep_ep_dispatch_body(const eep_epk_params_t &p)
                     }
                     eep_epk_send_token(p, peer_base, my_region, t, dm,
                                        [slots](int d) { return slots[d]; }, my_id, my_w, -1,
-                                       lane, 0u, EEP_EPK_HB(p) / 16u, true);
+                                       lane, 0u, nv, true);
                 }
-                __threadfence_system();
+                eep_fence_release_sys();
                 __syncwarp();
                 for (int j = 0; j < 4; j++) {
                     const int  t = t4 + j * EEP_EPK_WARPS;
@@ -1031,20 +1070,20 @@ __device__ void eep_ep_dispatch_body(const eep_epk_params_t &p)
                     if (P > 1) {
                         int last = 0;
 
-                        __threadfence_system();
+                        eep_fence_release_sys();
                         __syncwarp();
                         if (lane == 0) {
                             last = atomicAdd(&piece_done[q], 1) == P - 1;
                         }
                         if (__shfl_sync(0xffffffffu, last, 0)) {
-                            __threadfence_system(); /* after seeing the other pieces' fences */
+                            eep_fence_release_sys(); /* after seeing the other pieces' fences */
                             eep_epk_send_tags(p, peer_base, my_region, dm, slot_of, seq, lane);
                         }
                     }
                 }
                 if (P == 1) {
                     /* one fence per warp and round, then the tags of its tokens */
-                    __threadfence_system();
+                    eep_fence_release_sys();
                     __syncwarp();
                     for (int q = (int)warp; q < nr; q += EEP_EPK_WARPS) {
                         const int      w = q >> 5;
@@ -1084,7 +1123,7 @@ __device__ void eep_ep_dispatch_body(const eep_epk_params_t &p)
             unsigned long long *slot = (unsigned long long *)(
                 peer_base[d] + p.counts_off + ((unsigned long long)p.rank * 2 + parity) *
                                               p.slot_bytes);
-            __threadfence_system();
+            /* a release store: after the __syncthreads, it orders every count word above */
             eep_st_release_sys(slot + EEP_EPK_SLOT_TOKENS,
                                (seq << 32) | (Mode != EEP_EPK_CACHED ? (unsigned)base[E + d] : 0u));
         }
