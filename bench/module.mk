@@ -16,6 +16,8 @@ $(EEP_BENCH): $(EEP_BENCH_OBJS) $(LIBEEP_A)
 	$(CXX) -o $@ $^ $(LDFLAGS) $(NCCL_LDFLAGS) -ldl
 
 EEP_BENCH_NRANKS ?= $(shell nvidia-smi -L 2>/dev/null | wc -l)
+# a make variable only: the library warns about unknown EEP_* variables in its environment
+unexport EEP_BENCH_NRANKS
 EEP_BENCH_EP_ARGS ?=
 .PHONY: bench-ep
 bench: bench-ep
