@@ -84,14 +84,14 @@ __device__ __forceinline__ bool eep_barrier_lsa(const eep_lsa_lane &l, const eep
         return true;
     }
     eep_st_release_sys(l.store_to, epoch);
-    /* Poll with relaxed loads (no L1 invalidation per poll), then one acquire load of the same
-       word: it reads a value >= epoch, written by the peer's release store, so it synchronizes
-       with it and orders everything after the barrier. */
+    /* Poll with relaxed loads (no L1 invalidation per poll); the load that saw the peer's
+       release store, then an acquire fence, synchronize with it and order everything after the
+       barrier (the block follows through the caller's __syncthreads). */
     const unsigned long long *slot = l.wait_on;
     bool ok = eep_wait_geq(w, [slot] { return eep_ld_relaxed_sys(slot); }, epoch,
                            EEP_PHASE_BARRIER_LSA, l.peer_world);
     if (ok) {
-        (void)eep_ld_acquire_sys(slot);
+        eep_fence_acquire_sys();
     }
     return ok;
 }

@@ -74,6 +74,21 @@ __device__ __forceinline__ unsigned long long eep_ld_acquire_gpu(const unsigned 
  * MEMBAR.ALL.SYS; __threadfence_system() is fence.sc.sys, MEMBAR.SC.SYS, sequential consistency
  * that tags do not need (sm_80 has only fence.acq_rel, which adds an L1 invalidation).
  */
+/*
+ * The acquire half: after a relaxed load saw a peer's released value, this thread's later reads
+ * see what the peer wrote before it.  On sm_90 fence.acquire.sys is one L1 invalidation
+ * (CCTL.IVALL); an ld.acquire.sys of the word instead is that plus another strong load of it from
+ * L2, a round trip on the critical path of every wait.
+ */
+__device__ __forceinline__ void eep_fence_acquire_sys(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("fence.acquire.sys;" ::: "memory");
+#else
+    asm volatile("fence.acq_rel.sys;" ::: "memory");
+#endif
+}
+
 __device__ __forceinline__ void eep_fence_release_sys(void)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -116,6 +131,11 @@ __device__ __forceinline__ void eep_st_release_gpu(unsigned long long *p, unsign
 __device__ __forceinline__ unsigned long long eep_ld_acquire_gpu(const unsigned long long *p)
 {
     return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+}
+
+__device__ __forceinline__ void eep_fence_acquire_sys(void)
+{
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
 }
 
 __device__ __forceinline__ void eep_fence_release_sys(void)

@@ -287,7 +287,7 @@ __device__ void eep_ep_combine_body(const eep_epk_params_t &p)
                                   return eep_ld_relaxed_sys(tag);
                               }, seq, EEP_PHASE_EP_COMBINE, __ffs(mm) - 1);
             if (ok) {
-                (void)eep_ld_acquire_sys(tag);
+                eep_fence_acquire_sys(); /* the warp follows through the __syncwarp below */
             }
         }
         if (__any_sync(0xffffffffu, !ok)) {

@@ -216,7 +216,7 @@ __device__ __forceinline__ bool eep_epk_wait_slots(const eep_epk_params_t &p,
                              }
                              return eep_ld_relaxed_sys(word);
                          }, seq << 32, phase, (int)threadIdx.x)) {
-            (void)eep_ld_acquire_sys(word);
+            eep_fence_acquire_sys(); /* the block follows through the __syncthreads below */
         }
     }
     __syncthreads();
@@ -453,11 +453,14 @@ __device__ void eep_epk_expand(const eep_epk_params_t &p, unsigned long long seq
                                   }
                                   return eep_ld_relaxed_sys(tag);
                               }, seq, EEP_PHASE_EP_DISPATCH, s);
+            if (ok) {
+                eep_fence_acquire_sys();
+            }
         }
         if (!__shfl_sync(0xffffffffu, ok, 0)) {
             return;
         }
-        (void)eep_ld_acquire_sys(tag);
+        __syncwarp(); /* orders every lane's reads of the record after lane 0's acquire */
 
         const int   *ids = (const int *)(row + p.meta_off);
         const float *wts = (const float *)(ids + K);
