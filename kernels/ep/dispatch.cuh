@@ -49,6 +49,13 @@
 #include "../../barrier/impl/bounded_wait.cuh"
 
 
+/* At most this many top-k ids (T * K) a call, every sending block and the counter count the
+   tokens they need themselves instead of exchanging chunk counts (decode sizes).  A define, so a
+   test can move it. */
+#ifndef EEP_EPK_RECOUNT_MAX_IDS
+#define EEP_EPK_RECOUNT_MAX_IDS 2048
+#endif
+
 /* Waits of the EP kernels read the host-mapped abort flag at most this often: up to one waiting
    warp per record at once (thousands), each read a PCIe round trip. */
 #define EEP_EPK_ABORT_CHECK_NS 500000ull
@@ -965,14 +972,19 @@ __device__ void eep_ep_dispatch_body(const eep_epk_params_t &p)
 
             /* 1. counts of this chunk, published for the others (and the counter); the counts
                before it are the sum over the earlier chunks' (counting [0, t0) itself cost the
-               last block tens of us at T 4096) */
+               last block tens of us at T 4096).  Few ids (decode): the block counts [0, t0)
+               itself, a few us less than the publish-and-sum round trips between blocks. */
             for (int j = threadIdx.x; j < NC; j += blockDim.x) {
                 base[j] = 0;
             }
             __syncthreads();
-            eep_epk_count<IdxBits>(p, t0, t1, base, masks, 2 * SW * NC);
-            eep_epk_chunk_publish(p, base, NC, seq);
-            eep_epk_chunk_sum(p, base, NC, (int)blockIdx.x, seq);
+            if (T * K <= EEP_EPK_RECOUNT_MAX_IDS) {
+                eep_epk_count<IdxBits>(p, 0, t0, base, masks, 2 * SW * NC);
+            } else {
+                eep_epk_count<IdxBits>(p, t0, t1, base, masks, 2 * SW * NC);
+                eep_epk_chunk_publish(p, base, NC, seq);
+                eep_epk_chunk_sum(p, base, NC, (int)blockIdx.x, seq);
+            }
             eep_epk_stamp(p, 1);
 
             /* 2 + 3, one round of R tokens at a time */
@@ -1109,7 +1121,15 @@ __device__ void eep_ep_dispatch_body(const eep_epk_params_t &p)
         int *base = dyn;
 
         if (Mode != EEP_EPK_CACHED) {
-            eep_epk_chunk_sum(p, base, NC, S, seq); /* every sender's chunk */
+            if (T * K <= EEP_EPK_RECOUNT_MAX_IDS) { /* few ids: every token counted here */
+                for (int j = threadIdx.x; j < NC; j += blockDim.x) {
+                    base[j] = 0;
+                }
+                __syncthreads();
+                eep_epk_count<IdxBits>(p, 0, T, base, dyn + NC, 2 * p.scan_warps * NC);
+            } else {
+                eep_epk_chunk_sum(p, base, NC, S, seq); /* every sender's chunk */
+            }
             eep_epk_stamp(p, 1);
             for (int d = 0; d < W; d++) {
                 unsigned long long *slot = (unsigned long long *)(
