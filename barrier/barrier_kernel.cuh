@@ -10,12 +10,11 @@
  * that every rank of the job has arrived.
  *
  * Scale-up algorithm: window slot arrive[j] of rank r holds how many barriers LSA peer j has
- * entered (only j writes it).  To enter barrier e, thread t adds 1 to arrive[me] of peer t
+ * entered (only j writes it).  To enter barrier e, thread t stores e into arrive[me] of peer t
  * (release, system scope), then waits until its own arrive[t] >= e.  My own slot arrive[me] is
  * never written by a peer, so it keeps my barrier count: read once per launch, written back once
- * at the end.  No epoch word, no reset, no atomic that returns a value, every pointer computed
- * once per launch.  A peer can be at most one barrier ahead (it cannot leave e+1 before I enter
- * it), so ">=" is exact.
+ * at the end.  No epoch word, no reset, no atomics, every pointer computed once per launch.  A
+ * peer can be at most one barrier ahead (it cannot leave e+1 before I enter it), so ">=" is exact.
  * Scale-out: the same counting with GIN signals: SignalInc{signal0 + my rail rank} to each rail
  * peer; signal signal0 + t counts the barriers rail peer t entered; my own count lives in a local
  * window word.  Every wait is bounded (impl/bounded_wait.cuh).
@@ -77,17 +76,14 @@ __device__ __forceinline__ eep_lsa_lane eep_lsa_lane_init(const eep_barrier_para
     return l;
 }
 
-/* Enter scale-up barrier `epoch`: add 1 to my count in the peer's window (a release), wait for
-   the peer's count in mine to reach it.  An add, not a store of `epoch`: the arrival leaves
-   without waiting for the load of my own count, which at a launch's first barrier is a round
-   trip to memory (the wait needs it; the arrival does not). */
+/* Enter scale-up barrier `epoch`: release-store it to the peer, wait for the peer's. */
 __device__ __forceinline__ bool eep_barrier_lsa(const eep_lsa_lane &l, const eep_wait_ctx &w,
                                                 unsigned long long epoch)
 {
     if (!l.active) {
         return true;
     }
-    eep_red_add_release_sys(l.store_to, 1ull);
+    eep_st_release_sys(l.store_to, epoch);
     /* Poll with relaxed loads (no L1 invalidation per poll); the load that saw the peer's
        release store, then an acquire fence, synchronize with it and order everything after the
        barrier (the block follows through the caller's __syncthreads). */

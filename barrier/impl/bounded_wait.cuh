@@ -61,13 +61,6 @@ __device__ __forceinline__ void eep_st_release_gpu(unsigned long long *p, unsign
     asm volatile("st.release.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
 
-/* *p += v, a release at system scope, no value returned (a peer's word over NVLink: the store
-   needs no value this thread has to load first). */
-__device__ __forceinline__ void eep_red_add_release_sys(unsigned long long *p, unsigned long long v)
-{
-    asm volatile("red.release.sys.global.add.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-}
-
 __device__ __forceinline__ unsigned long long eep_ld_acquire_gpu(const unsigned long long *p)
 {
     unsigned long long v;
@@ -133,11 +126,6 @@ __device__ __forceinline__ void eep_st_relaxed_sys(unsigned long long *p, unsign
 __device__ __forceinline__ void eep_st_release_gpu(unsigned long long *p, unsigned long long v)
 {
     __atomic_store_n(p, v, __ATOMIC_RELEASE);
-}
-
-__device__ __forceinline__ void eep_red_add_release_sys(unsigned long long *p, unsigned long long v)
-{
-    (void)__atomic_fetch_add(p, v, __ATOMIC_RELEASE);
 }
 
 __device__ __forceinline__ unsigned long long eep_ld_acquire_gpu(const unsigned long long *p)
