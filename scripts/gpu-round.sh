@@ -9,6 +9,9 @@
 #          beside the NCCL baseline), then make bench-barrier
 #   jit    eep-jit-bench --gpu (cold/warm JIT, the EP pair per rank count, the shrink prefetch)
 #   membw  make bench-membw (per-SM HBM and NVLink copy rates)
+#   digest (alone) print the kernel sources' digest that a round's summary.txt shows, and stop
+#   trace  eep-bench ep --trace at 2 ranks: where the time goes (phase stamps per block group) at
+#          T 128 alignment 1 (no-cpu-sync, cached) and T 4096 (no-cpu-sync), bf16, H 7168, K 8
 #
 # Example: run(command="scripts/gpu-round.sh check bench", kind="nvidia-h200-x2").  Each part's
 # wall time and exit status go to $OUT/summary.txt; its full output to $OUT/<part>.log.
@@ -19,7 +22,16 @@ export NCCL_NVLS_ENABLE=0
 parts=("$@")
 [ ${#parts[@]} -eq 0 ] && parts=(check bench jit)
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
-echo "gpu-round $(date -u +%FT%TZ): ${ngpu} GPU(s), parts: ${parts[*]}, HEAD $(git rev-parse --short HEAD 2>/dev/null)" \
+# The device tool copies the working tree, but its .git may be an older one (HEAD read 7c33326
+# all day on 2026-11-30 while later trees ran): the kernel sources' digest names what ran.
+# Compare with `scripts/gpu-round.sh digest` here.
+digest=$(cat kernels/ep/*.cuh kernels/ep/*.h barrier/*.cuh barrier/*.h barrier/impl/*.cuh \
+         2>/dev/null | sha256sum | cut -c1-12)
+if [ "${1:-}" = digest ]; then
+    echo "$digest"
+    exit 0
+fi
+echo "gpu-round $(date -u +%FT%TZ): ${ngpu} GPU(s), parts: ${parts[*]}, kernel sources $digest" \
     | tee "$out/summary.txt"
 [ "$ngpu" -ge 1 ] || { echo "no GPU visible" | tee -a "$out/summary.txt"; exit 1; }
 # Each make target builds only what it needs (libeep, the GPU tests, eep-bench): the GPU machine
@@ -45,6 +57,11 @@ for part in "${parts[@]}"; do
         run_part bench-barrier make bench-barrier ;;
     jit) run_part jit-bench sh -c 'make build/bin/eep-jit-bench && build/bin/eep-jit-bench --gpu' ;;
     membw) run_part membw make bench-membw ;;
-    *) echo "gpu-round.sh: unknown part '$part' (check, bench, jit, membw)" >&2; exit 2 ;;
+    trace) run_part trace sh -c 'make build/bin/eep-bench &&
+        a="ep --nranks 2 --baseline nccl --experts 256 --hidden 7168 --topk 8 --dtype bf16 --trace" &&
+        for m in no-cpu-sync cached; do echo "== T 128 align 1 $m";
+            build/bin/eep-bench $a --tokens 128 --align 1 --mode $m || exit 1; done &&
+        echo "== T 4096 no-cpu-sync" && build/bin/eep-bench $a --tokens 4096 --mode no-cpu-sync' ;;
+    *) echo "gpu-round.sh: unknown part '$part' (check, bench, jit, membw, trace)" >&2; exit 2 ;;
     esac
 done
