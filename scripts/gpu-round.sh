@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# scripts/gpu-round.sh [check] [bench] [jit] [membw] - one device call's worth of GPU work, with
-# every log under $OUT (the device tool brings $OUT back), so a session spends its 30 minutes of
+# scripts/gpu-round.sh [check] [bench] [jit] [membw] [trace] | digest - one device call's worth
+# of GPU work, with every log under $OUT (the device tool brings $OUT back), so a session spends
 # device time on runs, not on calls.  Default: check bench jit.
 #
 #   check  make gpu-check (one process per visible GPU); stops the round when it fails, since
@@ -58,7 +58,8 @@ for part in "${parts[@]}"; do
     jit) run_part jit-bench sh -c 'make build/bin/eep-jit-bench && build/bin/eep-jit-bench --gpu' ;;
     membw) run_part membw make bench-membw ;;
     trace) run_part trace sh -c 'make build/bin/eep-bench &&
-        a="ep --nranks 2 --baseline nccl --experts 256 --hidden 7168 --topk 8 --dtype bf16 --trace" &&
+        a="ep --nranks 2 --baseline nccl --experts 256 --hidden 7168 --topk 8" &&
+        a="$a --dtype bf16 --trace" &&
         for m in no-cpu-sync cached; do echo "== T 128 align 1 $m";
             build/bin/eep-bench $a --tokens 128 --align 1 --mode $m || exit 1; done &&
         echo "== T 4096 no-cpu-sync" && build/bin/eep-bench $a --tokens 4096 --mode no-cpu-sync' ;;
