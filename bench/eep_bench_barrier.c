@@ -1,7 +1,7 @@
 /*
  * eep_bench_barrier.c - `eep-bench barrier [OUT.md [N]]`: barrier latency, ours (both modes)
  * beside NCCL's ncclLsaBarrierSession and a 4-byte ncclAllReduce, all in the same run on the same
- * communicator.
+ * communicator; and two probes (bench/barrier_probes.cuh) that ask where the barrier's time goes.
  *
  * Two views, N samples each (default 10,000), after warm-up:
  *   in-kernel    N barriers inside one launch; per-barrier time = difference of consecutive
@@ -26,11 +26,16 @@
 
 #define WARM 100
 
-enum { OP_OURS_PAR, OP_OURS_SEQ, OP_NCCL_LSA, OP_ALLREDUCE, OP_ALLREDUCE_NB, OP_COUNT };
+enum {
+    OP_OURS_PAR, OP_OURS_SEQ, OP_NCCL_LSA, OP_PROBE_RELAXED, OP_PROBE_WARPS, OP_ALLREDUCE,
+    OP_ALLREDUCE_NB, OP_COUNT
+};
 static const char *const op_names[OP_COUNT] = {
     "eep_barrier, parallel mode",
     "eep_barrier, sequential mode",
     "NCCL ncclLsaBarrierSession kernel",
+    "probe, not a barrier: arrivals after the first without a fence",
+    "probe: arrivals alternating between 2 warps",
     "ncclAllReduce, 4 bytes (blocking comm)",
     "ncclAllReduce, 4 bytes (the runtime's non-blocking comm)",
 };
@@ -41,6 +46,7 @@ typedef struct {
     const eep_cuda_sym_t *cu;
     CUstream              stream;
     eep_jit_kernel_t     *nccl_kernel;
+    eep_jit_kernel_t     *probe_kernel[2]; /* bench/barrier_probes.cuh; NULL: over 32 LSA peers */
     ncclComm_t            comm;    /* the runtime's (non-blocking) */
     ncclComm_t            ar_comm; /* a plain blocking communicator for the all-reduce baseline */
     CUdeviceptr           d_cycles, d_stamps, d_red;
@@ -84,6 +90,11 @@ static eep_status_t run_op(bench_t *b, int op, unsigned iterations, int hooks)
     case OP_NCCL_LSA:
         eep_barrier_params_fill(b->rt, &o, &p);
         return eep_jit_launch(b->nccl_kernel, 1, b->block, 0, b->stream, &p, sizeof(p));
+    case OP_PROBE_RELAXED:
+    case OP_PROBE_WARPS:
+        eep_barrier_params_fill(b->rt, &o, &p);
+        return eep_jit_launch(b->probe_kernel[op - OP_PROBE_RELAXED], 1, 64, 0, b->stream, &p,
+                              sizeof(p));
     default:
         comm = op == OP_ALLREDUCE ? b->ar_comm : b->comm;
         res = ncclAllReduce((void *)(uintptr_t)b->d_red, (void *)(uintptr_t)b->d_red, 1,
@@ -209,6 +220,12 @@ int eep_bench_barrier_main(int argc, char **argv)
     spec.launch_bounds = EEP_BARRIER_MAX_THREADS;
     GPU_OK(eep_jit_create(NULL, &jit));
     GPU_OK(eep_jit_get_kernel(jit, &spec, &b.nccl_kernel));
+    for (c = 0; c < 2 && info.lsa_size <= 32; c++) {
+        spec.header        = "bench/barrier_probes.cuh";
+        spec.function      = "eep_bench_barrier_probe_body";
+        spec.template_args = c == 0 ? "0" : "1";
+        GPU_OK(eep_jit_get_kernel(jit, &spec, &b.probe_kernel[c]));
+    }
     {
         ncclUniqueId id;
 
@@ -222,7 +239,10 @@ int eep_bench_barrier_main(int argc, char **argv)
     }
 
     for (op = 0; op < OP_COUNT; op++) {
-        mine[op][0] = mine[op][1] = -1;
+        mine[op][0] = mine[op][1] = mine[op][2] = mine[op][3] = -1;
+        if ((op == OP_PROBE_RELAXED || op == OP_PROBE_WARPS) && b.probe_kernel[0] == NULL) {
+            continue;
+        }
         if (op != OP_ALLREDUCE && op != OP_ALLREDUCE_NB) {
             in_kernel(&b, op, &mine[op][0], &mine[op][1]);
         }
@@ -247,15 +267,14 @@ int eep_bench_barrier_main(int argc, char **argv)
                                 "| per-launch median (us) | back-to-back (us/op) |\n"
                                 "|---|---|---|---|---|\n", nranks, b.n);
         for (op = 0; op < OP_COUNT; op++) {
-            char ik[32] = "n/a", im[32] = "n/a";
+            char v[4][32];
 
-            if (mine[op][0] >= 0) {
-                snprintf(ik, sizeof(ik), "%.2f", mine[op][0]);
-                snprintf(im, sizeof(im), "%.2f", mine[op][1]);
+            for (c = 0; c < 4; c++) {
+                snprintf(v[c], sizeof(v[c]), mine[op][c] >= 0 ? "%.2f" : "n/a", mine[op][c]);
             }
             len += (size_t)snprintf(table + len, sizeof(table) - len,
-                                    "| %s | %s | %s | %.2f | %.2f |\n", op_names[op], ik, im,
-                                    mine[op][2], mine[op][3]);
+                                    "| %s | %s | %s | %s | %s |\n", op_names[op], v[0], v[1],
+                                    v[2], v[3]);
         }
         printf("%s", table);
         if (argc > 1 && (out = fopen(argv[1], "w")) != NULL) {

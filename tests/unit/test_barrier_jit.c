@@ -90,6 +90,10 @@ static void test_nccl_reference_kernel(void **state)
     (void)state;
     compile("bench/nccl_lsa_barrier.cuh", "eep_bench_nccl_lsa_body", NULL, 0,
             EEP_JIT_BACKEND_NVRTC);
+    compile("bench/barrier_probes.cuh", "eep_bench_barrier_probe_body", "0", 0,
+            EEP_JIT_BACKEND_NVRTC);
+    compile("bench/barrier_probes.cuh", "eep_bench_barrier_probe_body", "1", 0,
+            EEP_JIT_BACKEND_NVRTC);
 }
 
 int main(void)

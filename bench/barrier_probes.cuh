@@ -1,0 +1,96 @@
+/*
+ * bench/barrier_probes.cuh - experiments for `eep-bench barrier`, not barriers users get: two
+ * variants of barrier/barrier_kernel.cuh's scale-up loop that ask where its ~1.4 us at 2 GPUs go.
+ *
+ *   template <int Variant>
+ *   __device__ void eep_bench_barrier_probe_body(const eep_barrier_params_t &p)
+ *
+ * Suspicion: in a loop of barriers, the release fence before arrival e (MEMBAR.ALL.SYS) waits
+ * for arrival e-1's store to be acknowledged over NVLink, so each barrier costs about a round
+ * trip where one-way latency should do.
+ *   Variant 0, "relaxed": a launch's first arrival is a release store, the later ones relaxed
+ *     stores with no fence.  Not an acquire/release barrier (writes between barriers would not be
+ *     ordered; this kernel makes none): it only measures what the fence costs.
+ *   Variant 1, "two warps": arrival and wait alternate between warp 0 (odd barriers) and warp 1
+ *     (even ones), both with release stores after __syncthreads: a valid barrier.  Faster than
+ *     eep_barrier only if the hardware makes a fence wait for its own warp's stores alone.
+ * One block of 64 threads, LSA peers only (lane t of the active warp has LSA peer t); the same
+ * arrival slots and counts as eep_barrier, read once and written back once, so the runs around
+ * a probe stay in step.  Every wait is bounded as in the barrier.
+ */
+#ifndef EEP_BENCH_BARRIER_PROBES_CUH
+#define EEP_BENCH_BARRIER_PROBES_CUH
+
+#include "../barrier/barrier_kernel.cuh"
+
+template <int Variant>
+__device__ void eep_bench_barrier_probe_body(const eep_barrier_params_t &p)
+{
+    static_assert(Variant == 0 || Variant == 1, "Variant: 0 relaxed, 1 two warps");
+    __shared__ int block_failed;
+
+    const ncclDevComm        &dc = eep_barrier_devcomm(p);
+    const ncclWindow_t        win = (ncclWindow_t)p.window;
+    const int                 me = dc.lsaRank, t = (int)(threadIdx.x & 31u);
+    const int                 warp = (int)(threadIdx.x >> 5);
+    const bool                active = t < dc.lsaSize && t != me;
+    unsigned long long       *store_to = nullptr;
+    const unsigned long long *wait_on = nullptr;
+    int                       peer_world = -1;
+
+    if (active) {
+        store_to   = (unsigned long long *)ncclGetLsaPointer(win, p.lsa_arrive_off + 8ull * me, t);
+        wait_on    = (const unsigned long long *)ncclGetLsaPointer(win,
+                                                                   p.lsa_arrive_off + 8ull * t, me);
+        peer_world = ncclTeamRankToWorld(dc, ncclTeamLsa(dc), t);
+    }
+    unsigned long long *own = (unsigned long long *)ncclGetLsaPointer(
+        win, p.lsa_arrive_off + 8ull * (unsigned)me, me);
+    unsigned long long epoch = *(volatile unsigned long long *)own;
+
+    eep_wait_ctx w;
+    w.fault          = p.fault;
+    w.fault_claim    = p.fault_claim;
+    w.block_failed   = &block_failed;
+    w.timeout_ns     = p.timeout_ns;
+    w.rank           = dc.rank;
+    w.abort_check_ns = EEP_ABORT_CHECK_NS;
+    if (threadIdx.x == 0) {
+        block_failed = 0;
+    }
+    for (unsigned int it = 0; it < p.iterations; it++) {
+        __syncthreads();
+        epoch++;
+        const bool turn = Variant == 1 ? warp == (int)(epoch & 1ull) : warp == 0;
+
+        if (active && turn) {
+            if (Variant == 0 && it > 0) {
+                eep_st_relaxed_sys(store_to, epoch);
+            } else {
+                eep_st_release_sys(store_to, epoch);
+            }
+            const unsigned long long *slot = wait_on;
+            if (eep_wait_geq(w, [slot] { return eep_ld_relaxed_sys(slot); }, epoch,
+                             EEP_PHASE_BARRIER_LSA, peer_world)) {
+                eep_fence_acquire_sys();
+            }
+        }
+        __syncthreads();
+        if (*(volatile int *)&block_failed) {
+            break;
+        }
+        if (threadIdx.x == 0) {
+            if (p.stamps != nullptr) {
+                p.stamps[2ull * it + 1] = eep_globaltimer();
+            }
+            if (p.cycles != nullptr) {
+                p.cycles[it] = clock64();
+            }
+        }
+    }
+    if (threadIdx.x == 0) {
+        *(volatile unsigned long long *)own = epoch;
+    }
+}
+
+#endif /* EEP_BENCH_BARRIER_PROBES_CUH */
