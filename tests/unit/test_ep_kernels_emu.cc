@@ -165,12 +165,12 @@ enum { FAULT_NONE, FAULT_SILENT_PEER, FAULT_BAD_ID, SKIP_PADDING_X };
 enum { GATING_BALANCED, GATING_MASKED, GATING_HOTSPOT, GATING_SILENT_RANK };
 
 static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, int pairs,
-                    int fault = FAULT_NONE, int gating = GATING_BALANCED)
+                    int fault = FAULT_NONE, int gating = GATING_BALANCED, int max_tokens = 8)
 {
     eep_ep_shape_t s;
     memset(&s, 0, sizeof(s));
     s.world       = W;
-    s.max_tokens  = 8;
+    s.max_tokens  = max_tokens;
     s.hidden      = dtype == EEP_DTYPE_FP8_E4M3 ? 128 : 64; /* 8 vectors of 16 bytes either way */
     s.num_topk    = EEP_EPK_FIXED_K;
     s.num_experts = 4 * W;
@@ -444,6 +444,10 @@ int main(void)
                       EEP_DTYPE_FP8_E4M3, 0, 2, FAULT_NONE, GATING_HOTSPOT);
     fails += run_case("silent rank 1", EEP_EPK_CACHED, EEP_DTYPE_BF16, 0, 2, FAULT_NONE,
                       GATING_SILENT_RANK);
-    printf("%d passed, %d failed\n", 10 - fails, fails);
+    /* 40 tokens: 20 a sending block, past the decode-size splits (one warp a token in the
+       cached and counted sends, one warp a record in the combine's first pair) */
+    fails += run_case("cached bf16, 40 tokens", EEP_EPK_CACHED, EEP_DTYPE_BF16, 0, 3, FAULT_NONE,
+                      GATING_BALANCED, 40);
+    printf("%d passed, %d failed\n", 11 - fails, fails);
     return fails == 0 ? 0 : 1;
 }
