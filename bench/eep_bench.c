@@ -12,6 +12,7 @@
 
 #include "eep_bench_barrier.h"
 #include "eep_bench_ep.h"
+#include "eep_bench_stats.h"
 
 typedef int (*eep_bench_main_func_t)(int argc, char **argv);
 
@@ -25,6 +26,19 @@ static const struct {
 };
 
 #define EEP_BENCH_NCOMMANDS (sizeof(eep_bench_commands) / sizeof(eep_bench_commands[0]))
+
+static int eep_bench_cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+
+    return x < y ? -1 : x > y;
+}
+
+double eep_bench_median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof(double), eep_bench_cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
 
 int main(int argc, char **argv)
 {

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "eep_bench_barrier.h"
+#include "eep_bench_stats.h"
 #include "elastic/runtime.h"
 #include "tests/gpu/gpu_test.h"
 
@@ -53,19 +54,6 @@ typedef struct {
     unsigned              block;
     int                   n;
 } bench_t;
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof(double), cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 /* One operation, once, on the bench stream; iterations > 1 only for the in-kernel view. */
 static eep_status_t run_op(bench_t *b, int op, unsigned iterations, int hooks)
@@ -134,7 +122,7 @@ static void in_kernel(bench_t *b, int op, double *med_p, double *mean_p)
         d[i] = (double)(cyc[WARM + i] - cyc[WARM + i - 1]) * ns_per_cycle / 1e3;
     }
     *mean_p = (double)(st[2 * (total - 1) + 1] - st[2 * (WARM - 1) + 1]) / b->n / 1e3;
-    *med_p  = median(d, b->n);
+    *med_p  = eep_bench_median(d, b->n);
     free(cyc);
     free(st);
     free(d);
@@ -168,7 +156,7 @@ static void per_launch(bench_t *b, int op, double *med_p, double *b2b_p)
         b->cu->cuEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1]);
         d[i] = (double)ms * 1e3;
     }
-    *med_p = median(d, b->n);
+    *med_p = eep_bench_median(d, b->n);
 
     GPU_OK(eep_bootstrap_barrier(b->bs));
     t0 = gpu_test_now_ms();

@@ -15,6 +15,7 @@
  * same communicator); until the kernels land, ours's row says why it did not run.
  */
 #include "eep_bench_ep.h"
+#include "eep_bench_stats.h"
 
 #include <dlfcn.h>
 #include <getopt.h>
@@ -635,13 +636,6 @@ typedef CUresult (*bench_graph_destroy_fn)(CUgraph);
 
 #define GRAPH_BATCHES 3
 
-static double median3(const double *v)
-{
-    const double lo = v[0] < v[1] ? v[0] : v[1], hi = v[0] < v[1] ? v[1] : v[0];
-
-    return v[2] < lo ? lo : v[2] > hi ? hi : v[2];
-}
-
 /*
  * Ours without host overhead: one dispatch (then one combine) captured in a CUDA graph and
  * replayed @p iters times, three times over; @return the median batch's mean us per replay in
@@ -715,7 +709,7 @@ static eep_status_t graph_times(eep_bench_ctx_t *ctx, eep_runtime_t *rt,
             batch_us[b] = (now_us() - t0) / iters;
         }
         if (status == EEP_OK) {
-            *(which == 0 ? d_us : c_us) = median3(batch_us);
+            *(which == 0 ? d_us : c_us) = eep_bench_median(batch_us, GRAPH_BATCHES);
         }
         exec_destroy(ge);
         destroy(g);
