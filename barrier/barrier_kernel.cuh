@@ -47,6 +47,8 @@ __device__ __forceinline__ const ncclDevComm &eep_barrier_devcomm(const eep_barr
 /*
  * One thread's share of the scale-up barrier: the LSA peer it signals and waits for (one peer per
  * thread: the launch has at least lsaSize threads), with every pointer computed once per launch.
+ * eep_barrier_body gives thread t peer t; bench/barrier_probes.cuh gives lane t of two warps
+ * peer t.
  */
 struct eep_lsa_lane {
     unsigned long long       *store_to; /* arrive[me] in the peer's window */
@@ -56,10 +58,10 @@ struct eep_lsa_lane {
 };
 
 __device__ __forceinline__ eep_lsa_lane eep_lsa_lane_init(const eep_barrier_params_t &p,
-                                                          const ncclDevComm &dc, bool do_lsa)
+                                                          const ncclDevComm &dc, bool do_lsa,
+                                                          int t)
 {
     eep_lsa_lane l;
-    const int    t  = threadIdx.x;
     const int    me = dc.lsaRank;
 
     l.active     = do_lsa && t < dc.lsaSize && t != me;
@@ -76,14 +78,35 @@ __device__ __forceinline__ eep_lsa_lane eep_lsa_lane_init(const eep_barrier_para
     return l;
 }
 
-/* Enter scale-up barrier `epoch`: release-store it to the peer, wait for the peer's. */
-__device__ __forceinline__ bool eep_barrier_lsa(const eep_lsa_lane &l, const eep_wait_ctx &w,
-                                                unsigned long long epoch)
+/* My arrival slot arrive[me], in my window: the count of scale-up barriers I entered. */
+__device__ __forceinline__ unsigned long long *eep_lsa_own_count(const eep_barrier_params_t &p,
+                                                                 const ncclDevComm &dc)
 {
-    if (!l.active) {
-        return true;
-    }
-    eep_st_release_sys(l.store_to, epoch);
+    return (unsigned long long *)ncclGetLsaPointer((ncclWindow_t)p.window,
+                                                   p.lsa_arrive_off + 8ull * (unsigned)dc.lsaRank,
+                                                   dc.lsaRank);
+}
+
+/* The wait context of a barrier block (@p block_failed: its shared flag). */
+__device__ __forceinline__ eep_wait_ctx eep_barrier_wait_ctx(const eep_barrier_params_t &p,
+                                                             const ncclDevComm &dc,
+                                                             int *block_failed)
+{
+    eep_wait_ctx w;
+
+    w.fault          = p.fault;
+    w.fault_claim    = p.fault_claim;
+    w.block_failed   = block_failed;
+    w.timeout_ns     = p.timeout_ns;
+    w.rank           = dc.rank;
+    w.abort_check_ns = EEP_ABORT_CHECK_NS;
+    return w;
+}
+
+/* After arriving at scale-up barrier `epoch`: wait for the peer's arrival. */
+__device__ __forceinline__ bool eep_barrier_lsa_wait(const eep_lsa_lane &l, const eep_wait_ctx &w,
+                                                     unsigned long long epoch)
+{
     /* Poll with relaxed loads (no L1 invalidation per poll); the load that saw the peer's
        release store, then an acquire fence, synchronize with it and order everything after the
        barrier (the block follows through the caller's __syncthreads). */
@@ -94,6 +117,17 @@ __device__ __forceinline__ bool eep_barrier_lsa(const eep_lsa_lane &l, const eep
         eep_fence_acquire_sys();
     }
     return ok;
+}
+
+/* Enter scale-up barrier `epoch`: release-store it to the peer, wait for the peer's. */
+__device__ __forceinline__ bool eep_barrier_lsa(const eep_lsa_lane &l, const eep_wait_ctx &w,
+                                                unsigned long long epoch)
+{
+    if (!l.active) {
+        return true;
+    }
+    eep_st_release_sys(l.store_to, epoch);
+    return eep_barrier_lsa_wait(l, w, epoch);
 }
 
 #if EEP_BARRIER_GIN
@@ -135,14 +169,10 @@ __device__ void eep_barrier_body(const eep_barrier_params_t &p)
     /* Which barriers this block runs: parallel splits them over blocks 0 (LSA) and 1 (GIN). */
     const bool         do_lsa = Mode == 1 || blockIdx.x == 0;
     const bool         do_gin = Gin && (Mode == 1 || blockIdx.x == 1);
-    const eep_lsa_lane lane = eep_lsa_lane_init(p, dc, do_lsa);
+    const eep_lsa_lane lane = eep_lsa_lane_init(p, dc, do_lsa, (int)threadIdx.x);
     /* My own arrival slot holds the number of scale-up barriers I entered (peers never write
        it); the GIN count is a local word.  Read once, written back once at the end. */
-    unsigned long long *own = do_lsa ? (unsigned long long *)ncclGetLsaPointer(
-                                           (ncclWindow_t)p.window,
-                                           p.lsa_arrive_off + 8ull * (unsigned)dc.lsaRank,
-                                           dc.lsaRank)
-                                     : nullptr;
+    unsigned long long *own = do_lsa ? eep_lsa_own_count(p, dc) : nullptr;
     unsigned long long *gin_epoch = do_gin ? (unsigned long long *)ncclGetLsaPointer(
                                                  (ncclWindow_t)p.window, p.gin_epoch_off,
                                                  dc.lsaRank)
@@ -150,13 +180,7 @@ __device__ void eep_barrier_body(const eep_barrier_params_t &p)
     unsigned long long lsa_epoch = do_lsa ? *(volatile unsigned long long *)own : 0;
     unsigned long long gin_count = do_gin ? *(volatile unsigned long long *)gin_epoch : 0;
 
-    eep_wait_ctx w;
-    w.fault        = p.fault;
-    w.fault_claim  = p.fault_claim;
-    w.block_failed = &block_failed;
-    w.timeout_ns   = p.timeout_ns;
-    w.rank         = dc.rank;
-    w.abort_check_ns = EEP_ABORT_CHECK_NS;
+    const eep_wait_ctx w = eep_barrier_wait_ctx(p, dc, &block_failed);
     if (threadIdx.x == 0) {
         block_failed = 0;
     }

@@ -29,32 +29,13 @@ __device__ void eep_bench_barrier_probe_body(const eep_barrier_params_t &p)
     static_assert(Variant == 0 || Variant == 1, "Variant: 0 relaxed, 1 two warps");
     __shared__ int block_failed;
 
-    const ncclDevComm        &dc = eep_barrier_devcomm(p);
-    const ncclWindow_t        win = (ncclWindow_t)p.window;
-    const int                 me = dc.lsaRank, t = (int)(threadIdx.x & 31u);
-    const int                 warp = (int)(threadIdx.x >> 5);
-    const bool                active = t < dc.lsaSize && t != me;
-    unsigned long long       *store_to = nullptr;
-    const unsigned long long *wait_on = nullptr;
-    int                       peer_world = -1;
+    const ncclDevComm  &dc = eep_barrier_devcomm(p);
+    const int           warp = (int)(threadIdx.x >> 5);
+    const eep_lsa_lane  lane = eep_lsa_lane_init(p, dc, true, (int)(threadIdx.x & 31u));
+    unsigned long long *own = eep_lsa_own_count(p, dc);
+    unsigned long long  epoch = *(volatile unsigned long long *)own;
+    const eep_wait_ctx  w = eep_barrier_wait_ctx(p, dc, &block_failed);
 
-    if (active) {
-        store_to   = (unsigned long long *)ncclGetLsaPointer(win, p.lsa_arrive_off + 8ull * me, t);
-        wait_on    = (const unsigned long long *)ncclGetLsaPointer(win,
-                                                                   p.lsa_arrive_off + 8ull * t, me);
-        peer_world = ncclTeamRankToWorld(dc, ncclTeamLsa(dc), t);
-    }
-    unsigned long long *own = (unsigned long long *)ncclGetLsaPointer(
-        win, p.lsa_arrive_off + 8ull * (unsigned)me, me);
-    unsigned long long epoch = *(volatile unsigned long long *)own;
-
-    eep_wait_ctx w;
-    w.fault          = p.fault;
-    w.fault_claim    = p.fault_claim;
-    w.block_failed   = &block_failed;
-    w.timeout_ns     = p.timeout_ns;
-    w.rank           = dc.rank;
-    w.abort_check_ns = EEP_ABORT_CHECK_NS;
     if (threadIdx.x == 0) {
         block_failed = 0;
     }
@@ -63,16 +44,12 @@ __device__ void eep_bench_barrier_probe_body(const eep_barrier_params_t &p)
         epoch++;
         const bool turn = Variant == 1 ? warp == (int)(epoch & 1ull) : warp == 0;
 
-        if (active && turn) {
+        if (lane.active && turn) {
             if (Variant == 0 && it > 0) {
-                eep_st_relaxed_sys(store_to, epoch);
+                eep_st_relaxed_sys(lane.store_to, epoch);
+                (void)eep_barrier_lsa_wait(lane, w, epoch);
             } else {
-                eep_st_release_sys(store_to, epoch);
-            }
-            const unsigned long long *slot = wait_on;
-            if (eep_wait_geq(w, [slot] { return eep_ld_relaxed_sys(slot); }, epoch,
-                             EEP_PHASE_BARRIER_LSA, peer_world)) {
-                eep_fence_acquire_sys();
+                (void)eep_barrier_lsa(lane, w, epoch);
             }
         }
         __syncthreads();
