@@ -130,6 +130,18 @@ __device__ __forceinline__ int eep_epc_split(int items, int blocks)
     return 1;
 }
 
+/* The source rank of received record @p q (records numbered source by source; @p rec_base, the
+   prefix of the per-source counts, has W + 1 entries). */
+__device__ __forceinline__ int eep_epc_source(const int *rec_base, int q)
+{
+    int s = 0;
+
+    while (rec_base[s + 1] <= q) {
+        s++;
+    }
+    return s;
+}
+
 __device__ void eep_ep_combine_body(const eep_epk_params_t &p)
 {
     __shared__ int                block_failed;
@@ -191,11 +203,8 @@ __device__ void eep_ep_combine_body(const eep_epk_params_t &p)
             unsigned char *row = nullptr;
 
             if (q < recs) {
-                int s = 0;
+                const int s = eep_epc_source(rec_base, q);
 
-                while (rec_base[s + 1] <= q) {
-                    s++;
-                }
                 row = eep_epc_partial(p, peer_base, region0, s, q - rec_base[s],
                                       vecs * gw / split, vecs * (gw + 1) / split, lane);
                 eep_fence_release_sys();
@@ -222,11 +231,7 @@ __device__ void eep_ep_combine_body(const eep_epk_params_t &p)
         if (q >= rec_base[W]) {
             break;
         }
-        int s = 0;
-
-        while (rec_base[s + 1] <= q) {
-            s++;
-        }
+        const int      s = eep_epc_source(rec_base, q);
         unsigned char *dst_row = eep_epc_partial(p, peer_base, region0, s, q - rec_base[s], 0,
                                                  vecs, lane);
         done_rows[ndone++] = dst_row;

@@ -629,6 +629,35 @@ __device__ __forceinline__ void eep_epk_send_tags(const eep_epk_params_t &p,
     }
 }
 
+/* Pieces per token when a sending block sends @p n tokens at once: a short run (decode) splits
+   each token's hidden bytes over up to 8 warps; else 1 (one warp a token). */
+__device__ __forceinline__ int eep_epk_pieces(int n)
+{
+    return n > 0 && n * 2 <= EEP_EPK_WARPS ? min(8, EEP_EPK_WARPS / n) : 1;
+}
+
+/* This warp sent one of a token's @p P pieces: fence it; the warp that finishes the token's last
+   piece (@p done, shared, counts them) stores the token's tags. */
+template <typename SlotOf>
+__device__ __forceinline__ void eep_epk_piece_sent(const eep_epk_params_t &p,
+                                                   unsigned char *const *peer_base,
+                                                   unsigned long long my_region, unsigned dm,
+                                                   SlotOf slot_of, unsigned long long seq,
+                                                   unsigned lane, int *done, int P)
+{
+    int last = 0;
+
+    eep_fence_release_sys();
+    __syncwarp();
+    if (lane == 0) {
+        last = atomicAdd(done, 1) == P - 1;
+    }
+    if (__shfl_sync(0xffffffffu, last, 0)) {
+        eep_fence_release_sys(); /* after seeing the other pieces' fences */
+        eep_epk_send_tags(p, peer_base, my_region, dm, slot_of, seq, lane);
+    }
+}
+
 /* The end of every dispatch/combine launch: the last block resets the launch's counters (block
    count, work) for the next one and, when @p seq_off is not 0, writes the call's sequence back
    (every block has read it at its start). */
@@ -890,6 +919,7 @@ __device__ void eep_ep_dispatch_body(const eep_epk_params_t &p)
     if ((int)blockIdx.x < S) {
         const int C = (T + S - 1) / S;
         const int t0 = min(T, (int)blockIdx.x * C), t1 = min(T, t0 + C);
+        __shared__ int piece_done[EEP_EPK_WARPS / 2]; /* pieces sent, per token of a split send */
 
         if (Mode == EEP_EPK_CACHED) {
             /* Slots from the handle.  Few tokens (decode): each token split into P pieces of
@@ -897,13 +927,12 @@ __device__ void eep_ep_dispatch_body(const eep_epk_params_t &p)
                the tags (as in the counted path below); else one warp per token, one fence per
                4 tokens of a warp. */
             const int      nt = t1 - t0;
-            const int      P = nt > 0 && nt * 2 <= EEP_EPK_WARPS ? min(8, EEP_EPK_WARPS / nt) : 1;
+            const int      P = eep_epk_pieces(nt);
             const unsigned nv = EEP_EPK_HB(p) / 16u;
-            __shared__ int cached_piece_done[EEP_EPK_WARPS / 2];
 
             if (P > 1) {
                 if ((int)threadIdx.x < EEP_EPK_WARPS / 2) {
-                    cached_piece_done[threadIdx.x] = 0;
+                    piece_done[threadIdx.x] = 0;
                 }
                 __syncthreads();
             }
@@ -912,7 +941,7 @@ __device__ void eep_ep_dispatch_body(const eep_epk_params_t &p)
                 const int     *slots = (const int *)p.h_send_slot + (long long)t * W;
                 const unsigned dm = eep_epk_slot_mask(slots, W);
                 auto           slot_of = [slots](int d) { return slots[d]; };
-                int            my_id = -1, last = 0;
+                int            my_id = -1;
                 float          my_w = 0.0f;
 
                 if ((int)lane < K) {
@@ -922,15 +951,8 @@ __device__ void eep_ep_dispatch_body(const eep_epk_params_t &p)
                 eep_epk_send_token(p, peer_base, my_region, t, dm, slot_of, my_id, my_w, -1, lane,
                                    (unsigned)((unsigned long long)nv * c / P),
                                    (unsigned)((unsigned long long)nv * (c + 1) / P), c == 0);
-                eep_fence_release_sys();
-                __syncwarp();
-                if (lane == 0) {
-                    last = atomicAdd(&cached_piece_done[q], 1) == P - 1;
-                }
-                if (__shfl_sync(0xffffffffu, last, 0)) {
-                    eep_fence_release_sys(); /* after seeing the other pieces' fences */
-                    eep_epk_send_tags(p, peer_base, my_region, dm, slot_of, seq, lane);
-                }
+                eep_epk_piece_sent(p, peer_base, my_region, dm, slot_of, seq, lane, &piece_done[q],
+                                   P);
             }
             for (int t4 = t0 + (int)warp; P == 1 && t4 < t1; t4 += 4 * EEP_EPK_WARPS) {
                 for (int j = 0; j < 4; j++) {
@@ -991,7 +1013,6 @@ __device__ void eep_ep_dispatch_body(const eep_epk_params_t &p)
             /* the round's ids go through shared memory (the prefix area, free until the masks are
                built) when they fit: routing from global memory is a chain of dependent loads */
             const bool staged = R * K <= SW * NC;
-            __shared__ int piece_done[EEP_EPK_WARPS / 2]; /* tokens of a split round */
             for (int r0 = t0; r0 < t1; r0 += R) {
                 for (int j = threadIdx.x; j < SW * NC; j += blockDim.x) {
                     masks[j] = 0;
@@ -1052,7 +1073,7 @@ __device__ void eep_ep_dispatch_body(const eep_epk_params_t &p)
                    token into P pieces of its hidden bytes, one warp each, and the warp that
                    finishes a token's last piece stores its tags */
                 const int nr = min(R, t1 - r0);
-                const int P = nr * 2 <= EEP_EPK_WARPS ? min(8, EEP_EPK_WARPS / nr) : 1;
+                const int P = eep_epk_pieces(nr);
                 const unsigned nv = EEP_EPK_HB(p) / 16u;
                 for (int it = (int)warp; it < nr * P; it += EEP_EPK_WARPS) {
                     const int      q = it / P, c = it % P;
@@ -1083,17 +1104,8 @@ __device__ void eep_ep_dispatch_body(const eep_epk_params_t &p)
                                        my_pos, lane, (unsigned)((unsigned long long)nv * c / P),
                                        (unsigned)((unsigned long long)nv * (c + 1) / P), c == 0);
                     if (P > 1) {
-                        int last = 0;
-
-                        eep_fence_release_sys();
-                        __syncwarp();
-                        if (lane == 0) {
-                            last = atomicAdd(&piece_done[q], 1) == P - 1;
-                        }
-                        if (__shfl_sync(0xffffffffu, last, 0)) {
-                            eep_fence_release_sys(); /* after seeing the other pieces' fences */
-                            eep_epk_send_tags(p, peer_base, my_region, dm, slot_of, seq, lane);
-                        }
+                        eep_epk_piece_sent(p, peer_base, my_region, dm, slot_of, seq, lane,
+                                           &piece_done[q], P);
                     }
                 }
                 if (P == 1) {
