@@ -1,7 +1,7 @@
 /*
  * eep_bench_barrier.c - `eep-bench barrier [OUT.md [N]]`: barrier latency, ours (both modes)
  * beside NCCL's ncclLsaBarrierSession and a 4-byte ncclAllReduce, all in the same run on the same
- * communicator; and two probes (bench/barrier_probes.cuh) that ask where the barrier's time goes.
+ * communicator; and three probes (bench/barrier_probes.cuh) that ask where the barrier's time goes.
  *
  * Two views, N samples each (default 10,000), after warm-up:
  *   in-kernel    N barriers inside one launch; per-barrier time = difference of consecutive
@@ -28,8 +28,8 @@
 #define WARM 100
 
 enum {
-    OP_OURS_PAR, OP_OURS_SEQ, OP_NCCL_LSA, OP_PROBE_RELAXED, OP_PROBE_WARPS, OP_ALLREDUCE,
-    OP_ALLREDUCE_NB, OP_COUNT
+    OP_OURS_PAR, OP_OURS_SEQ, OP_NCCL_LSA, OP_PROBE_RELAXED, OP_PROBE_WARPS, OP_PROBE_PULL,
+    OP_ALLREDUCE, OP_ALLREDUCE_NB, OP_COUNT
 };
 static const char *const op_names[OP_COUNT] = {
     "eep_barrier, parallel mode",
@@ -37,6 +37,7 @@ static const char *const op_names[OP_COUNT] = {
     "NCCL ncclLsaBarrierSession kernel",
     "probe, not a barrier: arrivals after the first without a fence",
     "probe: arrivals alternating between 2 warps",
+    "probe: pull (arrive in own memory, poll the peer's over NVLink)",
     "ncclAllReduce, 4 bytes (blocking comm)",
     "ncclAllReduce, 4 bytes (the runtime's non-blocking comm)",
 };
@@ -47,7 +48,7 @@ typedef struct {
     const eep_cuda_sym_t *cu;
     CUstream              stream;
     eep_jit_kernel_t     *nccl_kernel;
-    eep_jit_kernel_t     *probe_kernel[2]; /* bench/barrier_probes.cuh; NULL: over 32 LSA peers */
+    eep_jit_kernel_t     *probe_kernel[3]; /* bench/barrier_probes.cuh; NULL: over 32 LSA peers */
     ncclComm_t            comm;    /* the runtime's (non-blocking) */
     ncclComm_t            ar_comm; /* a plain blocking communicator for the all-reduce baseline */
     CUdeviceptr           d_cycles, d_stamps, d_red;
@@ -80,6 +81,7 @@ static eep_status_t run_op(bench_t *b, int op, unsigned iterations, int hooks)
         return eep_jit_launch(b->nccl_kernel, 1, b->block, 0, b->stream, &p, sizeof(p));
     case OP_PROBE_RELAXED:
     case OP_PROBE_WARPS:
+    case OP_PROBE_PULL:
         eep_barrier_params_fill(b->rt, &o, &p);
         return eep_jit_launch(b->probe_kernel[op - OP_PROBE_RELAXED], 1, 64, 0, b->stream, &p,
                               sizeof(p));
@@ -208,10 +210,10 @@ int eep_bench_barrier_main(int argc, char **argv)
     spec.launch_bounds = EEP_BARRIER_MAX_THREADS;
     GPU_OK(eep_jit_create(NULL, &jit));
     GPU_OK(eep_jit_get_kernel(jit, &spec, &b.nccl_kernel));
-    for (c = 0; c < 2 && info.lsa_size <= 32; c++) {
+    for (c = 0; c < 3 && info.lsa_size <= 32; c++) {
         spec.header        = "bench/barrier_probes.cuh";
         spec.function      = "eep_bench_barrier_probe_body";
-        spec.template_args = c == 0 ? "0" : "1";
+        spec.template_args = c == 0 ? "0" : c == 1 ? "1" : "2";
         GPU_OK(eep_jit_get_kernel(jit, &spec, &b.probe_kernel[c]));
     }
     {
@@ -228,7 +230,7 @@ int eep_bench_barrier_main(int argc, char **argv)
 
     for (op = 0; op < OP_COUNT; op++) {
         mine[op][0] = mine[op][1] = mine[op][2] = mine[op][3] = -1;
-        if ((op == OP_PROBE_RELAXED || op == OP_PROBE_WARPS) && b.probe_kernel[0] == NULL) {
+        if (op >= OP_PROBE_RELAXED && op <= OP_PROBE_PULL && b.probe_kernel[0] == NULL) {
             continue;
         }
         if (op != OP_ALLREDUCE && op != OP_ALLREDUCE_NB) {

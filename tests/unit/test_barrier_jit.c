@@ -94,6 +94,8 @@ static void test_nccl_reference_kernel(void **state)
             EEP_JIT_BACKEND_NVRTC);
     compile("bench/barrier_probes.cuh", "eep_bench_barrier_probe_body", "1", 0,
             EEP_JIT_BACKEND_NVRTC);
+    compile("bench/barrier_probes.cuh", "eep_bench_barrier_probe_body", "2", 0,
+            EEP_JIT_BACKEND_NVRTC);
 }
 
 int main(void)
