@@ -30,11 +30,24 @@ struct Dsts {
     uint4 *d[4];
 };
 
+__device__ __forceinline__ unsigned long long gtimer()
+{
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+/* @p stamps (or NULL): [2 * block] = the block's start, [2 * block + 1] its end (globaltimer). */
 template <int U>
-__global__ void k_ldst(const uint4 *src, Dsts dsts, int ndst, int rows, int row_vecs)
+__global__ void k_ldst(const uint4 *src, Dsts dsts, int ndst, int rows, int row_vecs,
+                       unsigned long long *stamps)
 {
     const int lane = threadIdx.x & 31, gw = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     const int nw = (gridDim.x * blockDim.x) >> 5;
+
+    if (stamps != nullptr && threadIdx.x == 0) {
+        stamps[2 * blockIdx.x] = gtimer();
+    }
 
     for (int r = gw; r < rows; r += nw) {
         const uint4 *s = src + (long long)r * row_vecs;
@@ -55,6 +68,12 @@ __global__ void k_ldst(const uint4 *src, Dsts dsts, int ndst, int rows, int row_
                     }
                 }
             }
+        }
+    }
+    if (stamps != nullptr) {
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            stamps[2 * blockIdx.x + 1] = gtimer();
         }
     }
 }
@@ -124,13 +143,18 @@ struct Side {
     Dsts         dst;
     cudaStream_t st;
     cudaEvent_t  e0, e1;
+    unsigned long long *stamps; /* device, 2 per block (decode section) */
 };
 
 static int g_ndev;
 
-/* Run kind (0 ldst, 1 tma) on every side at once; return the slowest side's ms (min of reps). */
-static float run(Side *sides, int nsides, int kind, int grid, int ndst, int rows, int row_bytes)
+/* Run kind (0 ldst, 1 tma) on every side at once; return the slowest side's ms (min of reps).
+   With @p span_us: also the slowest side's in-kernel span (first block start to last block end,
+   globaltimer; ldst only), min of reps. */
+static float run(Side *sides, int nsides, int kind, int grid, int ndst, int rows, int row_bytes,
+                 double *span_us = nullptr)
 {
+    double best_span = 1e30;
     float best = 1e30f;
     const int slots_max = (227 * 1024) / row_bytes < 32 ? (227 * 1024) / row_bytes : 32;
     const int slots = slots_max < 16 ? slots_max : 16;
@@ -145,7 +169,8 @@ static float run(Side *sides, int nsides, int kind, int grid, int ndst, int rows
             CHECK(cudaSetDevice(s->dev));
             CHECK(cudaEventRecord(s->e0, s->st));
             if (kind == 0) {
-                k_ldst<8><<<grid, 512, 0, s->st>>>(s->src, s->dst, ndst, rows, row_bytes / 16);
+                k_ldst<8><<<grid, 512, 0, s->st>>>(s->src, s->dst, ndst, rows, row_bytes / 16,
+                                                    span_us != nullptr ? s->stamps : nullptr);
             } else {
                 const size_t smem = (size_t)slots * row_bytes;
                 CHECK(cudaFuncSetAttribute(k_tma, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -165,6 +190,24 @@ static float run(Side *sides, int nsides, int kind, int grid, int ndst, int rows
             worst = ms > worst ? ms : worst;
         }
         best = worst < best ? worst : best;
+        if (span_us != nullptr) {
+            double span = 0;
+            for (int i = 0; i < nsides; i++) {
+                unsigned long long st[2 * 132], lo = ~0ull, hi = 0;
+                CHECK(cudaSetDevice(sides[i].dev));
+                CHECK(cudaMemcpy(st, sides[i].stamps, sizeof(unsigned long long) * 2 * grid,
+                                 cudaMemcpyDeviceToHost));
+                for (int b = 0; b < grid; b++) {
+                    lo = st[2 * b] < lo ? st[2 * b] : lo;
+                    hi = st[2 * b + 1] > hi ? st[2 * b + 1] : hi;
+                }
+                span = (hi - lo) / 1e3 > span ? (hi - lo) / 1e3 : span;
+            }
+            best_span = span < best_span ? span : best_span;
+        }
+    }
+    if (span_us != nullptr) {
+        *span_us = best_span;
     }
     return best;
 }
@@ -202,6 +245,7 @@ int main(int argc, char **argv)
         CHECK(cudaStreamCreateWithFlags(&sides[d].st, cudaStreamNonBlocking));
         CHECK(cudaEventCreate(&sides[d].e0));
         CHECK(cudaEventCreate(&sides[d].e1));
+        CHECK(cudaMalloc(&sides[d].stamps, sizeof(unsigned long long) * 2 * 132));
     }
     printf("| test | kind | %s |\n|---|---|", "GB/s written per GPU for grids 4 8 16 24 32 48 64 96 132");
     printf("\n");
@@ -229,6 +273,42 @@ int main(int argc, char **argv)
                 printf(" |\n");
             }
         }
+    }
+    /* Decode size: the first `decode_rows` rows (default 128, a T 128 call's tokens), timed in
+       the kernel (globaltimer span) and by events, ldst: what a one-shot copy of that size costs
+       before any protocol (push = store to the peer, pull = load from the peer). */
+    const int decode_rows = argc > 3 ? atoi(argv[3]) : 128;
+    printf("\n%d rows of %d B (%.2f MB): in-kernel span us / event us, ldst, grids", decode_rows,
+           row_bytes, (double)decode_rows * row_bytes / 1e6);
+    for (unsigned g = 0; g < sizeof grids / sizeof grids[0]; g++) {
+        printf(" %d", grids[g]);
+    }
+    printf("\n");
+    for (int test = 0; test < 5; test++) {
+        static const char *const names[5] = { "local 1->1", "local 1->4", "remote push 1->1",
+                                              "remote pull 1->1", "remote pull 1->4" };
+        const int remote = test >= 2, pull = test >= 3, ndst = (test == 1 || test == 4) ? 4 : 1;
+        if (remote && nd < 2) {
+            continue;
+        }
+        for (int d = 0; d < nd; d++) {
+            sides[d].src = pull ? src[1 - d] : src[d];
+            for (int j = 0; j < 4; j++) {
+                sides[d].dst.d[j] = remote && !pull ? dst[1 - d][j] : dst[d][j];
+            }
+        }
+        printf("| %s |", names[test]);
+        for (unsigned g = 0; g < sizeof grids / sizeof grids[0]; g++) {
+            double span;
+            if (grids[g] > sms) {
+                continue;
+            }
+            float ms = run(sides, remote ? nd : 1, 0, grids[g], ndst, decode_rows, row_bytes,
+                           &span);
+            printf(" %.1f/%.1f", span, ms * 1e3);
+            fflush(stdout);
+        }
+        printf(" |\n");
     }
     return 0;
 }
