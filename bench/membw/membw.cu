@@ -277,7 +277,8 @@ int main(int argc, char **argv)
     /* Decode size: the first `decode_rows` rows (default 128, a T 128 call's tokens), timed in
        the kernel (globaltimer span) and by events, ldst: what a one-shot copy of that size costs
        before any protocol (push = store to the peer, pull = load from the peer). */
-    const int decode_rows = argc > 3 ? atoi(argv[3]) : 128;
+    const int want = argc > 3 ? atoi(argv[3]) : 128;
+    const int decode_rows = want < rows ? want : rows;
     printf("\n%d rows of %d B (%.2f MB): in-kernel span us / event us, ldst, grids", decode_rows,
            row_bytes, (double)decode_rows * row_bytes / 1e6);
     for (unsigned g = 0; g < sizeof grids / sizeof grids[0]; g++) {
