@@ -15,7 +15,8 @@
  *      order, with no atomics on positions and no grid-wide sync;
  *   3. send: one warp per token writes its wire record to each destination rank's region (slot =
  *      its position among the tokens for that rank) through LSA pointers, 16-byte stores; after
- *      the round one system fence, then each record's tag (the call's sequence);
+ *      the round one system fence, then each record's tag (the call's sequence); the record to
+ *      this rank is metadata only (the copy reads a local token from x);
  *   4. the counter sums every sender's chunk counts and writes each peer's count slot (tokens,
  *      per-local-expert rows), release-ordered: the counts and the call's handshake;
  *   5. copy: wait for every peer's count word, lay out offsets (warp scans), zero the padding
@@ -500,8 +501,16 @@ __device__ void eep_epk_expand(const eep_epk_params_t &p, unsigned long long seq
             ((int *)p.h_recv_tok)[rec] = ids[2 * K];
             ((int *)p.h_recv_ord)[rec] = __popc(dmask & ((1u << p.rank) - 1u));
         }
+        /* A remote record's hidden bytes and scales came with it; this rank's own tokens are
+           read from x (their records carry the metadata only). */
+        const long long      t_src = ids[2 * K];
+        const unsigned char *data = s == p.rank ? (const unsigned char *)p.x +
+                                                  (unsigned long long)t_src * EEP_EPK_HB(p) : row;
+        const unsigned char *scales = s == p.rank ? (const unsigned char *)p.x_scales +
+                                                    (unsigned long long)t_src * p.scale_bytes :
+                                                    row + p.scale_off;
         {
-            const uint4   *s4 = (const uint4 *)row;
+            const uint4   *s4 = (const uint4 *)data;
             const unsigned nv = EEP_EPK_HB(p) / 16;
             /* piece c of CHK: vectors [vb, ve) */
             const unsigned vb = (unsigned)((unsigned long long)nv * c / CHK);
@@ -537,7 +546,7 @@ __device__ void eep_epk_expand(const eep_epk_params_t &p, unsigned long long seq
 
                 if (p.scale_bytes != 0) {
                     eep_epk_copy4((unsigned char *)p.recv_x_scales +
-                                  (unsigned long long)r * p.scale_bytes, row + p.scale_off,
+                                  (unsigned long long)r * p.scale_bytes, scales,
                                   p.scale_bytes, lane, 32);
                 }
                 if ((int)lane < K) {
@@ -552,8 +561,11 @@ __device__ void eep_epk_expand(const eep_epk_params_t &p, unsigned long long seq
 }
 
 /* Vectors [vb, ve) (16 bytes each) of token @p t's hidden bytes to every destination in @p dm
-   (slot per destination from @p slot_of), loaded once, 8 per lane in flight; with @p meta also
-   the scales and the metadata.  No fence: the caller fences, then stores the tags. */
+   but this rank (slot per destination from @p slot_of), loaded once, 8 per lane in flight; with
+   @p meta also the scales (not to this rank) and the metadata (to every destination).  This
+   rank's own record is metadata only: its copy blocks read the hidden bytes and scales from x
+   itself (no staging write and read back of a local token).  No fence: the caller fences, then
+   stores the tags. */
 template <typename SlotOf>
 __device__ __forceinline__ void eep_epk_send_token(const eep_epk_params_t &p,
                                                    unsigned char *const *peer_base,
@@ -562,11 +574,12 @@ __device__ __forceinline__ void eep_epk_send_token(const eep_epk_params_t &p,
                                                    float my_w, int my_pos, unsigned lane,
                                                    unsigned vb, unsigned ve, bool meta)
 {
-    const int    K = EEP_EPK_K(p);
-    const uint4 *s4 = (const uint4 *)((const unsigned char *)p.x +
-                                      (unsigned long long)t * EEP_EPK_HB(p));
+    const int      K = EEP_EPK_K(p);
+    const uint4   *s4 = (const uint4 *)((const unsigned char *)p.x +
+                                        (unsigned long long)t * EEP_EPK_HB(p));
+    const unsigned remote = dm & ~(1u << (unsigned)p.rank);
 
-    for (unsigned v0 = vb + lane; v0 < ve; v0 += 32u * 8u) {
+    for (unsigned v0 = vb + lane; remote != 0 && v0 < ve; v0 += 32u * 8u) {
         uint4 r[8];
 #pragma unroll
         for (int u = 0; u < 8; u++) {
@@ -574,7 +587,7 @@ __device__ __forceinline__ void eep_epk_send_token(const eep_epk_params_t &p,
                 r[u] = s4[v0 + 32u * u];
             }
         }
-        for (unsigned m = dm; m != 0; m &= m - 1) {
+        for (unsigned m = remote; m != 0; m &= m - 1) {
             const int d = __ffs(m) - 1;
             uint4    *d4 = (uint4 *)(peer_base[d] + my_region +
                                      (unsigned long long)slot_of(d) * p.token_bytes);
@@ -594,7 +607,7 @@ __device__ __forceinline__ void eep_epk_send_token(const eep_epk_params_t &p,
         unsigned char *rec = peer_base[d] + my_region +
                              (unsigned long long)slot_of(d) * p.token_bytes;
 
-        if (p.scale_bytes != 0) {
+        if (p.scale_bytes != 0 && d != p.rank) {
             eep_epk_copy4(rec + p.scale_off, (const unsigned char *)p.x_scales +
                           (unsigned long long)t * p.scale_bytes, p.scale_bytes, lane, 32);
         }
