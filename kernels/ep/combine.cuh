@@ -6,15 +6,16 @@
  * Every block first tells every peer "combine n started" (its count slot's CDONE word: the
  * call's handshake, docs/dispatch.md section 3).  Expert side: for each record received by the
  * dispatch (from the handle: source token, rows and weights per top-k lane, ordinal of this rank
- * among the token's destination ranks) one warp, or at decode size a group of warps splitting
- * its channels (eep_epc_split), computes the partial p = bf16(fma over its local lanes
- * ascending, from 0) in fp32, writes it, 16 bytes per lane, into the source rank's combine region
- * `ordinal` at row `token` (LSA pointer), fences (release) and stores the row's tag (the call's
- * sequence).  Source side: one warp per token (a group of warps at decode size) waits for the
- * tags of its rows in regions 0, 1, ... (= destination ranks ascending), sums the partials in
- * fp32 and writes bf16: no "all landed" signal, so a token is summed as soon as its own partials
- * are in.  Block 0 finally waits for every peer's start word.  The arithmetic is eep/ep.h's;
- * kernels/ep/ep_numeric.cuh fixes the roundings.
+ * among the token's destination ranks; at prefill size only the records from peers) one warp, or
+ * at decode size a group of warps splitting its channels (eep_epc_split), computes the partial
+ * p = bf16(fma over its local lanes ascending, from 0) in fp32, writes it, 16 bytes per lane,
+ * into the source rank's combine region `ordinal` at row `token` (LSA pointer), fences (release)
+ * and stores the row's tag (the call's sequence).  Source side: one warp per token (a group of
+ * warps at decode size), at prefill size computing this rank's own partial of the token from its
+ * rows (the same arithmetic; never written out), waits for the tags of the other rows in regions
+ * 0, 1, ... (= destination ranks ascending), sums the partials in that order in fp32 and writes
+ * bf16: no "all landed" signal, so a token is summed as soon as its own partials are in.  Block 0 finally waits for every peer's start word.  The
+ * arithmetic is eep/ep.h's; kernels/ep/ep_numeric.cuh fixes the roundings.
  */
 #ifndef EEP_KERNELS_EP_COMBINE_CUH
 #define EEP_KERNELS_EP_COMBINE_CUH
@@ -23,6 +24,77 @@
 #include "ep_numeric.cuh"
 
 #ifdef __CUDACC__
+
+/*
+ * The weighted sum of one record's rows over vectors v0 + 32 u (u < U, below @p ve) of 8
+ * channels: lane k < K holds the record's row @p my_row (-1: not a local expert) and weight
+ * @p my_w, @p rows_mask their ballot; G rows' loads in flight, then the fmas in lane order k
+ * ascending from 0 (the contract's order, eep/ep.h); the bf16 partial packed into @p part.
+ * Every lane of the warp calls it (it shuffles with the full mask).
+ */
+template <int U, int G>
+__device__ __forceinline__ void eep_epc_weighted(const eep_epk_params_t &p, int my_row,
+                                                 float my_w, unsigned rows_mask, int v0, int ve,
+                                                 uint4 (&part)[U])
+{
+    float    acc[U][8];
+    unsigned m = rows_mask;
+
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            acc[u][j] = 0.0f;
+        }
+    }
+    while (m != 0) { /* m is warp-uniform (a ballot) */
+        int   rr[G];
+        float ww[G];
+        uint4 yv[G][U];
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+            int k = -1;
+            if (m != 0) {
+                k = __ffs(m) - 1;
+                m &= m - 1;
+            }
+            rr[g] = __shfl_sync(0xffffffffu, my_row, k < 0 ? 0 : k);
+            ww[g] = __shfl_sync(0xffffffffu, my_w, k < 0 ? 0 : k);
+            if (k < 0) {
+                rr[g] = -1;
+            }
+        }
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                if (rr[g] >= 0 && v0 + 32 * u < ve) {
+                    yv[g][u] = ((const uint4 *)((const unsigned short *)p.y +
+                                                (long long)rr[g] * EEP_EPK_H(p)))[v0 + 32 * u];
+                }
+            }
+        }
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+            if (rr[g] < 0) {
+                continue;
+            }
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                float y[8];
+                eep_bf16x8_unpack(yv[g][u], y);
+#pragma unroll
+                for (int j = 0; j < 8; j++) {
+                    acc[u][j] = eep_fma(ww[g], y[j], acc[u][j]);
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        part[u] = eep_bf16x8_pack(acc[u]);
+    }
+}
 
 /*
  * The expert side of one record (source @p s, index @p i): the bf16 partial of channels
@@ -47,68 +119,18 @@ __device__ __forceinline__ unsigned char *eep_epc_partial(const eep_epk_params_t
                               (unsigned long long)tok * p.crecv_row;
     uint4          *dst = (uint4 *)dst_row;
 
-    /* 2 vectors of 8 channels per lane x up to 4 top-k lanes in flight (8 loads), then the
-       fmas in lane order k ascending (the contract's order). */
+    /* 2 vectors of 8 channels per lane x up to 4 top-k lanes in flight (8 loads) */
     /* every lane runs every iteration (the body shuffles with the full mask): a slice under 32
        vectors (H 2048 split over 16 warps) let lanes leave and hung the warp */
     for (int b0 = vb; b0 < ve; b0 += 32 * 2) {
         const int v0 = b0 + (int)lane;
-        float     acc[2][8];
-        unsigned m = rows_mask;
-#pragma unroll
-        for (int u = 0; u < 2; u++) {
-#pragma unroll
-            for (int j = 0; j < 8; j++) {
-                acc[u][j] = 0.0f;
-            }
-        }
-        while (m != 0) { /* m is warp-uniform (a ballot) */
-            int   rr[4];
-            float ww[4];
-            uint4 yv[4][2];
-#pragma unroll
-            for (int g = 0; g < 4; g++) {
-                int k = -1;
-                if (m != 0) {
-                    k = __ffs(m) - 1;
-                    m &= m - 1;
-                }
-                rr[g] = __shfl_sync(0xffffffffu, my_row, k < 0 ? 0 : k);
-                ww[g] = __shfl_sync(0xffffffffu, my_w, k < 0 ? 0 : k);
-                if (k < 0) {
-                    rr[g] = -1;
-                }
-            }
-#pragma unroll
-            for (int g = 0; g < 4; g++) {
-#pragma unroll
-                for (int u = 0; u < 2; u++) {
-                    if (rr[g] >= 0 && v0 + 32 * u < ve) {
-                        yv[g][u] = ((const uint4 *)((const unsigned short *)p.y +
-                                                    (long long)rr[g] * EEP_EPK_H(p)))[v0 + 32 * u];
-                    }
-                }
-            }
-#pragma unroll
-            for (int g = 0; g < 4; g++) {
-                if (rr[g] < 0) {
-                    continue;
-                }
-#pragma unroll
-                for (int u = 0; u < 2; u++) {
-                    float y[8];
-                    eep_bf16x8_unpack(yv[g][u], y);
-#pragma unroll
-                    for (int j = 0; j < 8; j++) {
-                        acc[u][j] = eep_fma(ww[g], y[j], acc[u][j]);
-                    }
-                }
-            }
-        }
+        uint4     part[2];
+
+        eep_epc_weighted<2, 4>(p, my_row, my_w, rows_mask, v0, ve, part);
 #pragma unroll
         for (int u = 0; u < 2; u++) {
             if (v0 + 32 * u < ve) {
-                dst[v0 + 32 * u] = eep_bf16x8_pack(acc[u]);
+                dst[v0 + 32 * u] = part[u];
             }
         }
     }
@@ -192,17 +214,26 @@ __device__ void eep_ep_combine_body(const eep_epk_params_t &p)
        the block syncs, fences, and the first thread of each group stores its record's tag.  A
        record's channels over one warp are ~H/512 dependent rounds of loads, which at decode
        size is most of the kernel; enough records to fill the grid take the dynamic path. */
-    const int recs = rec_base[W];
+    /* More records than warp groups (prefill): only the records from peers here; this rank's
+       own tokens are summed on the source side from the rows themselves (no partial written and
+       read back: 2 x 59 MB of HBM traffic at T 4096, H 7168, 2 ranks).  Remote record r is
+       record r (before this rank's) or r + nl (after them).  Few records (decode): every record
+       here, since the source side's warps come to their tokens only after their records'
+       fences, and computing the own partial there put ~2 us on the critical path. */
+    const bool own_at_source = eep_epc_split(rec_base[W], (int)gridDim.x) == 1;
+    const int  lb = rec_base[p.rank];
+    const int  nl = own_at_source ? rec_base[p.rank + 1] - lb : 0;
+    const int  recs = rec_base[W] - nl;
     const int split = eep_epc_split(recs, (int)gridDim.x);
     if (split > 1) {
         const int groups = EEP_EPK_WARPS / split, g = (int)warp / split, gw = (int)warp % split;
         const int per_round = (int)gridDim.x * groups;
 
         for (int q0 = (int)blockIdx.x * groups; q0 < recs; q0 += per_round) {
-            const int      q = q0 + g;
+            const int      q = q0 + g < lb ? q0 + g : q0 + g + nl;
             unsigned char *row = nullptr;
 
-            if (q < recs) {
+            if (q0 + g < recs) {
                 const int s = eep_epc_source(rec_base, q);
 
                 row = eep_epc_partial(p, peer_base, region0, s, q - rec_base[s],
@@ -228,9 +259,10 @@ __device__ void eep_ep_combine_body(const eep_epk_params_t &p)
             q = (int)atomicAdd(work, 1u);
         }
         q = __shfl_sync(0xffffffffu, q, 0);
-        if (q >= rec_base[W]) {
+        if (q >= recs) {
             break;
         }
+        q = q < lb ? q : q + nl;
         const int      s = eep_epc_source(rec_base, q);
         unsigned char *dst_row = eep_epc_partial(p, peer_base, region0, s, q - rec_base[s], 0,
                                                  vecs, lane);
@@ -254,15 +286,21 @@ __device__ void eep_ep_combine_body(const eep_epk_params_t &p)
 
     eep_epk_stamp(p, 1);
     /* Source side: `tsplit` warps per token (as many as the grid has for few tokens), each
-       summing its slice of the channels once the tags of the token's partials hold this call's
-       sequence. */
+       summing its slice of the channels: this rank's own partial computed here from its rows
+       (the handle's record of the token at its slot) when own_at_source, the others once their
+       rows' tags hold this call's sequence (waited for after the own partial, so that it
+       overlaps their flight); partials in region order j = destination ranks ascending, as the
+       contract fixes. */
     const eep_wait_ctx   w = eep_epk_wait_ctx(p, &block_failed);
     const unsigned char *mine = peer_base[p.rank] + region0;
     const int            tsplit = eep_epc_split(p.num_tokens, (int)gridDim.x);
     const int            gwarp = (int)blockIdx.x * EEP_EPK_WARPS + (int)warp;
     const int            tvb = vecs * (gwarp % tsplit) / tsplit;
     const int            tve = vecs * (gwarp % tsplit + 1) / tsplit;
-    for (int t = gwarp / tsplit; t < p.num_tokens && tvb < tve; t += gwarps / tsplit) {
+    const int            K = EEP_EPK_K(p);
+    bool                 failed = false;
+    for (int t = gwarp / tsplit; t < p.num_tokens && tvb < tve && !failed;
+         t += gwarps / tsplit) {
         const int *slots = (const int *)p.h_send_slot + (long long)t * W;
         unsigned   dm = 0;
 
@@ -271,37 +309,62 @@ __device__ void eep_ep_combine_body(const eep_epk_params_t &p)
         }
         dm = __reduce_or_sync(0xffffffffu, dm);
         const int n = __popc(dm);
-        uint4    *out = (uint4 *)((unsigned short *)p.out + (long long)t * EEP_EPK_H(p));
-        int       ok = 1;
+        /* this rank's region index among the token's destinations when its partial is computed
+           here, or -1 */
+        const int jl = own_at_source && ((dm >> p.rank) & 1u) ?
+                       __popc(dm & ((1u << p.rank) - 1u)) : -1;
+        int       my_row = -1;
+        float     my_w = 0.0f;
+        if (jl >= 0 && (int)lane < K) {
+            const long long rec = (long long)p.rank * p.max_tokens + slots[p.rank];
 
-        /* lane j < n waits for region j's row (its source: the j-th destination rank) */
-        if ((int)lane < n) {
-            const unsigned long long *tag = (const unsigned long long *)(
-                mine + (unsigned long long)lane * p.crecv_region +
-                (unsigned long long)t * p.crecv_row + (unsigned long long)EEP_EPK_H(p) * 2);
-            unsigned polls = 0;
-            unsigned mm = dm;
-
-            for (int j = 0; j < (int)lane; j++) {
-                mm &= mm - 1;
-            }
-            ok = eep_wait_geq(w, [tag, &polls] {
-                                  if (polls++ > 64) {
-                                      __nanosleep(64);
-                                  }
-                                  return eep_ld_relaxed_sys(tag);
-                              }, seq, EEP_PHASE_EP_COMBINE, __ffs(mm) - 1);
-            if (ok) {
-                eep_fence_acquire_sys(); /* the warp follows through the __syncwarp below */
-            }
+            my_row = ((const int *)p.h_recv_rows)[rec * K + lane];
+            my_w   = ((const float *)p.h_recv_w)[rec * K + lane];
         }
-        if (__any_sync(0xffffffffu, !ok)) {
-            break;
-        }
-        __syncwarp();
+        const unsigned rows_mask = __ballot_sync(0xffffffffu, my_row >= 0);
+        uint4         *out = (uint4 *)((unsigned short *)p.out + (long long)t * EEP_EPK_H(p));
+        bool           waited = false;
 
-        for (int v0 = tvb + (int)lane; v0 < tve; v0 += 32 * 4) {
-            float acc[4][8];
+        for (int b0 = tvb; b0 < tve; b0 += 32 * 4) {
+            const int v0 = b0 + (int)lane;
+            uint4     own[4];
+            float     acc[4][8];
+
+            if (jl >= 0) {
+                eep_epc_weighted<4, 2>(p, my_row, my_w, rows_mask, v0, tve, own);
+            }
+            /* lane j < n, j != jl, waits for region j's row (its source: the j-th destination
+               rank), once per token */
+            if (!waited) {
+                int ok = 1;
+
+                if ((int)lane < n && (int)lane != jl) {
+                    const unsigned long long *tag = (const unsigned long long *)(
+                        mine + (unsigned long long)lane * p.crecv_region +
+                        (unsigned long long)t * p.crecv_row + (unsigned long long)EEP_EPK_H(p) * 2);
+                    unsigned polls = 0;
+                    unsigned mm = dm;
+
+                    for (int j = 0; j < (int)lane; j++) {
+                        mm &= mm - 1;
+                    }
+                    ok = eep_wait_geq(w, [tag, &polls] {
+                                          if (polls++ > 64) {
+                                              __nanosleep(64);
+                                          }
+                                          return eep_ld_relaxed_sys(tag);
+                                      }, seq, EEP_PHASE_EP_COMBINE, __ffs(mm) - 1);
+                    if (ok) {
+                        eep_fence_acquire_sys(); /* the warp follows through the __syncwarp */
+                    }
+                }
+                if (__any_sync(0xffffffffu, !ok)) {
+                    failed = true;
+                    break;
+                }
+                __syncwarp();
+                waited = true;
+            }
 #pragma unroll
             for (int u = 0; u < 4; u++) {
 #pragma unroll
@@ -315,7 +378,9 @@ __device__ void eep_ep_combine_body(const eep_epk_params_t &p)
                 uint4        pv[4];
 #pragma unroll
                 for (int u = 0; u < 4; u++) {
-                    if (v0 + 32 * u < tve) {
+                    if (j == jl) {
+                        pv[u] = own[u];
+                    } else if (v0 + 32 * u < tve) {
                         pv[u] = p4[v0 + 32 * u];
                     }
                 }
