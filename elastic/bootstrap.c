@@ -9,18 +9,9 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "elastic/log.h"
 #include "elastic/runtime_knobs.h"
-
-double eep_bootstrap_now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
 
 eep_status_t eep_bootstrap_create_ops(const eep_bootstrap_ops_t *ops, void *impl, int rank,
                                       int nranks, int timeout_ms, eep_bootstrap_t **bs_p)

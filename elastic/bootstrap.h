@@ -42,9 +42,6 @@ eep_status_t eep_bootstrap_create_ops(const eep_bootstrap_ops_t *ops, void *impl
 eep_status_t eep_bootstrap_file_init(eep_bootstrap_t *bs, const char *dir);
 eep_status_t eep_bootstrap_tcp_init(eep_bootstrap_t *bs, const char *address);
 
-/** Milliseconds on a monotonic clock. */
-double eep_bootstrap_now_ms(void);
-
 #ifdef __cplusplus
 }
 #endif

@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "elastic/clock.h"
 #include "elastic/log.h"
 
 typedef struct {
@@ -105,7 +106,7 @@ static eep_status_t eep_bootstrap_file_allgather(eep_bootstrap_t *bs, const void
 {
     eep_bootstrap_file_t *f = bs->impl;
     char                  path[PATH_MAX + 32];
-    double                deadline = eep_bootstrap_now_ms() + bs->timeout_ms;
+    double                deadline = eep_clock_ms() + bs->timeout_ms;
     struct timespec       pause = { 0, 1000000 };
     eep_status_t          status;
     int                   have = 0, i, ret;
@@ -146,7 +147,7 @@ static eep_status_t eep_bootstrap_file_allgather(eep_bootstrap_t *bs, const void
         if (have == bs->nranks) {
             break;
         }
-        if (eep_bootstrap_now_ms() > deadline) {
+        if (eep_clock_ms() > deadline) {
             for (i = 0; i < bs->nranks && got[i]; i++) {
             }
             eep_error(EEP_SUBSYS_BOOTSTRAP, "file bootstrap round %lu: %d of %d ranks after %d ms; "

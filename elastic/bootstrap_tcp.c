@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "elastic/clock.h"
 #include "elastic/log.h"
 
 #define EEP_BOOTSTRAP_TCP_MAGIC 0x45455042u /* "EEPB" */
@@ -44,7 +45,7 @@ static int eep_bootstrap_tcp_wait(int fd, short events, double deadline)
     int           ret;
 
     for (;;) {
-        double left = deadline - eep_bootstrap_now_ms();
+        double left = deadline - eep_clock_ms();
 
         if (left <= 0) {
             return 0;
@@ -121,7 +122,7 @@ static eep_status_t eep_bootstrap_tcp_allgather(eep_bootstrap_t *bs, const void 
     eep_bootstrap_tcp_hdr_t hdr = { EEP_BOOTSTRAP_TCP_MAGIC, (uint32_t)bs->rank,
                                     (uint32_t)bs->nranks, (uint32_t)bs->round, len };
     eep_bootstrap_tcp_hdr_t got;
-    double                  deadline = eep_bootstrap_now_ms() + bs->timeout_ms;
+    double                  deadline = eep_clock_ms() + bs->timeout_ms;
     eep_status_t            status;
     size_t                  total = len * (size_t)bs->nranks;
     int                     i;
@@ -228,7 +229,7 @@ static void eep_bootstrap_tcp_nodelay(int fd)
 static eep_status_t eep_bootstrap_tcp_root(eep_bootstrap_t *bs, eep_bootstrap_tcp_t *t,
                                            struct addrinfo *ai, const char *address)
 {
-    double                  deadline = eep_bootstrap_now_ms() + bs->timeout_ms;
+    double                  deadline = eep_clock_ms() + bs->timeout_ms;
     eep_bootstrap_tcp_hdr_t hello;
     eep_status_t            status;
     int                     one = 1, have = 1, fd, ret;
@@ -274,7 +275,7 @@ static eep_status_t eep_bootstrap_tcp_root(eep_bootstrap_t *bs, eep_bootstrap_tc
 static eep_status_t eep_bootstrap_tcp_leaf(eep_bootstrap_t *bs, eep_bootstrap_tcp_t *t,
                                            struct addrinfo *ai, const char *address)
 {
-    double                  deadline = eep_bootstrap_now_ms() + bs->timeout_ms;
+    double                  deadline = eep_clock_ms() + bs->timeout_ms;
     eep_bootstrap_tcp_hdr_t hello = { EEP_BOOTSTRAP_TCP_MAGIC, (uint32_t)bs->rank,
                                       (uint32_t)bs->nranks, 0, 0 };
     struct timespec         pause = { 0, 10000000 };
@@ -289,7 +290,7 @@ static eep_status_t eep_bootstrap_tcp_leaf(eep_bootstrap_t *bs, eep_bootstrap_tc
             break;
         }
         close(fd);
-        if (eep_bootstrap_now_ms() > deadline) {
+        if (eep_clock_ms() > deadline) {
             eep_error(EEP_SUBSYS_BOOTSTRAP, "tcp bootstrap: rank 0 at %s did not accept within "
                       "%d ms", address, bs->timeout_ms);
             return EEP_ERR_TIMEOUT;

@@ -14,8 +14,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "elastic/clock.h"
 #include "elastic/cuda_sym.h"
 #include "elastic/ep_args.h"
 #include "elastic/ep_handle.h"
@@ -303,18 +303,10 @@ static void eep_ep_params_handle(eep_epk_params_t *p, const eep_ep_handle_t *h)
     p->h_recv_w    = (uintptr_t)h->d_recv_w;
 }
 
-static double eep_ep_now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
 /* CPU_SYNC: wait (bounded, abortable) until the dispatch kernel has published the counts. */
 static eep_status_t eep_ep_wait_counts(eep_runtime_t *rt, struct eep_ep_state *st, int El)
 {
-    const double deadline = eep_ep_now_ms() + (double)rt->timeout_ms;
+    const double deadline = eep_clock_ms() + (double)rt->timeout_ms;
     unsigned     spins;
 
     for (spins = 0;; spins++) {
@@ -325,7 +317,7 @@ static eep_status_t eep_ep_wait_counts(eep_runtime_t *rt, struct eep_ep_state *s
             if (__atomic_load_n(&rt->fault_host->abort_flag, __ATOMIC_ACQUIRE) != EEP_ABORT_NONE) {
                 return eep_poll(rt);
             }
-            if (eep_ep_now_ms() > deadline) {
+            if (eep_clock_ms() > deadline) {
                 eep_error(EEP_SUBSYS_KERNEL, "dispatch: the counts did not arrive within %d ms",
                           rt->timeout_ms);
                 return EEP_ERR_PEER_TIMEOUT;

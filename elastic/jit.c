@@ -14,9 +14,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "elastic/clock.h"
 #include "elastic/config.h"
 #include "elastic/cuda_sym.h"
 #include "elastic/jit_knobs.h"
@@ -50,14 +50,6 @@ int eep_jit_pathf(char *buf, size_t len, const char *fmt, ...)
     return 0;
 }
 
-double eep_jit_now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
 unsigned long eep_jit_compiler_runs(void)
 {
     return __atomic_load_n(&eep_jit_runs, __ATOMIC_RELAXED);
@@ -69,7 +61,7 @@ void eep_jit_count_compiler_run(void)
 }
 
 /* Foreground compiles (any thread but a prefetch worker), process-wide: how many run now, and
-   when the last one ended (ms, eep_jit_now_ms).  Background compiles keep out of their way. */
+   when the last one ended (ms, eep_clock_ms).  Background compiles keep out of their way. */
 static int             eep_jit_fg_active;
 static int64_t         eep_jit_fg_end_ms;
 static __thread int    eep_jit_thread_is_worker;
@@ -84,7 +76,7 @@ double eep_jit_foreground_quiet_ms(void)
     if (__atomic_load_n(&eep_jit_fg_active, __ATOMIC_ACQUIRE) > 0) {
         return -1;
     }
-    return eep_jit_now_ms() - (double)__atomic_load_n(&eep_jit_fg_end_ms, __ATOMIC_ACQUIRE);
+    return eep_clock_ms() - (double)__atomic_load_n(&eep_jit_fg_end_ms, __ATOMIC_ACQUIRE);
 }
 
 static void eep_jit_foreground_begin(void)
@@ -97,7 +89,7 @@ static void eep_jit_foreground_begin(void)
 static void eep_jit_foreground_end(void)
 {
     if (!eep_jit_thread_is_worker) {
-        __atomic_store_n(&eep_jit_fg_end_ms, (int64_t)eep_jit_now_ms(), __ATOMIC_RELEASE);
+        __atomic_store_n(&eep_jit_fg_end_ms, (int64_t)eep_clock_ms(), __ATOMIC_RELEASE);
         __atomic_fetch_sub(&eep_jit_fg_active, 1, __ATOMIC_ACQ_REL);
     }
 }
@@ -376,11 +368,11 @@ static eep_status_t eep_jit_fetch(eep_jit_t *jit, const eep_jit_spec_t *spec, ee
     if (jit->keep_source) {
         eep_jit_keep_file(jit, unit->key, ".cu", unit->source);
     }
-    t0 = eep_jit_now_ms();
+    t0 = eep_clock_ms();
     eep_jit_foreground_begin();
     status = ops->compile(jit, unit, &cubin, &size, &log);
     eep_jit_foreground_end();
-    info->compile_ms = eep_jit_now_ms() - t0;
+    info->compile_ms = eep_clock_ms() - t0;
     eep_jit_set_last_log(log);
     if (status != EEP_OK) {
         eep_error(EEP_SUBSYS_JIT, "%s failed to compile %s<%s> from %s (key %.16s)%s%s", ops->name,
@@ -444,7 +436,7 @@ static eep_status_t eep_jit_compile_cubin(eep_jit_t *jit, const eep_jit_spec_t *
     eep_jit_info_t info;
     eep_jit_unit_t unit;
     eep_status_t   status;
-    double         start = eep_jit_now_ms();
+    double         start = eep_clock_ms();
 
     if (jit == NULL || spec == NULL) {
         eep_error(EEP_SUBSYS_JIT, "eep_jit_compile: %s is NULL", jit == NULL ? "jit" : "spec");
@@ -459,7 +451,7 @@ static eep_status_t eep_jit_compile_cubin(eep_jit_t *jit, const eep_jit_spec_t *
     if (status != EEP_OK) {
         return status;
     }
-    info.total_ms = eep_jit_now_ms() - start;
+    info.total_ms = eep_clock_ms() - start;
     if (info_p != NULL) {
         *info_p = info;
     }

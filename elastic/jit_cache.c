@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "elastic/clock.h"
 #include "elastic/log.h"
 
 #define EEP_JIT_CACHE_MAGIC     "EEPJITC\0"
@@ -215,7 +216,7 @@ eep_status_t eep_jit_cache_lock(const eep_jit_t *jit, const char *key, int *fd_p
     struct timespec nap = { 0, 2 * 1000 * 1000 };
     char            path[PATH_MAX];
     eep_status_t    status;
-    double          start = eep_jit_now_ms(), waited;
+    double          start = eep_clock_ms(), waited;
     int             fd, warned = 0;
 
     status = eep_jit_cache_path(jit, key, ".lock", path, sizeof(path));
@@ -233,7 +234,7 @@ eep_status_t eep_jit_cache_lock(const eep_jit_t *jit, const char *key, int *fd_p
             close(fd);
             return status;
         }
-        waited = eep_jit_now_ms() - start;
+        waited = eep_clock_ms() - start;
         if (waited > EEP_JIT_LOCK_WAIT_MS) {
             eep_error(EEP_SUBSYS_JIT, "waited %.0f s for another process compiling %.16s (lock "
                       "%s); giving up", waited / 1000, key, path);

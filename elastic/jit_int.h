@@ -166,7 +166,6 @@ eep_status_t eep_jit_mkdirs(const char *path);
 int           eep_jit_pathf(char *buf, size_t len, const char *fmt, ...)
                   __attribute__((format(printf, 3, 4)));
 void          eep_jit_set_last_log(const char *log);
-double        eep_jit_now_ms(void);
 /* Process-wide count of compiler runs (NVRTC compiles + nvcc executions), for tests. */
 unsigned long eep_jit_compiler_runs(void);
 void          eep_jit_count_compiler_run(void);

@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "elastic/clock.h"
 #include "elastic/log.h"
 
 #define EEP_JIT_NVCC_WAIT_MS (10 * 60 * 1000)
@@ -131,7 +132,7 @@ static eep_status_t eep_jit_nvcc_run(const char *const *argv, const char *log_pa
     struct timespec            nap = { 0, 5 * 1000 * 1000 };
     posix_spawn_file_actions_t fa;
     eep_status_t               status = EEP_OK;
-    double                     start = eep_jit_now_ms();
+    double                     start = eep_clock_ms();
     pid_t                      pid, done;
     int                        ret, wstatus = 0;
 
@@ -155,7 +156,7 @@ static eep_status_t eep_jit_nvcc_run(const char *const *argv, const char *log_pa
             status = eep_status_from_errno(errno, "waitpid(nvcc)");
             break;
         }
-        if (eep_jit_now_ms() - start > EEP_JIT_NVCC_WAIT_MS) {
+        if (eep_clock_ms() - start > EEP_JIT_NVCC_WAIT_MS) {
             eep_error(EEP_SUBSYS_JIT, "nvcc (pid %d) ran for more than %d s: killed", (int)pid,
                       EEP_JIT_NVCC_WAIT_MS / 1000);
             kill(pid, SIGKILL);

@@ -27,6 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "elastic/clock.h"
 #include "elastic/log.h"
 
 #define EEP_JIT_SCAN_MAX_DEPTH 64
@@ -683,7 +684,7 @@ eep_status_t eep_jit_unit_key(eep_jit_t *jit, eep_jit_unit_t *unit)
     eep_status_t   status;
     char           num[32], opt[PATH_MAX + 8];
     size_t         i, rlen = strlen(jit->source_root);
-    double         start = eep_jit_now_ms();
+    double         start = eep_clock_ms();
 
     eep_sha256_init(&hash);
     eep_jit_hash_str(&hash, "format", "eep-jit-key-1");
@@ -731,6 +732,6 @@ eep_status_t eep_jit_unit_key(eep_jit_t *jit, eep_jit_unit_t *unit)
     eep_sha256_hex(digest, unit->key);
     snprintf(unit->name, sizeof(unit->name), "eep_jit_%.16s.cu", unit->key);
     eep_debug(EEP_SUBSYS_JIT, "key %.16s: %d headers read in %.2f ms", unit->key, scan.n_files,
-              eep_jit_now_ms() - start);
+              eep_clock_ms() - start);
     return EEP_OK;
 }

@@ -1,6 +1,6 @@
 # elastic/: the host runtime of the data plane, and the core services every binary shares.
-UTIL_SRCS += elastic/status.c elastic/log.c elastic/config.c elastic/config_registry.c \
-             elastic/core_knobs.c
+UTIL_SRCS += elastic/status.c elastic/log.c elastic/clock.c elastic/config.c \
+             elastic/config_registry.c elastic/core_knobs.c
 LIBEEP_SRCS += elastic/nccl_util.c
 # dispatch/combine host side (ep_*): knobs in the util base (the registry lists every table).
 UTIL_SRCS += elastic/ep_knobs.c

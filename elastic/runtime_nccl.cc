@@ -19,6 +19,7 @@
 #include <time.h>
 
 #include "elastic/bootstrap.h"
+#include "elastic/clock.h"
 #include "elastic/cuda_sym.h"
 #include "elastic/log.h"
 #include "elastic/nccl_util.h"
@@ -54,7 +55,7 @@ static eep_status_t eep_nccl_wait(ncclComm_t comm, ncclResult_t res, double dead
         if (async != ncclInProgress) {
             return eep_status_from_nccl(async, comm, what);
         }
-        if (eep_bootstrap_now_ms() > deadline_ms) {
+        if (eep_clock_ms() > deadline_ms) {
             eep_error(EEP_SUBSYS_RUNTIME, "%s did not finish before EEP_INIT_TIMEOUT_MS", what);
             return EEP_ERR_TIMEOUT;
         }
@@ -104,7 +105,7 @@ static eep_status_t eep_nccl_gin_probe(ncclComm_t comm, int rank, int single_nod
     ncclResult_t async = ncclInProgress;
     if (res == ncclSuccess || res == ncclInProgress) {
         while (ncclCommGetAsyncError(probe, &async) == ncclSuccess && async == ncclInProgress &&
-               eep_bootstrap_now_ms() < deadline) {
+               eep_clock_ms() < deadline) {
             sched_yield();
         }
         res = async;
@@ -129,7 +130,7 @@ extern "C" eep_status_t eep_runtime_nccl_setup(eep_runtime_t *rt, eep_bootstrap_
     eep_runtime_nccl_t     *n;
     ncclDevCommRequirements reqs;
     eep_status_t            status;
-    double                  deadline = eep_bootstrap_now_ms() + (double)rt->cfg.init_timeout_ms;
+    double                  deadline = eep_clock_ms() + (double)rt->cfg.init_timeout_ms;
     int                     probe = 0, gin = 0;
 
     status = eep_cuda_sym_driver(&cu);
@@ -300,7 +301,7 @@ extern "C" eep_status_t eep_runtime_nccl_setup(eep_runtime_t *rt, eep_bootstrap_
 extern "C" void eep_runtime_nccl_teardown(eep_runtime_t *rt, int abort)
 {
     eep_runtime_nccl_t *n = rt->nccl;
-    double              deadline = eep_bootstrap_now_ms() + (double)rt->cfg.init_timeout_ms;
+    double              deadline = eep_clock_ms() + (double)rt->cfg.init_timeout_ms;
 
     if (n == NULL) {
         return;

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "elastic/clock.h"
 #include "elastic/cuda_sym.h"
 #include "elastic/ep_layout.h"
 #include "elastic/jit_int.h"
@@ -98,15 +99,15 @@ static int eep_jit_bench_shrink(eep_jit_t *jit)
     int                      c, rc = 0;
 
     shape.world = 6;
-    t0          = eep_jit_now_ms();
+    t0          = eep_clock_ms();
     for (c = 0; c < 2; c++) {
         eep_ep_kernel_spec(c, 32, EEP_EPK_NO_CPU_SYNC, 0, &shape, &names, &spec);
         rc |= eep_jit_compile(jit, &spec, &info) != EEP_OK;
         rc |= eep_ep_prefetch_shrink(jit, c, 32, EEP_EPK_NO_CPU_SYNC, 0, &shape) != EEP_OK;
     }
-    built = eep_jit_now_ms() - t0;
+    built = eep_clock_ms() - t0;
     eep_jit_prefetch_wait(jit, &stats);
-    wait = eep_jit_now_ms() - t0 - built;
+    wait = eep_clock_ms() - t0 - built;
     for (shape.world = 5; shape.world >= 4; shape.world--) {
         for (c = 0; c < 2; c++) {
             eep_ep_kernel_spec(c, 32, EEP_EPK_NO_CPU_SYNC, 0, &shape, &names, &spec);
@@ -235,13 +236,13 @@ int main(int argc, char **argv)
         printf(" %14.3f", eep_jit_bench_median(t, reps));
         (void)first;
         if (gpu) {
-            t0 = eep_jit_now_ms();
+            t0 = eep_clock_ms();
             status = eep_jit_get_kernel(jit, &cases[c].spec, &k);
-            first = eep_jit_now_ms() - t0;
+            first = eep_clock_ms() - t0;
             for (i = 0; i < reps && status == EEP_OK; i++) {
-                t0 = eep_jit_now_ms();
+                t0 = eep_clock_ms();
                 status = eep_jit_get_kernel(jit, &cases[c].spec, &k);
-                t[i] = eep_jit_now_ms() - t0;
+                t[i] = eep_clock_ms() - t0;
             }
             if (status == EEP_OK) {
                 printf(" %12.2f %14.3f", first, eep_jit_bench_median(t, reps));

@@ -23,6 +23,7 @@
 
 #include "control/agent/agent_knobs.h"
 #include "control/etcd/etcd.h"
+#include "elastic/clock.h"
 #include "elastic/log.h"
 #include "elastic/runtime_knobs.h"
 
@@ -184,7 +185,7 @@ static eep_status_t eep_agent_bootstrap_allgather(eep_bootstrap_t *bs, const voi
     eep_agent_bootstrap_t *b = bs->impl;
     char                   prefix[EEP_AGENT_BOOT_KEY_MAX];
     size_t                 plen, i;
-    double                 deadline = eep_bootstrap_now_ms() + bs->timeout_ms;
+    double                 deadline = eep_clock_ms() + bs->timeout_ms;
     double                 pause_ms = 1;
     unsigned char         *got;
     int                    have = 0, rank;
@@ -241,7 +242,7 @@ static eep_status_t eep_agent_bootstrap_allgather(eep_bootstrap_t *bs, const voi
             b->missing = -1;
             break;
         }
-        left = deadline - eep_bootstrap_now_ms();
+        left = deadline - eep_clock_ms();
         if (left <= 0) {
             for (rank = 0; rank < bs->nranks && got[rank]; rank++) {
             }

@@ -20,14 +20,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "elastic/clock.h"
 #include "elastic/log.h"
 
 int64_t eepd_now_ms(void)
 {
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return (int64_t)eep_clock_ms();
 }
 
 static int64_t eepd_unix_ms(void)

@@ -21,6 +21,7 @@
 #include <grpc/support/log.h>
 #include <grpc/support/time.h>
 
+#include "elastic/clock.h"
 #include "elastic/log.h"
 
 /* gRPC's own log lines, through ours: its errors are mostly transport trouble that the caller
@@ -48,10 +49,7 @@ void eep_rpc_shutdown(void)
 
 int64_t eep_rpc_now_ms(void)
 {
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return (int64_t)eep_clock_ms();
 }
 
 gpr_timespec eep_rpc_deadline_ms(int64_t ms)

@@ -1,0 +1,14 @@
+/*
+ * elastic/clock.c - see clock.h.
+ */
+#include "elastic/clock.h"
+
+#include <time.h>
+
+double eep_clock_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
