@@ -70,9 +70,12 @@ __device__ __forceinline__ eep_lsa_lane eep_lsa_lane_init(const eep_barrier_para
     l.peer_world = -1;
     if (l.active) {
         ncclWindow_t win = (ncclWindow_t)p.window;
-        l.store_to   = (unsigned long long *)ncclGetLsaPointer(win, p.lsa_arrive_off + 8ull * me, t);
-        l.wait_on    = (const unsigned long long *)ncclGetLsaPointer(win,
-                                                                     p.lsa_arrive_off + 8ull * t, me);
+
+        l.store_to = (unsigned long long *)ncclGetLsaPointer(win, p.lsa_arrive_off + 8ull * me,
+                                                             t);
+        l.wait_on  = (const unsigned long long *)ncclGetLsaPointer(win,
+                                                                   p.lsa_arrive_off + 8ull * t,
+                                                                   me);
         l.peer_world = ncclTeamRankToWorld(dc, ncclTeamLsa(dc), t);
     }
     return l;

@@ -391,8 +391,9 @@ static eep_status_t line_up(eep_bench_ctx_t *ctx, CUdeviceptr scratch)
 {
     eep_status_t status;
 
-    status = eep_status_from_nccl(ncclAllReduce((const void *)scratch, (void *)scratch, 1, ncclInt32,
-                                                ncclMax, ctx->comm, (cudaStream_t)ctx->stream),
+    status = eep_status_from_nccl(ncclAllReduce((const void *)scratch, (void *)scratch, 1,
+                                                ncclInt32, ncclMax, ctx->comm,
+                                                (cudaStream_t)ctx->stream),
                                   ctx->comm, "ncclAllReduce");
     if (status == EEP_OK) {
         status = eep_status_from_cu(ctx->cu->cuStreamSynchronize(ctx->stream),
@@ -639,7 +640,8 @@ typedef CUresult (*bench_graph_destroy_fn)(CUgraph);
 /*
  * Ours without host overhead: one dispatch (then one combine) captured in a CUDA graph and
  * replayed @p iters times, three times over; @return the median batch's mean us per replay in
- * *d_us / *c_us (0 where it could not be captured).  Only for modes without a host wait (NO_CPU_SYNC, CACHED).
+ * *d_us / *c_us (0 where it could not be captured).  Only for modes without a host wait
+ * (NO_CPU_SYNC, CACHED).
  */
 static eep_status_t graph_times(eep_bench_ctx_t *ctx, eep_runtime_t *rt,
                                 const eep_dispatch_args_t *a, eep_ep_handle_t **h,

@@ -188,8 +188,10 @@ eep_status_t eep_bl_create(eep_bench_ctx_t *ctx, const eep_ep_shape_t *shape,
         (status = bl_alloc(bl, &bl->send_offsets, W * 4, "send_offsets")) != EEP_OK ||
         (status = bl_alloc(bl, &bl->all_counts, W * W * 4, "all_counts")) != EEP_OK ||
         (status = bl_alloc(bl, &bl->bad, 8, "bad")) != EEP_OK ||
-        (status = bl_alloc(bl, &bl->send_buf, T * W * bl->wire.token_bytes, "send_buf")) != EEP_OK ||
-        (status = bl_alloc(bl, &bl->recv_buf, W * T * bl->wire.token_bytes, "recv_buf")) != EEP_OK ||
+        (status = bl_alloc(bl, &bl->send_buf, T * W * bl->wire.token_bytes,
+                           "send_buf")) != EEP_OK ||
+        (status = bl_alloc(bl, &bl->recv_buf, W * T * bl->wire.token_bytes,
+                           "recv_buf")) != EEP_OK ||
         (status = bl_alloc(bl, &bl->lane_pos, W * T * K * 4, "lane_pos")) != EEP_OK ||
         (status = bl_alloc(bl, &bl->row_of, W * T * K * 4, "row_of")) != EEP_OK ||
         (status = bl_alloc(bl, &bl->c_send, W * T * H * 2, "combine send")) != EEP_OK ||
@@ -197,7 +199,8 @@ eep_status_t eep_bl_create(eep_bench_ctx_t *ctx, const eep_ep_shape_t *shape,
         (status = bl_alloc(bl, &bl->view.recv_x, (size_t)bl->rows_max * bl->wire.hidden_bytes,
                            "recv_x")) != EEP_OK ||
         (status = bl_alloc(bl, &bl->view.recv_x_scales,
-                           (size_t)bl->rows_max * bl->wire.scale_bytes, "recv_x_scales")) != EEP_OK ||
+                           (size_t)bl->rows_max * bl->wire.scale_bytes,
+                           "recv_x_scales")) != EEP_OK ||
         (status = bl_alloc(bl, &bl->view.recv_topk_idx, (size_t)bl->rows_max * K * 4,
                            "recv_topk_idx")) != EEP_OK ||
         (status = bl_alloc(bl, &bl->view.recv_topk_weights, (size_t)bl->rows_max * K * 4,

@@ -131,7 +131,8 @@ static eep_status_t eep_config_parse(const eep_knob_t *knob, const char *value, 
             *(double *)field = d;
             return EEP_OK;
         }
-        eep_error(EEP_SUBSYS_CONFIG, "%s '%s' (from %s) is not a number", knob->name, value, origin);
+        eep_error(EEP_SUBSYS_CONFIG, "%s '%s' (from %s) is not a number", knob->name, value,
+                  origin);
         return EEP_ERR_INVALID_ARG;
     case EEP_KNOB_STRING:
         if (strlen(value) >= EEP_KNOB_STRING_MAX) {
@@ -232,7 +233,8 @@ eep_status_t eep_config_load(const eep_knob_table_t *table, void *cfg_p)
     size_t            i;
 
     if (table == NULL || cfg_p == NULL) {
-        eep_error(EEP_SUBSYS_CONFIG, "eep_config_load: %s is NULL", table == NULL ? "table" : "cfg_p");
+        eep_error(EEP_SUBSYS_CONFIG, "eep_config_load: %s is NULL",
+                  table == NULL ? "table" : "cfg_p");
         return EEP_ERR_INVALID_ARG;
     }
     memset(cfg_p, 0, table->struct_size);

@@ -14,8 +14,9 @@
  * warps at decode size), at prefill size computing this rank's own partial of the token from its
  * rows (the same arithmetic; never written out), waits for the tags of the other rows in regions
  * 0, 1, ... (= destination ranks ascending), sums the partials in that order in fp32 and writes
- * bf16: no "all landed" signal, so a token is summed as soon as its own partials are in.  Block 0 finally waits for every peer's start word.  The
- * arithmetic is eep/ep.h's; kernels/ep/ep_numeric.cuh fixes the roundings.
+ * bf16: no "all landed" signal, so a token is summed as soon as its own partials are in.
+ * Block 0 finally waits for every peer's start word.  The arithmetic is eep/ep.h's;
+ * kernels/ep/ep_numeric.cuh fixes the roundings.
  */
 #ifndef EEP_KERNELS_EP_COMBINE_CUH
 #define EEP_KERNELS_EP_COMBINE_CUH
