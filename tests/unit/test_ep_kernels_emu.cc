@@ -264,21 +264,29 @@ static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, i
         q.h_recv_w = U(shm_alloc((size_t)W * T * K * 4));
         q.chunk_totals = U(shm_alloc((size_t)EEP_EPK_MAX_SEND_BLOCKS * NC * 4));
         q.chunk_flags = U(shm_alloc((size_t)EEP_EPK_MAX_SEND_BLOCKS * 8));
-        /* combine: y from (rank, row, channel); padding rows NaN (they must not be read) */
         y[r] = (uint16_t *)shm_alloc((size_t)rows * H * 2);
-        for (int64_t row = 0; row < rows; row++) {
-            for (int h = 0; h < H; h++) {
-                float v = (float)((r * 131 + row * 17 + h * 7) % 97) / 32.0f - 1.5f;
-                y[r][row * H + h] = row < rr[r].num_rows && rr[r].src_rank[row] >= 0 ?
-                                    eep_ref_f32_to_bf16(v) : 0x7fc0;
-            }
-        }
         q.y = U(y[r]);
         out[r] = (uint16_t *)shm_alloc((size_t)T * H * 2);
         q.out = U(out[r]);
         out_ref[r] = (uint16_t *)calloc((size_t)T * H, 2);
     }
-    if (eep_ref_combine(&s, in, rr, y.data(), out_ref.data()) != EEP_OK) {
+    /* combine: y from (rank, row, channel, pair), so that a combine that read an earlier pair's
+       partials (a sequence or parity that did not advance) gives wrong sums; padding rows NaN
+       (they must not be read) */
+    auto set_y = [&](int pair) {
+        for (int r = 0; r < W; r++) {
+            for (int64_t row = 0; row < rows; row++) {
+                for (int h = 0; h < H; h++) {
+                    float v = (float)((r * 131 + row * 17 + h * 7 + pair * 29) % 97) / 32.0f -
+                              1.5f;
+                    y[r][row * H + h] = row < rr[r].num_rows && rr[r].src_rank[row] >= 0 ?
+                                        eep_ref_f32_to_bf16(v) : 0x7fc0;
+                }
+            }
+        }
+        return eep_ref_combine(&s, in, rr, y.data(), out_ref.data()) == EEP_OK;
+    };
+    if (!set_y(0)) {
         printf("%s: the CPU combine reference failed\n", name);
         return 1;
     }
@@ -399,6 +407,10 @@ static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, i
         }
         /* combine on G blocks (few records a block: warp groups split each record and
            token) and on one block (one warp a record, taken from the work counter) in turn */
+        if (pair > 0 && !set_y(pair)) {
+            printf("%s: the CPU combine reference failed\n", name);
+            return 1;
+        }
         snprintf(what, sizeof(what), "%s pair %d combine", name, pair);
         if (!launch(eep_ep_combine_body, p, pair % 2 == 0 ? G : 1, 0, what)) {
             return 1;
