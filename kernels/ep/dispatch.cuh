@@ -85,6 +85,21 @@ __device__ __forceinline__ long long eep_epk_id(const eep_epk_params_t &p, long 
     return ((const int *)p.topk_idx)[i];
 }
 
+/* Token @p t's top-k id and weight of this lane (lane k < K: entry k; other lanes -1 and 0). */
+template <int IdxBits>
+__device__ __forceinline__ void eep_epk_lane_topk(const eep_epk_params_t &p, int t, unsigned lane,
+                                                  int *id_p, float *w_p)
+{
+    const int K = EEP_EPK_K(p);
+
+    *id_p = -1;
+    *w_p  = 0.0f;
+    if ((int)lane < K) {
+        *id_p = (int)eep_epk_id<IdxBits>(p, (long long)t * K + lane);
+        *w_p  = ((const float *)p.topk_weights)[(long long)t * K + lane];
+    }
+}
+
 /* Route one token whose K ids come from get(k): its destination mask; or bad (an id outside
    [-1, E) or repeated in the token: mask 0, *bad_id_p the offending id). */
 template <typename GetId>
@@ -954,13 +969,10 @@ __device__ void eep_ep_dispatch_body(const eep_epk_params_t &p)
                 const int     *slots = (const int *)p.h_send_slot + (long long)t * W;
                 const unsigned dm = eep_epk_slot_mask(slots, W);
                 auto           slot_of = [slots](int d) { return slots[d]; };
-                int            my_id = -1;
-                float          my_w = 0.0f;
+                int            my_id;
+                float          my_w;
 
-                if ((int)lane < K) {
-                    my_id = (int)eep_epk_id<IdxBits>(p, (long long)t * K + lane);
-                    my_w  = ((const float *)p.topk_weights)[(long long)t * K + lane];
-                }
+                eep_epk_lane_topk<IdxBits>(p, t, lane, &my_id, &my_w);
                 eep_epk_send_token(p, peer_base, my_region, t, dm, slot_of, my_id, my_w, -1, lane,
                                    (unsigned)((unsigned long long)nv * c / P),
                                    (unsigned)((unsigned long long)nv * (c + 1) / P), c == 0);
@@ -975,13 +987,10 @@ __device__ void eep_ep_dispatch_body(const eep_epk_params_t &p)
                     }
                     const int     *slots = (const int *)p.h_send_slot + (long long)t * W;
                     const unsigned dm = eep_epk_slot_mask(slots, W);
-                    int            my_id = -1;
-                    float          my_w = 0.0f;
+                    int            my_id;
+                    float          my_w;
 
-                    if ((int)lane < K) {
-                        my_id = (int)eep_epk_id<IdxBits>(p, (long long)t * K + lane);
-                        my_w  = ((const float *)p.topk_weights)[(long long)t * K + lane];
-                    }
+                    eep_epk_lane_topk<IdxBits>(p, t, lane, &my_id, &my_w);
                     eep_epk_send_token(p, peer_base, my_region, t, dm,
                                        [slots](int d) { return slots[d]; }, my_id, my_w, -1,
                                        lane, 0u, nv, true);
