@@ -202,6 +202,7 @@ __device__ void eep_ep_combine_body(const eep_epk_params_t &p)
         p.crecv_off + (unsigned long long)parity * p.crecv_regions * p.crecv_region;
 
     eep_epk_stamp(p, 0);
+    eep_epk_start(p, EEP_EPK_CTL_CCTR, EEP_EPK_CTL_CWORK, EEP_EPK_CTL_CSEQ, seq);
     /* The handshake word, to every peer. */
     if (blockIdx.x == 0 && (int)threadIdx.x < W) {
         unsigned long long *slot = (unsigned long long *)(
@@ -248,9 +249,9 @@ __device__ void eep_ep_combine_body(const eep_epk_params_t &p)
             }
         }
     }
-    /* Expert side: records taken dynamically (a counter the launch's last block resets), one
-       system fence per 4 records of a warp, then their tags. */
-    unsigned int  *work = (unsigned int *)(p.ctl + EEP_EPK_CTL_CWORK);
+    /* Expert side: records taken dynamically (this parity's counter, zeroed by the previous
+       call), one system fence per 4 records of a warp, then their tags. */
+    unsigned int  *work = (unsigned int *)(p.ctl + EEP_EPK_CTL_CWORK) + parity;
     unsigned char *done_rows[4] = { nullptr, nullptr, nullptr, nullptr };
     int            ndone = 0;
     for (; split == 1;) {
@@ -412,7 +413,7 @@ __device__ void eep_ep_combine_body(const eep_epk_params_t &p)
     }
 
     eep_epk_stamp(p, 3);
-    eep_epk_finish(p, EEP_EPK_CTL_CCTR, EEP_EPK_CTL_CWORK, EEP_EPK_CTL_CSEQ, seq);
+    eep_epk_stamp(p, 7);
 }
 
 #endif /* __CUDACC__ */

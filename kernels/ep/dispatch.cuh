@@ -23,7 +23,8 @@
  *      rows, then take records from a work counter and place each once its tag holds this
  *      call's sequence, at offsets[e] + rows of e from lower sources + its position (source then
  *      token order, a function of the inputs alone);
- *   6. the launch's last block resets the work counter and writes the sequence back.
+ *   6. (at the start) the block that takes the launch's last ticket writes the sequence back and
+ *      zeroes the next call's work counter (one per parity).
  * CACHED skips 1, 2 and the counts of 4: slots and layout come from the handle.  CPU_SYNC: the
  * launch is senders + counter; the counter publishes the counts (device arrays and a host-mapped
  * mirror) and the host launches Phase 1 (the copy alone, on the copy blocks) once it has sized
@@ -433,9 +434,9 @@ __device__ void eep_epk_expand(const eep_epk_params_t &p, unsigned long long seq
     /* Records: one warp each, sources interleaved so that the local records (which land first)
        do not all go to the first warps. */
     const eep_wait_ctx w = eep_epk_wait_ctx(p, block_failed);
-    /* Taken dynamically (a counter reset by the launch's last block), in the order slot 0 of
-       every source, slot 1 of every source, ...: a warp that would wait for a late record does
-       not hold back others behind a static share. */
+    /* Taken dynamically (this parity's counter, zeroed by the previous call), in the order slot
+       0 of every source, slot 1 of every source, ...: a warp that would wait for a late record
+       does not hold back others behind a static share. */
     int max_n = 0;
     for (int s = 0; s < EEP_EPK_W(p); s++) {
         max_n = max(max_n, sm.n[s]);
@@ -445,7 +446,7 @@ __device__ void eep_epk_expand(const eep_epk_params_t &p, unsigned long long seq
     const int     total = sm.rec_base[EEP_EPK_W(p)];
     const int     CHK = max(1, min(8, total > 0 ? gwarps / total : 1));
     const int     span = max_n * EEP_EPK_W(p) * CHK;
-    unsigned int *work = (unsigned int *)(p.ctl + EEP_EPK_CTL_DWORK);
+    unsigned int *work = (unsigned int *)(p.ctl + EEP_EPK_CTL_DWORK) + parity;
     for (;;) {
         int q = 0;
 
@@ -686,28 +687,33 @@ __device__ __forceinline__ void eep_epk_piece_sent(const eep_epk_params_t &p,
     }
 }
 
-/* The end of every dispatch/combine launch: the last block resets the launch's counters (block
-   count, work) for the next one and, when @p seq_off is not 0, writes the call's sequence back
-   (every block has read it at its start). */
-__device__ __forceinline__ void eep_epk_finish(const eep_epk_params_t &p, unsigned ctr_off,
-                                               unsigned work_off, unsigned seq_off,
-                                               unsigned long long seq)
+/* The start of every dispatch/combine launch, after every thread 0 has read the call's sequence
+   @p seq: each block takes a ticket; the block that takes the last one (so every block has read
+   the sequence) resets the ticket counter, writes the sequence back when @p seq_off is not 0, and
+   zeroes the other parity's work counter at @p work_off (not 0), which the next call uses: this
+   call's was zeroed by the previous call.  Nothing is left for the end of the launch, where the
+   last block's fence and atomics would add to the kernel's tail. */
+__device__ __forceinline__ void eep_epk_start(const eep_epk_params_t &p, unsigned ctr_off,
+                                              unsigned work_off, unsigned seq_off,
+                                              unsigned long long seq)
 {
-    __syncthreads();
     if (threadIdx.x == 0) {
         unsigned int *ctr = (unsigned int *)(p.ctl + ctr_off);
 
-        __threadfence();
+        __threadfence(); /* the sequence read above precedes the ticket */
         if (atomicAdd(ctr, 1u) == gridDim.x - 1u) {
-            *(volatile unsigned int *)(p.ctl + work_off) = 0u;
+            __threadfence();
             *(volatile unsigned int *)ctr = 0u;
+            if (work_off != 0) {
+                const unsigned other = (unsigned)((seq & 1ull) ^ 1ull);
+
+                *(volatile unsigned int *)(p.ctl + work_off + 4u * other) = 0u;
+            }
             if (seq_off != 0) {
                 *(volatile unsigned long long *)(p.ctl + seq_off) = seq;
             }
-            __threadfence();
         }
     }
-    eep_epk_stamp(p, 7);
 }
 
 /* Stage the ids of tokens [c0, c0 + n) into shared memory as int32 (-2: out of range), 8 loads in
@@ -923,7 +929,8 @@ __device__ void eep_ep_dispatch_body(const eep_epk_params_t &p)
 
     if (threadIdx.x == 0) {
         block_failed = 0;
-        /* Phase 0 advances the sequence (written back by the last block); Phase 1 reuses it. */
+        /* Phase 0 advances the sequence (written back by the block that starts last); Phase 1
+           reuses it. */
         sh_seq = *(volatile unsigned long long *)ctl_seq + (Phase == 0 ? 1ull : 0ull);
     }
     for (int d = threadIdx.x; d < W; d += blockDim.x) {
@@ -934,9 +941,13 @@ __device__ void eep_ep_dispatch_body(const eep_epk_params_t &p)
     const int                parity = (int)(seq & 1ull);
 
     eep_epk_stamp(p, 0);
+    /* Phase 0 writes the advanced sequence back and zeroes the next call's work counter; Phase 1
+       (CPU_SYNC's copy) only takes its ticket. */
+    eep_epk_start(p, EEP_EPK_CTL_DCTR, Phase == 0 ? EEP_EPK_CTL_DWORK : 0u,
+                  Phase == 0 ? EEP_EPK_CTL_DSEQ : 0u, seq);
     if (Phase == 1) {
         eep_epk_expand<Mode>(p, seq, (int)blockIdx.x, (int)gridDim.x, dyn, csm, &block_failed);
-        eep_epk_finish(p, EEP_EPK_CTL_DCTR, EEP_EPK_CTL_DWORK, 0, seq);
+        eep_epk_stamp(p, 7);
         return;
     }
 
@@ -1193,7 +1204,7 @@ __device__ void eep_ep_dispatch_body(const eep_epk_params_t &p)
     } else if ((int)blockIdx.x == S && Mode == EEP_EPK_CPU_SYNC) {
         eep_epk_publish(p, seq, peer_base[p.rank] + p.counts_off, csm, &block_failed);
     }
-    eep_epk_finish(p, EEP_EPK_CTL_DCTR, EEP_EPK_CTL_DWORK, EEP_EPK_CTL_DSEQ, seq);
+    eep_epk_stamp(p, 7);
 }
 
 #endif /* __CUDACC__ */

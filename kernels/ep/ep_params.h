@@ -52,14 +52,15 @@
 #define EEP_EPK_SLOT_CDONE  2  /* the peer started this combine (its partials carry tags) */
 #define EEP_EPK_SLOT_COUNTS 3  /* El words: rows for my local expert e */
 
-/* Local control words (in this rank's allocator region): self-cleaning block counters and the
-   device-side call counters (so that a replayed CUDA graph still advances the sequence). */
-#define EEP_EPK_CTL_DCTR   0   /* u32 at byte 0: dispatch blocks done sending */
-#define EEP_EPK_CTL_CCTR   4   /* u32 at byte 4: combine blocks done sending */
+/* Local control words (in this rank's allocator region, >= 256 bytes, zeroed with the window):
+   self-cleaning block counters, the device-side call counters (so that a replayed CUDA graph
+   still advances the sequence) and per-parity work counters (bytes 24-31 unused). */
+#define EEP_EPK_CTL_DCTR   0   /* u32 at byte 0: dispatch blocks started */
+#define EEP_EPK_CTL_CCTR   4   /* u32 at byte 4: combine blocks started */
 #define EEP_EPK_CTL_DSEQ   8   /* u64: dispatch sequence of the last dispatch kernel */
 #define EEP_EPK_CTL_CSEQ   16  /* u64: combine sequence */
-#define EEP_EPK_CTL_DWORK  24  /* u32: next received record a dispatch copier takes */
-#define EEP_EPK_CTL_CWORK  28  /* u32: next record the combine's expert side takes */
+#define EEP_EPK_CTL_DWORK  32  /* u32[2], by parity: next received record a dispatch copier takes */
+#define EEP_EPK_CTL_CWORK  40  /* u32[2], by parity: next record the combine's expert side takes */
 
 typedef struct eep_epk_params {
     /* identity and shape */
