@@ -40,6 +40,11 @@ int eep_ep_local_experts(const eep_ep_shape_t *shape)
     return shape->num_experts / shape->world;
 }
 
+int eep_ep_combine_lines(const eep_ep_shape_t *shape)
+{
+    return shape->max_tokens <= EEP_EP_COMBINE_LINES_MAX_TOKENS;
+}
+
 static int eep_ep_is_pow2(int v)
 {
     return v > 0 && (v & (v - 1)) == 0;
@@ -156,7 +161,10 @@ eep_status_t eep_ep_buffer_sizes(const eep_ep_shape_t *s, eep_ep_buffer_sizes_t 
     z.dispatch_recv_bytes = (size_t)EEP_EP_PARITIES * (size_t)s->world *
                             (size_t)s->max_tokens * wire.token_bytes;
     regions = (size_t)(s->world < s->num_topk ? s->world : s->num_topk);
-    z.combine_row_bytes   = (size_t)s->hidden * 2 + EEP_EP_COMBINE_TAG_BYTES;
+    z.combine_row_bytes   = eep_ep_combine_lines(s) ?
+                            ((size_t)s->hidden * 2 + EEP_EP_COMBINE_LINE_DATA - 1) /
+                            EEP_EP_COMBINE_LINE_DATA * EEP_EP_COMBINE_LINE_BYTES :
+                            (size_t)s->hidden * 2 + EEP_EP_COMBINE_TAG_BYTES;
     z.combine_recv_bytes  = (size_t)EEP_EP_PARITIES * regions * (size_t)s->max_tokens *
                             z.combine_row_bytes;
 
@@ -342,6 +350,7 @@ eep_status_t eep_ep_params_layout(const eep_ep_shape_t *shape, int rank, size_t 
     p->crecv_row     = z.combine_row_bytes;
     p->crecv_region  = (unsigned long long)shape->max_tokens * z.combine_row_bytes;
     p->crecv_regions = shape->world < shape->num_topk ? shape->world : shape->num_topk;
+    p->combine_lines = eep_ep_combine_lines(shape);
     return EEP_OK;
 }
 
@@ -352,8 +361,9 @@ void eep_ep_kernel_spec(int combine, int idx_bits, int mode, int phase,
     snprintf(names->targs, sizeof(names->targs), "%d, %d, %d", idx_bits, mode, phase);
     /* unit #defines, not -D flags: NVRTC's precompiled headers need one command line */
     snprintf(names->defines, sizeof(names->defines), "EEP_EPK_FIXED_K=%d EEP_EPK_FIXED_W=%d "
-             "EEP_EPK_FIXED_H=%d EEP_EPK_FIXED_HB=%zu", shape->num_topk, shape->world,
-             shape->hidden, (size_t)shape->hidden * eep_ep_elem_bytes(shape->dtype));
+             "EEP_EPK_FIXED_H=%d EEP_EPK_FIXED_HB=%zu EEP_EPK_FIXED_LINES=%d", shape->num_topk,
+             shape->world, shape->hidden,
+             (size_t)shape->hidden * eep_ep_elem_bytes(shape->dtype), eep_ep_combine_lines(shape));
     memset(spec_p, 0, sizeof(*spec_p));
     spec_p->size          = sizeof(*spec_p);
     spec_p->header        = combine ? "kernels/ep/combine.cuh" : "kernels/ep/dispatch.cuh";

@@ -234,4 +234,56 @@ __device__ __forceinline__ bool eep_wait_geq(const eep_wait_ctx &w, Load load,
     }
 }
 
+/*
+ * The warp's form of eep_wait_geq: every lane of the warp calls it together, and poll() (run by
+ * every lane each round) returns the value that lane waits on (lanes with nothing to wait for
+ * return @p target).  Ends when every lane's value is >= target; the clock, the block's failure
+ * word and the abort flag are read by lane 0 and its verdict shuffled, so the warp never
+ * diverges around its collective operations (poll may use them too).  On expiry the fault names
+ * @p peer and the first short lane's value.  @return true when reached.
+ */
+template <typename Poll>
+__device__ __forceinline__ bool eep_warp_wait_geq(const eep_wait_ctx &w, Poll poll,
+                                                  unsigned long long target, int phase, int peer)
+{
+    const bool         lead = (threadIdx.x & 31u) == 0;
+    unsigned long long start_ns = 0, deadline_ns = 0, next_abort_check = 0;
+
+    for (unsigned int polls = 0;; polls++) {
+        const unsigned long long v = poll();
+        const unsigned           shortm = __ballot_sync(0xffffffffu, v < target);
+        if (shortm == 0) {
+            return true;
+        }
+        if ((polls & 7u) != 7u) {
+            continue;
+        }
+        const unsigned long long seen = __shfl_sync(0xffffffffu, v, __ffs(shortm) - 1);
+        int                      verdict = 0; /* 0 go on, 1 give up */
+        if (lead) {
+            unsigned long long now = eep_globaltimer();
+            if (start_ns == 0) {
+                start_ns         = now;
+                deadline_ns      = now + w.timeout_ns;
+                next_abort_check = now + w.abort_check_ns;
+            }
+            if (*(volatile int *)w.block_failed) {
+                verdict = 1;
+            } else if (now >= deadline_ns) {
+                eep_fault_raise(w, phase, peer, target, seen, now, start_ns);
+                verdict = 1;
+            } else if (now >= next_abort_check) {
+                next_abort_check = now + w.abort_check_ns;
+                if (eep_abort_raised(w.fault)) {
+                    atomicCAS(w.block_failed, 0, 1);
+                    verdict = 1;
+                }
+            }
+        }
+        if (__shfl_sync(0xffffffffu, verdict, 0) != 0) {
+            return false;
+        }
+    }
+}
+
 #endif /* EEP_BARRIER_BOUNDED_WAIT_CUH */

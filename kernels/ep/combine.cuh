@@ -7,14 +7,15 @@
  * call's handshake, docs/dispatch.md section 3).  Expert side: for each record received by the
  * dispatch (from the handle: source token, rows and weights per top-k lane, ordinal of this rank
  * among the token's destination ranks; at prefill size only the records from peers) one warp, or
- * at decode size a group of warps splitting its channels (eep_epc_split), computes the partial
- * p = bf16(fma over its local lanes ascending, from 0) in fp32, writes it, 16 bytes per lane,
- * into the source rank's combine region `ordinal` at row `token` (LSA pointer), fences (release)
- * and stores the row's tag (the call's sequence).  Source side: one warp per token (a group of
- * warps at decode size), at prefill size computing this rank's own partial of the token from its
- * rows (the same arithmetic; never written out), waits for the tags of the other rows in regions
- * 0, 1, ... (= destination ranks ascending), sums the partials in that order in fp32 and writes
- * bf16: no "all landed" signal, so a token is summed as soon as its own partials are in.
+ * at decode size a group of warps splitting its lines (eep_epc_split), computes the partial
+ * p = bf16(fma over its local lanes ascending, from 0) in fp32 and writes it into the source
+ * rank's combine region `ordinal` at row `token` (LSA pointer) as flagged 128-byte lines
+ * (kernels/ep/ll_line.cuh: 7 vectors of 8 channels and the call's sequence per line; no fence,
+ * no tag).  Source side: one warp per token (a group of warps at decode size), at prefill size
+ * computing this rank's own partial of the token from its rows (the same arithmetic; never
+ * written out), loads the lines of the other rows in regions 0, 1, ... (= destination ranks
+ * ascending) until their flags read this call's sequence, sums the partials in that order in
+ * fp32 and writes bf16: no "all landed" signal, so a line is summed as soon as it is in.
  * Block 0 finally waits for every peer's start word.  The arithmetic is eep/ep.h's;
  * kernels/ep/ep_numeric.cuh fixes the roundings.
  */
@@ -23,19 +24,20 @@
 
 #include "dispatch.cuh"
 #include "ep_numeric.cuh"
+#include "ll_line.cuh"
 
 #ifdef __CUDACC__
 
 /*
- * The weighted sum of one record's rows over vectors v0 + 32 u (u < U, below @p ve) of 8
- * channels: lane k < K holds the record's row @p my_row (-1: not a local expert) and weight
+ * The weighted sum of one record's rows over vectors vec(u) (u < U; -1: none) of 8 channels:
+ * lane k < K holds the record's row @p my_row (-1: not a local expert) and weight
  * @p my_w, @p rows_mask their ballot; G rows' loads in flight, then the fmas in lane order k
  * ascending from 0 (the contract's order, eep/ep.h); the bf16 partial packed into @p part.
  * Every lane of the warp calls it (it shuffles with the full mask).
  */
-template <int U, int G>
+template <int U, int G, typename Vec>
 __device__ __forceinline__ void eep_epc_weighted(const eep_epk_params_t &p, int my_row,
-                                                 float my_w, unsigned rows_mask, int v0, int ve,
+                                                 float my_w, unsigned rows_mask, Vec vec,
                                                  uint4 (&part)[U])
 {
     float    acc[U][8];
@@ -69,9 +71,9 @@ __device__ __forceinline__ void eep_epc_weighted(const eep_epk_params_t &p, int 
         for (int g = 0; g < G; g++) {
 #pragma unroll
             for (int u = 0; u < U; u++) {
-                if (rr[g] >= 0 && v0 + 32 * u < ve) {
+                if (rr[g] >= 0 && vec(u) >= 0) {
                     yv[g][u] = ((const uint4 *)((const unsigned short *)p.y +
-                                                (long long)rr[g] * EEP_EPK_H(p)))[v0 + 32 * u];
+                                                (long long)rr[g] * EEP_EPK_H(p)))[vec(u)];
                 }
             }
         }
@@ -98,16 +100,20 @@ __device__ __forceinline__ void eep_epc_weighted(const eep_epk_params_t &p, int 
 }
 
 /*
- * The expert side of one record (source @p s, index @p i): the bf16 partial of channels
- * [8 vb, 8 ve) into the source's combine region; one warp.  @return the row (its tag is stored by
- * the caller after a fence).
+ * The expert side of one record (source @p s, index @p i): the bf16 partial of units [b, e) of
+ * the source's combine row in region `ordinal`, row `token`; one warp, every lane.  LL: the units
+ * are flagged 128-byte lines, stored with @p seq as their flag (kernels/ep/ll_line.cuh); else
+ * they are 16-byte vectors of a plain row whose tag the caller stores after a fence.
+ * @return the row.
  */
+template <bool LL>
 __device__ __forceinline__ unsigned char *eep_epc_partial(const eep_epk_params_t &p,
                                                           unsigned char *const *peer_base,
                                                           unsigned long long region0, int s,
-                                                          int i, int vb, int ve, unsigned lane)
+                                                          int i, int b, int e,
+                                                          unsigned long long seq, unsigned lane)
 {
-    const int K = EEP_EPK_K(p);
+    const int K = EEP_EPK_K(p), vecs = EEP_EPK_H(p) / 8;
 
     const long long rec = (long long)s * p.max_tokens + i;
     const int       tok = ((const int *)p.h_recv_tok)[rec];
@@ -118,20 +124,34 @@ __device__ __forceinline__ unsigned char *eep_epc_partial(const eep_epk_params_t
     unsigned char  *dst_row = peer_base[s] + region0 +
                               (unsigned long long)ord * p.crecv_region +
                               (unsigned long long)tok * p.crecv_row;
-    uint4          *dst = (uint4 *)dst_row;
 
-    /* 2 vectors of 8 channels per lane x up to 4 top-k lanes in flight (8 loads) */
-    /* every lane runs every iteration (the body shuffles with the full mask): a slice under 32
-       vectors (H 2048 split over 16 warps) let lanes leave and hung the warp */
-    for (int b0 = vb; b0 < ve; b0 += 32 * 2) {
-        const int v0 = b0 + (int)lane;
-        uint4     part[2];
+    /* 2 vectors per lane (LL: 2 x 4 lines) x up to 4 top-k rows in flight (8 loads) a round;
+       every lane runs every round (the body shuffles with the full mask, LL stores meet): a
+       slice under 32 vectors (H 2048 split over 16 warps) let lanes leave and hung the warp */
+    for (int b0 = b; b0 < e; b0 += LL ? 2 * EEP_LL_WARP_LINES : 2 * 32) {
+        int   line[2], vv[2];
+        uint4 part[2];
 
-        eep_epc_weighted<2, 4>(p, my_row, my_w, rows_mask, v0, ve, part);
 #pragma unroll
         for (int u = 0; u < 2; u++) {
-            if (v0 + 32 * u < ve) {
-                dst[v0 + 32 * u] = part[u];
+            if (LL) {
+                line[u] = b0 + EEP_LL_WARP_LINES * u + (int)(lane >> 3);
+                vv[u]   = line[u] < e ? eep_ll_vector(line[u], lane, vecs) : -1;
+            } else {
+                line[u] = 0;
+                vv[u]   = b0 + 32 * u + (int)lane < e ? b0 + 32 * u + (int)lane : -1;
+            }
+        }
+        eep_epc_weighted<2, 4>(p, my_row, my_w, rows_mask, [&vv](int u) { return vv[u]; },
+                               part);
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            if (LL) {
+                eep_ll_store(eep_ll_slot(dst_row, line[u], lane),
+                             vv[u] >= 0 ? part[u] : make_uint4(0u, 0u, 0u, 0u), seq, line[u] < e,
+                             lane);
+            } else if (vv[u] >= 0) {
+                ((uint4 *)dst_row)[vv[u]] = part[u];
             }
         }
     }
@@ -165,7 +185,192 @@ __device__ __forceinline__ int eep_epc_source(const int *rec_base, int q)
     return s;
 }
 
-__device__ void eep_ep_combine_body(const eep_epk_params_t &p)
+/* What the source side knows of one token: its destination ranks @p dm (n of them), the region
+   index jl of this rank's own partial when it is computed here (-1: read like the others), that
+   partial's rows and weights (lane k < K), and where the sum goes. */
+struct eep_epc_token {
+    int            t, n, jl;
+    unsigned       dm, rows_mask;
+    int            my_row;
+    float          my_w;
+    uint4         *out;
+    unsigned char *rows; /* region 0's row of the token; region j's is j crecv_region further */
+};
+
+/* Region j's source: the j-th destination rank of the token. */
+__device__ __forceinline__ int eep_epc_region_source(unsigned dm, int j)
+{
+    for (int k = 0; k < j; k++) {
+        dm &= dm - 1;
+    }
+    return __ffs(dm) - 1;
+}
+
+/*
+ * The sum of token @p k's partials over lines [b, e) (flagged lines, LL): the own partial first
+ * (if computed here), then each region's lines loaded until their flags read @p seq, added in
+ * region order.  Rounds of 8 lines (2 vectors per lane).  @return false when a wait gave up.
+ */
+__device__ __forceinline__ bool eep_epc_sum_lines(const eep_epk_params_t &p, const eep_wait_ctx &w,
+                                                  const eep_epc_token &k, int b, int e,
+                                                  unsigned long long seq, unsigned lane)
+{
+    const int vecs = EEP_EPK_H(p) / 8;
+
+    for (int l0 = b; l0 < e; l0 += 2 * EEP_LL_WARP_LINES) {
+        int   line[2], vv[2];
+        uint4 own[2];
+        float acc[2][8];
+
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            line[u] = l0 + EEP_LL_WARP_LINES * u + (int)(lane >> 3);
+            vv[u]   = line[u] < e ? eep_ll_vector(line[u], lane, vecs) : -1;
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                acc[u][i] = 0.0f;
+            }
+        }
+        if (k.jl >= 0) {
+            eep_epc_weighted<2, 4>(p, k.my_row, k.my_w, k.rows_mask,
+                                   [&vv](int u) { return vv[u]; }, own);
+        }
+        for (int j = 0; j < k.n; j++) {
+            uint4 pv[2];
+
+            if (j == k.jl) {
+#pragma unroll
+                for (int u = 0; u < 2; u++) {
+                    pv[u] = own[u];
+                }
+            } else {
+                unsigned char *row = k.rows + (unsigned long long)j * p.crecv_region;
+
+                if (!eep_warp_wait_geq(w, [&] {
+                                           unsigned long long f = ~0ull;
+#pragma unroll
+                                           for (int u = 0; u < 2; u++) {
+                                               f = min(f, eep_ll_load(
+                                                              eep_ll_slot(row, line[u], lane),
+                                                              pv[u], line[u] < e, lane));
+                                           }
+                                           return f;
+                                       }, seq, EEP_PHASE_EP_COMBINE,
+                                       eep_epc_region_source(k.dm, j))) {
+                    return false;
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < 2; u++) {
+                if (vv[u] >= 0) {
+                    float y[8];
+                    eep_bf16x8_unpack(pv[u], y);
+#pragma unroll
+                    for (int i = 0; i < 8; i++) {
+                        acc[u][i] = eep_add(acc[u][i], y[i]);
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            if (vv[u] >= 0) {
+                k.out[vv[u]] = eep_bf16x8_pack(acc[u]);
+            }
+        }
+    }
+    return true;
+}
+
+/*
+ * The sum of token @p k's partials over vectors [b, e) (plain rows with a tag after the data):
+ * the own partial of the first round computed before the wait, so that it overlaps the other
+ * rows' flight; lane j < n, j != jl, waits for region j's tag once; then rounds of 4 vectors per
+ * lane, partials added in region order.  @return false when a wait gave up.
+ */
+__device__ __forceinline__ bool eep_epc_sum_rows(const eep_epk_params_t &p, const eep_wait_ctx &w,
+                                                 const eep_epc_token &k, int b, int e,
+                                                 unsigned long long seq, unsigned lane)
+{
+    bool waited = false;
+
+    for (int b0 = b; b0 < e; b0 += 32 * 4) {
+        const int v0 = b0 + (int)lane;
+        uint4     own[4];
+        float     acc[4][8];
+
+        if (k.jl >= 0) {
+            eep_epc_weighted<4, 2>(p, k.my_row, k.my_w, k.rows_mask, [v0, e](int u) {
+                                       return v0 + 32 * u < e ? v0 + 32 * u : -1;
+                                   }, own);
+        }
+        if (!waited) {
+            int ok = 1;
+
+            if ((int)lane < k.n && (int)lane != k.jl) {
+                const unsigned long long *tag = (const unsigned long long *)(
+                    k.rows + (unsigned long long)lane * p.crecv_region +
+                    (unsigned long long)EEP_EPK_H(p) * 2);
+                unsigned polls = 0;
+
+                ok = eep_wait_geq(w, [tag, &polls] {
+                                      if (polls++ > 64) {
+                                          __nanosleep(64);
+                                      }
+                                      return eep_ld_relaxed_sys(tag);
+                                  }, seq, EEP_PHASE_EP_COMBINE,
+                                  eep_epc_region_source(k.dm, (int)lane));
+                if (ok) {
+                    eep_fence_acquire_sys(); /* the warp follows through the __syncwarp */
+                }
+            }
+            if (__any_sync(0xffffffffu, !ok)) {
+                return false;
+            }
+            __syncwarp();
+            waited = true;
+        }
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                acc[u][i] = 0.0f;
+            }
+        }
+        for (int j = 0; j < k.n; j++) {
+            const uint4 *p4 = (const uint4 *)(k.rows + (unsigned long long)j * p.crecv_region);
+            uint4        pv[4];
+
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                if (j == k.jl) {
+                    pv[u] = own[u];
+                } else if (v0 + 32 * u < e) {
+                    pv[u] = p4[v0 + 32 * u];
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                float y[8];
+                eep_bf16x8_unpack(pv[u], y);
+#pragma unroll
+                for (int i = 0; i < 8; i++) {
+                    acc[u][i] = eep_add(acc[u][i], y[i]);
+                }
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            if (v0 + 32 * u < e) {
+                k.out[v0 + 32 * u] = eep_bf16x8_pack(acc[u]);
+            }
+        }
+    }
+    return true;
+}
+
+template <bool LL>
+__device__ __forceinline__ void eep_epc_body(const eep_epk_params_t &p)
 {
     __shared__ int                block_failed;
     __shared__ unsigned long long sh_seq;
@@ -212,16 +417,18 @@ __device__ void eep_ep_combine_body(const eep_epk_params_t &p)
     }
 
     /* Expert side, few records (decode): `split` warps per record (2 to 16: a warp group),
-       the groups of a block taking records in step, the group's warps splitting the channels;
-       the block syncs, fences, and the first thread of each group stores its record's tag.  A
-       record's channels over one warp are ~H/512 dependent rounds of loads, which at decode
-       size is most of the kernel; enough records to fill the grid take the dynamic path. */
+       the groups of a block taking records in step, the group's warps splitting the units
+       (lines, or vectors).  A record's channels over one warp are ~H/512 dependent rounds of
+       loads, which at decode size is most of the kernel; enough records to fill the grid take
+       the dynamic path.  LL: no fence, no sync, no tag (each line carries its flag); else the
+       block syncs, fences, and the first thread of each group stores its record's tag. */
     /* More records than warp groups (prefill): only the records from peers here; this rank's
        own tokens are summed on the source side from the rows themselves (no partial written and
        read back: 2 x 59 MB of HBM traffic at T 4096, H 7168, 2 ranks).  Remote record r is
        record r (before this rank's) or r + nl (after them).  Few records (decode): every record
-       here, since the source side's warps come to their tokens only after their records'
-       fences, and computing the own partial there put ~2 us on the critical path. */
+       here, since the source side's warps come to their tokens only after their records, and
+       computing the own partial there put ~2 us on the critical path. */
+    const int  units = LL ? eep_ll_lines(vecs) : vecs;
     const bool own_at_source = eep_epc_split(rec_base[W], (int)gridDim.x) == 1;
     const int  lb = rec_base[p.rank];
     const int  nl = own_at_source ? rec_base[p.rank + 1] - lb : 0;
@@ -231,26 +438,33 @@ __device__ void eep_ep_combine_body(const eep_epk_params_t &p)
         const int groups = EEP_EPK_WARPS / split, g = (int)warp / split, gw = (int)warp % split;
         const int per_round = (int)gridDim.x * groups;
 
-        for (int q0 = (int)blockIdx.x * groups; q0 < recs; q0 += per_round) {
+        /* LL groups go on alone; else the block meets once per round of records */
+        for (int q0 = (int)blockIdx.x * groups; LL ? q0 + g < recs : q0 < recs;
+             q0 += per_round) {
             const int      q = q0 + g < lb ? q0 + g : q0 + g + nl;
             unsigned char *row = nullptr;
 
             if (q0 + g < recs) {
                 const int s = eep_epc_source(rec_base, q);
 
-                row = eep_epc_partial(p, peer_base, region0, s, q - rec_base[s],
-                                      vecs * gw / split, vecs * (gw + 1) / split, lane);
-                eep_fence_release_sys();
+                row = eep_epc_partial<LL>(p, peer_base, region0, s, q - rec_base[s],
+                                          units * gw / split, units * (gw + 1) / split, seq,
+                                          lane);
+                if (!LL) {
+                    eep_fence_release_sys();
+                }
             }
-            __syncthreads();
-            if (row != nullptr && gw == 0 && lane == 0) {
-                eep_fence_release_sys();
-                eep_epk_tag_store(row, (unsigned)EEP_EPK_H(p) * 2u, seq);
+            if (!LL) {
+                __syncthreads();
+                if (row != nullptr && gw == 0 && lane == 0) {
+                    eep_fence_release_sys();
+                    eep_epk_tag_store(row, (unsigned)EEP_EPK_H(p) * 2u, seq);
+                }
             }
         }
     }
     /* Expert side: records taken dynamically (this parity's counter, zeroed by the previous
-       call), one system fence per 4 records of a warp, then their tags. */
+       call); plain rows: one system fence per 4 records of a warp, then their tags. */
     unsigned int  *work = (unsigned int *)(p.ctl + EEP_EPK_CTL_CWORK) + parity;
     unsigned char *done_rows[4] = { nullptr, nullptr, nullptr, nullptr };
     int            ndone = 0;
@@ -266,16 +480,18 @@ __device__ void eep_ep_combine_body(const eep_epk_params_t &p)
         }
         q = q < lb ? q : q + nl;
         const int      s = eep_epc_source(rec_base, q);
-        unsigned char *dst_row = eep_epc_partial(p, peer_base, region0, s, q - rec_base[s], 0,
-                                                 vecs, lane);
-        done_rows[ndone++] = dst_row;
-        if (ndone == 4) {
-            eep_fence_release_sys();
-            __syncwarp();
-            if (lane < 4) {
-                eep_epk_tag_store(done_rows[lane], (unsigned)EEP_EPK_H(p) * 2u, seq);
+        unsigned char *row = eep_epc_partial<LL>(p, peer_base, region0, s, q - rec_base[s], 0,
+                                                 units, seq, lane);
+        if (!LL) {
+            done_rows[ndone++] = row;
+            if (ndone == 4) {
+                eep_fence_release_sys();
+                __syncwarp();
+                if (lane < 4) {
+                    eep_epk_tag_store(done_rows[lane], (unsigned)EEP_EPK_H(p) * 2u, seq);
+                }
+                ndone = 0;
             }
-            ndone = 0;
         }
     }
     if (ndone > 0) {
@@ -288,120 +504,43 @@ __device__ void eep_ep_combine_body(const eep_epk_params_t &p)
 
     eep_epk_stamp(p, 1);
     /* Source side: `tsplit` warps per token (as many as the grid has for few tokens), each
-       summing its slice of the channels: this rank's own partial computed here from its rows
-       (the handle's record of the token at its slot) when own_at_source, the others once their
-       rows' tags hold this call's sequence (waited for after the own partial, so that it
-       overlaps their flight); partials in region order j = destination ranks ascending, as the
-       contract fixes. */
-    const eep_wait_ctx   w = eep_epk_wait_ctx(p, &block_failed);
-    const unsigned char *mine = peer_base[p.rank] + region0;
-    const int            tsplit = eep_epc_split(p.num_tokens, (int)gridDim.x);
-    const int            gwarp = (int)blockIdx.x * EEP_EPK_WARPS + (int)warp;
-    const int            tvb = vecs * (gwarp % tsplit) / tsplit;
-    const int            tve = vecs * (gwarp % tsplit + 1) / tsplit;
-    const int            K = EEP_EPK_K(p);
-    bool                 failed = false;
-    for (int t = gwarp / tsplit; t < p.num_tokens && tvb < tve && !failed;
-         t += gwarps / tsplit) {
-        const int *slots = (const int *)p.h_send_slot + (long long)t * W;
-        unsigned   dm = 0;
+       summing its slice of the units: this rank's own partial computed here from its rows (the
+       handle's record of the token at its slot) when own_at_source, the others as they land
+       (after the own partial, so that it overlaps their flight); partials in region order j =
+       destination ranks ascending, as the contract fixes. */
+    const eep_wait_ctx w = eep_epk_wait_ctx(p, &block_failed);
+    const int          tsplit = eep_epc_split(p.num_tokens, (int)gridDim.x);
+    const int          gwarp = (int)blockIdx.x * EEP_EPK_WARPS + (int)warp;
+    const int          tb = units * (gwarp % tsplit) / tsplit;
+    const int          te = units * (gwarp % tsplit + 1) / tsplit;
+    const int          K = EEP_EPK_K(p);
+    for (int t = gwarp / tsplit; t < p.num_tokens && tb < te; t += gwarps / tsplit) {
+        const int    *slots = (const int *)p.h_send_slot + (long long)t * W;
+        eep_epc_token k;
 
+        k.dm = 0;
         for (int d = lane; d < W; d += 32) {
-            dm |= slots[d] >= 0 ? 1u << d : 0u;
+            k.dm |= slots[d] >= 0 ? 1u << d : 0u;
         }
-        dm = __reduce_or_sync(0xffffffffu, dm);
-        const int n = __popc(dm);
-        /* this rank's region index among the token's destinations when its partial is computed
-           here, or -1 */
-        const int jl = own_at_source && ((dm >> p.rank) & 1u) ?
-                       __popc(dm & ((1u << p.rank) - 1u)) : -1;
-        int       my_row = -1;
-        float     my_w = 0.0f;
-        if (jl >= 0 && (int)lane < K) {
+        k.dm = __reduce_or_sync(0xffffffffu, k.dm);
+        k.t  = t;
+        k.n  = __popc(k.dm);
+        k.jl = own_at_source && ((k.dm >> p.rank) & 1u) ?
+               __popc(k.dm & ((1u << p.rank) - 1u)) : -1;
+        k.my_row = -1;
+        k.my_w   = 0.0f;
+        if (k.jl >= 0 && (int)lane < K) {
             const long long rec = (long long)p.rank * p.max_tokens + slots[p.rank];
 
-            my_row = ((const int *)p.h_recv_rows)[rec * K + lane];
-            my_w   = ((const float *)p.h_recv_w)[rec * K + lane];
+            k.my_row = ((const int *)p.h_recv_rows)[rec * K + lane];
+            k.my_w   = ((const float *)p.h_recv_w)[rec * K + lane];
         }
-        const unsigned rows_mask = __ballot_sync(0xffffffffu, my_row >= 0);
-        uint4         *out = (uint4 *)((unsigned short *)p.out + (long long)t * EEP_EPK_H(p));
-        bool           waited = false;
-
-        for (int b0 = tvb; b0 < tve; b0 += 32 * 4) {
-            const int v0 = b0 + (int)lane;
-            uint4     own[4];
-            float     acc[4][8];
-
-            if (jl >= 0) {
-                eep_epc_weighted<4, 2>(p, my_row, my_w, rows_mask, v0, tve, own);
-            }
-            /* lane j < n, j != jl, waits for region j's row (its source: the j-th destination
-               rank), once per token */
-            if (!waited) {
-                int ok = 1;
-
-                if ((int)lane < n && (int)lane != jl) {
-                    const unsigned long long *tag = (const unsigned long long *)(
-                        mine + (unsigned long long)lane * p.crecv_region +
-                        (unsigned long long)t * p.crecv_row + (unsigned long long)EEP_EPK_H(p) * 2);
-                    unsigned polls = 0;
-                    unsigned mm = dm;
-
-                    for (int j = 0; j < (int)lane; j++) {
-                        mm &= mm - 1;
-                    }
-                    ok = eep_wait_geq(w, [tag, &polls] {
-                                          if (polls++ > 64) {
-                                              __nanosleep(64);
-                                          }
-                                          return eep_ld_relaxed_sys(tag);
-                                      }, seq, EEP_PHASE_EP_COMBINE, __ffs(mm) - 1);
-                    if (ok) {
-                        eep_fence_acquire_sys(); /* the warp follows through the __syncwarp */
-                    }
-                }
-                if (__any_sync(0xffffffffu, !ok)) {
-                    failed = true;
-                    break;
-                }
-                __syncwarp();
-                waited = true;
-            }
-#pragma unroll
-            for (int u = 0; u < 4; u++) {
-#pragma unroll
-                for (int i = 0; i < 8; i++) {
-                    acc[u][i] = 0.0f;
-                }
-            }
-            for (int j = 0; j < n; j++) {
-                const uint4 *p4 = (const uint4 *)(mine + (unsigned long long)j * p.crecv_region +
-                                                  (unsigned long long)t * p.crecv_row);
-                uint4        pv[4];
-#pragma unroll
-                for (int u = 0; u < 4; u++) {
-                    if (j == jl) {
-                        pv[u] = own[u];
-                    } else if (v0 + 32 * u < tve) {
-                        pv[u] = p4[v0 + 32 * u];
-                    }
-                }
-#pragma unroll
-                for (int u = 0; u < 4; u++) {
-                    float y[8];
-                    eep_bf16x8_unpack(pv[u], y);
-#pragma unroll
-                    for (int i = 0; i < 8; i++) {
-                        acc[u][i] = eep_add(acc[u][i], y[i]);
-                    }
-                }
-            }
-#pragma unroll
-            for (int u = 0; u < 4; u++) {
-                if (v0 + 32 * u < tve) {
-                    out[v0 + 32 * u] = eep_bf16x8_pack(acc[u]);
-                }
-            }
+        k.rows_mask = __ballot_sync(0xffffffffu, k.my_row >= 0);
+        k.out  = (uint4 *)((unsigned short *)p.out + (long long)t * EEP_EPK_H(p));
+        k.rows = peer_base[p.rank] + region0 + (unsigned long long)t * p.crecv_row;
+        if (!(LL ? eep_epc_sum_lines(p, w, k, tb, te, seq, lane) :
+                   eep_epc_sum_rows(p, w, k, tb, te, seq, lane))) {
+            break;
         }
     }
 
@@ -414,6 +553,18 @@ __device__ void eep_ep_combine_body(const eep_epk_params_t &p)
 
     eep_epk_stamp(p, 3);
     eep_epk_stamp(p, 7);
+}
+
+/* The combine: flagged lines when the buffers are sized for decode (p.combine_lines, set by the
+   host from max_tokens_per_rank, the same on every rank; fixed at JIT time), plain tagged rows
+   otherwise. */
+__device__ void eep_ep_combine_body(const eep_epk_params_t &p)
+{
+    if (EEP_EPK_LINES(p)) {
+        eep_epc_body<true>(p);
+    } else {
+        eep_epc_body<false>(p);
+    }
 }
 
 #endif /* __CUDACC__ */

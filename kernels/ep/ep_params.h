@@ -36,10 +36,14 @@
 #ifndef EEP_EPK_FIXED_HB
 #define EEP_EPK_FIXED_HB 0
 #endif
+#ifndef EEP_EPK_FIXED_LINES /* the combine's partials as flagged lines: 1, plain rows: 0 */
+#define EEP_EPK_FIXED_LINES -1
+#endif
 #define EEP_EPK_K(p)  (EEP_EPK_FIXED_K > 0 ? EEP_EPK_FIXED_K : (p).num_topk)
 #define EEP_EPK_W(p)  (EEP_EPK_FIXED_W > 0 ? EEP_EPK_FIXED_W : (p).world)
 #define EEP_EPK_H(p)  (EEP_EPK_FIXED_H > 0 ? EEP_EPK_FIXED_H : (p).hidden)
 #define EEP_EPK_HB(p) (EEP_EPK_FIXED_HB > 0 ? (unsigned)EEP_EPK_FIXED_HB : (p).hidden_bytes)
+#define EEP_EPK_LINES(p) (EEP_EPK_FIXED_LINES >= 0 ? EEP_EPK_FIXED_LINES : (p).combine_lines)
 
 /* Kernel modes (template argument Mode): the values of eep_ep_mode_t. */
 #define EEP_EPK_CPU_SYNC    0
@@ -87,15 +91,15 @@ typedef struct eep_epk_params {
     unsigned long long  drecv_off;     /* window offset: 2 parities x world regions */
     unsigned long long  drecv_region;  /* max_tokens * token_bytes */
     unsigned long long  crecv_off;     /* window offset: 2 parities x min(world, K) regions */
-    unsigned long long  crecv_region;  /* max_tokens * hidden * 2 */
+    unsigned long long  crecv_region;  /* max_tokens * crecv_row */
     int                 crecv_regions; /* min(world, K) */
     int                 send_blocks;   /* dispatch: blocks [0, send_blocks) send, the rest copy */
-    unsigned long long  crecv_row;     /* combine region row: hidden * 2 bytes + a 16-byte tag */
+    unsigned long long  crecv_row;     /* combine row: 128-byte lines, or hidden * 2 + a 16-byte tag */
     unsigned long long  trace;         /* 0, or u64 [EEP_EPK_TRACE_BLOCKS][8]: phase time stamps */
     unsigned long long  chunk_totals;  /* int [EEP_EPK_MAX_SEND_BLOCKS][NC]: each sender's counts */
     unsigned long long  chunk_flags;   /* u64 [EEP_EPK_MAX_SEND_BLOCKS]: = sequence once written */
     int                 skip_pad_x;    /* 1: padding rows get ids -1 and weights 0 only */
-    int                 pad2;
+    int                 combine_lines; /* 1: combine partials as flagged 128-byte lines */
 
     /* dispatch inputs */
     unsigned long long x, x_scales, topk_idx, topk_weights;
