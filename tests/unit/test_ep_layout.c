@@ -164,6 +164,33 @@ static void test_buffer_sizes(void **state)
     assert_int_equal(eep_ep_buffer_sizes(&s, &z), EEP_ERR_INVALID_ARG);
 }
 
+/* Decode-size buffers carry the combine's partials as flagged 128-byte lines (7 x 16 bytes of
+   data each), larger ones as plain rows with a 16-byte tag; the JIT compiles the one in use. */
+static void test_combine_lines(void **state)
+{
+    eep_ep_shape_t        s = shape(2, EEP_EP_COMBINE_LINES_MAX_TOKENS, 7168, 8, 256, 1,
+                                    EEP_DTYPE_BF16);
+    eep_ep_buffer_sizes_t z;
+    eep_ep_kernel_names_t names;
+    eep_jit_spec_t        spec;
+
+    (void)state;
+    assert_int_equal(eep_ep_combine_lines(&s), 1);
+    assert_int_equal(eep_ep_buffer_sizes(&s, &z), EEP_OK);
+    assert_int_equal(z.combine_row_bytes, 128 * 128); /* 14336 bytes of data = 128 lines */
+    eep_ep_kernel_spec(1, 32, 0, 0, &s, &names, &spec);
+    assert_non_null(strstr(spec.defines, "EEP_EPK_FIXED_LINES=1"));
+    s.hidden = 2048; /* 4096 bytes: 36 lines and 64 bytes, so 37 */
+    assert_int_equal(eep_ep_buffer_sizes(&s, &z), EEP_OK);
+    assert_int_equal(z.combine_row_bytes, 37 * 128);
+    s.max_tokens = EEP_EP_COMBINE_LINES_MAX_TOKENS + 1;
+    assert_int_equal(eep_ep_combine_lines(&s), 0);
+    assert_int_equal(eep_ep_buffer_sizes(&s, &z), EEP_OK);
+    assert_int_equal(z.combine_row_bytes, 2048 * 2 + 16);
+    eep_ep_kernel_spec(1, 32, 0, 0, &s, &names, &spec);
+    assert_non_null(strstr(spec.defines, "EEP_EPK_FIXED_LINES=0"));
+}
+
 static void test_expected_groups(void **state)
 {
     (void)state;
@@ -270,6 +297,7 @@ int main(void)
         cmocka_unit_test(test_offsets),
         cmocka_unit_test(test_rows_max_is_tight),
         cmocka_unit_test(test_buffer_sizes),
+        cmocka_unit_test(test_combine_lines),
         cmocka_unit_test(test_expected_groups),
         cmocka_unit_test(test_sm_model),
         cmocka_unit_test(test_knobs_table),
