@@ -189,6 +189,44 @@ __device__ __noinline__ void eep_fault_raise(const eep_wait_ctx &w, int phase, i
     __threadfence_system();
 }
 
+/* The clock of one wait: started at its first check. */
+struct eep_wait_clock {
+    unsigned long long start_ns, deadline_ns, next_abort_check;
+};
+
+/*
+ * One check of a spinning wait: @return true when it must give up: another wait of the block
+ * gave up, the deadline passed (the fault is recorded with @p seen, the last value observed, and
+ * the abort flag raised), or the runtime aborted.
+ */
+__device__ __forceinline__ bool eep_wait_expired(const eep_wait_ctx &w, eep_wait_clock &c,
+                                                 unsigned long long target,
+                                                 unsigned long long seen, int phase, int peer)
+{
+    unsigned long long now = eep_globaltimer();
+
+    if (c.start_ns == 0) {
+        c.start_ns         = now;
+        c.deadline_ns      = now + w.timeout_ns;
+        c.next_abort_check = now + w.abort_check_ns;
+    }
+    if (*(volatile int *)w.block_failed) {
+        return true;
+    }
+    if (now >= c.deadline_ns) {
+        eep_fault_raise(w, phase, peer, target, seen, now, c.start_ns);
+        return true;
+    }
+    if (now >= c.next_abort_check) {
+        c.next_abort_check = now + w.abort_check_ns;
+        if (eep_abort_raised(w.fault)) {
+            atomicCAS(w.block_failed, 0, 1);
+            return true;
+        }
+    }
+    return false;
+}
+
 /*
  * Spin until load() >= target (a monotonic counter).  @return true when reached; false when this
  * wait (or another of the block, or the runtime) gave up.
@@ -203,33 +241,14 @@ __device__ __forceinline__ bool eep_wait_geq(const eep_wait_ctx &w, Load load,
     }
     /* The clock is read only once the wait has spun a little: a barrier that completes within a
        few polls never touches it (the deadline is late by those few polls, well under 1 us). */
-    unsigned long long start_ns = 0, deadline_ns = 0, next_abort_check = 0;
+    eep_wait_clock c = { 0, 0, 0 };
     for (unsigned int polls = 1;; polls++) {
         v = load();
         if (v >= target) {
             return true;
         }
-        if ((polls & 7u) == 0) {
-            unsigned long long now = eep_globaltimer();
-            if (start_ns == 0) {
-                start_ns         = now;
-                deadline_ns      = now + w.timeout_ns;
-                next_abort_check = now + w.abort_check_ns;
-            }
-            if (*(volatile int *)w.block_failed) {
-                return false;
-            }
-            if (now >= deadline_ns) {
-                eep_fault_raise(w, phase, peer, target, v, now, start_ns);
-                return false;
-            }
-            if (now >= next_abort_check) {
-                next_abort_check = now + w.abort_check_ns;
-                if (eep_abort_raised(w.fault)) {
-                    atomicCAS(w.block_failed, 0, 1);
-                    return false;
-                }
-            }
+        if ((polls & 7u) == 0 && eep_wait_expired(w, c, target, v, phase, peer)) {
+            return false;
         }
     }
 }
@@ -246,8 +265,8 @@ template <typename Poll>
 __device__ __forceinline__ bool eep_warp_wait_geq(const eep_wait_ctx &w, Poll poll,
                                                   unsigned long long target, int phase, int peer)
 {
-    const bool         lead = (threadIdx.x & 31u) == 0;
-    unsigned long long start_ns = 0, deadline_ns = 0, next_abort_check = 0;
+    const bool     lead = (threadIdx.x & 31u) == 0;
+    eep_wait_clock c = { 0, 0, 0 };
 
     for (unsigned int polls = 0;; polls++) {
         const unsigned long long v = poll();
@@ -259,27 +278,7 @@ __device__ __forceinline__ bool eep_warp_wait_geq(const eep_wait_ctx &w, Poll po
             continue;
         }
         const unsigned long long seen = __shfl_sync(0xffffffffu, v, __ffs(shortm) - 1);
-        int                      verdict = 0; /* 0 go on, 1 give up */
-        if (lead) {
-            unsigned long long now = eep_globaltimer();
-            if (start_ns == 0) {
-                start_ns         = now;
-                deadline_ns      = now + w.timeout_ns;
-                next_abort_check = now + w.abort_check_ns;
-            }
-            if (*(volatile int *)w.block_failed) {
-                verdict = 1;
-            } else if (now >= deadline_ns) {
-                eep_fault_raise(w, phase, peer, target, seen, now, start_ns);
-                verdict = 1;
-            } else if (now >= next_abort_check) {
-                next_abort_check = now + w.abort_check_ns;
-                if (eep_abort_raised(w.fault)) {
-                    atomicCAS(w.block_failed, 0, 1);
-                    verdict = 1;
-                }
-            }
-        }
+        const int verdict = lead && eep_wait_expired(w, c, target, seen, phase, peer) ? 1 : 0;
         if (__shfl_sync(0xffffffffu, verdict, 0) != 0) {
             return false;
         }

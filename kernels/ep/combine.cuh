@@ -206,6 +206,24 @@ __device__ __forceinline__ int eep_epc_region_source(unsigned dm, int j)
     return __ffs(dm) - 1;
 }
 
+/* acc[u] += the 8 channels of @p pv[u], for the u where vec(u) >= 0 (fp32, in call order). */
+template <int U, typename Vec>
+__device__ __forceinline__ void eep_epc_accumulate(float (&acc)[U][8], const uint4 (&pv)[U],
+                                                   Vec vec)
+{
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        if (vec(u) >= 0) {
+            float y[8];
+            eep_bf16x8_unpack(pv[u], y);
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                acc[u][i] = eep_add(acc[u][i], y[i]);
+            }
+        }
+    }
+}
+
 /*
  * The sum of token @p k's partials over lines [b, e) (flagged lines, LL): the own partial first
  * (if computed here), then each region's lines loaded until their flags read @p seq, added in
@@ -260,17 +278,7 @@ __device__ __forceinline__ bool eep_epc_sum_lines(const eep_epk_params_t &p, con
                     return false;
                 }
             }
-#pragma unroll
-            for (int u = 0; u < 2; u++) {
-                if (vv[u] >= 0) {
-                    float y[8];
-                    eep_bf16x8_unpack(pv[u], y);
-#pragma unroll
-                    for (int i = 0; i < 8; i++) {
-                        acc[u][i] = eep_add(acc[u][i], y[i]);
-                    }
-                }
-            }
+            eep_epc_accumulate(acc, pv, [&vv](int u) { return vv[u]; });
         }
 #pragma unroll
         for (int u = 0; u < 2; u++) {
@@ -349,15 +357,8 @@ __device__ __forceinline__ bool eep_epc_sum_rows(const eep_epk_params_t &p, cons
                     pv[u] = p4[v0 + 32 * u];
                 }
             }
-#pragma unroll
-            for (int u = 0; u < 4; u++) {
-                float y[8];
-                eep_bf16x8_unpack(pv[u], y);
-#pragma unroll
-                for (int i = 0; i < 8; i++) {
-                    acc[u][i] = eep_add(acc[u][i], y[i]);
-                }
-            }
+            /* every u (as before the helper: conditional adds spill here) */
+            eep_epc_accumulate(acc, pv, [](int) { return 0; });
         }
 #pragma unroll
         for (int u = 0; u < 4; u++) {

@@ -756,7 +756,7 @@ __device__ __forceinline__ unsigned eep_epk_route_staged(const int *ids, int K, 
 
 /*
  * Count, per global expert and per destination, the tokens in [t_begin, t_end) into @p base
- * (shared, NC = E + world counters, zeroed by the caller).  The ids go through shared memory
+ * (shared, NC = E + world counters, zeroed here first).  The ids go through shared memory
  * (@p stage, @p stage_ints) in chunks, loaded coalesced by the whole block: routing straight
  * from global memory was a chain of ~K*K/2 dependent loads per token (tens of us at T 4096).
  * Every thread of the block calls this.
@@ -768,6 +768,10 @@ __device__ void eep_epk_count(const eep_epk_params_t &p, int t_begin, int t_end,
     const int E = p.num_experts, K = EEP_EPK_K(p), El = p.num_local;
     const int CH = max(1, min(1024, stage_ints / K));
 
+    for (int j = threadIdx.x; j < E + EEP_EPK_W(p); j += blockDim.x) {
+        base[j] = 0;
+    }
+    __syncthreads();
     for (int c0 = t_begin; c0 < t_end; c0 += CH) {
         const int n = min(CH, t_end - c0);
 
@@ -1029,10 +1033,6 @@ __device__ void eep_ep_dispatch_body(const eep_epk_params_t &p)
                before it are the sum over the earlier chunks' (counting [0, t0) itself cost the
                last block tens of us at T 4096).  Few ids (decode): the block counts [0, t0)
                itself, a few us less than the publish-and-sum round trips between blocks. */
-            for (int j = threadIdx.x; j < NC; j += blockDim.x) {
-                base[j] = 0;
-            }
-            __syncthreads();
             if (T * K <= EEP_EPK_RECOUNT_MAX_IDS) {
                 eep_epk_count<IdxBits>(p, 0, t0, base, masks, 2 * SW * NC);
             } else {
@@ -1167,10 +1167,6 @@ __device__ void eep_ep_dispatch_body(const eep_epk_params_t &p)
 
         if (Mode != EEP_EPK_CACHED) {
             if (T * K <= EEP_EPK_RECOUNT_MAX_IDS) { /* few ids: every token counted here */
-                for (int j = threadIdx.x; j < NC; j += blockDim.x) {
-                    base[j] = 0;
-                }
-                __syncthreads();
                 eep_epk_count<IdxBits>(p, 0, T, base, dyn + NC, 2 * p.scan_warps * NC);
             } else {
                 eep_epk_chunk_sum(p, base, NC, S, seq); /* every sender's chunk */
