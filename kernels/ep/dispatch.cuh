@@ -47,6 +47,9 @@
 #ifndef EEP_EPK_DYN_SMEM
 #define EEP_EPK_DYN_SMEM(name) extern __shared__ int name[]
 #endif
+#ifndef EEP_EPK_TEST_SEND_DELAY /* tests/unit/ep_kernel_shim.h: a slow sender */
+#define EEP_EPK_TEST_SEND_DELAY(p)
+#endif
 
 #include "../../barrier/impl/bounded_wait.cuh"
 
@@ -595,6 +598,7 @@ __device__ __forceinline__ void eep_epk_send_token(const eep_epk_params_t &p,
                                         (unsigned long long)t * EEP_EPK_HB(p));
     const unsigned remote = dm & ~(1u << (unsigned)p.rank);
 
+    EEP_EPK_TEST_SEND_DELAY(p);
     for (unsigned v0 = vb + lane; remote != 0 && v0 < ve; v0 += 32u * 8u) {
         uint4 r[8];
 #pragma unroll

@@ -25,6 +25,7 @@
 #include <ctime>
 #include <memory>
 #include <sched.h>
+#include <unistd.h>
 
 #define __CUDACC__ 1
 #define EEP_EPK_EMULATION 1
@@ -60,6 +61,16 @@ inline eep_shim_warp   eep_shim_warps[32];
 inline int            *eep_shim_dyn; /* dynamic shared memory of this block */
 
 #define EEP_EPK_DYN_SMEM(name) int *name = eep_shim_dyn
+
+/* Test hook of kernels/ep/dispatch.cuh: the senders of rank eep_shim_slow_rank sleep 200 ms before
+   each token's bytes, so that the other ranks' copies meet records that have not landed yet. */
+inline int eep_shim_slow_rank = -1;
+#define EEP_EPK_TEST_SEND_DELAY(p)                \
+    do {                                          \
+        if ((p).rank == eep_shim_slow_rank) {     \
+            usleep(200000);                       \
+        }                                         \
+    } while (0)
 
 inline unsigned long long eep_shim_now_ns()
 {

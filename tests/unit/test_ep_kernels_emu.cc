@@ -4,9 +4,12 @@
  * every block its own process and every GPU thread an OS thread, all blocks of all ranks at once,
  * "global memory" shared by all of them.  Built three times, as elastic/ep.c compiles per shape:
  * 2 ranks with top-k 2 (test_ep_kernels_emu), 3 ranks with top-k 8 (_w3k8: a rank count a shrink
- * makes) and 8 ranks with top-k 8 (_w8k8: one 8-GPU node; no GPU machine has run more than 2).  Outputs are checked element by element against
- * the CPU reference (tests/unit/ep_reference.c), three dispatch+combine pairs in a row (both
- * parities, tags of an older call present), in NO_CPU_SYNC and CACHED mode.
+ * makes) and 8 ranks with top-k 8 (_w8k8: one 8-GPU node; no GPU machine has run more than 2).
+ * Outputs are checked element by element against the CPU reference (tests/unit/ep_reference.c),
+ * three dispatch+combine pairs in a row (both parities, tags of an older call present), in
+ * NO_CPU_SYNC and CACHED mode; x, its scales and y change with every pair, and in the first
+ * cases rank 1's senders are slow (EEP_EPK_TEST_SEND_DELAY), so a copy or a sum that does not
+ * wait for its data reads an earlier pair's bytes and fails.
  *
  * What it catches before any GPU time is spent: layout and order errors, the tag/handshake
  * protocol between blocks and ranks, and warp operations not reached by every lane (a hang on
@@ -332,6 +335,31 @@ static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, i
                           pair > 0 && mode == EEP_EPK_CACHED ? EEP_EPK_CACHED : EEP_EPK_NO_CPU_SYNC;
         char      what[96];
 
+        /* x and its scales change with every pair (the routing does not, so cached calls stay
+           valid), and the reference with them: a dispatch that placed an earlier pair's record
+           (staging read before it landed) fails */
+        for (int r = 0; pair > 0 && r < W; r++) {
+            uint8_t *x = (uint8_t *)in[r].x, *sc = (uint8_t *)in[r].x_scales;
+
+            for (size_t i = 0; i < wire.hidden_bytes * (size_t)in[r].num_tokens; i++) {
+                x[i] = (uint8_t)(x[i] ^ (uint8_t)(0x5a + pair));
+            }
+            memcpy((void *)p[r].x, in[r].x, wire.hidden_bytes * in[r].num_tokens);
+            for (size_t i = 0; sc != NULL && i < wire.scale_bytes * (size_t)in[r].num_tokens;
+                 i++) {
+                sc[i] = (uint8_t)(sc[i] ^ (uint8_t)(0x21 + pair));
+            }
+            if (sc != NULL) {
+                memcpy((void *)p[r].x_scales, in[r].x_scales,
+                       wire.scale_bytes * in[r].num_tokens);
+            }
+            eep_ref_recv_free(&rr[r]);
+        }
+        if (pair > 0 && eep_ref_dispatch(&s, in, rr, NULL, NULL) != EEP_OK) {
+            printf("%s: the CPU reference failed\n", name);
+            return 1;
+        }
+
         for (int r = 0; r < W; r++) { /* poison every output */
             memset((void *)p[r].recv_x, 0xa5, wire.hidden_bytes * rows);
             memset((void *)p[r].recv_topk_idx, 0xa5, (size_t)rows * K * 4);
@@ -442,9 +470,12 @@ int main(void)
         perror("mmap");
         return 1;
     }
-    fails += run_case("no-cpu-sync bf16", EEP_EPK_NO_CPU_SYNC, EEP_DTYPE_BF16, 0, 3);
-    fails += run_case("cached bf16", EEP_EPK_CACHED, EEP_DTYPE_BF16, 0, 3);
-    fails += run_case("cpu-sync fp8", EEP_EPK_CPU_SYNC, EEP_DTYPE_FP8_E4M3, 0, 3);
+    /* rank 1's senders slow: the records of the others' copies land late */
+    eep_shim_slow_rank = 1;
+    fails += run_case("no-cpu-sync bf16, slow sender", EEP_EPK_NO_CPU_SYNC, EEP_DTYPE_BF16, 0, 3);
+    fails += run_case("cached bf16, slow sender", EEP_EPK_CACHED, EEP_DTYPE_BF16, 0, 3);
+    fails += run_case("cpu-sync fp8, slow sender", EEP_EPK_CPU_SYNC, EEP_DTYPE_FP8_E4M3, 0, 3);
+    eep_shim_slow_rank = -1;
     fails += run_case("no-cpu-sync bf16, 2 tokens", EEP_EPK_NO_CPU_SYNC, EEP_DTYPE_BF16, 2, 3);
     fails += run_case("silent peer", EEP_EPK_NO_CPU_SYNC, EEP_DTYPE_BF16, 0, 1,
                       FAULT_SILENT_PEER);
