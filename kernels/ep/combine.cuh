@@ -7,15 +7,18 @@
  * call's handshake, docs/dispatch.md section 3).  Expert side: for each record received by the
  * dispatch (from the handle: source token, rows and weights per top-k lane, ordinal of this rank
  * among the token's destination ranks; at prefill size only the records from peers) one warp, or
- * at decode size a group of warps splitting its lines (eep_epc_split), computes the partial
+ * at decode size a group of warps splitting its channels (eep_epc_split), computes the partial
  * p = bf16(fma over its local lanes ascending, from 0) in fp32 and writes it into the source
- * rank's combine region `ordinal` at row `token` (LSA pointer) as flagged 128-byte lines
- * (kernels/ep/ll_line.cuh: 7 vectors of 8 channels and the call's sequence per line; no fence,
- * no tag).  Source side: one warp per token (a group of warps at decode size), at prefill size
- * computing this rank's own partial of the token from its rows (the same arithmetic; never
- * written out), loads the lines of the other rows in regions 0, 1, ... (= destination ranks
- * ascending) until their flags read this call's sequence, sums the partials in that order in
- * fp32 and writes bf16: no "all landed" signal, so a line is summed as soon as it is in.
+ * rank's combine region `ordinal` at row `token` (LSA pointer).  Source side: one warp per token
+ * (a group of warps at decode size), at prefill size computing this rank's own partial of the
+ * token from its rows (the same arithmetic; never written out), reads the other rows in regions
+ * 0, 1, ... (= destination ranks ascending) once they are in, sums the partials in that order in
+ * fp32 and writes bf16: no "all landed" signal, so a token is summed as soon as its partials are
+ * in.  How a row says it is in (p.combine_lines, from the buffers' size, the same on every rank):
+ * decode-size buffers write flagged 128-byte lines (kernels/ep/ll_line.cuh: 7 vectors of 8
+ * channels and the call's sequence per line; no fence, no tag), read line by line until the
+ * flags read the sequence; larger ones write plain rows, then a fence and a tag per row (per 4
+ * rows of a warp), and the source side waits for the tags.
  * Block 0 finally waits for every peer's start word.  The arithmetic is eep/ep.h's;
  * kernels/ep/ep_numeric.cuh fixes the roundings.
  */
