@@ -48,6 +48,8 @@ typedef struct {
     uint64_t       seed;
     const char    *gating;   /* random, masked, hotspot, hotspot-only, silent, masked-rank, t1 */
     eep_ep_shape_t shape;
+    int            tokens;   /* --tokens: tokens per rank (shape.max_tokens unless --max-tokens) */
+    int            max_tokens; /* --max-tokens: the buffers' max_tokens_per_rank, or 0 */
     eep_index_dtype_t idx_dtype;
 } bench_opts_t;
 
@@ -71,6 +73,7 @@ static void usage(FILE *out)
             "  --nranks N          fork N local ranks (one GPU each); else one rank of a job\n"
             "  --baseline nccl     also run the NCCL baseline (grouped ncclSend/ncclRecv)\n"
             "  --tokens T          max_tokens_per_rank and tokens per rank (4096)\n"
+            "  --max-tokens M      max_tokens_per_rank M >= T instead (the T column is T)\n"
             "  --hidden H          (7168)\n"
             "  --topk K            (8)\n"
             "  --experts E         (256)\n"
@@ -99,7 +102,7 @@ static int parse_opts(int argc, char **argv, bench_opts_t *o)
         { "seed", required_argument, NULL, 's' },   { "no-check", no_argument, NULL, 'C' },
         { "mode", required_argument, NULL, 'm' },   { "no-ours", no_argument, NULL, 'O' },
         { "num-sms", required_argument, NULL, 'S' }, { "trace", no_argument, NULL, 'T' },
-        { "skip-padding-x", no_argument, NULL, 'P' },
+        { "skip-padding-x", no_argument, NULL, 'P' }, { "max-tokens", required_argument, NULL, 'M' },
         { "help", no_argument, NULL, 'h' },         { NULL, 0, NULL, 0 },
     };
     int c;
@@ -126,7 +129,8 @@ static int parse_opts(int argc, char **argv, bench_opts_t *o)
             }
             o->baseline = 1;
             break;
-        case 't': o->shape.max_tokens = atoi(optarg); break;
+        case 't': o->tokens = atoi(optarg); break;
+        case 'M': o->max_tokens = atoi(optarg); break;
         case 'H': o->shape.hidden = atoi(optarg); break;
         case 'k': o->shape.num_topk = atoi(optarg); break;
         case 'e': o->shape.num_experts = atoi(optarg); break;
@@ -172,12 +176,28 @@ static int parse_opts(int argc, char **argv, bench_opts_t *o)
         usage(stderr);
         return -1;
     }
+    if (o->tokens > 0) {
+        o->shape.max_tokens = o->tokens;
+    } else {
+        o->tokens = o->shape.max_tokens;
+    }
+    if (o->max_tokens != 0) {
+        if (o->max_tokens < o->tokens) {
+            fprintf(stderr, "eep-bench ep: --max-tokens %d is below --tokens %d\n", o->max_tokens,
+                    o->tokens);
+            return -1;
+        }
+        o->shape.max_tokens = o->max_tokens;
+    }
     return 0;
 }
 
 static int gen_from_opts(const bench_opts_t *o, eep_ref_gen_t *gen)
 {
     eep_ref_gen_init(gen, o->seed);
+    if (o->tokens < o->shape.max_tokens) {
+        gen->num_tokens = o->tokens; /* --max-tokens: buffers larger than the call */
+    }
     if (strcmp(o->gating, "random") == 0) {
         return 0;
     }
@@ -946,14 +966,14 @@ static void print_row(const char *impl, const bench_opts_t *o, const bench_resul
             }
         }
         printf("| %-8s | %d | %5d | %5d | %2d | %4d | %-4s | %-12s | not run: %s |\n", impl,
-               world, o->shape.max_tokens, o->shape.hidden, o->shape.num_topk,
+               world, o->tokens, o->shape.hidden, o->shape.num_topk,
                o->shape.num_experts, o->shape.dtype == EEP_DTYPE_FP8_E4M3 ? "fp8" : "bf16",
                o->gating, why);
         fflush(stdout);
         return;
     }
     printf("| %-8s | %d | %5d | %5d | %2d | %4d | %-4s | %-12s | %9.1f | %7.1f | %9.1f | %7.1f | "
-           "%-6s | %7.1f | %6s |\n", impl, world, o->shape.max_tokens, o->shape.hidden,
+           "%-6s | %7.1f | %6s |\n", impl, world, o->tokens, o->shape.hidden,
            o->shape.num_topk, o->shape.num_experts,
            o->shape.dtype == EEP_DTYPE_FP8_E4M3 ? "fp8" : "bf16", o->gating,
            d, db / d / 1e3, c, cb / c / 1e3,
