@@ -43,6 +43,8 @@ struct eep_ep_state {
     uint64_t              trace[2];    /* EEP_EP_TRACE: device stamps of dispatch, combine */
     uint64_t              chunk;       /* device scratch: senders' chunk counts, then flags */
     eep_ep_kernel_slot_t  kernels[EEP_EP_KERNEL_SLOTS];
+    int                   have_shape;  /* the window's dispatch/combine area is laid out ... */
+    eep_ep_shape_t        shape;       /* ... for this shape (its first call) */
 };
 
 /* The runtime as the argument checks see it.  The membership epoch is 0 until the runtime
@@ -226,6 +228,22 @@ static eep_status_t eep_ep_prepare(eep_runtime_t *rt, const eep_ep_shape_t *shap
     if ((status = eep_ep_buffer_sizes(shape, &z)) != EEP_OK) {
         return status;
     }
+    /* One layout per runtime: after a change, a wait could find an older layout's bytes where
+       it expects a tag, flag or count word (and accept them); nothing resets the area. */
+    if ((*st_p)->have_shape && !eep_ep_layout_equal(&(*st_p)->shape, shape)) {
+        const eep_ep_shape_t *o = &(*st_p)->shape;
+
+        eep_error(EEP_SUBSYS_KERNEL, "dispatch/combine: this runtime's buffers are laid out for "
+                  "max_tokens_per_rank %d, hidden %d, top-k %d, %d experts, %s; this call's "
+                  "shape (%d, %d, %d, %d, %s) needs another layout: use one shape per runtime "
+                  "(or another runtime for this one)", o->max_tokens, o->hidden, o->num_topk,
+                  o->num_experts, o->dtype == EEP_DTYPE_FP8_E4M3 ? "fp8" : "bf16",
+                  shape->max_tokens, shape->hidden, shape->num_topk, shape->num_experts,
+                  shape->dtype == EEP_DTYPE_FP8_E4M3 ? "fp8" : "bf16");
+        return EEP_ERR_UNSUPPORTED;
+    }
+    (*st_p)->shape      = *shape;
+    (*st_p)->have_shape = 1;
     if (ep_off + z.total_bytes > rt->window_bytes) {
         eep_error(EEP_SUBSYS_KERNEL, "dispatch/combine: this shape needs %zu bytes of window "
                   "after the %zu-byte workspace, the window has %zu: create the runtime with "

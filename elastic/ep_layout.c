@@ -182,6 +182,27 @@ eep_status_t eep_ep_buffer_sizes(const eep_ep_shape_t *s, eep_ep_buffer_sizes_t 
     return EEP_OK;
 }
 
+int eep_ep_layout_equal(const eep_ep_shape_t *a, const eep_ep_shape_t *b)
+{
+    eep_ep_buffer_sizes_t za, zb;
+    eep_ep_wire_t         wa, wb;
+
+    if (eep_ep_buffer_sizes(a, &za) != EEP_OK || eep_ep_buffer_sizes(b, &zb) != EEP_OK) {
+        return 0;
+    }
+    eep_ep_wire_layout(a, &wa);
+    eep_ep_wire_layout(b, &wb);
+    return a->world == b->world && eep_ep_combine_lines(a) == eep_ep_combine_lines(b) &&
+           za.count_slot_bytes == zb.count_slot_bytes && za.counts_off == zb.counts_off &&
+           za.allocator_off == zb.allocator_off &&
+           za.dispatch_recv_off == zb.dispatch_recv_off &&
+           za.dispatch_recv_bytes == zb.dispatch_recv_bytes &&
+           za.combine_recv_off == zb.combine_recv_off &&
+           za.combine_recv_bytes == zb.combine_recv_bytes &&
+           za.combine_row_bytes == zb.combine_row_bytes && wa.token_bytes == wb.token_bytes &&
+           wa.scale_off == wb.scale_off && wa.meta_off == wb.meta_off && wa.tag_off == wb.tag_off;
+}
+
 int64_t eep_ep_expert_offsets(const int32_t *counts, int num_local, int alignment,
                               int64_t *offsets)
 {

@@ -107,6 +107,11 @@ int eep_ep_local_experts(const eep_ep_shape_t *shape);
 /** @return 1 when the combine's partials travel as flagged lines (max_tokens small enough). */
 int eep_ep_combine_lines(const eep_ep_shape_t *shape);
 
+/** @return 1 when shapes @p a and @p b lay out the window's dispatch/combine area identically
+    (every offset, size, record and row format), so calls of both can share one runtime: every
+    tag, flag and count word sits where the other expects one. */
+int eep_ep_layout_equal(const eep_ep_shape_t *a, const eep_ep_shape_t *b);
+
 /** Fill the wire layout of one dispatched token. */
 void eep_ep_wire_layout(const eep_ep_shape_t *shape, eep_ep_wire_t *wire_p);
 

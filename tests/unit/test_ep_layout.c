@@ -191,6 +191,38 @@ static void test_combine_lines(void **state)
     assert_non_null(strstr(spec.defines, "EEP_EPK_FIXED_LINES=0"));
 }
 
+/* One runtime keeps one layout (elastic/ep.c refuses a call whose layout differs): the same
+   shape and a shape differing only in what the window does not hold (the alignment) share it;
+   other token counts, widths, top-k, dtypes or the combine's row format do not. */
+static void test_layout_equal(void **state)
+{
+    const eep_ep_shape_t s = shape(2, 128, 7168, 8, 256, 1, EEP_DTYPE_BF16);
+    eep_ep_shape_t       t = s;
+
+    (void)state;
+    assert_int_equal(eep_ep_layout_equal(&s, &t), 1);
+    t.alignment = 128;
+    assert_int_equal(eep_ep_layout_equal(&s, &t), 1);
+    t = s;
+    t.max_tokens = 4096;
+    assert_int_equal(eep_ep_layout_equal(&s, &t), 0);
+    t = s;
+    t.hidden = 4096;
+    assert_int_equal(eep_ep_layout_equal(&s, &t), 0);
+    t = s;
+    t.num_topk = 6;
+    assert_int_equal(eep_ep_layout_equal(&s, &t), 0);
+    t = s;
+    t.dtype = EEP_DTYPE_FP8_E4M3;
+    assert_int_equal(eep_ep_layout_equal(&s, &t), 0);
+    t = s;
+    t.num_experts = 128; /* 64 local experts instead of 128: smaller count slots */
+    assert_int_equal(eep_ep_layout_equal(&s, &t), 0);
+    t = s;
+    t.hidden = 0; /* a bad shape never matches */
+    assert_int_equal(eep_ep_layout_equal(&s, &t), 0);
+}
+
 static void test_expected_groups(void **state)
 {
     (void)state;
@@ -298,6 +330,7 @@ int main(void)
         cmocka_unit_test(test_rows_max_is_tight),
         cmocka_unit_test(test_buffer_sizes),
         cmocka_unit_test(test_combine_lines),
+        cmocka_unit_test(test_layout_equal),
         cmocka_unit_test(test_expected_groups),
         cmocka_unit_test(test_sm_model),
         cmocka_unit_test(test_knobs_table),
