@@ -229,7 +229,10 @@ static eep_status_t eep_ep_prepare(eep_runtime_t *rt, const eep_ep_shape_t *shap
         return status;
     }
     /* One layout per runtime: after a change, a wait could find an older layout's bytes where
-       it expects a tag, flag or count word (and accept them); nothing resets the area. */
+       it expects a tag, flag or count word (and accept them); nothing resets the area.  A
+       membership change (world size) is a layout change too: whatever shrinks or grows a
+       runtime in place must zero this area on every rank (then a barrier) and clear
+       have_shape. */
     if ((*st_p)->have_shape && !eep_ep_layout_equal(&(*st_p)->shape, shape)) {
         const eep_ep_shape_t *o = &(*st_p)->shape;
 
