@@ -138,7 +138,7 @@ __device__ __forceinline__ unsigned char *eep_epc_partial(const eep_epk_params_t
 #pragma unroll
         for (int u = 0; u < 2; u++) {
             if (LL) {
-                line[u] = b0 + EEP_LL_WARP_LINES * u + (int)(lane >> 3);
+                line[u] = eep_ll_round_line(b0, u, lane);
                 vv[u]   = line[u] < e ? eep_ll_vector(line[u], lane, vecs) : -1;
             } else {
                 line[u] = 0;
@@ -192,7 +192,7 @@ __device__ __forceinline__ int eep_epc_source(const int *rec_base, int q)
    index jl of this rank's own partial when it is computed here (-1: read like the others), that
    partial's rows and weights (lane k < K), and where the sum goes. */
 struct eep_epc_token {
-    int            t, n, jl;
+    int            n, jl;
     unsigned       dm, rows_mask;
     int            my_row;
     float          my_w;
@@ -245,7 +245,7 @@ __device__ __forceinline__ bool eep_epc_sum_lines(const eep_epk_params_t &p, con
 
 #pragma unroll
         for (int u = 0; u < 2; u++) {
-            line[u] = l0 + EEP_LL_WARP_LINES * u + (int)(lane >> 3);
+            line[u] = eep_ll_round_line(l0, u, lane);
             vv[u]   = line[u] < e ? eep_ll_vector(line[u], lane, vecs) : -1;
 #pragma unroll
             for (int i = 0; i < 8; i++) {
@@ -527,7 +527,6 @@ __device__ __forceinline__ void eep_epc_body(const eep_epk_params_t &p)
             k.dm |= slots[d] >= 0 ? 1u << d : 0u;
         }
         k.dm = __reduce_or_sync(0xffffffffu, k.dm);
-        k.t  = t;
         k.n  = __popc(k.dm);
         k.jl = own_at_source && ((k.dm >> p.rank) & 1u) ?
                __popc(k.dm & ((1u << p.rank) - 1u)) : -1;

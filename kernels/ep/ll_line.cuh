@@ -41,6 +41,13 @@ __device__ __forceinline__ int eep_ll_vector(int line, unsigned lane, int vecs)
     return slot < EEP_LL_DATA_SLOTS && v < vecs ? v : -1;
 }
 
+/* The line of this lane in step @p u of a round that starts at line @p l0 (steps of
+   EEP_LL_WARP_LINES lines, one warp instruction each). */
+__device__ __forceinline__ int eep_ll_round_line(int l0, int u, unsigned lane)
+{
+    return l0 + EEP_LL_WARP_LINES * u + (int)(lane >> 3);
+}
+
 /* The lane's 16-byte slot at line @p line of the row at @p row. */
 __device__ __forceinline__ uint4 *eep_ll_slot(unsigned char *row, int line, unsigned lane)
 {
