@@ -197,30 +197,25 @@ static void test_combine_lines(void **state)
 static void test_layout_equal(void **state)
 {
     const eep_ep_shape_t s = shape(2, 128, 7168, 8, 256, 1, EEP_DTYPE_BF16);
-    eep_ep_shape_t       t = s;
+    eep_ep_shape_t       t = s, other[6];
+    size_t               i;
 
     (void)state;
     assert_int_equal(eep_ep_layout_equal(&s, &t), 1);
     t.alignment = 128;
     assert_int_equal(eep_ep_layout_equal(&s, &t), 1);
-    t = s;
-    t.max_tokens = 4096;
-    assert_int_equal(eep_ep_layout_equal(&s, &t), 0);
-    t = s;
-    t.hidden = 4096;
-    assert_int_equal(eep_ep_layout_equal(&s, &t), 0);
-    t = s;
-    t.num_topk = 6;
-    assert_int_equal(eep_ep_layout_equal(&s, &t), 0);
-    t = s;
-    t.dtype = EEP_DTYPE_FP8_E4M3;
-    assert_int_equal(eep_ep_layout_equal(&s, &t), 0);
-    t = s;
-    t.num_experts = 128; /* 64 local experts instead of 128: smaller count slots */
-    assert_int_equal(eep_ep_layout_equal(&s, &t), 0);
-    t = s;
-    t.hidden = 0; /* a bad shape never matches */
-    assert_int_equal(eep_ep_layout_equal(&s, &t), 0);
+    for (i = 0; i < sizeof(other) / sizeof(other[0]); i++) {
+        other[i] = s;
+    }
+    other[0].max_tokens  = 4096;
+    other[1].hidden      = 4096;
+    other[2].num_topk    = 6;
+    other[3].dtype       = EEP_DTYPE_FP8_E4M3;
+    other[4].num_experts = 128; /* 64 local experts instead of 128: smaller count slots */
+    other[5].hidden      = 0;   /* a bad shape never matches */
+    for (i = 0; i < sizeof(other) / sizeof(other[0]); i++) {
+        assert_int_equal(eep_ep_layout_equal(&s, &other[i]), 0);
+    }
 }
 
 static void test_expected_groups(void **state)
