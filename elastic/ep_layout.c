@@ -40,9 +40,9 @@ int eep_ep_local_experts(const eep_ep_shape_t *shape)
     return shape->num_experts / shape->world;
 }
 
-int eep_ep_combine_lines(const eep_ep_shape_t *shape)
+int eep_ep_lines(const eep_ep_shape_t *shape)
 {
-    return shape->max_tokens <= EEP_EP_COMBINE_LINES_MAX_TOKENS;
+    return shape->max_tokens <= EEP_EP_LINES_MAX_TOKENS;
 }
 
 static int eep_ep_is_pow2(int v)
@@ -110,6 +110,26 @@ void eep_ep_wire_layout(const eep_ep_shape_t *s, eep_ep_wire_t *wire_p)
     *wire_p = w;
 }
 
+void eep_ep_record_layout(const eep_ep_shape_t *s, eep_ep_wire_t *wire_p)
+{
+    eep_ep_wire_t w;
+    size_t        shift;
+
+    eep_ep_wire_layout(s, &w);
+    if (eep_ep_lines(s)) {
+        /* the hidden bytes as flagged lines of 7 x 16 bytes (kernels/ep/ll_line.cuh), the record
+           a whole number of lines so that every record starts on one */
+        shift = (w.hidden_bytes + EEP_EP_COMBINE_LINE_DATA - 1) / EEP_EP_COMBINE_LINE_DATA *
+                EEP_EP_COMBINE_LINE_BYTES - w.scale_off;
+        w.scale_off  += shift;
+        w.meta_off   += shift;
+        w.tag_off    += shift;
+        w.token_bytes = (size_t)eep_ep_align_up((int64_t)(w.token_bytes + shift),
+                                                EEP_EP_COMBINE_LINE_BYTES);
+    }
+    *wire_p = w;
+}
+
 static int64_t eep_ep_rows_max_raw(int64_t world, int64_t max_tokens, int64_t num_topk,
                                    int64_t num_local, int64_t alignment)
 {
@@ -152,7 +172,7 @@ eep_status_t eep_ep_buffer_sizes(const eep_ep_shape_t *s, eep_ep_buffer_sizes_t 
     if (status != EEP_OK) {
         return status;
     }
-    eep_ep_wire_layout(s, &wire);
+    eep_ep_record_layout(s, &wire);
     z.count_slot_bytes = (size_t)eep_ep_align_up(
         (int64_t)(3 + eep_ep_local_experts(s)) * (int64_t)sizeof(uint64_t),
         EEP_EP_COUNT_SLOT_ALIGN);
@@ -161,7 +181,7 @@ eep_status_t eep_ep_buffer_sizes(const eep_ep_shape_t *s, eep_ep_buffer_sizes_t 
     z.dispatch_recv_bytes = (size_t)EEP_EP_PARITIES * (size_t)s->world *
                             (size_t)s->max_tokens * wire.token_bytes;
     regions = (size_t)(s->world < s->num_topk ? s->world : s->num_topk);
-    z.combine_row_bytes   = eep_ep_combine_lines(s) ?
+    z.combine_row_bytes   = eep_ep_lines(s) ?
                             ((size_t)s->hidden * 2 + EEP_EP_COMBINE_LINE_DATA - 1) /
                             EEP_EP_COMBINE_LINE_DATA * EEP_EP_COMBINE_LINE_BYTES :
                             (size_t)s->hidden * 2 + EEP_EP_COMBINE_TAG_BYTES;
@@ -345,7 +365,7 @@ eep_status_t eep_ep_params_layout(const eep_ep_shape_t *shape, int rank, size_t 
     if ((status = eep_ep_buffer_sizes(shape, &z)) != EEP_OK) {
         return status;
     }
-    eep_ep_wire_layout(shape, &wire);
+    eep_ep_record_layout(shape, &wire);
     memset(p, 0, sizeof(*p));
     p->rank          = rank;
     p->world         = shape->world;
@@ -371,7 +391,7 @@ eep_status_t eep_ep_params_layout(const eep_ep_shape_t *shape, int rank, size_t 
     p->crecv_row     = z.combine_row_bytes;
     p->crecv_region  = (unsigned long long)shape->max_tokens * z.combine_row_bytes;
     p->crecv_regions = shape->world < shape->num_topk ? shape->world : shape->num_topk;
-    p->combine_lines = eep_ep_combine_lines(shape);
+    p->lines = eep_ep_lines(shape);
     return EEP_OK;
 }
 
@@ -384,7 +404,7 @@ void eep_ep_kernel_spec(int combine, int idx_bits, int mode, int phase,
     snprintf(names->defines, sizeof(names->defines), "EEP_EPK_FIXED_K=%d EEP_EPK_FIXED_W=%d "
              "EEP_EPK_FIXED_H=%d EEP_EPK_FIXED_HB=%zu EEP_EPK_FIXED_LINES=%d", shape->num_topk,
              shape->world, shape->hidden,
-             (size_t)shape->hidden * eep_ep_elem_bytes(shape->dtype), eep_ep_combine_lines(shape));
+             (size_t)shape->hidden * eep_ep_elem_bytes(shape->dtype), eep_ep_lines(shape));
     memset(spec_p, 0, sizeof(*spec_p));
     spec_p->size          = sizeof(*spec_p);
     spec_p->header        = combine ? "kernels/ep/combine.cuh" : "kernels/ep/dispatch.cuh";

@@ -39,13 +39,14 @@ typedef struct {
 #define EEP_EP_WIRE_ALIGN 32
 
 /*
- * A combine partial row, at decode size (max_tokens_per_rank <= EEP_EP_COMBINE_LINES_MAX_TOKENS,
+ * Flagged lines (also the dispatch's hidden bytes: eep_ep_record_layout).
+ * A combine partial row, at decode size (max_tokens_per_rank <= EEP_EP_LINES_MAX_TOKENS,
  * the same on every rank): a run of 128-byte lines, each 7 x 16 bytes of data (56 bf16 channels)
  * and a 16-byte flag slot (kernels/ep/ll_line.cuh); else the data and a 16-byte tag (u64 call
  * sequence + padding), stored last.  The lines save the fence and the tag (T 128: 16.7 -> 14.3
  * us) but cost 14% more bytes, which at T 4096 made the combine 280 -> 342 us (2026-11-30).
  */
-#define EEP_EP_COMBINE_LINES_MAX_TOKENS 256
+#define EEP_EP_LINES_MAX_TOKENS 256
 #define EEP_EP_COMBINE_LINE_BYTES       128
 #define EEP_EP_COMBINE_LINE_DATA        112
 #define EEP_EP_COMBINE_TAG_BYTES        16
@@ -105,7 +106,7 @@ int64_t eep_ep_align_up(int64_t value, int64_t align);
 int eep_ep_local_experts(const eep_ep_shape_t *shape);
 
 /** @return 1 when the combine's partials travel as flagged lines (max_tokens small enough). */
-int eep_ep_combine_lines(const eep_ep_shape_t *shape);
+int eep_ep_lines(const eep_ep_shape_t *shape);
 
 /** @return 1 when shapes @p a and @p b lay out the window's dispatch/combine area identically
     (every offset, size, record and row format), so calls of both can share one runtime: every
@@ -114,6 +115,10 @@ int eep_ep_layout_equal(const eep_ep_shape_t *a, const eep_ep_shape_t *b);
 
 /** Fill the wire layout of one dispatched token. */
 void eep_ep_wire_layout(const eep_ep_shape_t *shape, eep_ep_wire_t *wire_p);
+
+/** The direct-mode dispatch's record: the wire layout, or at decode size (eep_ep_lines()) with
+    the hidden bytes as flagged 128-byte lines and the record a whole number of lines. */
+void eep_ep_record_layout(const eep_ep_shape_t *shape, eep_ep_wire_t *wire_p);
 
 /** @return the worst-case received rows (see eep_ep_recv_rows_max()), -1 for a bad shape. */
 int64_t eep_ep_rows_max(const eep_ep_shape_t *shape);

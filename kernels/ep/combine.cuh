@@ -558,7 +558,7 @@ __device__ __forceinline__ void eep_epc_body(const eep_epk_params_t &p)
     eep_epk_stamp(p, 7);
 }
 
-/* The combine: flagged lines when the buffers are sized for decode (p.combine_lines, set by the
+/* The combine: flagged lines when the buffers are sized for decode (p.lines, set by the
    host from max_tokens_per_rank, the same on every rank; fixed at JIT time), plain tagged rows
    otherwise. */
 __device__ void eep_ep_combine_body(const eep_epk_params_t &p)

@@ -25,6 +25,9 @@
  *      token order, a function of the inputs alone);
  *   6. (at the start) the block that takes the launch's last ticket writes the sequence back and
  *      zeroes the next call's work counter (one per parity).
+ * Decode-size buffers (p.lines, kernels/ep/ll_line.cuh): in 3 a token's scales and metadata go
+ * first, then one fence and the tags, then its hidden bytes as flagged lines (no fence, no tag);
+ * in 5 a record's metadata is read once its tag holds the sequence, its lines once their flags do.
  * CACHED skips 1, 2 and the counts of 4: slots and layout come from the handle.  CPU_SYNC: the
  * launch is senders + counter; the counter publishes the counts (device arrays and a host-mapped
  * mirror) and the host launches Phase 1 (the copy alone, on the copy blocks) once it has sized
@@ -52,6 +55,7 @@
 #endif
 
 #include "../../barrier/impl/bounded_wait.cuh"
+#include "ll_line.cuh"
 
 
 /* At most this many top-k ids (T * K) a call, every sending block and the counter count the
@@ -258,6 +262,16 @@ __device__ __forceinline__ void eep_epk_tag_store(unsigned char *rec, unsigned t
     eep_st_relaxed_sys((unsigned long long *)(rec + tag_off), seq);
 }
 
+/* Units of a token's hidden bytes that the senders and copiers split: flagged lines (LL), or
+   16-byte vectors. */
+template <bool LL>
+__device__ __forceinline__ unsigned eep_epk_units(const eep_epk_params_t &p)
+{
+    const unsigned nv = EEP_EPK_HB(p) / 16u;
+
+    return LL ? (unsigned)eep_ll_lines((int)nv) : nv;
+}
+
 /* Shared state of the expanders (the copy from received records to expert-major rows). */
 struct eep_epk_copy_smem {
     int n[EEP_EPK_MAX_WORLD];        /* records from each source */
@@ -335,7 +349,7 @@ __device__ __forceinline__ void eep_epk_layout_scan(eep_epk_copy_smem &sm, int E
  * one warp each and copies each as soon as its tag shows this call's sequence: rows are placed
  * while later records still travel, and no "all landed" signal is needed.
  */
-template <int Mode>
+template <int Mode, bool LL>
 __device__ void eep_epk_expand(const eep_epk_params_t &p, unsigned long long seq, int xb, int XB,
                                int *src_prefix /* [world * El] shared */, eep_epk_copy_smem &sm,
                                int *block_failed)
@@ -523,29 +537,63 @@ __device__ void eep_epk_expand(const eep_epk_params_t &p, unsigned long long seq
         /* A remote record's hidden bytes and scales came with it; this rank's own tokens are
            read from x (their records carry the metadata only). */
         const long long      t_src = ids[2 * K];
-        const unsigned char *data = s == p.rank ? (const unsigned char *)p.x +
-                                                  (unsigned long long)t_src * EEP_EPK_HB(p) : row;
-        const unsigned char *scales = s == p.rank ? (const unsigned char *)p.x_scales +
-                                                    (unsigned long long)t_src * p.scale_bytes :
-                                                    row + p.scale_off;
+        const bool           local = s == p.rank;
+        const unsigned char *data = local ? (const unsigned char *)p.x +
+                                            (unsigned long long)t_src * EEP_EPK_HB(p) : row;
+        const unsigned char *scales = local ? (const unsigned char *)p.x_scales +
+                                              (unsigned long long)t_src * p.scale_bytes :
+                                              row + p.scale_off;
         {
             const uint4   *s4 = (const uint4 *)data;
-            const unsigned nv = EEP_EPK_HB(p) / 16;
-            /* piece c of CHK: vectors [vb, ve) */
-            const unsigned vb = (unsigned)((unsigned long long)nv * c / CHK);
-            const unsigned n = (unsigned)((unsigned long long)nv * (c + 1) / CHK);
+            const int      nv = (int)(EEP_EPK_HB(p) / 16);
+            const unsigned nu = eep_epk_units<LL>(p);
+            /* piece c of CHK: units [ub, ue) (lines, or vectors) */
+            const unsigned ub = (unsigned)((unsigned long long)nu * c / CHK);
+            const unsigned ue = (unsigned)((unsigned long long)nu * (c + 1) / CHK);
             unsigned       rows_mask = __ballot_sync(0xffffffffu, my_row >= 0);
+            /* a flagged record's lines (4 x 4 a round), or a plain one's (or x's) vectors (8 per
+               lane a round) */
+            const bool     lines = LL && !local;
+            auto           vec = [&](unsigned b0, int u) {
+                if (lines) { /* 4 x 4 lines a round */
+                    const int line = (int)b0 + EEP_LL_WARP_LINES * u + (int)(lane >> 3);
+                    return u < 4 && line < (int)ue ? eep_ll_vector(line, lane, nv) : -1;
+                }
+                const int v = (int)(b0 + lane) + 32 * u;
+                return v < (LL ? min((int)ue * EEP_LL_DATA_SLOTS, nv) : (int)ue) ? v : -1;
+            };
 
             /* the loop runs the same number of times on every lane (its body shuffles with the
                full mask): a piece narrower than 32 vectors, e.g. fp8 H 2048 split 8 ways, left
                lanes out and hung the warp */
-            for (unsigned b0 = vb; b0 < n; b0 += 32u * 8u) {
-                const unsigned v0 = b0 + lane;
-                uint4          r8[8];
+            for (unsigned b0 = LL && local ? ub * EEP_LL_DATA_SLOTS : ub;
+                 b0 < (LL && local ? min(ue * EEP_LL_DATA_SLOTS, (unsigned)nv) : ue);
+                 b0 += lines ? 4u * EEP_LL_WARP_LINES : 32u * 8u) {
+                uint4 r8[8];
+
+                if (lines) {
+                    if (!eep_warp_wait_geq(w, [&] {
+                                               unsigned long long f = ~0ull;
 #pragma unroll
-                for (int u = 0; u < 8; u++) {
-                    if (v0 + 32u * u < n) {
-                        r8[u] = s4[v0 + 32u * u];
+                                               for (int u = 0; u < 4; u++) {
+                                                   const int line = (int)b0 +
+                                                                    EEP_LL_WARP_LINES * u +
+                                                                    (int)(lane >> 3);
+                                                   f = min(f, eep_ll_load(
+                                                                  eep_ll_slot((unsigned char *)row,
+                                                                              line, lane),
+                                                                  r8[u], line < (int)ue, lane));
+                                               }
+                                               return f;
+                                           }, seq, EEP_PHASE_EP_DISPATCH, s)) {
+                        return;
+                    }
+                } else {
+#pragma unroll
+                    for (int u = 0; u < 8; u++) {
+                        if (vec(b0, u) >= 0) {
+                            r8[u] = s4[vec(b0, u)];
+                        }
                     }
                 }
                 for (unsigned m = rows_mask; m != 0; m &= m - 1) {
@@ -554,8 +602,8 @@ __device__ void eep_epk_expand(const eep_epk_params_t &p, unsigned long long seq
                                              (unsigned long long)r * EEP_EPK_HB(p));
 #pragma unroll
                     for (int u = 0; u < 8; u++) {
-                        if (v0 + 32u * u < n) {
-                            d4[v0 + 32u * u] = r8[u];
+                        if (vec(b0, u) >= 0) {
+                            d4[vec(b0, u)] = r8[u];
                         }
                     }
                 }
@@ -579,49 +627,16 @@ __device__ void eep_epk_expand(const eep_epk_params_t &p, unsigned long long seq
     eep_epk_stamp(p, 6);
 }
 
-/* Vectors [vb, ve) (16 bytes each) of token @p t's hidden bytes to every destination in @p dm
-   but this rank (slot per destination from @p slot_of), loaded once, 8 per lane in flight; with
-   @p meta also the scales (not to this rank) and the metadata (to every destination).  This
-   rank's own record is metadata only: its copy blocks read the hidden bytes and scales from x
-   itself (no staging write and read back of a local token).  No fence: the caller fences, then
-   stores the tags. */
+/* The scales (not to this rank) and the metadata of token @p t to every destination in @p dm. */
 template <typename SlotOf>
-__device__ __forceinline__ void eep_epk_send_token(const eep_epk_params_t &p,
-                                                   unsigned char *const *peer_base,
-                                                   unsigned long long my_region, int t,
-                                                   unsigned dm, SlotOf slot_of, int my_id,
-                                                   float my_w, int my_pos, unsigned lane,
-                                                   unsigned vb, unsigned ve, bool meta)
+__device__ __forceinline__ void eep_epk_send_meta(const eep_epk_params_t &p,
+                                                  unsigned char *const *peer_base,
+                                                  unsigned long long my_region, int t,
+                                                  unsigned dm, SlotOf slot_of, int my_id,
+                                                  float my_w, int my_pos, unsigned lane)
 {
-    const int      K = EEP_EPK_K(p);
-    const uint4   *s4 = (const uint4 *)((const unsigned char *)p.x +
-                                        (unsigned long long)t * EEP_EPK_HB(p));
-    const unsigned remote = dm & ~(1u << (unsigned)p.rank);
+    const int K = EEP_EPK_K(p);
 
-    EEP_EPK_TEST_SEND_DELAY(p);
-    for (unsigned v0 = vb + lane; remote != 0 && v0 < ve; v0 += 32u * 8u) {
-        uint4 r[8];
-#pragma unroll
-        for (int u = 0; u < 8; u++) {
-            if (v0 + 32u * u < ve) {
-                r[u] = s4[v0 + 32u * u];
-            }
-        }
-        for (unsigned m = remote; m != 0; m &= m - 1) {
-            const int d = __ffs(m) - 1;
-            uint4    *d4 = (uint4 *)(peer_base[d] + my_region +
-                                     (unsigned long long)slot_of(d) * p.token_bytes);
-#pragma unroll
-            for (int u = 0; u < 8; u++) {
-                if (v0 + 32u * u < ve) {
-                    d4[v0 + 32u * u] = r[u];
-                }
-            }
-        }
-    }
-    if (!meta) {
-        return;
-    }
     for (unsigned m = dm; m != 0; m &= m - 1) {
         const int      d = __ffs(m) - 1;
         unsigned char *rec = peer_base[d] + my_region +
@@ -659,6 +674,78 @@ __device__ __forceinline__ void eep_epk_send_tags(const eep_epk_params_t &p,
             eep_epk_tag_store(peer_base[d] + my_region +
                               (unsigned long long)slot_of(d) * p.token_bytes, p.tag_off, seq);
         }
+    }
+}
+
+/*
+ * Units [ub, ue) of token @p t's hidden bytes to every destination in @p dm but this rank (slot
+ * per destination from @p slot_of), loaded once, 8 per lane in flight; with @p meta also the
+ * scales (not to this rank) and the metadata (to every destination).  This rank's own record is
+ * metadata only: its copy blocks read the hidden bytes and scales from x itself (no staging
+ * write and read back of a local token).
+ * Plain records (!LL): the units are 16-byte vectors; no fence: the caller fences, then stores
+ * the tags.  Flagged records (LL, decode size): the units are lines of the record's hidden area
+ * (kernels/ep/ll_line.cuh), each stored with the call's sequence @p seq, so they need no fence
+ * and no tag; the scales and metadata go first, then one fence and the tags (the copy blocks
+ * wait for those before they know the rows), then the lines.
+ */
+template <bool LL, typename SlotOf>
+__device__ __forceinline__ void eep_epk_send_token(const eep_epk_params_t &p,
+                                                   unsigned char *const *peer_base,
+                                                   unsigned long long my_region, int t,
+                                                   unsigned dm, SlotOf slot_of, int my_id,
+                                                   float my_w, int my_pos, unsigned lane,
+                                                   unsigned ub, unsigned ue, bool meta,
+                                                   unsigned long long seq)
+{
+    const uint4   *s4 = (const uint4 *)((const unsigned char *)p.x +
+                                        (unsigned long long)t * EEP_EPK_HB(p));
+    const unsigned remote = dm & ~(1u << (unsigned)p.rank);
+    const int      nv = (int)(EEP_EPK_HB(p) / 16u);
+
+    if (LL && meta) {
+        eep_epk_send_meta(p, peer_base, my_region, t, dm, slot_of, my_id, my_w, my_pos, lane);
+        eep_fence_release_sys();
+        __syncwarp();
+        eep_epk_send_tags(p, peer_base, my_region, dm, slot_of, seq, lane);
+    }
+    EEP_EPK_TEST_SEND_DELAY(p);
+    /* 8 vectors per lane a round (LL: 4 x 4 lines; every lane runs every round, the line
+       stores meet) */
+    constexpr int UN = LL ? 4 : 8;
+    for (unsigned b0 = ub; remote != 0 && b0 < ue;
+         b0 += LL ? UN * EEP_LL_WARP_LINES : 32u * UN) {
+        uint4 r[UN];
+#pragma unroll
+        for (int u = 0; u < UN; u++) {
+            const int line = (int)b0 + EEP_LL_WARP_LINES * u + (int)(lane >> 3);
+            const int v = LL ? (line < (int)ue ? eep_ll_vector(line, lane, nv) : -1) :
+                               ((int)(b0 + lane) + 32 * u < (int)ue ? (int)(b0 + lane) + 32 * u :
+                                                                      -1);
+            if (v >= 0) {
+                r[u] = s4[v];
+            } else if (LL) {
+                r[u] = make_uint4(0u, 0u, 0u, 0u);
+            }
+        }
+        for (unsigned m = remote; m != 0; m &= m - 1) {
+            const int      d = __ffs(m) - 1;
+            unsigned char *rec = peer_base[d] + my_region +
+                                 (unsigned long long)slot_of(d) * p.token_bytes;
+#pragma unroll
+            for (int u = 0; u < UN; u++) {
+                if (LL) {
+                    const int line = (int)b0 + EEP_LL_WARP_LINES * u + (int)(lane >> 3);
+
+                    eep_ll_store(eep_ll_slot(rec, line, lane), r[u], seq, line < (int)ue, lane);
+                } else if ((int)(b0 + lane) + 32 * u < (int)ue) {
+                    ((uint4 *)rec)[b0 + lane + 32u * u] = r[u];
+                }
+            }
+        }
+    }
+    if (!LL && meta) {
+        eep_epk_send_meta(p, peer_base, my_region, t, dm, slot_of, my_id, my_w, my_pos, lane);
     }
 }
 
@@ -919,8 +1006,8 @@ __device__ void eep_epk_publish(const eep_epk_params_t &p, unsigned long long se
  * word alone), then, like every later block, expands (CPU_SYNC: publishes the counts to the host
  * instead, and the expansion is Phase 1, a launch of its own after the host has sized outputs).
  */
-template <int IdxBits, int Mode, int Phase>
-__device__ void eep_ep_dispatch_body(const eep_epk_params_t &p)
+template <int IdxBits, int Mode, int Phase, bool LL>
+__device__ __forceinline__ void eep_epk_dispatch(const eep_epk_params_t &p)
 {
     static_assert(Mode >= 0 && Mode <= 2, "Mode: 0 CPU_SYNC, 1 NO_CPU_SYNC, 2 CACHED");
     static_assert(Phase == 0 || (Phase == 1 && Mode == EEP_EPK_CPU_SYNC), "Phase 1: CPU_SYNC copy");
@@ -954,7 +1041,7 @@ __device__ void eep_ep_dispatch_body(const eep_epk_params_t &p)
     eep_epk_start(p, EEP_EPK_CTL_DCTR, Phase == 0 ? EEP_EPK_CTL_DWORK : 0u,
                   Phase == 0 ? EEP_EPK_CTL_DSEQ : 0u, seq);
     if (Phase == 1) {
-        eep_epk_expand<Mode>(p, seq, (int)blockIdx.x, (int)gridDim.x, dyn, csm, &block_failed);
+        eep_epk_expand<Mode, LL>(p, seq, (int)blockIdx.x, (int)gridDim.x, dyn, csm, &block_failed);
         eep_epk_stamp(p, 7);
         return;
     }
@@ -975,7 +1062,7 @@ __device__ void eep_ep_dispatch_body(const eep_epk_params_t &p)
                4 tokens of a warp. */
             const int      nt = t1 - t0;
             const int      P = eep_epk_pieces(nt);
-            const unsigned nv = EEP_EPK_HB(p) / 16u;
+            const unsigned nu = eep_epk_units<LL>(p); /* lines, or vectors */
 
             if (P > 1) {
                 if ((int)threadIdx.x < EEP_EPK_WARPS / 2) {
@@ -992,11 +1079,14 @@ __device__ void eep_ep_dispatch_body(const eep_epk_params_t &p)
                 float          my_w;
 
                 eep_epk_lane_topk<IdxBits>(p, t, lane, &my_id, &my_w);
-                eep_epk_send_token(p, peer_base, my_region, t, dm, slot_of, my_id, my_w, -1, lane,
-                                   (unsigned)((unsigned long long)nv * c / P),
-                                   (unsigned)((unsigned long long)nv * (c + 1) / P), c == 0);
-                eep_epk_piece_sent(p, peer_base, my_region, dm, slot_of, seq, lane, &piece_done[q],
-                                   P);
+                eep_epk_send_token<LL>(p, peer_base, my_region, t, dm, slot_of, my_id, my_w, -1,
+                                       lane, (unsigned)((unsigned long long)nu * c / P),
+                                       (unsigned)((unsigned long long)nu * (c + 1) / P), c == 0,
+                                       seq);
+                if (!LL) {
+                    eep_epk_piece_sent(p, peer_base, my_region, dm, slot_of, seq, lane,
+                                       &piece_done[q], P);
+                }
             }
             for (int t4 = t0 + (int)warp; P == 1 && t4 < t1; t4 += 4 * EEP_EPK_WARPS) {
                 for (int j = 0; j < 4; j++) {
@@ -1010,9 +1100,12 @@ __device__ void eep_ep_dispatch_body(const eep_epk_params_t &p)
                     float          my_w;
 
                     eep_epk_lane_topk<IdxBits>(p, t, lane, &my_id, &my_w);
-                    eep_epk_send_token(p, peer_base, my_region, t, dm,
-                                       [slots](int d) { return slots[d]; }, my_id, my_w, -1,
-                                       lane, 0u, nv, true);
+                    eep_epk_send_token<LL>(p, peer_base, my_region, t, dm,
+                                           [slots](int d) { return slots[d]; }, my_id, my_w, -1,
+                                           lane, 0u, nu, true, seq);
+                }
+                if (LL) {
+                    continue; /* the records' tags went with their metadata */
                 }
                 eep_fence_release_sys();
                 __syncwarp();
@@ -1111,7 +1204,7 @@ __device__ void eep_ep_dispatch_body(const eep_epk_params_t &p)
                    finishes a token's last piece stores its tags */
                 const int nr = min(R, t1 - r0);
                 const int P = eep_epk_pieces(nr);
-                const unsigned nv = EEP_EPK_HB(p) / 16u;
+                const unsigned nu = eep_epk_units<LL>(p);
                 for (int it = (int)warp; it < nr * P; it += EEP_EPK_WARPS) {
                     const int      q = it / P, c = it % P;
                     const int      t = r0 + q, w = q >> 5;
@@ -1137,15 +1230,16 @@ __device__ void eep_ep_dispatch_body(const eep_epk_params_t &p)
                             slots[d] = ((dm >> d) & 1u) ? slot_of(d) : -1;
                         }
                     }
-                    eep_epk_send_token(p, peer_base, my_region, t, dm, slot_of, my_id, my_w,
-                                       my_pos, lane, (unsigned)((unsigned long long)nv * c / P),
-                                       (unsigned)((unsigned long long)nv * (c + 1) / P), c == 0);
-                    if (P > 1) {
+                    eep_epk_send_token<LL>(p, peer_base, my_region, t, dm, slot_of, my_id, my_w,
+                                           my_pos, lane, (unsigned)((unsigned long long)nu * c / P),
+                                           (unsigned)((unsigned long long)nu * (c + 1) / P),
+                                           c == 0, seq);
+                    if (P > 1 && !LL) {
                         eep_epk_piece_sent(p, peer_base, my_region, dm, slot_of, seq, lane,
                                            &piece_done[q], P);
                     }
                 }
-                if (P == 1) {
+                if (P == 1 && !LL) {
                     /* one fence per warp and round, then the tags of its tokens */
                     eep_fence_release_sys();
                     __syncwarp();
@@ -1200,11 +1294,24 @@ __device__ void eep_ep_dispatch_body(const eep_epk_params_t &p)
 
     eep_epk_stamp(p, 2);
     if ((int)blockIdx.x >= S && Mode != EEP_EPK_CPU_SYNC) {
-        eep_epk_expand<Mode>(p, seq, (int)blockIdx.x - S, G - S, dyn, csm, &block_failed);
+        eep_epk_expand<Mode, LL>(p, seq, (int)blockIdx.x - S, G - S, dyn, csm, &block_failed);
     } else if ((int)blockIdx.x == S && Mode == EEP_EPK_CPU_SYNC) {
         eep_epk_publish(p, seq, peer_base[p.rank] + p.counts_off, csm, &block_failed);
     }
     eep_epk_stamp(p, 7);
+}
+
+/* The dispatch: records with flagged lines when the buffers are sized for decode (p.lines, set
+   by the host from max_tokens_per_rank, the same on every rank; fixed at JIT time), plain records
+   with a tag otherwise. */
+template <int IdxBits, int Mode, int Phase>
+__device__ void eep_ep_dispatch_body(const eep_epk_params_t &p)
+{
+    if (EEP_EPK_LINES(p)) {
+        eep_epk_dispatch<IdxBits, Mode, Phase, true>(p);
+    } else {
+        eep_epk_dispatch<IdxBits, Mode, Phase, false>(p);
+    }
 }
 
 #endif /* __CUDACC__ */

@@ -43,7 +43,7 @@
 #define EEP_EPK_W(p)  (EEP_EPK_FIXED_W > 0 ? EEP_EPK_FIXED_W : (p).world)
 #define EEP_EPK_H(p)  (EEP_EPK_FIXED_H > 0 ? EEP_EPK_FIXED_H : (p).hidden)
 #define EEP_EPK_HB(p) (EEP_EPK_FIXED_HB > 0 ? (unsigned)EEP_EPK_FIXED_HB : (p).hidden_bytes)
-#define EEP_EPK_LINES(p) (EEP_EPK_FIXED_LINES >= 0 ? EEP_EPK_FIXED_LINES : (p).combine_lines)
+#define EEP_EPK_LINES(p) (EEP_EPK_FIXED_LINES >= 0 ? EEP_EPK_FIXED_LINES : (p).lines)
 
 /* Kernel modes (template argument Mode): the values of eep_ep_mode_t. */
 #define EEP_EPK_CPU_SYNC    0
@@ -99,7 +99,8 @@ typedef struct eep_epk_params {
     unsigned long long  chunk_totals;  /* int [EEP_EPK_MAX_SEND_BLOCKS][NC]: each sender's counts */
     unsigned long long  chunk_flags;   /* u64 [EEP_EPK_MAX_SEND_BLOCKS]: = sequence once written */
     int                 skip_pad_x;    /* 1: padding rows get ids -1 and weights 0 only */
-    int                 combine_lines; /* 1: combine partials as flagged 128-byte lines */
+    int                 lines;         /* 1: flagged 128-byte lines (ll_line.cuh): combine
+                                          partials, dispatch records' hidden bytes */
 
     /* dispatch inputs */
     unsigned long long x, x_scales, topk_idx, topk_weights;

@@ -168,25 +168,44 @@ static void test_buffer_sizes(void **state)
    data each), larger ones as plain rows with a 16-byte tag; the JIT compiles the one in use. */
 static void test_combine_lines(void **state)
 {
-    eep_ep_shape_t        s = shape(2, EEP_EP_COMBINE_LINES_MAX_TOKENS, 7168, 8, 256, 1,
+    eep_ep_shape_t        s = shape(2, EEP_EP_LINES_MAX_TOKENS, 7168, 8, 256, 1,
                                     EEP_DTYPE_BF16);
     eep_ep_buffer_sizes_t z;
+    eep_ep_wire_t         w;
     eep_ep_kernel_names_t names;
     eep_jit_spec_t        spec;
 
     (void)state;
-    assert_int_equal(eep_ep_combine_lines(&s), 1);
+    assert_int_equal(eep_ep_lines(&s), 1);
     assert_int_equal(eep_ep_buffer_sizes(&s, &z), EEP_OK);
     assert_int_equal(z.combine_row_bytes, 128 * 128); /* 14336 bytes of data = 128 lines */
+    /* the dispatch's records: hidden bytes as lines, the record whole lines; the wire layout
+       (the NCCL baseline's) stays plain */
+    eep_ep_record_layout(&s, &w);
+    assert_int_equal(w.scale_off, 128 * 128);
+    assert_int_equal(w.meta_off, 128 * 128);
+    assert_int_equal(w.tag_off, 128 * 128 + 104);
+    assert_int_equal(w.token_bytes, 129 * 128);
+    assert_int_equal(z.dispatch_recv_bytes, (size_t)2 * 2 * s.max_tokens * w.token_bytes);
+    eep_ep_wire_layout(&s, &w);
+    assert_int_equal(w.scale_off, 14336);
+    s.dtype = EEP_DTYPE_FP8_E4M3; /* 7168 bytes: 64 lines, then 224 bytes of scales */
+    eep_ep_record_layout(&s, &w);
+    assert_int_equal(w.scale_off, 64 * 128);
+    assert_int_equal(w.meta_off, 64 * 128 + 224);
+    assert_int_equal(w.token_bytes, 67 * 128);
+    s.dtype = EEP_DTYPE_BF16;
     eep_ep_kernel_spec(1, 32, 0, 0, &s, &names, &spec);
     assert_non_null(strstr(spec.defines, "EEP_EPK_FIXED_LINES=1"));
     s.hidden = 2048; /* 4096 bytes: 36 lines and 64 bytes, so 37 */
     assert_int_equal(eep_ep_buffer_sizes(&s, &z), EEP_OK);
     assert_int_equal(z.combine_row_bytes, 37 * 128);
-    s.max_tokens = EEP_EP_COMBINE_LINES_MAX_TOKENS + 1;
-    assert_int_equal(eep_ep_combine_lines(&s), 0);
+    s.max_tokens = EEP_EP_LINES_MAX_TOKENS + 1;
+    assert_int_equal(eep_ep_lines(&s), 0);
     assert_int_equal(eep_ep_buffer_sizes(&s, &z), EEP_OK);
     assert_int_equal(z.combine_row_bytes, 2048 * 2 + 16);
+    eep_ep_record_layout(&s, &w);
+    assert_int_equal(w.scale_off, 2048 * 2);
     eep_ep_kernel_spec(1, 32, 0, 0, &s, &names, &spec);
     assert_non_null(strstr(spec.defines, "EEP_EPK_FIXED_LINES=0"));
 }
