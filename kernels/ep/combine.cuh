@@ -14,7 +14,7 @@
  * token from its rows (the same arithmetic; never written out), reads the other rows in regions
  * 0, 1, ... (= destination ranks ascending) once they are in, sums the partials in that order in
  * fp32 and writes bf16: no "all landed" signal, so a token is summed as soon as its partials are
- * in.  How a row says it is in (p.combine_lines, from the buffers' size, the same on every rank):
+ * in.  How a row says it is in (p.lines, from the buffers' size, the same on every rank):
  * decode-size buffers write flagged 128-byte lines (kernels/ep/ll_line.cuh: 7 vectors of 8
  * channels and the call's sequence per line; no fence, no tag), read line by line until the
  * flags read the sequence; larger ones write plain rows, then a fence and a tag per row (per 4
