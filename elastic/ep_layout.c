@@ -210,9 +210,9 @@ int eep_ep_layout_equal(const eep_ep_shape_t *a, const eep_ep_shape_t *b)
     if (eep_ep_buffer_sizes(a, &za) != EEP_OK || eep_ep_buffer_sizes(b, &zb) != EEP_OK) {
         return 0;
     }
-    eep_ep_wire_layout(a, &wa);
-    eep_ep_wire_layout(b, &wb);
-    return a->world == b->world && eep_ep_combine_lines(a) == eep_ep_combine_lines(b) &&
+    eep_ep_record_layout(a, &wa);
+    eep_ep_record_layout(b, &wb);
+    return a->world == b->world && eep_ep_lines(a) == eep_ep_lines(b) &&
            za.count_slot_bytes == zb.count_slot_bytes && za.counts_off == zb.counts_off &&
            za.allocator_off == zb.allocator_off &&
            za.dispatch_recv_off == zb.dispatch_recv_off &&
