@@ -556,7 +556,7 @@ __device__ void eep_epk_expand(const eep_epk_params_t &p, unsigned long long seq
             const bool     lines = LL && !local;
             auto           vec = [&](unsigned b0, int u) {
                 if (lines) { /* 4 x 4 lines a round */
-                    const int line = (int)b0 + EEP_LL_WARP_LINES * u + (int)(lane >> 3);
+                    const int line = eep_ll_round_line((int)b0, u, lane);
                     return u < 4 && line < (int)ue ? eep_ll_vector(line, lane, nv) : -1;
                 }
                 const int v = (int)(b0 + lane) + 32 * u;
@@ -576,9 +576,8 @@ __device__ void eep_epk_expand(const eep_epk_params_t &p, unsigned long long seq
                                                unsigned long long f = ~0ull;
 #pragma unroll
                                                for (int u = 0; u < 4; u++) {
-                                                   const int line = (int)b0 +
-                                                                    EEP_LL_WARP_LINES * u +
-                                                                    (int)(lane >> 3);
+                                                   const int line =
+                                                       eep_ll_round_line((int)b0, u, lane);
                                                    f = min(f, eep_ll_load(
                                                                   eep_ll_slot((unsigned char *)row,
                                                                               line, lane),
@@ -718,7 +717,7 @@ __device__ __forceinline__ void eep_epk_send_token(const eep_epk_params_t &p,
         uint4 r[UN];
 #pragma unroll
         for (int u = 0; u < UN; u++) {
-            const int line = (int)b0 + EEP_LL_WARP_LINES * u + (int)(lane >> 3);
+            const int line = eep_ll_round_line((int)b0, u, lane);
             const int v = LL ? (line < (int)ue ? eep_ll_vector(line, lane, nv) : -1) :
                                ((int)(b0 + lane) + 32 * u < (int)ue ? (int)(b0 + lane) + 32 * u :
                                                                       -1);
@@ -735,7 +734,7 @@ __device__ __forceinline__ void eep_epk_send_token(const eep_epk_params_t &p,
 #pragma unroll
             for (int u = 0; u < UN; u++) {
                 if (LL) {
-                    const int line = (int)b0 + EEP_LL_WARP_LINES * u + (int)(lane >> 3);
+                    const int line = eep_ll_round_line((int)b0, u, lane);
 
                     eep_ll_store(eep_ll_slot(rec, line, lane), r[u], seq, line < (int)ue, lane);
                 } else if ((int)(b0 + lane) + 32 * u < (int)ue) {
