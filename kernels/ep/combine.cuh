@@ -383,12 +383,11 @@ __device__ __forceinline__ void eep_epc_body(const eep_epk_params_t &p)
 
     const int           W = EEP_EPK_W(p), vecs = EEP_EPK_H(p) / 8;
     const unsigned      lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
-    unsigned long long *ctl_seq = (unsigned long long *)(p.ctl + EEP_EPK_CTL_CSEQ);
     const int           gwarps = gridDim.x * EEP_EPK_WARPS;
 
     if (threadIdx.x == 0) {
         block_failed = 0;
-        sh_seq = *(volatile unsigned long long *)ctl_seq + 1ull;
+        sh_seq = eep_epk_begin(p, EEP_EPK_CTL_CSEQ, EEP_EPK_CTL_CWORK);
     }
     if (threadIdx.x < 32) { /* records per source, prefix by a warp scan (W <= 32) */
         const int n = (int)lane < W ? ((const int *)p.h_recv_n)[lane] : 0;
@@ -411,7 +410,6 @@ __device__ __forceinline__ void eep_epc_body(const eep_epk_params_t &p)
         p.crecv_off + (unsigned long long)parity * p.crecv_regions * p.crecv_region;
 
     eep_epk_stamp(p, 0);
-    eep_epk_start(p, EEP_EPK_CTL_CCTR, EEP_EPK_CTL_CWORK, EEP_EPK_CTL_CSEQ, seq);
     /* The handshake word, to every peer. */
     if (blockIdx.x == 0 && (int)threadIdx.x < W) {
         unsigned long long *slot = (unsigned long long *)(

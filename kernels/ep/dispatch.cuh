@@ -23,8 +23,9 @@
  *      rows, then take records from a work counter and place each once its tag holds this
  *      call's sequence, at offsets[e] + rows of e from lower sources + its position (source then
  *      token order, a function of the inputs alone);
- *   6. (at the start) the block that takes the launch's last ticket writes the sequence back and
- *      zeroes the next call's work counter (one per parity).
+ *   6. (at the start) one atomic per block on the control word takes a ticket and reads the
+ *      sequence; the block with the last ticket zeroes the next call's work counter (one per
+ *      parity) and advances the word (eep_epk_begin).
  * Decode-size buffers (p.lines, kernels/ep/ll_line.cuh): in 3 a token's scales and metadata go
  * first, then one fence and the tags, then its hidden bytes as flagged lines (no fence, no tag);
  * in 5 a record's metadata is read once its tag holds the sequence, its lines once their flags do.
@@ -227,12 +228,13 @@ __device__ __forceinline__ eep_wait_ctx eep_epk_wait_ctx(const eep_epk_params_t 
     return w;
 }
 
-/* Wait, by the first world threads of the block, until word @p idx of every peer's slot carries
-   @p seq.  @return false when a wait gave up (fault recorded) or the runtime aborted. */
-__device__ __forceinline__ bool eep_epk_wait_slots(const eep_epk_params_t &p,
-                                                   const unsigned char *my_counts, int parity,
-                                                   int idx, unsigned long long seq, int phase,
-                                                   int *block_failed)
+/* Wait, by the first world threads of the block (no block sync), until word @p idx of every
+   peer's slot carries @p seq. */
+__device__ __forceinline__ void eep_epk_wait_slot_words(const eep_epk_params_t &p,
+                                                        const unsigned char *my_counts,
+                                                        int parity, int idx,
+                                                        unsigned long long seq, int phase,
+                                                        int *block_failed)
 {
     const eep_wait_ctx w = eep_epk_wait_ctx(p, block_failed);
     if ((int)threadIdx.x < EEP_EPK_W(p)) {
@@ -247,9 +249,19 @@ __device__ __forceinline__ bool eep_epk_wait_slots(const eep_epk_params_t &p,
                              }
                              return eep_ld_relaxed_sys(word);
                          }, seq << 32, phase, (int)threadIdx.x)) {
-            eep_fence_acquire_sys(); /* the block follows through the __syncthreads below */
+            eep_fence_acquire_sys(); /* the block follows through the caller's __syncthreads */
         }
     }
+}
+
+/* eep_epk_wait_slot_words, then the block meets.  @return false when a wait gave up (fault
+   recorded) or the runtime aborted. */
+__device__ __forceinline__ bool eep_epk_wait_slots(const eep_epk_params_t &p,
+                                                   const unsigned char *my_counts, int parity,
+                                                   int idx, unsigned long long seq, int phase,
+                                                   int *block_failed)
+{
+    eep_epk_wait_slot_words(p, my_counts, parity, idx, seq, phase, block_failed);
     __syncthreads();
     return !*(volatile int *)block_failed;
 }
@@ -360,7 +372,12 @@ __device__ void eep_epk_expand(const eep_epk_params_t &p, unsigned long long seq
     unsigned char       *mine = eep_epk_peer(p, 0, p.rank);
     const unsigned char *my_counts = mine + p.counts_off;
 
-    if (!eep_epk_wait_slots(p, my_counts, parity, EEP_EPK_SLOT_TOKENS, seq, EEP_PHASE_EP_DISPATCH,
+    /* CACHED needs nothing from the peers to begin (the layout is the handle's, a record is
+       read once its tag holds the sequence, this rank's tokens come from x): its blocks wait for
+       the peers' count words last, which the parity argument (docs/dispatch.md, section 3)
+       needs before the kernel ends.  Waiting first cost every cached call ~3.5 us at T 128. */
+    if (Mode != EEP_EPK_CACHED &&
+        !eep_epk_wait_slots(p, my_counts, parity, EEP_EPK_SLOT_TOKENS, seq, EEP_PHASE_EP_DISPATCH,
                             block_failed)) {
         return;
     }
@@ -623,6 +640,10 @@ __device__ void eep_epk_expand(const eep_epk_params_t &p, unsigned long long seq
             }
         }
     }
+    if (Mode == EEP_EPK_CACHED) { /* no block sync: nothing follows, and failed warps left */
+        eep_epk_wait_slot_words(p, my_counts, parity, EEP_EPK_SLOT_TOKENS, seq,
+                                EEP_PHASE_EP_DISPATCH, block_failed);
+    }
     eep_epk_stamp(p, 6);
 }
 
@@ -777,33 +798,28 @@ __device__ __forceinline__ void eep_epk_piece_sent(const eep_epk_params_t &p,
     }
 }
 
-/* The start of every dispatch/combine launch, after every thread 0 has read the call's sequence
-   @p seq: each block takes a ticket; the block that takes the last one (so every block has read
-   the sequence) resets the ticket counter, writes the sequence back when @p seq_off is not 0, and
-   zeroes the other parity's work counter at @p work_off (not 0), which the next call uses: this
-   call's was zeroed by the previous call.  Nothing is left for the end of the launch, where the
-   last block's fence and atomics would add to the kernel's tail. */
-__device__ __forceinline__ void eep_epk_start(const eep_epk_params_t &p, unsigned ctr_off,
-                                              unsigned work_off, unsigned seq_off,
-                                              unsigned long long seq)
+/* The start of every dispatch/combine launch, thread 0 of each block: one atomic on the
+   kernel's control word at @p word_off, (sequence of the last launch << 32) | blocks of this
+   launch started so far, both takes the block's ticket and reads the call's sequence (the old
+   word's high half + 1, which @return gives).  The block that takes the last ticket zeroes the
+   other parity's work counter at @p work_off (the next call's: this call's was zeroed by the
+   previous one), then advances the word to (sequence << 32) | 0 for the next launch, which the
+   stream starts only after this one ends.  A read of the sequence, a fence and a ticket atomic
+   cost the block's first barrier about a microsecond more (2026-11-30 trace). */
+__device__ __forceinline__ unsigned long long eep_epk_begin(const eep_epk_params_t &p,
+                                                            unsigned word_off, unsigned work_off)
 {
-    if (threadIdx.x == 0) {
-        unsigned int *ctr = (unsigned int *)(p.ctl + ctr_off);
+    unsigned long long      *word = (unsigned long long *)(p.ctl + word_off);
+    const unsigned long long old = atomicAdd(word, 1ull);
+    const unsigned long long seq = (old >> 32) + 1ull;
 
-        __threadfence(); /* the sequence read above precedes the ticket */
-        if (atomicAdd(ctr, 1u) == gridDim.x - 1u) {
-            __threadfence();
-            *(volatile unsigned int *)ctr = 0u;
-            if (work_off != 0) {
-                const unsigned other = (unsigned)((seq & 1ull) ^ 1ull);
+    if ((unsigned)(old & 0xffffffffull) == gridDim.x - 1u) {
+        const unsigned other = (unsigned)((seq & 1ull) ^ 1ull);
 
-                *(volatile unsigned int *)(p.ctl + work_off + 4u * other) = 0u;
-            }
-            if (seq_off != 0) {
-                *(volatile unsigned long long *)(p.ctl + seq_off) = seq;
-            }
-        }
+        *(volatile unsigned int *)(p.ctl + work_off + 4u * other) = 0u;
+        atomicAdd(word, (1ull << 32) - (unsigned long long)gridDim.x);
     }
+    return seq;
 }
 
 /* Stage the ids of tokens [c0, c0 + n) into shared memory as int32 (-2: out of range), 8 loads in
@@ -1023,9 +1039,10 @@ __device__ __forceinline__ void eep_epk_dispatch(const eep_epk_params_t &p)
 
     if (threadIdx.x == 0) {
         block_failed = 0;
-        /* Phase 0 advances the sequence (written back by the block that starts last); Phase 1
-           reuses it. */
-        sh_seq = *(volatile unsigned long long *)ctl_seq + (Phase == 0 ? 1ull : 0ull);
+        /* Phase 0 takes the next sequence (eep_epk_begin); Phase 1 (CPU_SYNC's copy, after
+           Phase 0 ended) reuses it. */
+        sh_seq = Phase == 0 ? eep_epk_begin(p, EEP_EPK_CTL_DSEQ, EEP_EPK_CTL_DWORK) :
+                              *(volatile unsigned long long *)ctl_seq >> 32;
     }
     for (int d = threadIdx.x; d < W; d += blockDim.x) {
         peer_base[d] = eep_epk_peer(p, 0, d);
@@ -1035,10 +1052,6 @@ __device__ __forceinline__ void eep_epk_dispatch(const eep_epk_params_t &p)
     const int                parity = (int)(seq & 1ull);
 
     eep_epk_stamp(p, 0);
-    /* Phase 0 writes the advanced sequence back and zeroes the next call's work counter; Phase 1
-       (CPU_SYNC's copy) only takes its ticket. */
-    eep_epk_start(p, EEP_EPK_CTL_DCTR, Phase == 0 ? EEP_EPK_CTL_DWORK : 0u,
-                  Phase == 0 ? EEP_EPK_CTL_DSEQ : 0u, seq);
     if (Phase == 1) {
         eep_epk_expand<Mode, LL>(p, seq, (int)blockIdx.x, (int)gridDim.x, dyn, csm, &block_failed);
         eep_epk_stamp(p, 7);

@@ -57,12 +57,11 @@
 #define EEP_EPK_SLOT_COUNTS 3  /* El words: rows for my local expert e */
 
 /* Local control words (in this rank's allocator region, >= 256 bytes, zeroed with the window):
-   self-cleaning block counters, the device-side call counters (so that a replayed CUDA graph
-   still advances the sequence) and per-parity work counters (bytes 24-31 unused). */
-#define EEP_EPK_CTL_DCTR   0   /* u32 at byte 0: dispatch blocks started */
-#define EEP_EPK_CTL_CCTR   4   /* u32 at byte 4: combine blocks started */
-#define EEP_EPK_CTL_DSEQ   8   /* u64: dispatch sequence of the last dispatch kernel */
-#define EEP_EPK_CTL_CSEQ   16  /* u64: combine sequence */
+   the device-side call counters, each with the count of the current launch's blocks started in
+   its low half (eep_epk_begin; a replayed CUDA graph still advances the sequence), and
+   per-parity work counters (bytes 0-7 and 24-31 unused). */
+#define EEP_EPK_CTL_DSEQ   8   /* u64: (dispatch sequence << 32) | dispatch blocks started */
+#define EEP_EPK_CTL_CSEQ   16  /* u64: (combine sequence << 32) | combine blocks started */
 #define EEP_EPK_CTL_DWORK  32  /* u32[2], by parity: next received record a dispatch copier takes */
 #define EEP_EPK_CTL_CWORK  40  /* u32[2], by parity: next record the combine's expert side takes */
 
