@@ -568,13 +568,13 @@ __device__ void eep_epk_expand(const eep_epk_params_t &p, unsigned long long seq
             const unsigned ub = (unsigned)((unsigned long long)nu * c / CHK);
             const unsigned ue = (unsigned)((unsigned long long)nu * (c + 1) / CHK);
             unsigned       rows_mask = __ballot_sync(0xffffffffu, my_row >= 0);
-            /* a flagged record's lines (4 x 4 a round), or a plain one's (or x's) vectors (8 per
+            /* a flagged record's lines (8 x 4 a round), or a plain one's (or x's) vectors (8 per
                lane a round) */
             const bool     lines = LL && !local;
             auto           vec = [&](unsigned b0, int u) {
-                if (lines) { /* 4 x 4 lines a round */
+                if (lines) { /* 8 x 4 lines a round */
                     const int line = eep_ll_round_line((int)b0, u, lane);
-                    return u < 4 && line < (int)ue ? eep_ll_vector(line, lane, nv) : -1;
+                    return line < (int)ue ? eep_ll_vector(line, lane, nv) : -1;
                 }
                 const int v = (int)(b0 + lane) + 32 * u;
                 return v < (LL ? min((int)ue * EEP_LL_DATA_SLOTS, nv) : (int)ue) ? v : -1;
@@ -585,14 +585,14 @@ __device__ void eep_epk_expand(const eep_epk_params_t &p, unsigned long long seq
                lanes out and hung the warp */
             for (unsigned b0 = LL && local ? ub * EEP_LL_DATA_SLOTS : ub;
                  b0 < (LL && local ? min(ue * EEP_LL_DATA_SLOTS, (unsigned)nv) : ue);
-                 b0 += lines ? 4u * EEP_LL_WARP_LINES : 32u * 8u) {
+                 b0 += lines ? 8u * EEP_LL_WARP_LINES : 32u * 8u) {
                 uint4 r8[8];
 
                 if (lines) {
                     if (!eep_warp_wait_geq(w, [&] {
                                                unsigned long long f = ~0ull;
 #pragma unroll
-                                               for (int u = 0; u < 4; u++) {
+                                               for (int u = 0; u < 8; u++) {
                                                    const int line =
                                                        eep_ll_round_line((int)b0, u, lane);
                                                    f = min(f, eep_ll_load(
@@ -730,9 +730,9 @@ __device__ __forceinline__ void eep_epk_send_token(const eep_epk_params_t &p,
         eep_epk_send_tags(p, peer_base, my_region, dm, slot_of, seq, lane);
     }
     EEP_EPK_TEST_SEND_DELAY(p);
-    /* 8 vectors per lane a round (LL: 4 x 4 lines; every lane runs every round, the line
+    /* 8 vectors per lane a round (LL: 8 x 4 lines; every lane runs every round, the line
        stores meet) */
-    constexpr int UN = LL ? 4 : 8;
+    constexpr int UN = 8;
     for (unsigned b0 = ub; remote != 0 && b0 < ue;
          b0 += LL ? UN * EEP_LL_WARP_LINES : 32u * UN) {
         uint4 r[UN];
