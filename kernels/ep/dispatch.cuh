@@ -895,11 +895,10 @@ __device__ void eep_epk_count(const eep_epk_params_t &p, int t_begin, int t_end,
                 m = eep_epk_route_staged(ids, K, El, &bad); /* a bad token: its sender reports */
             }
             for (int k = 0; k < K; k++) {
-                const int      e = bad ? -1 : ids[k];
-                const unsigned peers = __match_any_sync(0xffffffffu, e);
+                const int e = bad ? -1 : ids[k];
 
-                if (e >= 0 && (threadIdx.x & 31u) == (unsigned)(__ffs(peers) - 1)) {
-                    atomicAdd(&base[e], __popc(peers));
+                if (e >= 0) {
+                    atomicAdd(&base[e], 1);
                 }
             }
             for (int d = 0; d < EEP_EPK_W(p); d++) {
