@@ -883,8 +883,10 @@ __device__ void eep_epk_count(const eep_epk_params_t &p, int t_begin, int t_end,
 
         eep_epk_stage_ids<IdxBits>(p, c0, n, stage);
         __syncthreads();
-        /* one token per thread; counts aggregated per warp (ballots, match_any): a shared
-           counter hit by every thread (2 destinations, a hot expert) serialises otherwise */
+        /* one token per thread; destinations counted per warp by ballot (every thread would
+           hit one of world counters), experts by one shared atomic per id: aggregating them
+           with __match_any_sync first cost the T 128 count ~1.5 us more (2026-11-30 trace),
+           and a hot expert serialises at most T * K <= a few thousand atomics a block */
         for (int j0 = 0; j0 < n; j0 += blockDim.x) {
             const int  j = j0 + (int)threadIdx.x;
             const int *ids = stage + j * K;
