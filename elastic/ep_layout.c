@@ -42,7 +42,8 @@ int eep_ep_local_experts(const eep_ep_shape_t *shape)
 
 int eep_ep_lines(const eep_ep_shape_t *shape)
 {
-    return shape->max_tokens <= EEP_EP_LINES_MAX_TOKENS;
+    return (shape->max_tokens <= EEP_EP_DISPATCH_LINES_MAX_TOKENS ? EEP_EPK_LINES_DISPATCH : 0) |
+           (shape->max_tokens <= EEP_EP_COMBINE_LINES_MAX_TOKENS ? EEP_EPK_LINES_COMBINE : 0);
 }
 
 static int eep_ep_is_pow2(int v)
@@ -116,7 +117,7 @@ void eep_ep_record_layout(const eep_ep_shape_t *s, eep_ep_wire_t *wire_p)
     size_t        shift;
 
     eep_ep_wire_layout(s, &w);
-    if (eep_ep_lines(s)) {
+    if (eep_ep_lines(s) & EEP_EPK_LINES_DISPATCH) {
         /* the hidden bytes as flagged lines of 7 x 16 bytes (kernels/ep/ll_line.cuh), the record
            a whole number of lines so that every record starts on one */
         shift = (w.hidden_bytes + EEP_EP_COMBINE_LINE_DATA - 1) / EEP_EP_COMBINE_LINE_DATA *
@@ -181,7 +182,7 @@ eep_status_t eep_ep_buffer_sizes(const eep_ep_shape_t *s, eep_ep_buffer_sizes_t 
     z.dispatch_recv_bytes = (size_t)EEP_EP_PARITIES * (size_t)s->world *
                             (size_t)s->max_tokens * wire.token_bytes;
     regions = (size_t)(s->world < s->num_topk ? s->world : s->num_topk);
-    z.combine_row_bytes   = eep_ep_lines(s) ?
+    z.combine_row_bytes   = (eep_ep_lines(s) & EEP_EPK_LINES_COMBINE) ?
                             ((size_t)s->hidden * 2 + EEP_EP_COMBINE_LINE_DATA - 1) /
                             EEP_EP_COMBINE_LINE_DATA * EEP_EP_COMBINE_LINE_BYTES :
                             (size_t)s->hidden * 2 + EEP_EP_COMBINE_TAG_BYTES;

@@ -39,14 +39,18 @@ typedef struct {
 #define EEP_EP_WIRE_ALIGN 32
 
 /*
- * Flagged lines (also the dispatch's hidden bytes: eep_ep_record_layout).
- * A combine partial row, at decode size (max_tokens_per_rank <= EEP_EP_LINES_MAX_TOKENS,
- * the same on every rank): a run of 128-byte lines, each 7 x 16 bytes of data (56 bf16 channels)
- * and a 16-byte flag slot (kernels/ep/ll_line.cuh); else the data and a 16-byte tag (u64 call
- * sequence + padding), stored last.  The lines save the fence and the tag (T 128: 16.7 -> 14.3
- * us) but cost 14% more bytes, which at T 4096 made the combine 280 -> 342 us (2026-11-30).
+ * Flagged lines (eep_ep_lines()), chosen by max_tokens_per_rank, the same on every rank.
+ * A combine partial row, for buffers of max_tokens_per_rank <= EEP_EP_COMBINE_LINES_MAX_TOKENS:
+ * a run of 128-byte lines, each 7 x 16 bytes of data (56 bf16 channels) and a 16-byte flag slot
+ * (kernels/ep/ll_line.cuh); else the data and a 16-byte tag (u64 call sequence + padding),
+ * stored last.  The lines save the fence and the tag (T 128: 16.7 -> 14.3 us) but cost 14% more
+ * bytes: the combine took 43.1 -> 46.4 us at T 512, 84.1 -> 91.6 at T 1024 and 280 -> 342 at
+ * T 4096 (2026-11-30, 2 x H200).  The dispatch records' hidden bytes, for buffers of
+ * max_tokens_per_rank <= EEP_EP_DISPATCH_LINES_MAX_TOKENS (eep_ep_record_layout): there the
+ * lines won up to T 1024 (cached 78.6 -> 68.8 us, no-cpu-sync 95.6 -> 89.8; T 512 even).
  */
-#define EEP_EP_LINES_MAX_TOKENS 256
+#define EEP_EP_COMBINE_LINES_MAX_TOKENS  256
+#define EEP_EP_DISPATCH_LINES_MAX_TOKENS 1024
 #define EEP_EP_COMBINE_LINE_BYTES       128
 #define EEP_EP_COMBINE_LINE_DATA        112
 #define EEP_EP_COMBINE_TAG_BYTES        16
@@ -105,7 +109,8 @@ int64_t eep_ep_align_up(int64_t value, int64_t align);
 /** @return num_experts / world (the shape must be valid). */
 int eep_ep_local_experts(const eep_ep_shape_t *shape);
 
-/** @return 1 when the combine's partials travel as flagged lines (max_tokens small enough). */
+/** @return which transfers travel as flagged lines, a mask of EEP_EPK_LINES_DISPATCH and
+    EEP_EPK_LINES_COMBINE (kernels/ep/ep_params.h), from max_tokens alone. */
 int eep_ep_lines(const eep_ep_shape_t *shape);
 
 /** @return 1 when shapes @p a and @p b lay out the window's dispatch/combine area identically
@@ -116,7 +121,7 @@ int eep_ep_layout_equal(const eep_ep_shape_t *a, const eep_ep_shape_t *b);
 /** Fill the wire layout of one dispatched token. */
 void eep_ep_wire_layout(const eep_ep_shape_t *shape, eep_ep_wire_t *wire_p);
 
-/** The direct-mode dispatch's record: the wire layout, or at decode size (eep_ep_lines()) with
+/** The direct-mode dispatch's record: the wire layout, or for small buffers (eep_ep_lines()) with
     the hidden bytes as flagged 128-byte lines and the record a whole number of lines. */
 void eep_ep_record_layout(const eep_ep_shape_t *shape, eep_ep_wire_t *wire_p);
 

@@ -561,7 +561,7 @@ __device__ __forceinline__ void eep_epc_body(const eep_epk_params_t &p)
    otherwise. */
 __device__ void eep_ep_combine_body(const eep_epk_params_t &p)
 {
-    if (EEP_EPK_LINES(p)) {
+    if (EEP_EPK_LINES(p) & EEP_EPK_LINES_COMBINE) {
         eep_epc_body<true>(p);
     } else {
         eep_epc_body<false>(p);

@@ -1320,7 +1320,7 @@ __device__ __forceinline__ void eep_epk_dispatch(const eep_epk_params_t &p)
 template <int IdxBits, int Mode, int Phase>
 __device__ void eep_ep_dispatch_body(const eep_epk_params_t &p)
 {
-    if (EEP_EPK_LINES(p)) {
+    if (EEP_EPK_LINES(p) & EEP_EPK_LINES_DISPATCH) {
         eep_epk_dispatch<IdxBits, Mode, Phase, true>(p);
     } else {
         eep_epk_dispatch<IdxBits, Mode, Phase, false>(p);

@@ -36,7 +36,11 @@
 #ifndef EEP_EPK_FIXED_HB
 #define EEP_EPK_FIXED_HB 0
 #endif
-#ifndef EEP_EPK_FIXED_LINES /* the combine's partials as flagged lines: 1, plain rows: 0 */
+/* Which transfers travel as flagged 128-byte lines (kernels/ep/ll_line.cuh), a mask; plain rows
+   with a tag otherwise. */
+#define EEP_EPK_LINES_DISPATCH 1 /* the dispatch records' hidden bytes */
+#define EEP_EPK_LINES_COMBINE  2 /* the combine's partials */
+#ifndef EEP_EPK_FIXED_LINES /* the mask fixed at JIT time; -1: p.lines */
 #define EEP_EPK_FIXED_LINES -1
 #endif
 #define EEP_EPK_K(p)  (EEP_EPK_FIXED_K > 0 ? EEP_EPK_FIXED_K : (p).num_topk)
@@ -98,8 +102,7 @@ typedef struct eep_epk_params {
     unsigned long long  chunk_totals;  /* int [EEP_EPK_MAX_SEND_BLOCKS][NC]: each sender's counts */
     unsigned long long  chunk_flags;   /* u64 [EEP_EPK_MAX_SEND_BLOCKS]: = sequence once written */
     int                 skip_pad_x;    /* 1: padding rows get ids -1 and weights 0 only */
-    int                 lines;         /* 1: flagged 128-byte lines (ll_line.cuh): combine
-                                          partials, dispatch records' hidden bytes */
+    int                 lines;         /* EEP_EPK_LINES_*: which transfers are flagged lines */
 
     /* dispatch inputs */
     unsigned long long x, x_scales, topk_idx, topk_weights;

@@ -37,8 +37,10 @@ run --mode no-cpu-sync --dtype bf16 --hidden 7168 --topk 8 --tokens 4096
 # while some lanes had left it hung (fp8 H 2048 decode: 16-vector pieces; H 128: 16 vectors)
 run --mode no-cpu-sync --dtype fp8 --hidden 2048 --topk 8 --tokens 32
 run --mode cached --dtype bf16 --hidden 128 --topk 2 --tokens 64 --align 1
-# calls smaller than the buffers: decode tokens in buffers past EEP_EP_LINES_MAX_TOKENS
-# (plain combine rows) and in line-format buffers
+# calls smaller than the buffers: decode tokens in buffers past EEP_EP_COMBINE_LINES_MAX_TOKENS
+# (plain combine rows, dispatch lines), past EEP_EP_DISPATCH_LINES_MAX_TOKENS (plain both ways)
+# and in line-format buffers
 run --mode cached --dtype bf16 --hidden 7168 --topk 8 --tokens 128 --max-tokens 1024
+run --mode no-cpu-sync --dtype bf16 --hidden 7168 --topk 8 --tokens 128 --max-tokens 1025
 run --mode no-cpu-sync --dtype fp8 --hidden 7168 --topk 8 --tokens 32 --max-tokens 256
 [ $fails -eq 0 ] || { echo "$fails case(s) failed"; exit 1; }

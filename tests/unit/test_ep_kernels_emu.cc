@@ -491,14 +491,21 @@ int main(void)
        cached and counted sends, one warp a record in the combine's first pair) */
     fails += run_case("cached bf16, 40 tokens", EEP_EPK_CACHED, EEP_DTYPE_BF16, 0, 3, FAULT_NONE,
                       GATING_BALANCED, 40);
-    /* Buffers past EEP_EP_LINES_MAX_TOKENS: the combine's plain rows with tags (the
-       cases above have flagged lines), at decode size and past the splits */
+    /* Buffers past EEP_EP_COMBINE_LINES_MAX_TOKENS: the combine's plain rows with tags (the
+       cases above have flagged lines both ways), at decode size and past the splits; past
+       EEP_EP_DISPATCH_LINES_MAX_TOKENS the dispatch's records are plain too */
     fails += run_case("no-cpu-sync bf16, 2 tokens, plain combine rows", EEP_EPK_NO_CPU_SYNC,
                       EEP_DTYPE_BF16, 2, 3, FAULT_NONE, GATING_BALANCED,
-                      EEP_EP_LINES_MAX_TOKENS + 1);
+                      EEP_EP_COMBINE_LINES_MAX_TOKENS + 1);
     fails += run_case("cached bf16, 40 tokens, plain combine rows", EEP_EPK_CACHED,
                       EEP_DTYPE_BF16, 40, 3, FAULT_NONE, GATING_BALANCED,
-                      EEP_EP_LINES_MAX_TOKENS + 1);
-    printf("%d passed, %d failed\n", 13 - fails, fails);
+                      EEP_EP_COMBINE_LINES_MAX_TOKENS + 1);
+    fails += run_case("no-cpu-sync bf16, 2 tokens, plain records and rows", EEP_EPK_NO_CPU_SYNC,
+                      EEP_DTYPE_BF16, 2, 3, FAULT_NONE, GATING_BALANCED,
+                      EEP_EP_DISPATCH_LINES_MAX_TOKENS + 1);
+    fails += run_case("cached bf16, 40 tokens, plain records and rows", EEP_EPK_CACHED,
+                      EEP_DTYPE_BF16, 40, 3, FAULT_NONE, GATING_BALANCED,
+                      EEP_EP_DISPATCH_LINES_MAX_TOKENS + 1);
+    printf("%d passed, %d failed\n", 15 - fails, fails);
     return fails == 0 ? 0 : 1;
 }

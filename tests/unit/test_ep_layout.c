@@ -13,6 +13,7 @@
 
 #include "elastic/ep_knobs.h"
 #include "elastic/ep_layout.h"
+#include "kernels/ep/ep_params.h"
 #include "ep_reference.h"
 
 static eep_ep_shape_t shape(int world, int T, int H, int K, int E, int align, eep_dtype_t dt)
@@ -164,11 +165,13 @@ static void test_buffer_sizes(void **state)
     assert_int_equal(eep_ep_buffer_sizes(&s, &z), EEP_ERR_INVALID_ARG);
 }
 
-/* Decode-size buffers carry the combine's partials as flagged 128-byte lines (7 x 16 bytes of
-   data each), larger ones as plain rows with a 16-byte tag; the JIT compiles the one in use. */
+/* Small buffers carry the combine's partials (up to EEP_EP_COMBINE_LINES_MAX_TOKENS) and the
+   dispatch records' hidden bytes (up to EEP_EP_DISPATCH_LINES_MAX_TOKENS) as flagged 128-byte
+   lines (7 x 16 bytes of data each), larger ones as plain rows with a 16-byte tag; the JIT
+   compiles the ones in use. */
 static void test_combine_lines(void **state)
 {
-    eep_ep_shape_t        s = shape(2, EEP_EP_LINES_MAX_TOKENS, 7168, 8, 256, 1,
+    eep_ep_shape_t        s = shape(2, EEP_EP_COMBINE_LINES_MAX_TOKENS, 7168, 8, 256, 1,
                                     EEP_DTYPE_BF16);
     eep_ep_buffer_sizes_t z;
     eep_ep_wire_t         w;
@@ -176,7 +179,7 @@ static void test_combine_lines(void **state)
     eep_jit_spec_t        spec;
 
     (void)state;
-    assert_int_equal(eep_ep_lines(&s), 1);
+    assert_int_equal(eep_ep_lines(&s), EEP_EPK_LINES_DISPATCH | EEP_EPK_LINES_COMBINE);
     assert_int_equal(eep_ep_buffer_sizes(&s, &z), EEP_OK);
     assert_int_equal(z.combine_row_bytes, 128 * 128); /* 14336 bytes of data = 128 lines */
     /* the dispatch's records: hidden bytes as lines, the record whole lines; the wire layout
@@ -196,14 +199,24 @@ static void test_combine_lines(void **state)
     assert_int_equal(w.token_bytes, 67 * 128);
     s.dtype = EEP_DTYPE_BF16;
     eep_ep_kernel_spec(1, 32, 0, 0, &s, &names, &spec);
-    assert_non_null(strstr(spec.defines, "EEP_EPK_FIXED_LINES=1"));
+    assert_non_null(strstr(spec.defines, "EEP_EPK_FIXED_LINES=3"));
     s.hidden = 2048; /* 4096 bytes: 36 lines and 64 bytes, so 37 */
     assert_int_equal(eep_ep_buffer_sizes(&s, &z), EEP_OK);
     assert_int_equal(z.combine_row_bytes, 37 * 128);
-    s.max_tokens = EEP_EP_LINES_MAX_TOKENS + 1;
-    assert_int_equal(eep_ep_lines(&s), 0);
+    /* past the combine's threshold: plain combine rows, dispatch records still lines */
+    s.max_tokens = EEP_EP_COMBINE_LINES_MAX_TOKENS + 1;
+    assert_int_equal(eep_ep_lines(&s), EEP_EPK_LINES_DISPATCH);
     assert_int_equal(eep_ep_buffer_sizes(&s, &z), EEP_OK);
     assert_int_equal(z.combine_row_bytes, 2048 * 2 + 16);
+    eep_ep_record_layout(&s, &w);
+    assert_int_equal(w.scale_off, 37 * 128);
+    eep_ep_kernel_spec(1, 32, 0, 0, &s, &names, &spec);
+    assert_non_null(strstr(spec.defines, "EEP_EPK_FIXED_LINES=1"));
+    s.max_tokens = EEP_EP_DISPATCH_LINES_MAX_TOKENS;
+    assert_int_equal(eep_ep_lines(&s), EEP_EPK_LINES_DISPATCH);
+    /* past both: plain records and rows */
+    s.max_tokens = EEP_EP_DISPATCH_LINES_MAX_TOKENS + 1;
+    assert_int_equal(eep_ep_lines(&s), 0);
     eep_ep_record_layout(&s, &w);
     assert_int_equal(w.scale_off, 2048 * 2);
     eep_ep_kernel_spec(1, 32, 0, 0, &s, &names, &spec);
