@@ -556,9 +556,9 @@ __device__ __forceinline__ void eep_epc_body(const eep_epk_params_t &p)
     eep_epk_stamp(p, 7);
 }
 
-/* The combine: flagged lines when the buffers are sized for decode (p.lines, set by the
-   host from max_tokens_per_rank, the same on every rank; fixed at JIT time), plain tagged rows
-   otherwise. */
+/* The combine: flagged lines when the buffers are sized for decode (EEP_EPK_LINES_COMBINE in
+   p.lines, set by the host from max_tokens_per_rank, the same on every rank; fixed at JIT time),
+   plain tagged rows otherwise. */
 __device__ void eep_ep_combine_body(const eep_epk_params_t &p)
 {
     if (EEP_EPK_LINES(p) & EEP_EPK_LINES_COMBINE) {

@@ -26,7 +26,7 @@
  *   6. (at the start) one atomic per block on the control word takes a ticket and reads the
  *      sequence; the block with the last ticket zeroes the next call's work counter (one per
  *      parity) and advances the word (eep_epk_begin).
- * Decode-size buffers (p.lines, kernels/ep/ll_line.cuh): in 3 a token's scales and metadata go
+ * Buffers of up to 1024 tokens (p.lines, kernels/ep/ll_line.cuh): in 3 a token's scales and metadata go
  * first, then one fence and the tags, then its hidden bytes as flagged lines (no fence, no tag);
  * in 5 a record's metadata is read once its tag holds the sequence, its lines once their flags do.
  * CACHED skips 1, 2 and the counts of 4: slots and layout come from the handle.  CPU_SYNC: the
@@ -1314,9 +1314,9 @@ __device__ __forceinline__ void eep_epk_dispatch(const eep_epk_params_t &p)
     eep_epk_stamp(p, 7);
 }
 
-/* The dispatch: records with flagged lines when the buffers are sized for decode (p.lines, set
-   by the host from max_tokens_per_rank, the same on every rank; fixed at JIT time), plain records
-   with a tag otherwise. */
+/* The dispatch: records with flagged lines for small buffers (EEP_EPK_LINES_DISPATCH in p.lines,
+   set by the host from max_tokens_per_rank, the same on every rank; fixed at JIT time), plain
+   records with a tag otherwise. */
 template <int IdxBits, int Mode, int Phase>
 __device__ void eep_ep_dispatch_body(const eep_epk_params_t &p)
 {
