@@ -432,6 +432,27 @@ static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, i
             for (int64_t row = rr[r].num_rows; row < rows; row++) {
                 check(rx[row * wire.hidden_bytes] == 0xa5, "rows past the end untouched", r, row);
             }
+            /* the records are in the layout's format: each peer's first record carries the
+               call's sequence in its tag and, as flagged lines, in its first line's flag (bytes
+               120-127); a kernel that wrote plain records into a lines layout still places
+               every row right, so only this says which format travelled */
+            const int32_t *rn = (const int32_t *)p[r].h_recv_n;
+            for (int src = 0; src < W; src++) {
+                const uint64_t seq = (uint64_t)pair + 1;
+                const uint8_t *rec = win->base[r] + p[r].drecv_off +
+                                     ((seq & 1) * W + src) * p[r].drecv_region;
+                uint64_t       tag, flag;
+
+                if (src == r || rn[src] == 0) {
+                    continue; /* this rank's records are metadata only */
+                }
+                memcpy(&tag, rec + p[r].tag_off, 8);
+                memcpy(&flag, rec + EEP_EP_COMBINE_LINE_BYTES - 8, 8);
+                check(tag == seq, "record tag", r, src);
+                if (p[r].lines & EEP_EPK_LINES_DISPATCH) {
+                    check(flag == seq, "record line flag", r, src);
+                }
+            }
         }
         /* combine on G blocks (few records a block: warp groups split each record and
            token) and on one block (one warp a record, taken from the work counter) in turn */
