@@ -13,6 +13,11 @@
 
 #include "elastic/ep_knobs.h"
 #include "kernels/ep/ep_params.h"
+#include "kernels/ep/ll_line.cuh" /* the line geometry (its device code needs __CUDACC__) */
+
+/* The host sizes rows and records with the kernels' line geometry. */
+_Static_assert(EEP_EP_COMBINE_LINE_BYTES == EEP_LL_LINE_BYTES, "a line's bytes, host and kernels");
+_Static_assert(EEP_EP_COMBINE_LINE_DATA == EEP_LL_DATA_SLOTS * 16, "a line's data bytes");
 
 #define EEP_EP_MAX_WORLD      1024
 #define EEP_EP_MAX_ALIGNMENT  4096
