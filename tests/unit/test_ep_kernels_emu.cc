@@ -32,6 +32,7 @@
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <string>
 #include <vector>
 
 /* Ranks and top-k as compiled in (tests/module.mk: 2/2, 3/8, 8/8); 4 experts per rank. */
@@ -518,18 +519,20 @@ int main(void)
     /* Buffers past EEP_EP_COMBINE_LINES_MAX_TOKENS: the combine's plain rows with tags (the
        cases above have flagged lines both ways), at decode size and past the splits; past
        EEP_EP_DISPATCH_LINES_MAX_TOKENS the dispatch's records are plain too */
-    fails += run_case("no-cpu-sync bf16, 2 tokens, plain combine rows", EEP_EPK_NO_CPU_SYNC,
-                      EEP_DTYPE_BF16, 2, 3, FAULT_NONE, GATING_BALANCED,
-                      EEP_EP_COMBINE_LINES_MAX_TOKENS + 1);
-    fails += run_case("cached bf16, 40 tokens, plain combine rows", EEP_EPK_CACHED,
-                      EEP_DTYPE_BF16, 40, 3, FAULT_NONE, GATING_BALANCED,
-                      EEP_EP_COMBINE_LINES_MAX_TOKENS + 1);
-    fails += run_case("no-cpu-sync bf16, 2 tokens, plain records and rows", EEP_EPK_NO_CPU_SYNC,
-                      EEP_DTYPE_BF16, 2, 3, FAULT_NONE, GATING_BALANCED,
-                      EEP_EP_DISPATCH_LINES_MAX_TOKENS + 1);
-    fails += run_case("cached bf16, 40 tokens, plain records and rows", EEP_EPK_CACHED,
-                      EEP_DTYPE_BF16, 40, 3, FAULT_NONE, GATING_BALANCED,
-                      EEP_EP_DISPATCH_LINES_MAX_TOKENS + 1);
+    const struct {
+        int         max_tokens;
+        const char *what;
+    } plain[] = { { EEP_EP_COMBINE_LINES_MAX_TOKENS + 1, "plain combine rows" },
+                  { EEP_EP_DISPATCH_LINES_MAX_TOKENS + 1, "plain records and rows" } };
+    for (const auto &b : plain) {
+        const std::string nc = std::string("no-cpu-sync bf16, 2 tokens, ") + b.what;
+        const std::string ca = std::string("cached bf16, 40 tokens, ") + b.what;
+
+        fails += run_case(nc.c_str(), EEP_EPK_NO_CPU_SYNC, EEP_DTYPE_BF16, 2, 3, FAULT_NONE,
+                          GATING_BALANCED, b.max_tokens);
+        fails += run_case(ca.c_str(), EEP_EPK_CACHED, EEP_DTYPE_BF16, 40, 3, FAULT_NONE,
+                          GATING_BALANCED, b.max_tokens);
+    }
     printf("%d passed, %d failed\n", 15 - fails, fails);
     return fails == 0 ? 0 : 1;
 }
