@@ -337,11 +337,17 @@ static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, i
                           pair > 0 && mode == EEP_EPK_CACHED ? EEP_EPK_CACHED : EEP_EPK_NO_CPU_SYNC;
         char      what[96];
 
-        /* x and its scales change with every pair (the routing does not, so cached calls stay
-           valid), and the reference with them: a dispatch that placed an earlier pair's record
-           (staging read before it landed) fails */
+        /* x, its scales and the top-k weights change with every pair (the routing does not, so
+           cached calls stay valid), and the reference with them: a dispatch that placed an
+           earlier pair's record (staging read before it landed), or read a record's metadata
+           before its tag, fails */
         for (int r = 0; pair > 0 && r < W; r++) {
             uint8_t *x = (uint8_t *)in[r].x, *sc = (uint8_t *)in[r].x_scales;
+
+            for (size_t i = 0; i < (size_t)in[r].num_tokens * K; i++) {
+                in[r].topk_weights[i] += 0.125f * (float)((i + pair) % 5 + 1);
+            }
+            memcpy((void *)p[r].topk_weights, in[r].topk_weights, (size_t)in[r].num_tokens * K * 4);
 
             for (size_t i = 0; i < wire.hidden_bytes * (size_t)in[r].num_tokens; i++) {
                 x[i] = (uint8_t)(x[i] ^ (uint8_t)(0x5a + pair));
