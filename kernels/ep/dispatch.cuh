@@ -26,9 +26,10 @@
  *   6. (at the start) one atomic per block on the control word takes a ticket and reads the
  *      sequence; the block with the last ticket zeroes the next call's work counter (one per
  *      parity) and advances the word (eep_epk_begin).
- * Buffers of up to 1024 tokens (p.lines, kernels/ep/ll_line.cuh): in 3 a token's scales and metadata go
- * first, then one fence and the tags, then its hidden bytes as flagged lines (no fence, no tag);
- * in 5 a record's metadata is read once its tag holds the sequence, its lines once their flags do.
+ * Buffers of up to 1024 tokens (p.lines, kernels/ep/ll_line.cuh): in 3 a token's scales and
+ * metadata go first, then one fence and the tags, then its hidden bytes as flagged lines (no
+ * fence, no tag); in 5 a record's metadata is read once its tag holds the sequence, its lines
+ * once their flags do.
  * CACHED skips 1, 2 and the counts of 4: slots and layout come from the handle.  CPU_SYNC: the
  * launch is senders + counter; the counter publishes the counts (device arrays and a host-mapped
  * mirror) and the host launches Phase 1 (the copy alone, on the copy blocks) once it has sized
@@ -249,7 +250,7 @@ __device__ __forceinline__ void eep_epk_wait_slot_words(const eep_epk_params_t &
                              }
                              return eep_ld_relaxed_sys(word);
                          }, seq << 32, phase, (int)threadIdx.x)) {
-            eep_fence_acquire_sys(); /* the block follows through the caller's __syncthreads */
+            eep_fence_acquire_sys(); /* a caller that reads on syncs the block after this */
         }
     }
 }
