@@ -38,6 +38,7 @@ typedef struct {
 struct eep_ep_state {
     eep_ep_config_t       cfg;
     int                   device_sms;
+    unsigned              launch_flags; /* EEP_JIT_LAUNCH_PDL where EEP_EP_PDL and sm_90+ */
     volatile uint64_t    *mirror;      /* pinned, host-mapped: u64[EEP_EP_MAX_LOCAL_EXPERTS + 2] */
     uint64_t              mirror_dev;
     uint64_t              trace[2];    /* EEP_EP_TRACE: device stamps of dispatch, combine */
@@ -102,6 +103,14 @@ static eep_status_t eep_ep_state_get(eep_runtime_t *rt, const eep_cuda_sym_t *cu
         status = eep_status_from_cu(cu->cuDeviceGetAttribute(
             &st->device_sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, (CUdevice)rt->cu_dev),
             "cuDeviceGetAttribute(SMs)");
+    }
+    if (status == EEP_OK) {
+        int major = 0;
+
+        status = eep_status_from_cu(cu->cuDeviceGetAttribute(
+            &major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, (CUdevice)rt->cu_dev),
+            "cuDeviceGetAttribute(compute capability)");
+        st->launch_flags = st->cfg.pdl && major >= 9 ? EEP_JIT_LAUNCH_PDL : 0;
     }
     if (status == EEP_OK) {
         status = eep_status_from_cu(cu->cuMemHostAlloc(&host, 8 * (EEP_EP_MAX_LOCAL_EXPERTS + 2),
@@ -477,7 +486,8 @@ eep_status_t eep_dispatch(eep_runtime_t *rt, const eep_dispatch_args_t *args,
     }
     /* Senders, then the counter; without CPU sync the copy blocks too (the counter is one). */
     grid   = (unsigned)(sms + (args->mode == EEP_EP_MODE_CPU_SYNC ? 1 : copy));
-    status = eep_jit_launch(kernel, grid, EEP_EPK_THREADS, dyn, stream, &p, sizeof(p));
+    status = eep_jit_launch_ex(kernel, grid, EEP_EPK_THREADS, dyn, stream, &p, sizeof(p),
+                               st->launch_flags);
     if (status != EEP_OK) {
         goto fail;
     }
@@ -499,8 +509,8 @@ eep_status_t eep_dispatch(eep_runtime_t *rt, const eep_dispatch_args_t *args,
         if ((status = eep_ep_outputs(args, rows, hb, sb, &p)) != EEP_OK ||
             (status = eep_ep_kernel(rt, st, 0, idx_bits, (int)args->mode, 1, &shape, &kernel)) !=
                 EEP_OK ||
-            (status = eep_jit_launch(kernel, (unsigned)copy, EEP_EPK_THREADS, dyn, stream, &p,
-                                     sizeof(p))) != EEP_OK) {
+            (status = eep_jit_launch_ex(kernel, (unsigned)copy, EEP_EPK_THREADS, dyn, stream,
+                                        &p, sizeof(p), st->launch_flags)) != EEP_OK) {
             /* The data is on its way and the peers wait for nothing more: the copy is lost,
                the protocol is not (the next dispatch's kernel reads fresh slots). */
             goto fail;
@@ -557,8 +567,8 @@ eep_status_t eep_combine(eep_runtime_t *rt, const void *y, const eep_ep_handle_t
     if ((status = eep_ep_kernel(rt, st, 1, 0, 0, 0, &handle->shape, &kernel)) != EEP_OK) {
         return status;
     }
-    return eep_jit_launch(kernel, (unsigned)(handle->num_sms + handle->copy_sms), EEP_EPK_THREADS,
-                          0, stream, &p, sizeof(p));
+    return eep_jit_launch_ex(kernel, (unsigned)(handle->num_sms + handle->copy_sms),
+                             EEP_EPK_THREADS, 0, stream, &p, sizeof(p), st->launch_flags);
 }
 
 eep_status_t eep_ep_trace_copy(eep_runtime_t *rt, int combine, uint64_t *stamps, size_t n)

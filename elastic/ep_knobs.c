@@ -34,6 +34,11 @@ static const eep_knob_t eep_ep_knobs[] = {
                 "1: when a kernel is first built, compile the same kernel for one rank fewer on "
                 "the JIT's background thread (nice 10), so that survivors of a lost rank need no "
                 "compiler in their recovery; 0: compile it when first used."),
+    EEP_EP_KNOB("EEP_EP_PDL", "1", EEP_KNOB_INT, pdl, 0, 1,
+                "1: launch dispatch and combine with programmatic dependent launch (sm_90 and "
+                "later): a kernel is scheduled while the stream's previous kernel finishes and "
+                "waits on the device for it, which hides most of the launch gap; 0: plain "
+                "launches."),
 };
 
 const eep_knob_table_t eep_ep_knob_table = {

@@ -590,6 +590,14 @@ eep_status_t eep_jit_launch(const eep_jit_kernel_t *kernel, unsigned grid_x, uns
                             size_t shared_bytes, void *stream, const void *params,
                             size_t params_size)
 {
+    return eep_jit_launch_ex(kernel, grid_x, block_x, shared_bytes, stream, params, params_size,
+                             0);
+}
+
+eep_status_t eep_jit_launch_ex(const eep_jit_kernel_t *kernel, unsigned grid_x, unsigned block_x,
+                               size_t shared_bytes, void *stream, const void *params,
+                               size_t params_size, unsigned flags)
+{
     const eep_cuda_sym_t *cu;
     eep_status_t          status;
     void                 *args[1];
@@ -619,6 +627,28 @@ eep_status_t eep_jit_launch(const eep_jit_kernel_t *kernel, unsigned grid_x, uns
         }
     }
     args[0] = (void *)params;
+    if ((flags & EEP_JIT_LAUNCH_PDL) != 0 && cu->cuLaunchKernelEx != NULL) {
+        CUlaunchAttribute attr;
+        CUlaunchConfig    cfg;
+
+        memset(&attr, 0, sizeof(attr));
+        memset(&cfg, 0, sizeof(cfg));
+        attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attr.value.programmaticStreamSerializationAllowed = 1;
+        cfg.gridDimX       = grid_x;
+        cfg.gridDimY       = 1;
+        cfg.gridDimZ       = 1;
+        cfg.blockDimX      = block_x;
+        cfg.blockDimY      = 1;
+        cfg.blockDimZ      = 1;
+        cfg.sharedMemBytes = (unsigned)shared_bytes;
+        cfg.hStream        = (CUstream)stream;
+        cfg.attrs          = &attr;
+        cfg.numAttrs       = 1;
+        return eep_status_from_cu(cu->cuLaunchKernelEx(&cfg, (CUfunction)kernel->function, args,
+                                                       NULL),
+                                  "cuLaunchKernelEx(jit kernel, programmatic dependent launch)");
+    }
     return eep_status_from_cu(cu->cuLaunchKernel((CUfunction)kernel->function, grid_x, 1, 1,
                                                  block_x, 1, 1, (unsigned)shared_bytes,
                                                  (CUstream)stream, args, NULL),

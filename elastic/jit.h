@@ -147,6 +147,22 @@ eep_status_t eep_jit_launch(const eep_jit_kernel_t *kernel, unsigned grid_x, uns
                             size_t shared_bytes, void *stream, const void *params,
                             size_t params_size);
 
+/* eep_jit_launch_ex flags. */
+enum {
+    /*
+     * Programmatic dependent launch (sm_90+): the kernel may be launched while the previous
+     * kernel of the stream still runs; it must execute `griddepcontrol.wait` before it touches
+     * memory the previous kernel writes or reads (the EP and barrier kernels do so first thing).
+     * Ignored where the driver has no cuLaunchKernelEx.
+     */
+    EEP_JIT_LAUNCH_PDL = 1u << 0,
+};
+
+/** eep_jit_launch with EEP_JIT_LAUNCH_* @p flags (0: the same launch as eep_jit_launch). */
+eep_status_t eep_jit_launch_ex(const eep_jit_kernel_t *kernel, unsigned grid_x, unsigned block_x,
+                               size_t shared_bytes, void *stream, const void *params,
+                               size_t params_size, unsigned flags);
+
 /** The last compiler log of this thread ("" if none); valid until the next compile. */
 const char *eep_jit_last_log(void);
 

@@ -97,6 +97,29 @@ __device__ __forceinline__ void eep_fence_release_sys(void)
     asm volatile("fence.acq_rel.sys;" ::: "memory");
 #endif
 }
+
+/*
+ * Programmatic dependent launch (host: EEP_JIT_LAUNCH_PDL).  A kernel launched with it may start
+ * while the stream's previous kernel still runs; eep_grid_dep_wait() returns once that kernel
+ * has completed and its writes are visible, so every kernel calls it before its first global
+ * memory access (without the launch attribute it returns at once).  eep_grid_dep_launch() lets
+ * the stream's next kernel, if launched with the attribute, be scheduled before this one ends:
+ * its blocks take SMs as this kernel's blocks leave and wait in their own eep_grid_dep_wait().
+ * Both are no-ops before sm_90.
+ */
+__device__ __forceinline__ void eep_grid_dep_wait(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void eep_grid_dep_launch(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
 #else
 __device__ __forceinline__ unsigned long long eep_globaltimer(void)
 {
@@ -136,6 +159,14 @@ __device__ __forceinline__ unsigned long long eep_ld_acquire_gpu(const unsigned 
 __device__ __forceinline__ void eep_fence_acquire_sys(void)
 {
     __atomic_thread_fence(__ATOMIC_ACQUIRE);
+}
+
+__device__ __forceinline__ void eep_grid_dep_wait(void)
+{
+}
+
+__device__ __forceinline__ void eep_grid_dep_launch(void)
+{
 }
 
 __device__ __forceinline__ void eep_fence_release_sys(void)

@@ -561,6 +561,8 @@ __device__ __forceinline__ void eep_epc_body(const eep_epk_params_t &p)
    plain tagged rows otherwise. */
 __device__ void eep_ep_combine_body(const eep_epk_params_t &p)
 {
+    eep_grid_dep_wait();   /* launched early (PDL): the previous kernel is done and visible */
+    eep_grid_dep_launch(); /* the next kernel may take SMs as this one's blocks leave */
     if (EEP_EPK_LINES(p) & EEP_EPK_LINES_COMBINE) {
         eep_epc_body<true>(p);
     } else {

@@ -2,7 +2,8 @@
  * test_ep.c - eep_dispatch/eep_combine beyond element checks (those are test_ep_cases.sh):
  *   1. a NO_CPU_SYNC dispatch + combine pair captured in a CUDA graph has exactly two nodes, both
  *      kernels (no memset, no barrier, no notify kernel: the synchronisation count of eep/ep.h),
- *      and five replays give outputs bit-identical to the eager pair;
+ *      joined by a programmatic edge on sm_90+ (EEP_EP_PDL), and five replays give outputs
+ *      bit-identical to the eager pair;
  *   2. a bad expert id on rank 0 gives EEP_ERR_DEVICE_FAULT there with a fault record naming the
  *      token and the id, and both ranks then run a clean pair;
  *   3. a peer that stops calling: rank 1 skips a dispatch, rank 0 gets EEP_ERR_PEER_TIMEOUT within
@@ -12,6 +13,7 @@
 #include <dlfcn.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "eep/ep.h"
@@ -30,6 +32,8 @@ typedef CUresult (*instantiate_fn)(CUgraphExec *, CUgraph, unsigned long long);
 typedef CUresult (*graph_launch_fn)(CUgraphExec, CUstream);
 typedef CUresult (*get_nodes_fn)(CUgraph, CUgraphNode *, size_t *);
 typedef CUresult (*node_type_fn)(CUgraphNode, CUgraphNodeType *);
+typedef CUresult (*get_edges_fn)(CUgraph, CUgraphNode *, CUgraphNode *, CUgraphEdgeData *,
+                                 size_t *);
 
 typedef struct {
     CUdeviceptr x, idx, w, recv_x, recv_idx, recv_w, counts, offsets, y, out;
@@ -187,6 +191,36 @@ int main(void)
                kernels);
         GPU_CHECK(n == 2 && kernels == 2, "graph has %zu nodes, %zu kernels (want 2, 2)", n,
                   kernels);
+        {
+            /* EEP_EP_PDL (default 1, sm_90+): the combine's launch overlaps the dispatch's end,
+               which capture records as one programmatic edge */
+            get_edges_fn    edges = (get_edges_fn)dlsym(lib, "cuGraphGetEdges_v2");
+            CUgraphNode     from[4], to[4];
+            CUgraphEdgeData data[4];
+            size_t          ne = 4;
+            int             major = 0;
+            const char     *pdl = getenv("EEP_EP_PDL");
+            CUdevice        dev;
+
+            GPU_OK(eep_status_from_cu(cu->cuCtxGetDevice(&dev), "current device"));
+            GPU_OK(eep_status_from_cu(cu->cuDeviceGetAttribute(
+                       &major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev),
+                       "compute capability"));
+            if (edges != NULL && major >= 9 && (pdl == NULL || strcmp(pdl, "0") != 0)) {
+                memset(data, 0, sizeof(data));
+                GPU_OK(eep_status_from_cu(edges(g, from, to, data, &ne), "graph edges"));
+                printf("graph edge dispatch -> combine: %zu edge(s), type %d (%s)\n", ne,
+                       ne == 1 ? (int)data[0].type : -1,
+                       ne == 1 && data[0].type == CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC ?
+                           "programmatic dependent launch" : "full completion");
+                GPU_CHECK(ne == 1 && data[0].type == CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC,
+                          "want one programmatic edge (EEP_EP_PDL)");
+            } else {
+                printf("graph edge type not checked: %s\n", edges == NULL ?
+                       "the driver has no cuGraphGetEdges_v2" : major < 9 ?
+                       "PDL needs sm_90" : "EEP_EP_PDL=0");
+            }
+        }
         GPU_OK(eep_status_from_cu(inst(&ge, g, 0), "instantiate"));
         for (i = 0; i < 5; i++) {
             GPU_OK(eep_status_from_cu(cu->cuMemsetD8(b.out, 0xa5, out_bytes), "poison"));

@@ -43,4 +43,9 @@ run --mode cached --dtype bf16 --hidden 128 --topk 2 --tokens 64 --align 1
 run --mode cached --dtype bf16 --hidden 7168 --topk 8 --tokens 128 --max-tokens 1024
 run --mode no-cpu-sync --dtype bf16 --hidden 7168 --topk 8 --tokens 128 --max-tokens 1025
 run --mode no-cpu-sync --dtype fp8 --hidden 7168 --topk 8 --tokens 32 --max-tokens 256
+# every case above runs with programmatic dependent launch (EEP_EP_PDL=1, the default); plain
+# launches once per mode
+for mode in no-cpu-sync cpu-sync cached; do
+    EEP_EP_PDL=0 run --mode $mode --dtype bf16 --hidden 7168 --topk 8 --tokens 128 --align 1
+done
 [ $fails -eq 0 ] || { echo "$fails case(s) failed"; exit 1; }
