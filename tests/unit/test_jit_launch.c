@@ -2,9 +2,10 @@
  * test_jit_launch.c - load and launch JIT kernels on a GPU (skips without a driver).
  *
  * The fill probe is compiled, loaded into the primary context, launched over a poisoned buffer
- * and every element checked; a second lookup returns the same loaded kernel; a wrong params size
- * is refused before the driver sees it; the NVRTC-built LSA probe and the nvcc-built GIN probe
- * load (their launch needs an NCCL dev comm: make gpu-check's job).
+ * and every element checked (a plain launch, then one with programmatic dependent launch); a
+ * second lookup returns the same loaded kernel; a wrong params size is refused before the driver
+ * sees it; the NVRTC-built LSA probe and the nvcc-built GIN probe load (their launch needs an
+ * NCCL dev comm: make gpu-check's job).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -73,6 +74,20 @@ static void test_fill_launch(void **state)
     assert_int_equal(cu->cuMemcpyDtoH(host, d, n * sizeof(*host)), CUDA_SUCCESS);
     for (i = 0; i < n; i++) {
         bad += host[i] != 7u * 3u + i;
+    }
+    assert_int_equal(bad, 0);
+
+    /* the same fill with programmatic dependent launch (cuLaunchKernelEx), after a plain one */
+    p.seed = 11;
+    assert_int_equal(cu->cuMemsetD32(d, 0xdeadbeefu, n), CUDA_SUCCESS);
+    assert_int_equal(eep_jit_launch_ex(NULL, 1, 32, 0, NULL, &p, sizeof(p), EEP_JIT_LAUNCH_PDL),
+                     EEP_ERR_INVALID_ARG);
+    assert_int_equal(eep_jit_launch_ex(k1, 132, 256, 0, NULL, &p, sizeof(p), EEP_JIT_LAUNCH_PDL),
+                     EEP_OK);
+    assert_int_equal(cu->cuCtxSynchronize(), CUDA_SUCCESS);
+    assert_int_equal(cu->cuMemcpyDtoH(host, d, n * sizeof(*host)), CUDA_SUCCESS);
+    for (i = 0, bad = 0; i < n; i++) {
+        bad += host[i] != 11u * 3u + i;
     }
     assert_int_equal(bad, 0);
 
