@@ -866,16 +866,24 @@ __device__ __forceinline__ unsigned eep_epk_route_staged(const int *ids, int K, 
  * (shared, NC = E + world counters, zeroed here first).  The ids go through shared memory
  * (@p stage, @p stage_ints) in chunks, loaded coalesced by the whole block: routing straight
  * from global memory was a chain of ~K*K/2 dependent loads per token (tens of us at T 4096).
- * Every thread of the block calls this.
+ * One lane per (token, k) in groups of G = K rounded up to a power of two: a lane checks its id
+ * against the token's earlier ones (independent loads, no early exit), the group agrees by
+ * shuffles on "bad" and on the destination mask, and each valid id takes one shared atomic.  A
+ * thread per token (its K ids one after another, each compared with the ones before) took
+ * ~2.5 us for 122 tokens (2 x H200, 2026-12-01 trace).  Every thread of the block calls this.
  */
 template <int IdxBits>
 __device__ void eep_epk_count(const eep_epk_params_t &p, int t_begin, int t_end, int *base,
                               int *stage, int stage_ints)
 {
-    const int E = p.num_experts, K = EEP_EPK_K(p), El = p.num_local;
-    const int CH = max(1, min(1024, stage_ints / K));
+    const int      E = p.num_experts, K = EEP_EPK_K(p), El = p.num_local, W = EEP_EPK_W(p);
+    const int      CH = max(1, min(1024, stage_ints / K));
+    const int      G = K <= 1 ? 1 : K <= 2 ? 2 : K <= 4 ? 4 : K <= 8 ? 8 : K <= 16 ? 16 : 32;
+    const int      TPW = 32 / G; /* tokens per warp and pass */
+    const unsigned lane = threadIdx.x & 31u, k = lane % (unsigned)G;
+    const unsigned gmask = (G == 32 ? 0xffffffffu : ((1u << G) - 1u)) << (lane - k);
 
-    for (int j = threadIdx.x; j < E + EEP_EPK_W(p); j += blockDim.x) {
+    for (int j = threadIdx.x; j < E + W; j += blockDim.x) {
         base[j] = 0;
     }
     __syncthreads();
@@ -884,30 +892,32 @@ __device__ void eep_epk_count(const eep_epk_params_t &p, int t_begin, int t_end,
 
         eep_epk_stage_ids<IdxBits>(p, c0, n, stage);
         __syncthreads();
-        /* one token per thread; destinations counted per warp by ballot (every thread would
-           hit one of world counters), experts by one shared atomic per id: aggregating them
-           with __match_any_sync first cost the T 128 count ~1.5 us more (2026-11-30 trace),
-           and a hot expert serialises at most T * K <= a few thousand atomics a block */
-        for (int j0 = 0; j0 < n; j0 += blockDim.x) {
-            const int  j = j0 + (int)threadIdx.x;
+        for (int j0 = 0; j0 < n; j0 += (int)(blockDim.x / 32u) * TPW) {
+            const int  j = j0 + (int)(threadIdx.x >> 5) * TPW + (int)(lane / (unsigned)G);
+            const bool on = j < n && (int)k < K;
             const int *ids = stage + j * K;
-            bool       bad = true;
+            const int  e = on ? ids[k] : -1;
+            bool       bad = on && e < -1; /* staged -2: outside [-1, E) */
             unsigned   m = 0;
 
-            if (j < n) {
-                m = eep_epk_route_staged(ids, K, El, &bad); /* a bad token: its sender reports */
+            for (int i = 0; on && e >= 0 && i < (int)k; i++) {
+                bad |= ids[i] == e;
             }
-            for (int k = 0; k < K; k++) {
-                const int e = bad ? -1 : ids[k];
-
-                if (e >= 0) {
-                    atomicAdd(&base[e], 1);
-                }
+            m = !on || e < 0 ? 0u : 1u << (unsigned)(e / El);
+            /* the token's group: any lane bad -> every id dropped; destinations OR'ed */
+            bad = (__ballot_sync(0xffffffffu, bad) & gmask) != 0;
+            for (int o = 1; o < G; o <<= 1) {
+                m |= __shfl_xor_sync(0xffffffffu, m, o);
             }
-            for (int d = 0; d < EEP_EPK_W(p); d++) {
-                const unsigned b = __ballot_sync(0xffffffffu, (m >> d) & 1u);
+            if (!bad && e >= 0) {
+                atomicAdd(&base[e], 1);
+            }
+            /* destinations: the token's first lane speaks for it */
+            const bool lead = j < n && k == 0 && !bad;
+            for (int d = 0; d < W; d++) {
+                const unsigned b = __ballot_sync(0xffffffffu, lead && ((m >> d) & 1u));
 
-                if ((threadIdx.x & 31u) == 0 && b != 0) {
+                if (lane == 0 && b != 0) {
                     atomicAdd(&base[E + d], __popc(b));
                 }
             }

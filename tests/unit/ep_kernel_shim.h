@@ -151,6 +151,16 @@ inline int __shfl_up_sync(unsigned, int v, int d)
     });
 }
 
+template <typename T>
+inline T __shfl_xor_sync(unsigned, T v, int x)
+{
+    const unsigned lane = eep_shim_lane();
+
+    return eep_shim_exchange(eep_shim_bits(v), [lane, x](const unsigned long long *s) {
+        return eep_shim_from_bits<T>(s[(lane ^ (unsigned)x) & 31u]);
+    });
+}
+
 inline unsigned __ballot_sync(unsigned, int pred)
 {
     return eep_shim_exchange(pred ? 1ull : 0ull, [](const unsigned long long *s) {
