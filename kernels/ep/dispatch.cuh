@@ -912,7 +912,11 @@ __device__ void eep_epk_count(const eep_epk_params_t &p, int t_begin, int t_end,
             if (!bad && e >= 0) {
                 atomicAdd(&base[e], 1);
             }
-            /* destinations: the token's first lane speaks for it */
+            /* experts above by one shared atomic per id (aggregating them with
+               __match_any_sync first cost the T 128 count ~1.5 us more, 2026-11-30 trace; a hot
+               expert serialises at most T * K <= a few thousand atomics a block); destinations
+               by one ballot per warp, the token's first lane speaking for it (every thread
+               would hit one of world counters) */
             const bool lead = j < n && k == 0 && !bad;
             for (int d = 0; d < W; d++) {
                 const unsigned b = __ballot_sync(0xffffffffu, lead && ((m >> d) & 1u));
