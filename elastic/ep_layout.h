@@ -185,8 +185,9 @@ int64_t eep_ep_expert_offsets(const int32_t *counts, int num_local, int alignmen
  * NVLink to be the bottleneck the SMs must write link_gbps / (1 - 1/world) GB/s; one SM writes
  * sm_write_gbps * B / (B + token_overhead_bytes) (a fixed per-token cost: metadata, slot atomics,
  * signals) and reads sm_read_gbps.  SMs = ceil(margin * max(write / per-SM write, read / per-SM
- * read)), rounded up to even, clamped to [min_sms, device_sms].  DeepEP's defaults: 200 GB/s
- * read, 50 GB/s write per SM, margin 1.25, link = 0.9 * sum of NVLink speeds.
+ * read)), rounded up to even, at least min_sms, at most half the device (the copy blocks take
+ * the rest; at least 1).  One rank: device_sms / EEP_EP_LOCAL_SEND_SHARE.  DeepEP's defaults:
+ * 200 GB/s read, 50 GB/s write per SM, margin 1.25, link = 0.9 * sum of NVLink speeds.
  */
 typedef struct {
     int         world;
@@ -219,6 +220,8 @@ typedef struct {
 #define EEP_EP_TOKEN_OVERHEAD_B    1024.0
 #define EEP_EP_DEFAULT_LINK_GBPS   430.0
 #define EEP_EP_MIN_SMS             4
+/* One rank: the senders are this fraction of the device (they store metadata and tags only). */
+#define EEP_EP_LOCAL_SEND_SHARE    8
 
 /** Fill @p model with the defaults above for the given shape and device. */
 void eep_ep_sm_model_init(eep_ep_sm_model_t *model, int world, int hidden, eep_dtype_t dtype,
@@ -231,7 +234,9 @@ void eep_ep_sm_model_init(eep_ep_sm_model_t *model, int world, int hidden, eep_d
 double eep_ep_expected_groups(int num_experts, int num_topk, int groups);
 
 /**
- * Run the model.  world 1 (no link traffic) gives device_sms, as DeepEP does.
+ * Run the model.  world 1 (no link traffic) gives device_sms / EEP_EP_LOCAL_SEND_SHARE: the
+ * senders store metadata only and the copy blocks move every byte (DeepEP's all-SMs choice left
+ * this design one copy block).
  * @param [out] est_p  the intermediate numbers (may be NULL).
  * @return the SM count, >= 1; -1 for a model with out-of-range fields.
  */

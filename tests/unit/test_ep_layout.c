@@ -290,14 +290,21 @@ static void test_sm_model(void **state)
     /* Two ranks: half the writes stay local, so the SMs must write twice the link. */
     eep_ep_sm_model_init(&m, 2, 7168, EEP_DTYPE_BF16, 8, 256, 132);
     assert_true(eep_ep_sm_model_run(&m, NULL) > n);
-    /* Clamps. */
+    /* Clamps: at most half the device (the copy blocks are the rest), at least min_sms. */
     m.device_sms = 6;
-    assert_int_equal(eep_ep_sm_model_run(&m, NULL), 6);
+    assert_int_equal(eep_ep_sm_model_run(&m, NULL), 3);
     m.device_sms = 132;
     m.link_gbps  = 1.0;
     assert_int_equal(eep_ep_sm_model_run(&m, NULL), EEP_EP_MIN_SMS);
+    /* One rank: the senders store metadata only; the copy blocks move every byte, so they get
+       most of the device (all SMs as senders left one copy block: 13.6 ms at T 4096 on an H200,
+       where 16 senders take 244 us). */
     eep_ep_sm_model_init(&m, 1, 7168, EEP_DTYPE_BF16, 8, 256, 132);
-    assert_int_equal(eep_ep_sm_model_run(&m, NULL), 132);
+    assert_int_equal(eep_ep_sm_model_run(&m, NULL), 132 / EEP_EP_LOCAL_SEND_SHARE);
+    assert_true(132 - eep_ep_sm_model_run(&m, NULL) >= 100);
+    m.device_sms = 4;
+    assert_int_equal(eep_ep_sm_model_run(&m, NULL), 1);
+    m.device_sms = 132;
     m.margin = 0.5;
     assert_int_equal(eep_ep_sm_model_run(&m, NULL), -1);
 }
@@ -346,6 +353,9 @@ static void test_pick_sms(void **state)
     assert_int_equal(eep_ep_pick_sms(&cfg, &s, 0, 0.0, 32), -1);
     s.alignment = 0;
     assert_int_equal(eep_ep_pick_sms(&cfg, &s, 132, 0.0, 0), -1);
+    /* One rank through the model: an eighth of the device sends, not all of it. */
+    s = shape(1, 4096, 7168, 8, 256, 128, EEP_DTYPE_BF16);
+    assert_int_equal(eep_ep_pick_sms(NULL, &s, 132, 0.0, 0), 16);
 }
 
 int main(void)
