@@ -441,12 +441,21 @@ __device__ void eep_epk_expand(const eep_epk_params_t &p, unsigned long long seq
     eep_epk_stamp(p, 4);
 
     /* Padding rows first (they need no data: the records keep arriving meanwhile), one warp per
-       row: x = 0, scales = 0 (unless skip_pad_x), ids = -1, weights = 0. */
+       row: x = 0, scales = 0 (unless skip_pad_x), ids = -1, weights = 0.  A row's expert by
+       binary search in pad_base from the previous row's (j only grows): a linear walk from
+       expert 0 cost ~60 us at one rank, T 128, 256 experts, alignment 128 (31744 rows). */
+    int e = 0; /* pad_base[e] <= j, for every j of this warp from here on */
     for (int j = gw; j < sm.pad_base[El]; j += gwarps) {
-        int e = 0;
+        int hi = El; /* pad_base[hi] > j */
 
-        while (sm.pad_base[e + 1] <= j) {
-            e++;
+        while (hi - e > 1) {
+            const int mid = (e + hi) >> 1;
+
+            if (sm.pad_base[mid] <= j) {
+                e = mid;
+            } else {
+                hi = mid;
+            }
         }
         const long long r = sm.offsets[e] + sm.counts[e] + (j - sm.pad_base[e]);
         uint4          *x4 = (uint4 *)((unsigned char *)p.recv_x +
