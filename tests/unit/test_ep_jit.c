@@ -6,9 +6,11 @@
  * issue's bf16 K 8 on 2 ranks, an fp8 K 6 on 8 ranks in every mode, and bf16 K 8 on 32 ranks,
  * the most direct mode takes).  Needs NVRTC, not a GPU; skips when NVRTC cannot be loaded.
  */
+#include <elf.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +24,85 @@
 #include "tests/unit/ep_jit_test_util.h"
 
 static char cache_dir[] = "/tmp/eep-test-ep-jit2-XXXXXX";
+
+/* CUDA ELF: the section of per-function attributes, and the attribute that holds a function's
+   stack frame bytes ({symbol index, bytes}, format EIFMT_SVAL) */
+#define NV_INFO_SECTION   ".nv.info"
+#define NV_EIFMT_NVAL     0x01
+#define NV_EIFMT_BVAL     0x02
+#define NV_EIFMT_HVAL     0x03
+#define NV_EIATTR_FRAME   0x11
+
+/* The stack frame of the entry point in the cache entry at @p path (a 64-byte header, then the
+   cubin), in bytes; -1 when it cannot be read. */
+static long entry_frame_bytes(const char *path)
+{
+    FILE             *f = fopen(path, "rb");
+    unsigned char    *buf = NULL, *elf;
+    long              size, frame = -1;
+    const Elf64_Ehdr *eh;
+    const Elf64_Shdr *sh, *names, *symtab = NULL, *info = NULL;
+    int               i;
+
+    if (f == NULL || fseek(f, 0, SEEK_END) != 0 || (size = ftell(f)) <= 64 + (long)sizeof(*eh) ||
+        fseek(f, 0, SEEK_SET) != 0 || (buf = malloc((size_t)size)) == NULL ||
+        fread(buf, 1, (size_t)size, f) != (size_t)size) {
+        goto out;
+    }
+    elf = buf + 64;
+    eh  = (const Elf64_Ehdr *)elf;
+    if (memcmp(eh->e_ident, ELFMAG, SELFMAG) != 0 || eh->e_ident[EI_CLASS] != ELFCLASS64 ||
+        eh->e_shoff + (uint64_t)eh->e_shnum * sizeof(*sh) > (uint64_t)(size - 64)) {
+        goto out;
+    }
+    sh    = (const Elf64_Shdr *)(elf + eh->e_shoff);
+    names = &sh[eh->e_shstrndx];
+    for (i = 0; i < eh->e_shnum; i++) {
+        if (sh[i].sh_type == SHT_SYMTAB) {
+            symtab = &sh[i];
+        } else if (strcmp((const char *)elf + names->sh_offset + sh[i].sh_name,
+                          NV_INFO_SECTION) == 0) {
+            info = &sh[i];
+        }
+    }
+    if (symtab == NULL || info == NULL) {
+        goto out;
+    }
+    for (uint64_t o = info->sh_offset; o + 4 <= info->sh_offset + info->sh_size;) {
+        const unsigned char fmt = elf[o], attr = elf[o + 1];
+        uint16_t            len;
+
+        if (fmt == NV_EIFMT_NVAL) {
+            o += 2;
+            continue;
+        }
+        if (fmt == NV_EIFMT_BVAL || fmt == NV_EIFMT_HVAL) {
+            o += fmt == NV_EIFMT_BVAL ? 3 : 4;
+            continue;
+        }
+        memcpy(&len, elf + o + 2, sizeof(len));
+        if (attr == NV_EIATTR_FRAME && len == 8) {
+            uint32_t          sym, bytes;
+            const Elf64_Sym  *st;
+            const char       *strtab;
+
+            memcpy(&sym, elf + o + 4, 4);
+            memcpy(&bytes, elf + o + 8, 4);
+            st     = (const Elf64_Sym *)(elf + symtab->sh_offset) + sym;
+            strtab = (const char *)elf + sh[symtab->sh_link].sh_offset;
+            if (strcmp(strtab + st->st_name, EEP_JIT_ENTRY_NAME) == 0) {
+                frame = (long)bytes;
+            }
+        }
+        o += 4u + len;
+    }
+out:
+    free(buf);
+    if (f != NULL) {
+        fclose(f);
+    }
+    return frame;
+}
 
 /* One kernel as elastic/ep.c asks for it (eep_ep_kernel_spec) for @p shape, or the generic
  * variant (no shape compiled in) when @p shape is NULL. */
@@ -40,6 +121,21 @@ static void compile_one(eep_jit_t *jit, int combine, int idx_bits, int mode, int
     }
     spec.backend = EEP_JIT_BACKEND_NVRTC;
     ep_jit_compile_check(jit, &spec);
+    if (shape != NULL) {
+        /* The entry's parameter is __grid_constant__ (elastic/jit_source.c): without it, every
+           thread copies the parameter struct to its stack at entry (the struct reaches
+           non-inlined fault reports by reference), and the kernel's blocks begin microseconds
+           late.  The frame is then larger than the struct. */
+        eep_jit_info_t info;
+        long           frame;
+
+        assert_int_equal(eep_jit_compile(jit, &spec, &info), EEP_OK);
+        frame = entry_frame_bytes(info.path);
+        if (frame < 0 || frame >= (long)sizeof(eep_epk_params_t)) {
+            fail_msg("%s<%s> W %d: stack frame %ld bytes, the parameters are %zu", spec.function,
+                     spec.template_args, shape->world, frame, sizeof(eep_epk_params_t));
+        }
+    }
 }
 
 static void test_compile_all(void **state)
