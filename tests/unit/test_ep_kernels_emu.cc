@@ -35,7 +35,7 @@
 #include <string>
 #include <vector>
 
-/* Ranks and top-k as compiled in (tests/module.mk: 2/2, 3/8, 8/8); 4 experts per rank. */
+/* Ranks and top-k as compiled in (tests/module.mk: 2/2, 3/8, 8/8); 4 experts per rank (72 in three cases). */
 #if !defined(EEP_EPK_FIXED_W) || !defined(EEP_EPK_FIXED_K)
 #error "build with -DEEP_EPK_FIXED_W and -DEEP_EPK_FIXED_K, as elastic/ep.c compiles the kernels"
 #endif
@@ -172,7 +172,8 @@ enum { GATING_BALANCED, GATING_MASKED, GATING_HOTSPOT, GATING_SILENT_RANK };
 static int g_cases; /* run_case calls */
 
 static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, int pairs,
-                    int fault = FAULT_NONE, int gating = GATING_BALANCED, int max_tokens = 8)
+                    int fault = FAULT_NONE, int gating = GATING_BALANCED, int max_tokens = 8,
+                    int experts_per_rank = 4)
 {
     g_cases++;
     eep_ep_shape_t s;
@@ -181,7 +182,7 @@ static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, i
     s.max_tokens  = max_tokens;
     s.hidden      = dtype == EEP_DTYPE_FP8_E4M3 ? 128 : 64; /* 8 vectors of 16 bytes either way */
     s.num_topk    = EEP_EPK_FIXED_K;
-    s.num_experts = 4 * W;
+    s.num_experts = experts_per_rank * W;
     s.alignment   = 4;
     s.dtype       = dtype;
 
@@ -535,6 +536,14 @@ int main(void)
        cached and counted sends, one warp a record in the combine's first pair) */
     fails += run_case("cached bf16, 40 tokens", EEP_EPK_CACHED, EEP_DTYPE_BF16, 0, 3, FAULT_NONE,
                       GATING_BALANCED, 40);
+    /* 72 experts a rank: the copy blocks' layout (offsets, padding rows) spans three warps of
+       32 experts, the last one partly; every other case has 4 */
+    fails += run_case("no-cpu-sync bf16, 72 experts a rank", EEP_EPK_NO_CPU_SYNC, EEP_DTYPE_BF16,
+                      0, 2, FAULT_NONE, GATING_BALANCED, 40, 72);
+    fails += run_case("cached bf16, 72 experts a rank", EEP_EPK_CACHED, EEP_DTYPE_BF16, 0, 2,
+                      FAULT_NONE, GATING_BALANCED, 40, 72);
+    fails += run_case("cpu-sync bf16, 72 experts a rank", EEP_EPK_CPU_SYNC, EEP_DTYPE_BF16, 0, 2,
+                      FAULT_NONE, GATING_BALANCED, 40, 72);
     /* Buffers past EEP_EP_COMBINE_LINES_MAX_TOKENS: the combine's plain rows with tags (the
        cases above have flagged lines both ways), at decode size and past the splits; past
        EEP_EP_DISPATCH_LINES_MAX_TOKENS the dispatch's records are plain too */
