@@ -12,8 +12,10 @@
 #include "elastic/cuda_sym.h"
 #include "elastic/jit.h"
 
-/* Compile @p spec (fails the test with the compiler log), then check a second compile is a hit. */
-static inline void ep_jit_compile_check(eep_jit_t *jit, const eep_jit_spec_t *spec)
+/* Compile @p spec (fails the test with the compiler log), then check a second compile is a hit;
+   @p info_p (may be NULL) gets that hit's info (the cache entry's path). */
+static inline void ep_jit_compile_check(eep_jit_t *jit, const eep_jit_spec_t *spec,
+                                        eep_jit_info_t *info_p)
 {
     eep_jit_info_t info;
     eep_status_t   status = eep_jit_compile(jit, spec, &info);
@@ -26,6 +28,9 @@ static inline void ep_jit_compile_check(eep_jit_t *jit, const eep_jit_spec_t *sp
     /* A second compile is a cache hit. */
     assert_int_equal(eep_jit_compile(jit, spec, &info), EEP_OK);
     assert_true(info.cache_hit);
+    if (info_p != NULL) {
+        *info_p = info;
+    }
 }
 
 /*

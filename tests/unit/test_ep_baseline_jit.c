@@ -54,7 +54,7 @@ static void test_compile_all(void **state)
                 .backend = EEP_JIT_BACKEND_NVRTC,
             };
 
-            ep_jit_compile_check(jit, &spec);
+            ep_jit_compile_check(jit, &spec, NULL);
         }
     }
     eep_jit_destroy(jit);

@@ -33,27 +33,18 @@ static char cache_dir[] = "/tmp/eep-test-ep-jit2-XXXXXX";
 #define NV_EIFMT_HVAL     0x03
 #define NV_EIATTR_FRAME   0x11
 
-/* The stack frame of the entry point in the cache entry at @p path (a 64-byte header, then the
-   cubin), in bytes; -1 when it cannot be read. */
-static long entry_frame_bytes(const char *path)
+/* The stack frame of the entry point of @p cubin, in bytes; -1 when it cannot be read. */
+static long entry_frame_bytes(const unsigned char *elf, size_t size)
 {
-    FILE             *f = fopen(path, "rb");
-    unsigned char    *buf = NULL, *elf;
-    long              size, frame = -1;
-    const Elf64_Ehdr *eh;
+    const Elf64_Ehdr *eh = (const Elf64_Ehdr *)elf;
     const Elf64_Shdr *sh, *names, *symtab = NULL, *info = NULL;
+    long              frame = -1;
     int               i;
 
-    if (f == NULL || fseek(f, 0, SEEK_END) != 0 || (size = ftell(f)) <= 64 + (long)sizeof(*eh) ||
-        fseek(f, 0, SEEK_SET) != 0 || (buf = malloc((size_t)size)) == NULL ||
-        fread(buf, 1, (size_t)size, f) != (size_t)size) {
-        goto out;
-    }
-    elf = buf + 64;
-    eh  = (const Elf64_Ehdr *)elf;
-    if (memcmp(eh->e_ident, ELFMAG, SELFMAG) != 0 || eh->e_ident[EI_CLASS] != ELFCLASS64 ||
-        eh->e_shoff + (uint64_t)eh->e_shnum * sizeof(*sh) > (uint64_t)(size - 64)) {
-        goto out;
+    if (size < sizeof(*eh) || memcmp(eh->e_ident, ELFMAG, SELFMAG) != 0 ||
+        eh->e_ident[EI_CLASS] != ELFCLASS64 ||
+        eh->e_shoff + (uint64_t)eh->e_shnum * sizeof(*sh) > size) {
+        return -1;
     }
     sh    = (const Elf64_Shdr *)(elf + eh->e_shoff);
     names = &sh[eh->e_shstrndx];
@@ -66,7 +57,7 @@ static long entry_frame_bytes(const char *path)
         }
     }
     if (symtab == NULL || info == NULL) {
-        goto out;
+        return -1;
     }
     for (uint64_t o = info->sh_offset; o + 4 <= info->sh_offset + info->sh_size;) {
         const unsigned char fmt = elf[o], attr = elf[o + 1];
@@ -96,11 +87,6 @@ static long entry_frame_bytes(const char *path)
         }
         o += 4u + len;
     }
-out:
-    free(buf);
-    if (f != NULL) {
-        fclose(f);
-    }
     return frame;
 }
 
@@ -113,6 +99,7 @@ static void compile_one(eep_jit_t *jit, int combine, int idx_bits, int mode, int
                                         .dtype = EEP_DTYPE_BF16 };
     eep_ep_kernel_names_t names;
     eep_jit_spec_t        spec;
+    eep_jit_info_t        info;
 
     eep_ep_kernel_spec(combine, idx_bits, mode, phase, shape != NULL ? shape : &any, &names,
                        &spec);
@@ -120,17 +107,19 @@ static void compile_one(eep_jit_t *jit, int combine, int idx_bits, int mode, int
         spec.defines = NULL;
     }
     spec.backend = EEP_JIT_BACKEND_NVRTC;
-    ep_jit_compile_check(jit, &spec);
+    ep_jit_compile_check(jit, &spec, &info);
     if (shape != NULL) {
         /* The entry's parameter is __grid_constant__ (elastic/jit_source.c): without it, every
            thread copies the parameter struct to its stack at entry (the struct reaches
            non-inlined fault reports by reference), and the kernel's blocks begin microseconds
            late.  The frame is then larger than the struct. */
-        eep_jit_info_t info;
-        long           frame;
+        void  *cubin = NULL;
+        size_t size = 0;
+        long   frame;
 
-        assert_int_equal(eep_jit_compile(jit, &spec, &info), EEP_OK);
-        frame = entry_frame_bytes(info.path);
+        assert_int_equal(eep_jit_cache_read(info.path, &cubin, &size), EEP_OK);
+        frame = entry_frame_bytes(cubin, size);
+        free(cubin);
         if (frame < 0 || frame >= (long)sizeof(eep_epk_params_t)) {
             fail_msg("%s<%s> W %d: stack frame %ld bytes, the parameters are %zu", spec.function,
                      spec.template_args, shape->world, frame, sizeof(eep_epk_params_t));
