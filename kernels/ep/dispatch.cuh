@@ -292,7 +292,10 @@ struct eep_epk_copy_smem {
     int counts[256];
     int offsets[257];
     int pad_base[257];               /* padding rows of experts < e */
+    int warp_off[8], warp_pad[8];    /* eep_epk_layout_scan: per-warp totals (El <= 256) */
 };
+/* eep_epk_layout_scan: a warp for each 32 of 256 local experts, and one more for the sources */
+static_assert(EEP_EPK_WARPS > 256 / 32, "eep_epk_layout_scan needs 9 warps a block");
 
 __device__ __forceinline__ int eep_epk_warp_incl_scan(int v, unsigned lane)
 {
@@ -306,51 +309,71 @@ __device__ __forceinline__ int eep_epk_warp_incl_scan(int v, unsigned lane)
 }
 
 /*
- * Warp 0 of the block fills sm.offsets (when @p with_offsets; else they are already there),
- * sm.pad_base and sm.rec_base from sm.counts and sm.n by warp scans (a serial loop over 256
- * experts by one thread took ~5 us).  The caller syncs before and after.
+ * The block fills sm.offsets (when @p with_offsets; else they are already there), sm.pad_base
+ * and sm.rec_base from sm.counts and sm.n: warp w scans experts [32w, 32w + 32) (padded sizes and
+ * padding rows), the warps' totals meet in shared memory, then every expert adds the totals of
+ * the warps before its own.  (One warp looping over 256 experts, 8 dependent scans, took
+ * ~0.5 us on the copy blocks' path; a serial loop by one thread ~5 us.)  Every thread of the
+ * block calls this; the caller syncs before and after.
  */
 __device__ __forceinline__ void eep_epk_layout_scan(eep_epk_copy_smem &sm, int El, int W,
                                                     int alignment, bool with_offsets)
 {
     const unsigned lane = threadIdx.x & 31u;
-    int            carry_off = 0, carry_pad = 0;
+    const int      warp = (int)(threadIdx.x >> 5), NW = (El + 31) / 32;
+    const int      e = (int)threadIdx.x;
+    int            excl_off = 0, excl_pad = 0;
 
-    if (threadIdx.x >= 32) {
-        return;
-    }
-    for (int e0 = 0; e0 < El; e0 += 32) {
-        const int e = e0 + (int)lane;
+    if (warp < NW) {
         const int c = e < El ? sm.counts[e] : 0;
         int       a;
 
         if (with_offsets) {
             a = e < El ? (c + alignment - 1) / alignment * alignment : 0;
             const int incl = eep_epk_warp_incl_scan(a, lane);
-            if (e < El) {
-                sm.offsets[e] = carry_off + incl - a;
+            excl_off = incl - a;
+            if (lane == 31) {
+                sm.warp_off[warp] = incl;
             }
-            carry_off += __shfl_sync(0xffffffffu, incl, 31);
         } else {
             a = e < El ? sm.offsets[e + 1] - sm.offsets[e] : 0;
         }
         const int pad = a - c;
         const int incl_p = eep_epk_warp_incl_scan(pad, lane);
-        if (e < El) {
-            sm.pad_base[e] = carry_pad + incl_p - pad;
+        excl_pad = incl_p - pad;
+        if (lane == 31) {
+            sm.warp_pad[warp] = incl_p;
         }
-        carry_pad += __shfl_sync(0xffffffffu, incl_p, 31);
     }
-    const int n = (int)lane < W ? sm.n[lane] : 0;
-    const int incl_n = eep_epk_warp_incl_scan(n, lane);
-    if ((int)lane < W) {
-        sm.rec_base[lane] = incl_n - n;
+    if (warp == NW) { /* a warp without experts: the sources */
+        const int n = (int)lane < W ? sm.n[lane] : 0;
+        const int incl_n = eep_epk_warp_incl_scan(n, lane);
+        if ((int)lane < W) {
+            sm.rec_base[lane] = incl_n - n;
+        }
+        if (lane == 31) {
+            sm.rec_base[W] = incl_n;
+        }
     }
-    if (lane == 31) {
-        sm.rec_base[W] = incl_n;
-        sm.pad_base[El] = carry_pad;
-        if (with_offsets) {
-            sm.offsets[El] = carry_off;
+    __syncthreads();
+    if (warp < NW) {
+        int carry_off = 0, carry_pad = 0;
+
+        for (int w = 0; w < warp; w++) {
+            carry_off += with_offsets ? sm.warp_off[w] : 0;
+            carry_pad += sm.warp_pad[w];
+        }
+        if (e < El) {
+            if (with_offsets) {
+                sm.offsets[e] = carry_off + excl_off;
+            }
+            sm.pad_base[e] = carry_pad + excl_pad;
+        }
+        if (e == El - 1) { /* the last warp: its totals end the arrays */
+            sm.pad_base[El] = carry_pad + sm.warp_pad[warp];
+            if (with_offsets) {
+                sm.offsets[El] = carry_off + sm.warp_off[warp];
+            }
         }
     }
 }
