@@ -599,12 +599,13 @@ static void traffic(const eep_ep_shape_t *s, const eep_ref_input_t *in, int rank
    communicator: check, then time.  Whatever stops it is said in res->why. */
 /*
  * --trace: for the last dispatch and combine, per phase stamp k (kernels/ep/dispatch.cuh,
- * eep_epk_stamp) and block group, the earliest / latest block in us after the first block began.
+ * eep_epk_stamp) and block group, the earliest / latest block in us after the first block's
+ * phase 0; first, when the blocks began and left griddepcontrol.wait (negative: before that).
  * Dispatch groups: senders [0, S), the counter S, copy blocks (S, G); combine: all blocks.
  */
 static void print_trace(eep_runtime_t *rt, int rank, int S, int G)
 {
-    static uint64_t st[EEP_EPK_TRACE_BLOCKS * 8];
+    static uint64_t st[EEP_EPK_TRACE_WORDS];
     static const char *dnames[8] = { "start", "counted", "sent", "counts in", "layout",
                                      "padding", "records", "end" };
     static const char *cnames[8] = { "start", "expert side", "source side", "handshake", "-", "-",
@@ -614,7 +615,7 @@ static void print_trace(eep_runtime_t *rt, int rank, int S, int G)
     for (which = 0; which < 2; which++) {
         uint64_t t0 = UINT64_MAX;
 
-        if (eep_ep_trace_copy(rt, which, st, (size_t)G * 8) != EEP_OK) {
+        if (eep_ep_trace_copy(rt, which, st, EEP_EPK_TRACE_WORDS) != EEP_OK) {
             return;
         }
         for (b = 0; b < G; b++) {
@@ -628,6 +629,22 @@ static void print_trace(eep_runtime_t *rt, int rank, int S, int G)
 
             printf("trace rank %d %s %-8s", rank, which == 0 ? "dispatch" : "combine ",
                    which == 1 ? "all" : g == 0 ? "senders" : g == 1 ? "counter" : "copiers");
+            for (k = 0; k < 2; k++) {
+                double mn = 1e30, mx = -1e30;
+
+                for (b = lo; b < hi; b++) {
+                    const uint64_t s = st[EEP_EPK_TRACE_LAUNCH + b * 2 + k];
+
+                    if (s != 0) {
+                        double us = (double)(int64_t)(s - t0) / 1e3;
+                        mn = us < mn ? us : mn;
+                        mx = us > mx ? us : mx;
+                    }
+                }
+                if (mx > -1e30) {
+                    printf(" | %s %.1f-%.1f", k == 0 ? "began" : "waited", mn, mx);
+                }
+            }
             for (k = 0; k < 8; k++) {
                 double mn = 1e30, mx = -1;
 

@@ -155,9 +155,9 @@ static eep_status_t eep_ep_state_get(eep_runtime_t *rt, const eep_cuda_sym_t *cu
     for (int i = 0; i < 2 && st->cfg.trace; i++) {
         CUdeviceptr d = 0;
 
-        if (eep_status_from_cu(cu->cuMemAlloc(&d, (size_t)EEP_EPK_TRACE_BLOCKS * 8 * 8),
+        if (eep_status_from_cu(cu->cuMemAlloc(&d, (size_t)EEP_EPK_TRACE_WORDS * 8),
                                "cuMemAlloc(trace)") == EEP_OK) {
-            cu->cuMemsetD8(d, 0, (size_t)EEP_EPK_TRACE_BLOCKS * 8 * 8);
+            cu->cuMemsetD8(d, 0, (size_t)EEP_EPK_TRACE_WORDS * 8);
             st->trace[i] = (uint64_t)d;
         }
     }
@@ -582,7 +582,7 @@ eep_status_t eep_ep_trace_copy(eep_runtime_t *rt, int combine, uint64_t *stamps,
     if ((status = eep_cuda_sym_driver(&cu)) != EEP_OK) {
         return status;
     }
-    n = n < (size_t)EEP_EPK_TRACE_BLOCKS * 8 ? n : (size_t)EEP_EPK_TRACE_BLOCKS * 8;
+    n = n < (size_t)EEP_EPK_TRACE_WORDS ? n : (size_t)EEP_EPK_TRACE_WORDS;
     return eep_status_from_cu(cu->cuMemcpyDtoH(stamps, (CUdeviceptr)rt->ep->trace[combine != 0],
                                                n * sizeof(uint64_t)), "cuMemcpyDtoH(trace)");
 }

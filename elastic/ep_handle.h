@@ -55,7 +55,9 @@ struct eep_ep_handle {
  */
 /*
  * EEP_EP_TRACE=1 only: copy the per-block phase stamps (%globaltimer, ns) of the last dispatch
- * (@p combine 0) or combine into @p stamps [blocks][8]; 0 where a block did not reach a phase.
+ * (@p combine 0) or combine into @p stamps (u64 [EEP_EPK_TRACE_WORDS]: [blocks][8] phases, 0 where
+ * a block did not reach one; from EEP_EPK_TRACE_LAUNCH, [blocks][2] = when the block began and
+ * when it left griddepcontrol.wait), the first @p n words.
  * @return EEP_ERR_NOT_FOUND when tracing is off.
  */
 struct eep_runtime;

@@ -86,6 +86,25 @@ __device__ __forceinline__ void eep_epk_stamp(const eep_epk_params_t &p, int k)
     }
 }
 
+/* EEP_EP_TRACE: the block's first instruction (@p began, 0 when not tracing) and now, after
+   griddepcontrol.wait: a block that began late shows here, not only as a spread of phase 0 */
+__device__ __forceinline__ unsigned long long eep_epk_launch_began(const eep_epk_params_t &p)
+{
+    return p.trace != 0 ? eep_globaltimer() : 0ull;
+}
+
+__device__ __forceinline__ void eep_epk_launch_stamp(const eep_epk_params_t &p,
+                                                     unsigned long long began)
+{
+    if (p.trace != 0 && threadIdx.x == 0 && blockIdx.x < EEP_EPK_TRACE_BLOCKS) {
+        unsigned long long *t = (unsigned long long *)p.trace + EEP_EPK_TRACE_LAUNCH +
+                                blockIdx.x * 2u;
+
+        t[0] = began;
+        t[1] = eep_globaltimer();
+    }
+}
+
 template <int IdxBits>
 __device__ __forceinline__ long long eep_epk_id(const eep_epk_params_t &p, long long i)
 {
@@ -1367,7 +1386,10 @@ __device__ __forceinline__ void eep_epk_dispatch(const eep_epk_params_t &p)
 template <int IdxBits, int Mode, int Phase>
 __device__ void eep_ep_dispatch_body(const eep_epk_params_t &p)
 {
+    const unsigned long long began = eep_epk_launch_began(p);
+
     eep_grid_dep_wait();   /* launched early (PDL): the previous kernel is done and visible */
+    eep_epk_launch_stamp(p, began);
     eep_grid_dep_launch(); /* the next kernel may take SMs as this one's blocks leave */
     if (EEP_EPK_LINES(p) & EEP_EPK_LINES_DISPATCH) {
         eep_epk_dispatch<IdxBits, Mode, Phase, true>(p);

@@ -15,6 +15,9 @@
 #define EEP_EPK_THREADS    512  /* threads per block of every kernel */
 #define EEP_EPK_WARPS      (EEP_EPK_THREADS / 32)
 #define EEP_EPK_TRACE_BLOCKS 1024 /* time stamps (EEP_EP_TRACE): blocks x 8 phases */
+/* after the phases: blocks x {began, left griddepcontrol.wait} (u64 index of the first) */
+#define EEP_EPK_TRACE_LAUNCH (EEP_EPK_TRACE_BLOCKS * 8)
+#define EEP_EPK_TRACE_WORDS  (EEP_EPK_TRACE_BLOCKS * 10)
 #define EEP_EPK_MAX_SEND_BLOCKS 256 /* dispatch sending blocks (chunk count scratch) */
 #define EEP_EPK_MAX_COUNTERS (2048 + EEP_EPK_MAX_WORLD) /* experts + destinations */
 
@@ -98,7 +101,7 @@ typedef struct eep_epk_params {
     int                 crecv_regions; /* min(world, K) */
     int                 send_blocks;   /* dispatch: blocks [0, send_blocks) send, the rest copy */
     unsigned long long  crecv_row;     /* combine row: 128-byte lines, or hidden * 2 + a 16-byte tag */
-    unsigned long long  trace;         /* 0, or u64 [EEP_EPK_TRACE_BLOCKS][8]: phase time stamps */
+    unsigned long long  trace;         /* 0, or u64 [EEP_EPK_TRACE_WORDS]: time stamps */
     unsigned long long  chunk_totals;  /* int [EEP_EPK_MAX_SEND_BLOCKS][NC]: each sender's counts */
     unsigned long long  chunk_flags;   /* u64 [EEP_EPK_MAX_SEND_BLOCKS]: = sequence once written */
     int                 skip_pad_x;    /* 1: padding rows get ids -1 and weights 0 only */
