@@ -41,11 +41,13 @@ $(EP_EMU_TEST): tests/unit/test_ep_baseline_emu.cc tests/unit/ep_cuda_shim.h \
 # 8-rank build, which has it off and so checks the chunk-count exchange of larger calls.
 EP_KERNELS_EMU_TEST := $(BUILD)/tests/unit/test_ep_kernels_emu
 EP_KERNELS_EMU_WIDE := $(BUILD)/tests/unit/test_ep_kernels_emu_w3k8 \
-                       $(BUILD)/tests/unit/test_ep_kernels_emu_w8k8
+                       $(BUILD)/tests/unit/test_ep_kernels_emu_w8k8 \
+                       $(BUILD)/tests/unit/test_ep_kernels_emu_w1k8
 UNIT_TEST_BINS += $(EP_KERNELS_EMU_TEST) $(EP_KERNELS_EMU_WIDE)
 unit-tests: $(EP_KERNELS_EMU_TEST) $(EP_KERNELS_EMU_WIDE)
 $(EP_KERNELS_EMU_TEST): EMU_SHAPE := -DEEP_EPK_FIXED_K=2 -DEEP_EPK_FIXED_W=2
 $(BUILD)/tests/unit/test_ep_kernels_emu_w3k8: EMU_SHAPE := -DEEP_EPK_FIXED_K=8 -DEEP_EPK_FIXED_W=3
+$(BUILD)/tests/unit/test_ep_kernels_emu_w1k8: EMU_SHAPE := -DEEP_EPK_FIXED_K=8 -DEEP_EPK_FIXED_W=1
 $(BUILD)/tests/unit/test_ep_kernels_emu_w8k8: EMU_SHAPE := -DEEP_EPK_FIXED_K=8 -DEEP_EPK_FIXED_W=8 \
     -DEEP_EPK_RECOUNT_MAX_IDS=0
 $(EP_KERNELS_EMU_TEST) $(EP_KERNELS_EMU_WIDE): tests/unit/test_ep_kernels_emu.cc \
