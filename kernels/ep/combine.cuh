@@ -8,17 +8,17 @@
  * dispatch (from the handle: source token, rows and weights per top-k lane, ordinal of this rank
  * among the token's destination ranks; at prefill size only the records from peers) one warp, or
  * at decode size a group of warps splitting its channels (eep_epc_split), computes the partial
- * p = bf16(fma over its local lanes ascending, from 0) in fp32 and writes it into the source
- * rank's combine region `ordinal` at row `token` (LSA pointer).  Source side: one warp per token
- * (a group of warps at decode size), at prefill size computing this rank's own partial of the
- * token from its rows (the same arithmetic; never written out), reads the other rows in regions
- * 0, 1, ... (= destination ranks ascending) once they are in, sums the partials in that order in
- * fp32 and writes bf16: no "all landed" signal, so a token is summed as soon as its partials are
- * in.  How a row says it is in (p.lines, from the buffers' size, the same on every rank):
- * decode-size buffers write flagged 128-byte lines (kernels/ep/ll_line.cuh: 7 vectors of 8
- * channels and the call's sequence per line; no fence, no tag), read line by line until the
- * flags read the sequence; larger ones write plain rows, then a fence and a tag per row (per 4
- * rows of a warp), and the source side waits for the tags.
+ * p = bf16(fma over its local lanes ascending, from 0) in fp32 and writes it into the source rank's
+ * combine region `ordinal` at row `token` (LSA pointer).  Source side: one warp per token (a group
+ * of warps at decode size), at prefill size (at one rank: every size) computing this rank's own
+ * partial of the token from its rows (the same arithmetic; never written out), reads the other rows
+ * in regions 0, 1, ... (= destination ranks ascending) once they are in, sums the partials in that
+ * order in fp32 and writes bf16: no "all landed" signal, so a token is summed as soon as its
+ * partials are in.  How a row says it is in (p.lines, from the buffers' size, the same on every
+ * rank): decode-size buffers write flagged 128-byte lines (kernels/ep/ll_line.cuh: 7 vectors of 8
+ * channels and the call's sequence per line; no fence, no tag), read line by line until the flags
+ * read the sequence; larger ones write plain rows, then a fence and a tag per row (per 4 rows of a
+ * warp), and the source side waits for the tags.
  * Block 0 finally waits for every peer's start word.  The arithmetic is eep/ep.h's;
  * kernels/ep/ep_numeric.cuh fixes the roundings.
  */
@@ -431,7 +431,10 @@ __device__ __forceinline__ void eep_epc_body(const eep_epk_params_t &p)
        here, since the source side's warps come to their tokens only after their records, and
        computing the own partial there put ~2 us on the critical path. */
     const int  units = LL ? eep_ll_lines(vecs) : vecs;
-    const bool own_at_source = eep_epc_split(rec_base[W], (int)gridDim.x) == 1;
+    /* One rank (a survivor after a shrink to itself): every token's only partial is its own,
+       so the source side sums its rows straight into out, at any size (no partial written,
+       no line flags or tags waited for). */
+    const bool own_at_source = W == 1 || eep_epc_split(rec_base[W], (int)gridDim.x) == 1;
     const int  lb = rec_base[p.rank];
     const int  nl = own_at_source ? rec_base[p.rank + 1] - lb : 0;
     const int  recs = rec_base[W] - nl;
