@@ -98,6 +98,33 @@ __device__ __forceinline__ void eep_fence_release_sys(void)
 #endif
 }
 
+/* The same at the GPU's scope (MEMBAR.GPU, not MEMBAR.SYS): for a writer and a reader on one GPU
+   (a kernel at one rank has no peer on another). */
+__device__ __forceinline__ void eep_fence_acquire_gpu(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("fence.acquire.gpu;" ::: "memory");
+#else
+    asm volatile("fence.acq_rel.gpu;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void eep_fence_release_gpu(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("fence.release.gpu;" ::: "memory");
+#else
+    asm volatile("fence.acq_rel.gpu;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ unsigned long long eep_ld_relaxed_gpu(const unsigned long long *p)
+{
+    unsigned long long v;
+    asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+
 /*
  * Programmatic dependent launch (host: EEP_JIT_LAUNCH_PDL).  A kernel launched with it may start
  * while the stream's previous kernel still runs; eep_grid_dep_wait() returns once that kernel
@@ -172,6 +199,21 @@ __device__ __forceinline__ void eep_grid_dep_launch(void)
 __device__ __forceinline__ void eep_fence_release_sys(void)
 {
     __atomic_thread_fence(__ATOMIC_RELEASE);
+}
+
+__device__ __forceinline__ void eep_fence_acquire_gpu(void)
+{
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+}
+
+__device__ __forceinline__ void eep_fence_release_gpu(void)
+{
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+}
+
+__device__ __forceinline__ unsigned long long eep_ld_relaxed_gpu(const unsigned long long *p)
+{
+    return __atomic_load_n(p, __ATOMIC_RELAXED);
 }
 #endif
 

@@ -324,15 +324,15 @@ __device__ __forceinline__ bool eep_epc_sum_rows(const eep_epk_params_t &p, cons
                     (unsigned long long)EEP_EPK_H(p) * 2);
                 unsigned polls = 0;
 
-                ok = eep_wait_geq(w, [tag, &polls] {
+                ok = eep_wait_geq(w, [&p, tag, &polls] {
                                       if (polls++ > 64) {
                                           __nanosleep(64);
                                       }
-                                      return eep_ld_relaxed_sys(tag);
+                                      return eep_epk_ld_relaxed(p, tag);
                                   }, seq, EEP_PHASE_EP_COMBINE,
                                   eep_epc_region_source(k.dm, (int)lane));
                 if (ok) {
-                    eep_fence_acquire_sys(); /* the warp follows through the __syncwarp */
+                    eep_epk_fence_acquire(p); /* the warp follows through the __syncwarp */
                 }
             }
             if (__any_sync(0xffffffffu, !ok)) {
@@ -415,7 +415,7 @@ __device__ __forceinline__ void eep_epc_body(const eep_epk_params_t &p)
         unsigned long long *slot = (unsigned long long *)(
             peer_base[threadIdx.x] + p.counts_off +
             ((unsigned long long)p.rank * 2 + parity) * p.slot_bytes);
-        eep_st_release_sys(slot + EEP_EPK_SLOT_CDONE, (seq << 32) | 1ull);
+        eep_epk_st_release(p, slot + EEP_EPK_SLOT_CDONE, (seq << 32) | 1ull);
     }
 
     /* Expert side, few records (decode): `split` warps per record (2 to 16: a warp group),
@@ -456,13 +456,13 @@ __device__ __forceinline__ void eep_epc_body(const eep_epk_params_t &p)
                                           units * gw / split, units * (gw + 1) / split, seq,
                                           lane);
                 if (!LL) {
-                    eep_fence_release_sys();
+                    eep_epk_fence_release(p);
                 }
             }
             if (!LL) {
                 __syncthreads();
                 if (row != nullptr && gw == 0 && lane == 0) {
-                    eep_fence_release_sys();
+                    eep_epk_fence_release(p);
                     eep_epk_tag_store(row, (unsigned)EEP_EPK_H(p) * 2u, seq);
                 }
             }
@@ -490,7 +490,7 @@ __device__ __forceinline__ void eep_epc_body(const eep_epk_params_t &p)
         if (!LL) {
             done_rows[ndone++] = row;
             if (ndone == 4) {
-                eep_fence_release_sys();
+                eep_epk_fence_release(p);
                 __syncwarp();
                 if (lane < 4) {
                     eep_epk_tag_store(done_rows[lane], (unsigned)EEP_EPK_H(p) * 2u, seq);
@@ -500,7 +500,7 @@ __device__ __forceinline__ void eep_epc_body(const eep_epk_params_t &p)
         }
     }
     if (ndone > 0) {
-        eep_fence_release_sys();
+        eep_epk_fence_release(p);
         __syncwarp();
         if ((int)lane < ndone) {
             eep_epk_tag_store(done_rows[lane], (unsigned)EEP_EPK_H(p) * 2u, seq);

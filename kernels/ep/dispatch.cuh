@@ -197,6 +197,43 @@ __device__ __noinline__ void eep_epk_fault_bad(const eep_epk_params_t &p, int t,
     __threadfence_system();
 }
 
+/* The scope of the kernels' flags and fences: the system's (peers on other GPUs, over NVLink),
+   or the GPU's at one rank (EEP_EPK_W 1: every writer and reader on this GPU; MEMBAR.GPU
+   instead of MEMBAR.SYS).  The JIT fixes W per variant, so the test folds away. */
+__device__ __forceinline__ void eep_epk_fence_release(const eep_epk_params_t &p)
+{
+    if (EEP_EPK_W(p) == 1) {
+        eep_fence_release_gpu();
+    } else {
+        eep_fence_release_sys();
+    }
+}
+
+__device__ __forceinline__ void eep_epk_fence_acquire(const eep_epk_params_t &p)
+{
+    if (EEP_EPK_W(p) == 1) {
+        eep_fence_acquire_gpu();
+    } else {
+        eep_fence_acquire_sys();
+    }
+}
+
+__device__ __forceinline__ unsigned long long eep_epk_ld_relaxed(const eep_epk_params_t &p,
+                                                                 const unsigned long long *w)
+{
+    return EEP_EPK_W(p) == 1 ? eep_ld_relaxed_gpu(w) : eep_ld_relaxed_sys(w);
+}
+
+__device__ __forceinline__ void eep_epk_st_release(const eep_epk_params_t &p,
+                                                   unsigned long long *w, unsigned long long v)
+{
+    if (EEP_EPK_W(p) == 1) {
+        eep_st_release_gpu(w, v);
+    } else {
+        eep_st_release_sys(w, v);
+    }
+}
+
 __device__ __forceinline__ unsigned char *eep_epk_peer(const eep_epk_params_t &p,
                                                        unsigned long long off, int peer)
 {
@@ -263,13 +300,13 @@ __device__ __forceinline__ void eep_epk_wait_slot_words(const eep_epk_params_t &
         /* Back off between polls: every block waits here, and a grid of tight .sys-scope
            spinners slowed the blocks still copying (time grew with the SM count). */
         unsigned polls = 0;
-        if (eep_wait_geq(w, [word, &polls] {
+        if (eep_wait_geq(w, [&p, word, &polls] {
                              if (polls++ != 0) {
                                  __nanosleep(128);
                              }
-                             return eep_ld_relaxed_sys(word);
+                             return eep_epk_ld_relaxed(p, word);
                          }, seq << 32, phase, (int)threadIdx.x)) {
-            eep_fence_acquire_sys(); /* a caller that reads on syncs the block after this */
+            eep_epk_fence_acquire(p); /* a caller that reads on syncs the block after this */
         }
     }
 }
@@ -570,14 +607,14 @@ __device__ void eep_epk_expand(const eep_epk_params_t &p, unsigned long long seq
         if (lane == 0) {
             unsigned polls = 0;
 
-            ok = eep_wait_geq(w, [tag, &polls] {
+            ok = eep_wait_geq(w, [&p, tag, &polls] {
                                   if (polls++ > 64) {
                                       __nanosleep(64);
                                   }
-                                  return eep_ld_relaxed_sys(tag);
+                                  return eep_epk_ld_relaxed(p, tag);
                               }, seq, EEP_PHASE_EP_DISPATCH, s);
             if (ok) {
-                eep_fence_acquire_sys();
+                eep_epk_fence_acquire(p);
             }
         }
         if (!__shfl_sync(0xffffffffu, ok, 0)) {
@@ -790,7 +827,7 @@ __device__ __forceinline__ void eep_epk_send_token(const eep_epk_params_t &p,
 
     if (LL && meta) {
         eep_epk_send_meta(p, peer_base, my_region, t, dm, slot_of, my_id, my_w, my_pos, lane);
-        eep_fence_release_sys();
+        eep_epk_fence_release(p);
         __syncwarp();
         eep_epk_send_tags(p, peer_base, my_region, dm, slot_of, seq, lane);
     }
@@ -852,13 +889,13 @@ __device__ __forceinline__ void eep_epk_piece_sent(const eep_epk_params_t &p,
 {
     int last = 0;
 
-    eep_fence_release_sys();
+    eep_epk_fence_release(p);
     __syncwarp();
     if (lane == 0) {
         last = atomicAdd(done, 1) == P - 1;
     }
     if (__shfl_sync(0xffffffffu, last, 0)) {
-        eep_fence_release_sys(); /* after seeing the other pieces' fences */
+        eep_epk_fence_release(p); /* after seeing the other pieces' fences */
         eep_epk_send_tags(p, peer_base, my_region, dm, slot_of, seq, lane);
     }
 }
@@ -1199,7 +1236,7 @@ __device__ __forceinline__ void eep_epk_dispatch(const eep_epk_params_t &p)
                 if (LL) {
                     continue; /* the records' tags went with their metadata */
                 }
-                eep_fence_release_sys();
+                eep_epk_fence_release(p);
                 __syncwarp();
                 for (int j = 0; j < 4; j++) {
                     const int  t = t4 + j * EEP_EPK_WARPS;
@@ -1333,7 +1370,7 @@ __device__ __forceinline__ void eep_epk_dispatch(const eep_epk_params_t &p)
                 }
                 if (P == 1 && !LL) {
                     /* one fence per warp and round, then the tags of its tokens */
-                    eep_fence_release_sys();
+                    eep_epk_fence_release(p);
                     __syncwarp();
                     for (int q = (int)warp; q < nr; q += EEP_EPK_WARPS) {
                         const int      w = q >> 5;
@@ -1378,7 +1415,7 @@ __device__ __forceinline__ void eep_epk_dispatch(const eep_epk_params_t &p)
                 peer_base[d] + p.counts_off + ((unsigned long long)p.rank * 2 + parity) *
                                               p.slot_bytes);
             /* a release store: after the __syncthreads, it orders every count word above */
-            eep_st_release_sys(slot + EEP_EPK_SLOT_TOKENS,
+            eep_epk_st_release(p, slot + EEP_EPK_SLOT_TOKENS,
                                (seq << 32) | (Mode != EEP_EPK_CACHED ? (unsigned)base[E + d] : 0u));
         }
         __syncthreads();
