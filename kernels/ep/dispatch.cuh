@@ -1273,7 +1273,9 @@ __device__ __forceinline__ void eep_epk_dispatch(const eep_epk_params_t &p)
                built) when they fit: routing from global memory is a chain of dependent loads */
             const bool staged = R * K <= SW * NC;
             for (int r0 = t0; r0 < t1; r0 += R) {
-                for (int j = threadIdx.x; j < SW * NC; j += blockDim.x) {
+                /* the warps this round's tokens need (a decode round of 8 tokens: 1 of 16) */
+                const int SWu = min(SW, (min(R, t1 - r0) + 31) / 32);
+                for (int j = threadIdx.x; j < SWu * NC; j += blockDim.x) {
                     masks[j] = 0;
                 }
                 for (int j = threadIdx.x; j < EEP_EPK_WARPS / 2; j += blockDim.x) {
@@ -1283,7 +1285,7 @@ __device__ __forceinline__ void eep_epk_dispatch(const eep_epk_params_t &p)
                     eep_epk_stage_ids<IdxBits>(p, r0, min(R, t1 - r0), prefix);
                 }
                 __syncthreads();
-                if ((int)warp < SW) {
+                if ((int)warp < SWu) {
                     const int t = r0 + (int)warp * 32 + (int)lane;
                     int      *mw = masks + warp * NC;
                     unsigned  m = 0;
@@ -1321,7 +1323,7 @@ __device__ __forceinline__ void eep_epk_dispatch(const eep_epk_params_t &p)
                 for (int j = threadIdx.x; j < NC; j += blockDim.x) {
                     int running = base[j];
 
-                    for (int w = 0; w < SW; w++) {
+                    for (int w = 0; w < SWu; w++) {
                         prefix[w * NC + j] = running;
                         running += __popc((unsigned)masks[w * NC + j]);
                     }
