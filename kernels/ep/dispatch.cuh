@@ -952,14 +952,61 @@ __device__ __forceinline__ void eep_epk_stage_ids(const eep_epk_params_t &p, int
     }
 }
 
-/* Route one token from its staged ids (out-of-range ids were staged as -2, which routes as
-   bad): destination mask, or bad. */
-__device__ __forceinline__ unsigned eep_epk_route_staged(const int *ids, int K, int El, bool *bad_p)
+/*
+ * The senders' routing of one warp's @p nt (1..32) tokens from their staged ids (@p ids: token
+ * 0's K ids, then token 1's, ...; out-of-range ids staged as -2), token j being @p t0 + j: G
+ * lanes a token (K rounded up to a power of two, 32 / G tokens a pass), each lane checking its
+ * id against the token's earlier ones, the group agreeing by ballot on "bad" and by shuffles on
+ * the destinations, as eep_epk_count does; each valid id sets bit j of its expert's order mask
+ * (@p mw, shared).  A bad token is reported and dropped.  @return in lane L: token L's
+ * destination mask (0: bad or no token).  (One thread a token, its K ids one after another, was
+ * a chain of K*K/2 shared loads and K atomics.)  Every lane of the warp calls this.
+ */
+template <int IdxBits>
+__device__ __forceinline__ unsigned eep_epk_route_warp(const eep_epk_params_t &p, const int *ids,
+                                                       int nt, int t0, int *mw, unsigned lane)
 {
-    long long bad_id;
+    const int      K = EEP_EPK_K(p), El = p.num_local;
+    const int      G = K <= 1 ? 1 : K <= 2 ? 2 : K <= 4 ? 4 : K <= 8 ? 8 : K <= 16 ? 16 : 32;
+    const int      TPW = 32 / G; /* tokens a pass */
+    const unsigned k = lane % (unsigned)G;
+    const unsigned gmask = (G == 32 ? 0xffffffffu : ((1u << G) - 1u)) << (lane - k);
+    unsigned       mine = 0;
 
-    return eep_epk_route_ids([ids](int k) { return (long long)ids[k]; }, K, 1 << 30, El, bad_p,
-                             &bad_id);
+    for (int q0 = 0; q0 < nt; q0 += TPW) {
+        const int  q = q0 + (int)(lane / (unsigned)G);
+        const bool on = q < nt && (int)k < K;
+        const int *tid = ids + q * K;
+        const int  e = on ? tid[k] : -1;
+        bool       bad = on && e < -1;
+        unsigned   m;
+
+        for (int i = 0; on && e >= 0 && i < (int)k; i++) {
+            bad |= tid[i] == e;
+        }
+        m = !on || e < 0 ? 0u : 1u << (unsigned)(e / El);
+        bad = (__ballot_sync(0xffffffffu, bad) & gmask) != 0;
+        for (int o = 1; o < G; o <<= 1) {
+            m |= __shfl_xor_sync(0xffffffffu, m, o);
+        }
+        if (!bad && e >= 0) {
+            atomicOr(&mw[e], (int)(1u << (unsigned)q));
+        }
+        if (bad && k == 0 && q < nt) {
+            bool      again;
+            long long bad_id = -1;
+
+            (void)eep_epk_route<IdxBits>(p, t0 + q, &again, &bad_id); /* the id, rare */
+            eep_epk_fault_bad(p, t0 + q, bad_id);
+        }
+        /* token L of this pass (q0 <= L < q0 + TPW) is in lane (L - q0) * G */
+        const unsigned got = __shfl_sync(0xffffffffu, bad ? 0u : m,
+                                         (unsigned)(((int)lane - q0) * G) & 31u);
+        if ((int)lane >= q0 && (int)lane < q0 + TPW) {
+            mine = got;
+        }
+    }
+    return mine;
 }
 
 /*
@@ -1290,20 +1337,20 @@ __device__ __forceinline__ void eep_epk_dispatch(const eep_epk_params_t &p)
                     int      *mw = masks + warp * NC;
                     unsigned  m = 0;
 
-                    if (t < t1) {
+                    if (staged) {
+                        m = eep_epk_route_warp<IdxBits>(p, prefix + (int)warp * 32 * K,
+                                                        min(32, t1 - r0 - (int)warp * 32),
+                                                        r0 + (int)warp * 32, mw, lane);
+                    } else if (t < t1) {
                         bool      bad;
                         long long bad_id = -1;
-                        const int *ids = prefix + (t - r0) * K;
 
-                        m = staged ? eep_epk_route_staged(ids, K, El, &bad) :
-                                     eep_epk_route<IdxBits>(p, t, &bad, &bad_id);
+                        m = eep_epk_route<IdxBits>(p, t, &bad, &bad_id);
                         if (bad) {
-                            (void)eep_epk_route<IdxBits>(p, t, &bad, &bad_id); /* the id, rare */
                             eep_epk_fault_bad(p, t, bad_id);
                         } else {
                             for (int k = 0; k < K; k++) {
-                                const long long e = staged ? ids[k] :
-                                                    eep_epk_id<IdxBits>(p, (long long)t * K + k);
+                                const long long e = eep_epk_id<IdxBits>(p, (long long)t * K + k);
                                 if (e >= 0) {
                                     atomicOr(&mw[e], (int)(1u << lane));
                                 }

@@ -27,6 +27,7 @@
 
 #include "elastic/ep_layout.h"
 
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -168,6 +169,7 @@ static void check(bool cond, const char *what, int r, long long i)
 }
 
 enum { FAULT_NONE, FAULT_SILENT_PEER, FAULT_BAD_ID, FAULT_DUP_ID, SKIP_PADDING_X };
+#define BAD_ID 4099 /* an expert id past every build's experts */
 
 /* Gating beyond the balanced default (the edge cases, as make gpu-check has them). */
 enum { GATING_BALANCED, GATING_MASKED, GATING_HOTSPOT, GATING_SILENT_RANK };
@@ -244,7 +246,7 @@ static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, i
 
         eep_ref_topk_to_i32(&in[r], K, ids);
         if (fault == FAULT_BAD_ID && r == 0) {
-            ids[3 * K + 1] = 99; /* token 3, lane 1: out of range (4 experts a rank) */
+            ids[3 * K + 1] = BAD_ID; /* token 3, lane 1: out of range */
         }
         if (fault == FAULT_DUP_ID && r == 0) {
             ids[3 * K] = ids[3 * K + 1] = 1; /* token 3: expert 1 twice */
@@ -342,7 +344,7 @@ static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, i
             check(f->nrecords >= 1 && f->records[0].phase == EEP_PHASE_EP_BAD_EXPERT,
                   "bad-expert record", 0, f->nrecords);
             check(f->records[0].expected == 3 &&
-                  f->records[0].observed == (fault == FAULT_DUP_ID ? 1 : 99),
+                  f->records[0].observed == (fault == FAULT_DUP_ID ? 1 : BAD_ID),
                   "record names token 3 and its bad id", 0, (long long)f->records[0].expected);
             /* every block drops the token alike (senders, the counter's count, the copy
                blocks' layout): nothing waits for a record that never comes */
@@ -556,6 +558,17 @@ int main(void)
                       FAULT_NONE, GATING_BALANCED, 40, 72);
     fails += run_case("cpu-sync bf16, 72 experts a rank", EEP_EPK_CPU_SYNC, EEP_DTYPE_BF16, 0, 2,
                       FAULT_NONE, GATING_BALANCED, 40, 72);
+    /* Experts enough that the senders stage a round's ids in shared memory and route them by
+       lanes (E + W >= 32 K with these tests' 2 order-mask warps; the real kernels have 16 and
+       stage at 256 experts): every other case but the 72-expert ones at 2 and 8 ranks routes
+       from global memory, one thread a token.  Also the bad and repeated ids there. */
+    const int staged = std::max(72, (32 * EEP_EPK_FIXED_K + W - 1) / W);
+    fails += run_case("no-cpu-sync bf16, staged ids", EEP_EPK_NO_CPU_SYNC, EEP_DTYPE_BF16, 0, 2,
+                      FAULT_NONE, GATING_BALANCED, 40, staged);
+    fails += run_case("bad expert id, staged ids", EEP_EPK_NO_CPU_SYNC, EEP_DTYPE_BF16, 0, 1,
+                      FAULT_BAD_ID, GATING_BALANCED, 8, staged);
+    fails += run_case("expert id twice in a token, staged ids", EEP_EPK_NO_CPU_SYNC,
+                      EEP_DTYPE_BF16, 0, 1, FAULT_DUP_ID, GATING_BALANCED, 8, staged);
     /* Buffers past EEP_EP_COMBINE_LINES_MAX_TOKENS: the combine's plain rows with tags (the
        cases above have flagged lines both ways), at decode size and past the splits; past
        EEP_EP_DISPATCH_LINES_MAX_TOKENS the dispatch's records are plain too */
