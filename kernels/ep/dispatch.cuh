@@ -952,43 +952,67 @@ __device__ __forceinline__ void eep_epk_stage_ids(const eep_epk_params_t &p, int
     }
 }
 
+/* Lanes a token's group has when its K ids go one to a lane: K rounded up to a power of two. */
+__device__ __forceinline__ int eep_epk_group_lanes(int K)
+{
+    return K <= 1 ? 1 : K <= 2 ? 2 : K <= 4 ? 4 : K <= 8 ? 8 : K <= 16 ? 16 : 32;
+}
+
+/*
+ * Lane @p k of a token's group of @p G lanes (@p on: this (token, k) exists) routing the token
+ * from its staged ids @p tid (out-of-range ids staged as -2): the lane's id in *@p e_p (-1:
+ * none), the token's destinations (the group's OR) in *@p m_p.  @return whether the token is bad
+ * (an id out of range, or repeated: each lane checks its id against the token's earlier ones),
+ * alike on every lane of the group.  Every lane of the warp calls this (a ballot and shuffles).
+ */
+__device__ __forceinline__ bool eep_epk_group_route(const int *tid, bool on, unsigned k, int El,
+                                                    int G, int *e_p, unsigned *m_p)
+{
+    const unsigned lane = threadIdx.x & 31u;
+    const unsigned gmask = (G == 32 ? 0xffffffffu : ((1u << G) - 1u)) << (lane - k);
+    const int      e = on ? tid[k] : -1;
+    bool           bad = on && e < -1;
+    unsigned       m;
+
+    for (int i = 0; on && e >= 0 && i < (int)k; i++) {
+        bad |= tid[i] == e;
+    }
+    m = !on || e < 0 ? 0u : 1u << (unsigned)(e / El);
+    /* any lane bad -> every id of the token dropped; destinations OR'ed */
+    bad = (__ballot_sync(0xffffffffu, bad) & gmask) != 0;
+    for (int o = 1; o < G; o <<= 1) {
+        m |= __shfl_xor_sync(0xffffffffu, m, o);
+    }
+    *e_p = e;
+    *m_p = m;
+    return bad;
+}
+
 /*
  * The senders' routing of one warp's @p nt (1..32) tokens from their staged ids (@p ids: token
- * 0's K ids, then token 1's, ...; out-of-range ids staged as -2), token j being @p t0 + j: G
- * lanes a token (K rounded up to a power of two, 32 / G tokens a pass), each lane checking its
- * id against the token's earlier ones, the group agreeing by ballot on "bad" and by shuffles on
- * the destinations, as eep_epk_count does; each valid id sets bit j of its expert's order mask
- * (@p mw, shared).  A bad token is reported and dropped.  @return in lane L: token L's
- * destination mask (0: bad or no token).  (One thread a token, its K ids one after another, was
- * a chain of K*K/2 shared loads and K atomics.)  Every lane of the warp calls this.
+ * 0's K ids, then token 1's, ...; out-of-range ids staged as -2), token j being @p t0 + j: a
+ * group of lanes a token (eep_epk_group_route, as eep_epk_count has it; 32 / G tokens a pass);
+ * each valid id sets bit j of its expert's order mask (@p mw, shared).  A bad token is reported
+ * and dropped.  @return in lane L: token L's destination mask (0: bad or no token).  (One thread
+ * a token, its K ids one after another, was a chain of K*K/2 shared loads and K atomics.)  Every
+ * lane of the warp calls this.
  */
 template <int IdxBits>
 __device__ __forceinline__ unsigned eep_epk_route_warp(const eep_epk_params_t &p, const int *ids,
                                                        int nt, int t0, int *mw, unsigned lane)
 {
-    const int      K = EEP_EPK_K(p), El = p.num_local;
-    const int      G = K <= 1 ? 1 : K <= 2 ? 2 : K <= 4 ? 4 : K <= 8 ? 8 : K <= 16 ? 16 : 32;
+    const int      K = EEP_EPK_K(p), G = eep_epk_group_lanes(K);
     const int      TPW = 32 / G; /* tokens a pass */
     const unsigned k = lane % (unsigned)G;
-    const unsigned gmask = (G == 32 ? 0xffffffffu : ((1u << G) - 1u)) << (lane - k);
     unsigned       mine = 0;
 
     for (int q0 = 0; q0 < nt; q0 += TPW) {
         const int  q = q0 + (int)(lane / (unsigned)G);
-        const bool on = q < nt && (int)k < K;
-        const int *tid = ids + q * K;
-        const int  e = on ? tid[k] : -1;
-        bool       bad = on && e < -1;
+        int        e;
         unsigned   m;
+        const bool bad = eep_epk_group_route(ids + q * K, q < nt && (int)k < K, k, p.num_local,
+                                             G, &e, &m);
 
-        for (int i = 0; on && e >= 0 && i < (int)k; i++) {
-            bad |= tid[i] == e;
-        }
-        m = !on || e < 0 ? 0u : 1u << (unsigned)(e / El);
-        bad = (__ballot_sync(0xffffffffu, bad) & gmask) != 0;
-        for (int o = 1; o < G; o <<= 1) {
-            m |= __shfl_xor_sync(0xffffffffu, m, o);
-        }
         if (!bad && e >= 0) {
             atomicOr(&mw[e], (int)(1u << (unsigned)q));
         }
@@ -1026,10 +1050,9 @@ __device__ void eep_epk_count(const eep_epk_params_t &p, int t_begin, int t_end,
 {
     const int      E = p.num_experts, K = EEP_EPK_K(p), El = p.num_local, W = EEP_EPK_W(p);
     const int      CH = max(1, min(1024, stage_ints / K));
-    const int      G = K <= 1 ? 1 : K <= 2 ? 2 : K <= 4 ? 4 : K <= 8 ? 8 : K <= 16 ? 16 : 32;
+    const int      G = eep_epk_group_lanes(K);
     const int      TPW = 32 / G; /* tokens per warp and pass */
     const unsigned lane = threadIdx.x & 31u, k = lane % (unsigned)G;
-    const unsigned gmask = (G == 32 ? 0xffffffffu : ((1u << G) - 1u)) << (lane - k);
 
     for (int j = threadIdx.x; j < E + W; j += blockDim.x) {
         base[j] = 0;
@@ -1042,21 +1065,11 @@ __device__ void eep_epk_count(const eep_epk_params_t &p, int t_begin, int t_end,
         __syncthreads();
         for (int j0 = 0; j0 < n; j0 += (int)(blockDim.x / 32u) * TPW) {
             const int  j = j0 + (int)(threadIdx.x >> 5) * TPW + (int)(lane / (unsigned)G);
-            const bool on = j < n && (int)k < K;
-            const int *ids = stage + j * K;
-            const int  e = on ? ids[k] : -1;
-            bool       bad = on && e < -1; /* staged -2: outside [-1, E) */
-            unsigned   m = 0;
+            int        e;
+            unsigned   m;
+            const bool bad = eep_epk_group_route(stage + j * K, j < n && (int)k < K, k, El, G,
+                                                 &e, &m);
 
-            for (int i = 0; on && e >= 0 && i < (int)k; i++) {
-                bad |= ids[i] == e;
-            }
-            m = !on || e < 0 ? 0u : 1u << (unsigned)(e / El);
-            /* the token's group: any lane bad -> every id dropped; destinations OR'ed */
-            bad = (__ballot_sync(0xffffffffu, bad) & gmask) != 0;
-            for (int o = 1; o < G; o <<= 1) {
-                m |= __shfl_xor_sync(0xffffffffu, m, o);
-            }
             if (!bad && e >= 0) {
                 atomicAdd(&base[e], 1);
             }
