@@ -38,8 +38,8 @@
 #include <string>
 #include <vector>
 
-/* Ranks and top-k as compiled in (tests/module.mk: 2/2, 3/8, 8/8); 4 experts per rank (72 in
-   three cases). */
+/* Ranks and top-k as compiled in (tests/module.mk: 2/2, 3/8, 8/8, 1/8); 4 experts per rank
+   (2 K at one rank; 72 in three cases, enough to stage the senders' ids in three more). */
 #if !defined(EEP_EPK_FIXED_W) || !defined(EEP_EPK_FIXED_K)
 #error "build with -DEEP_EPK_FIXED_W and -DEEP_EPK_FIXED_K, as elastic/ep.c compiles the kernels"
 #endif
