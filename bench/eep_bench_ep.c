@@ -603,6 +603,28 @@ static void traffic(const eep_ep_shape_t *s, const eep_ref_input_t *in, int rank
  * phase 0; first, when the blocks began and left griddepcontrol.wait (negative: before that).
  * Dispatch groups: senders [0, S), the counter S, copy blocks (S, G); combine: all blocks.
  */
+/* " | name min-max": the earliest and latest stamp of blocks [lo, hi), st[b * stride] (0: none),
+   in us after @p t0; nothing when no block has one. */
+static void print_span(const uint64_t *st, int stride, int lo, int hi, uint64_t t0,
+                       const char *name)
+{
+    double mn = 1e30, mx = -1e30;
+    int    found = 0, b;
+
+    for (b = lo; b < hi; b++) {
+        if (st[(size_t)b * stride] != 0) {
+            double us = (double)(int64_t)(st[(size_t)b * stride] - t0) / 1e3;
+
+            mn = us < mn ? us : mn;
+            mx = us > mx ? us : mx;
+            found = 1;
+        }
+    }
+    if (found) {
+        printf(" | %s %.1f-%.1f", name, mn, mx);
+    }
+}
+
 static void print_trace(eep_runtime_t *rt, int rank, int S, int G)
 {
     static uint64_t st[EEP_EPK_TRACE_WORDS];
@@ -630,34 +652,11 @@ static void print_trace(eep_runtime_t *rt, int rank, int S, int G)
             printf("trace rank %d %s %-8s", rank, which == 0 ? "dispatch" : "combine ",
                    which == 1 ? "all" : g == 0 ? "senders" : g == 1 ? "counter" : "copiers");
             for (k = 0; k < 2; k++) {
-                double mn = 1e30, mx = -1e30;
-
-                for (b = lo; b < hi; b++) {
-                    const uint64_t s = st[EEP_EPK_TRACE_LAUNCH + b * 2 + k];
-
-                    if (s != 0) {
-                        double us = (double)(int64_t)(s - t0) / 1e3;
-                        mn = us < mn ? us : mn;
-                        mx = us > mx ? us : mx;
-                    }
-                }
-                if (mx > -1e30) {
-                    printf(" | %s %.1f-%.1f", k == 0 ? "began" : "waited", mn, mx);
-                }
+                print_span(st + EEP_EPK_TRACE_LAUNCH + k, 2, lo, hi, t0,
+                           k == 0 ? "began" : "waited");
             }
             for (k = 0; k < 8; k++) {
-                double mn = 1e30, mx = -1;
-
-                for (b = lo; b < hi; b++) {
-                    if (st[b * 8 + k] != 0) {
-                        double us = (double)(int64_t)(st[b * 8 + k] - t0) / 1e3;
-                        mn = us < mn ? us : mn;
-                        mx = us > mx ? us : mx;
-                    }
-                }
-                if (mx >= 0) {
-                    printf(" | %s %.1f-%.1f", which == 0 ? dnames[k] : cnames[k], mn, mx);
-                }
+                print_span(st + k, 8, lo, hi, t0, which == 0 ? dnames[k] : cnames[k]);
             }
             printf("\n");
         }
