@@ -54,12 +54,11 @@ struct eep_lsa_lane {
     unsigned long long       *store_to; /* arrive[me] in the peer's window */
     const unsigned long long *wait_on;  /* arrive[peer] in my window */
     int                       peer_world;
-    bool                      active;   /* this thread has a peer (not itself) */
+    bool                      active; /* this thread has a peer (not itself) */
 };
 
 __device__ __forceinline__ eep_lsa_lane eep_lsa_lane_init(const eep_barrier_params_t &p,
-                                                          const ncclDevComm &dc, bool do_lsa,
-                                                          int t)
+                                                          const ncclDevComm &dc, bool do_lsa, int t)
 {
     eep_lsa_lane l;
     const int    me = dc.lsaRank;
@@ -71,10 +70,8 @@ __device__ __forceinline__ eep_lsa_lane eep_lsa_lane_init(const eep_barrier_para
     if (l.active) {
         ncclWindow_t win = (ncclWindow_t)p.window;
 
-        l.store_to = (unsigned long long *)ncclGetLsaPointer(win, p.lsa_arrive_off + 8ull * me,
-                                                             t);
-        l.wait_on  = (const unsigned long long *)ncclGetLsaPointer(win,
-                                                                   p.lsa_arrive_off + 8ull * t,
+        l.store_to = (unsigned long long *)ncclGetLsaPointer(win, p.lsa_arrive_off + 8ull * me, t);
+        l.wait_on  = (const unsigned long long *)ncclGetLsaPointer(win, p.lsa_arrive_off + 8ull * t,
                                                                    me);
         l.peer_world = ncclTeamRankToWorld(dc, ncclTeamLsa(dc), t);
     }
@@ -83,16 +80,15 @@ __device__ __forceinline__ eep_lsa_lane eep_lsa_lane_init(const eep_barrier_para
 
 /* My arrival slot arrive[me], in my window: the count of scale-up barriers I entered. */
 __device__ __forceinline__ unsigned long long *eep_lsa_own_count(const eep_barrier_params_t &p,
-                                                                 const ncclDevComm &dc)
+                                                                 const ncclDevComm          &dc)
 {
-    return (unsigned long long *)ncclGetLsaPointer((ncclWindow_t)p.window,
-                                                   p.lsa_arrive_off + 8ull * (unsigned)dc.lsaRank,
-                                                   dc.lsaRank);
+    return (unsigned long long *)ncclGetLsaPointer(
+        (ncclWindow_t)p.window, p.lsa_arrive_off + 8ull * (unsigned)dc.lsaRank, dc.lsaRank);
 }
 
 /* The wait context of a barrier block (@p block_failed: its shared flag). */
 __device__ __forceinline__ eep_wait_ctx eep_barrier_wait_ctx(const eep_barrier_params_t &p,
-                                                             const ncclDevComm &dc,
+                                                             const ncclDevComm          &dc,
                                                              int *block_failed)
 {
     eep_wait_ctx w;
@@ -114,8 +110,8 @@ __device__ __forceinline__ bool eep_barrier_lsa_wait(const eep_lsa_lane &l, cons
        release store, then an acquire fence, synchronize with it and order everything after the
        barrier (the block follows through the caller's __syncthreads). */
     const unsigned long long *slot = l.wait_on;
-    bool ok = eep_wait_geq(w, [slot] { return eep_ld_relaxed_sys(slot); }, epoch,
-                           EEP_PHASE_BARRIER_LSA, l.peer_world);
+    auto                      poll = [slot] { return eep_ld_relaxed_sys(slot); };
+    const bool ok = eep_wait_geq(w, poll, epoch, EEP_PHASE_BARRIER_LSA, l.peer_world);
     if (ok) {
         eep_fence_acquire_sys();
     }
@@ -146,7 +142,7 @@ __device__ __forceinline__ bool eep_barrier_gin(const eep_barrier_params_t &p,
     __syncthreads(); /* the block's earlier writes precede its signals */
     for (int t = threadIdx.x; t < rail.nRanks; t += blockDim.x) {
         if (t != rail.rank) {
-            gin.signal(rail, t, ncclGin_SignalInc{(ncclGinSignal_t)(p.gin_signal0 + rail.rank)});
+            gin.signal(rail, t, ncclGin_SignalInc{ (ncclGinSignal_t)(p.gin_signal0 + rail.rank) });
         }
     }
     for (int t = threadIdx.x; t < rail.nRanks && ok; t += blockDim.x) {
@@ -154,8 +150,9 @@ __device__ __forceinline__ bool eep_barrier_gin(const eep_barrier_params_t &p,
             continue;
         }
         const ncclGinSignal_t sig = (ncclGinSignal_t)(p.gin_signal0 + t);
-        ok = eep_wait_geq(w, [&gin, sig] { return (unsigned long long)gin.readSignal(sig); },
-                          epoch, EEP_PHASE_BARRIER_GIN, ncclTeamRankToWorld(dc, rail, t));
+        auto poll                 = [&gin, sig] { return (unsigned long long)gin.readSignal(sig); };
+
+        ok = eep_wait_geq(w, poll, epoch, EEP_PHASE_BARRIER_GIN, ncclTeamRankToWorld(dc, rail, t));
     }
     return ok;
 }
@@ -172,16 +169,16 @@ __device__ void eep_barrier_body(const eep_barrier_params_t &p)
     /* Which barriers this block runs: parallel splits them over blocks 0 (LSA) and 1 (GIN). */
     const bool         do_lsa = Mode == 1 || blockIdx.x == 0;
     const bool         do_gin = Gin && (Mode == 1 || blockIdx.x == 1);
-    const eep_lsa_lane lane = eep_lsa_lane_init(p, dc, do_lsa, (int)threadIdx.x);
+    const eep_lsa_lane lane   = eep_lsa_lane_init(p, dc, do_lsa, (int)threadIdx.x);
     /* My own arrival slot holds the number of scale-up barriers I entered (peers never write
        it); the GIN count is a local word.  Read once, written back once at the end. */
-    unsigned long long *own = do_lsa ? eep_lsa_own_count(p, dc) : nullptr;
-    unsigned long long *gin_epoch = do_gin ? (unsigned long long *)ncclGetLsaPointer(
-                                                 (ncclWindow_t)p.window, p.gin_epoch_off,
-                                                 dc.lsaRank)
-                                           : nullptr;
-    unsigned long long lsa_epoch = do_lsa ? *(volatile unsigned long long *)own : 0;
-    unsigned long long gin_count = do_gin ? *(volatile unsigned long long *)gin_epoch : 0;
+    unsigned long long *own       = do_lsa ? eep_lsa_own_count(p, dc) : nullptr;
+    unsigned long long *gin_epoch = do_gin
+                                        ? (unsigned long long *)ncclGetLsaPointer(
+                                              (ncclWindow_t)p.window, p.gin_epoch_off, dc.lsaRank)
+                                        : nullptr;
+    unsigned long long  lsa_epoch = do_lsa ? *(volatile unsigned long long *)own : 0;
+    unsigned long long  gin_count = do_gin ? *(volatile unsigned long long *)gin_epoch : 0;
 
     const eep_wait_ctx w = eep_barrier_wait_ctx(p, dc, &block_failed);
     if (threadIdx.x == 0) {

@@ -35,14 +35,14 @@ __device__ void eep_bench_barrier_probe_body(const eep_barrier_params_t &p)
     static_assert(Variant >= 0 && Variant <= 2, "Variant: 0 relaxed, 1 two warps, 2 pull");
     __shared__ int block_failed;
 
-    const ncclDevComm  &dc = eep_barrier_devcomm(p);
-    const int           warp = (int)(threadIdx.x >> 5);
-    const eep_lsa_lane  lane = eep_lsa_lane_init(p, dc, true, (int)(threadIdx.x & 31u));
-    unsigned long long *own = eep_lsa_own_count(p, dc);
+    const ncclDevComm  &dc    = eep_barrier_devcomm(p);
+    const int           warp  = (int)(threadIdx.x >> 5);
+    const eep_lsa_lane  lane  = eep_lsa_lane_init(p, dc, true, (int)(threadIdx.x & 31u));
+    unsigned long long *own   = eep_lsa_own_count(p, dc);
     unsigned long long  epoch = *(volatile unsigned long long *)own;
-    const eep_wait_ctx  w = eep_barrier_wait_ctx(p, dc, &block_failed);
+    const eep_wait_ctx  w     = eep_barrier_wait_ctx(p, dc, &block_failed);
     /* Variant 2: peer t's own slot, in peer t's window (a remote load each poll). */
-    eep_lsa_lane        pull = lane;
+    eep_lsa_lane pull = lane;
 
     if (Variant == 2 && lane.active) {
         pull.wait_on = (const unsigned long long *)ncclGetLsaPointer(

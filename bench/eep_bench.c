@@ -54,8 +54,8 @@ int main(int argc, char **argv)
             }
         }
     }
-    if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
-                      argv[1][0] != '-')) {
+    if (argc >= 2 &&
+        (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 || argv[1][0] != '-')) {
         FILE *out = argv[1][0] == '-' ? stdout : stderr;
 
         fprintf(out, "usage: eep-bench COMMAND [options]\n");

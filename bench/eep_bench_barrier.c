@@ -28,8 +28,15 @@
 #define WARM 100
 
 enum {
-    OP_OURS_PAR, OP_OURS_SEQ, OP_NCCL_LSA, OP_PROBE_RELAXED, OP_PROBE_WARPS, OP_PROBE_PULL,
-    OP_ALLREDUCE, OP_ALLREDUCE_NB, OP_COUNT
+    OP_OURS_PAR,
+    OP_OURS_SEQ,
+    OP_NCCL_LSA,
+    OP_PROBE_RELAXED,
+    OP_PROBE_WARPS,
+    OP_PROBE_PULL,
+    OP_ALLREDUCE,
+    OP_ALLREDUCE_NB,
+    OP_COUNT
 };
 static const char *const op_names[OP_COUNT] = {
     "eep_barrier, parallel mode",
@@ -49,7 +56,7 @@ typedef struct {
     CUstream              stream;
     eep_jit_kernel_t     *nccl_kernel;
     eep_jit_kernel_t     *probe_kernel[3]; /* bench/barrier_probes.cuh; NULL: over 32 LSA peers */
-    ncclComm_t            comm;    /* the runtime's (non-blocking) */
+    ncclComm_t            comm;            /* the runtime's (non-blocking) */
     ncclComm_t            ar_comm; /* a plain blocking communicator for the all-reduce baseline */
     CUdeviceptr           d_cycles, d_stamps, d_red;
     unsigned              block;
@@ -87,13 +94,12 @@ static eep_status_t run_op(bench_t *b, int op, unsigned iterations, int hooks)
                               sizeof(p));
     default:
         comm = op == OP_ALLREDUCE ? b->ar_comm : b->comm;
-        res = ncclAllReduce((void *)(uintptr_t)b->d_red, (void *)(uintptr_t)b->d_red, 1,
-                            ncclFloat, ncclSum, comm, (cudaStream_t)b->stream);
+        res  = ncclAllReduce((void *)(uintptr_t)b->d_red, (void *)(uintptr_t)b->d_red, 1, ncclFloat,
+                             ncclSum, comm, (cudaStream_t)b->stream);
         if (res == ncclInProgress) {
             ncclResult_t async = ncclInProgress;
 
-            while (ncclCommGetAsyncError(comm, &async) == ncclSuccess &&
-                   async == ncclInProgress) {
+            while (ncclCommGetAsyncError(comm, &async) == ncclSuccess && async == ncclInProgress) {
             }
             res = async;
         }
@@ -105,9 +111,9 @@ static eep_status_t run_op(bench_t *b, int op, unsigned iterations, int hooks)
 static void in_kernel(bench_t *b, int op, double *med_p, double *mean_p)
 {
     unsigned  total = (unsigned)(b->n + WARM);
-    uint64_t *cyc = malloc(sizeof(uint64_t) * total);
-    uint64_t *st = malloc(2 * sizeof(uint64_t) * total);
-    double   *d = malloc(sizeof(double) * (size_t)b->n);
+    uint64_t *cyc   = malloc(sizeof(uint64_t) * total);
+    uint64_t *st    = malloc(2 * sizeof(uint64_t) * total);
+    double   *d     = malloc(sizeof(double) * (size_t)b->n);
     double    ns_per_cycle;
     int       i;
 
@@ -134,7 +140,7 @@ static void in_kernel(bench_t *b, int op, double *med_p, double *mean_p)
 static void per_launch(bench_t *b, int op, double *med_p, double *b2b_p)
 {
     CUevent *ev = malloc(sizeof(CUevent) * 2 * (size_t)b->n);
-    double  *d = malloc(sizeof(double) * (size_t)b->n);
+    double  *d  = malloc(sizeof(double) * (size_t)b->n);
     double   t0;
     float    ms;
     int      i;
@@ -176,21 +182,21 @@ static void per_launch(bench_t *b, int op, double *med_p, double *b2b_p)
 
 int eep_bench_barrier_main(int argc, char **argv)
 {
-    bench_t             b;
-    eep_jit_t          *jit = NULL;
-    eep_jit_spec_t      spec;
-    eep_runtime_info_t  info;
-    double              mine[OP_COUNT][4], *all;
-    char                table[8192];
-    size_t              len = 0;
-    int                 op, c, r, nranks;
-    FILE               *out;
+    bench_t            b;
+    eep_jit_t         *jit = NULL;
+    eep_jit_spec_t     spec;
+    eep_runtime_info_t info;
+    double             mine[OP_COUNT][4], *all;
+    char               table[8192];
+    size_t             len = 0;
+    int                op, c, r, nranks;
+    FILE              *out;
 
     memset(&b, 0, sizeof(b));
-    b.bs = gpu_test_bootstrap("barrier_bench", 2);
-    b.rt = gpu_test_runtime(b.bs, NULL);
-    b.cu = gpu_test_cu();
-    b.n  = argc > 2 ? atoi(argv[2]) : 10000;
+    b.bs   = gpu_test_bootstrap("barrier_bench", 2);
+    b.rt   = gpu_test_runtime(b.bs, NULL);
+    b.cu   = gpu_test_cu();
+    b.n    = argc > 2 ? atoi(argv[2]) : 10000;
     b.comm = (ncclComm_t)eep_runtime_nccl_comm(b.rt);
     nranks = eep_bootstrap_nranks(b.bs);
     GPU_OK(eep_runtime_query(b.rt, &info));
@@ -255,7 +261,8 @@ int eep_bench_barrier_main(int argc, char **argv)
         len += (size_t)snprintf(table + len, sizeof(table) - len,
                                 "| %d GPUs, N = %d | in-kernel median (us) | in-kernel mean (us) "
                                 "| per-launch median (us) | back-to-back (us/op) |\n"
-                                "|---|---|---|---|---|\n", nranks, b.n);
+                                "|---|---|---|---|---|\n",
+                                nranks, b.n);
         for (op = 0; op < OP_COUNT; op++) {
             char v[4][32];
 
@@ -263,8 +270,8 @@ int eep_bench_barrier_main(int argc, char **argv)
                 snprintf(v[c], sizeof(v[c]), mine[op][c] >= 0 ? "%.2f" : "n/a", mine[op][c]);
             }
             len += (size_t)snprintf(table + len, sizeof(table) - len,
-                                    "| %s | %s | %s | %s | %s |\n", op_names[op], v[0], v[1],
-                                    v[2], v[3]);
+                                    "| %s | %s | %s | %s | %s |\n", op_names[op], v[0], v[1], v[2],
+                                    v[3]);
         }
         printf("%s", table);
         if (argc > 1 && (out = fopen(argv[1], "w")) != NULL) {

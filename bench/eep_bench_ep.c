@@ -37,19 +37,19 @@
 #include "tests/unit/ep_reference.h"
 
 typedef struct {
-    int            nranks;   /* > 0: fork this many local ranks */
-    int            baseline; /* --baseline nccl */
-    int            check;
-    int            ours;     /* run eep_dispatch/eep_combine (default; --no-ours skips) */
-    eep_ep_mode_t  mode;     /* of ours: --mode cpu-sync|no-cpu-sync|cached */
-    int            num_sms;  /* of ours: --num-sms N (0: the model / EEP_EP_NUM_SMS) */
-    int            skip_pad; /* of ours: --skip-padding-x (padding rows' x left as it was) */
-    int            iters, warmup;
-    uint64_t       seed;
-    const char    *gating;   /* random, masked, hotspot, hotspot-only, silent, masked-rank, t1 */
-    eep_ep_shape_t shape;
-    int            tokens;   /* --tokens: tokens per rank (shape.max_tokens unless --max-tokens) */
-    int            max_tokens; /* --max-tokens: the buffers' max_tokens_per_rank, or 0 */
+    int               nranks;   /* > 0: fork this many local ranks */
+    int               baseline; /* --baseline nccl */
+    int               check;
+    int               ours;     /* run eep_dispatch/eep_combine (default; --no-ours skips) */
+    eep_ep_mode_t     mode;     /* of ours: --mode cpu-sync|no-cpu-sync|cached */
+    int               num_sms;  /* of ours: --num-sms N (0: the model / EEP_EP_NUM_SMS) */
+    int               skip_pad; /* of ours: --skip-padding-x (padding rows' x left as it was) */
+    int               iters, warmup;
+    uint64_t          seed;
+    const char       *gating; /* random, masked, hotspot, hotspot-only, silent, masked-rank, t1 */
+    eep_ep_shape_t    shape;
+    int               tokens; /* --tokens: tokens per rank (shape.max_tokens unless --max-tokens) */
+    int               max_tokens; /* --max-tokens: the buffers' max_tokens_per_rank, or 0 */
     eep_index_dtype_t idx_dtype;
 } bench_opts_t;
 
@@ -57,14 +57,14 @@ typedef struct {
 typedef struct {
     double  dispatch_us, combine_us;
     double  dispatch_bytes, combine_bytes; /* to other ranks, per call */
-    double  recv_bytes;  /* received-token bytes (hidden + scales), local included, per call */
-    int     sms;         /* sending SMs of ours (0: not ours) */
-    int     copy_sms;    /* its copying SMs */
+    double  recv_bytes; /* received-token bytes (hidden + scales), local included, per call */
+    int     sms;        /* sending SMs of ours (0: not ours) */
+    int     copy_sms;   /* its copying SMs */
     double  graph_dispatch_us, graph_combine_us; /* ours, one call per CUDA graph replay */
     double  graph_pair_us; /* ours, per dispatch+combine pair, GRAPH_PAIRS pairs per graph */
     int64_t errors;
     int     ran;
-    char    why[96];   /* when not run */
+    char    why[96]; /* when not run */
 } bench_result_t;
 
 static void usage(FILE *out)
@@ -94,35 +94,53 @@ static void usage(FILE *out)
 static int parse_opts(int argc, char **argv, bench_opts_t *o)
 {
     static const struct option longopts[] = {
-        { "nranks", required_argument, NULL, 'n' }, { "baseline", required_argument, NULL, 'b' },
-        { "tokens", required_argument, NULL, 't' }, { "hidden", required_argument, NULL, 'H' },
-        { "topk", required_argument, NULL, 'k' },   { "experts", required_argument, NULL, 'e' },
-        { "align", required_argument, NULL, 'a' },  { "dtype", required_argument, NULL, 'd' },
-        { "index", required_argument, NULL, 'x' },  { "gating", required_argument, NULL, 'g' },
-        { "iters", required_argument, NULL, 'i' },  { "warmup", required_argument, NULL, 'w' },
-        { "seed", required_argument, NULL, 's' },   { "no-check", no_argument, NULL, 'C' },
-        { "mode", required_argument, NULL, 'm' },   { "no-ours", no_argument, NULL, 'O' },
-        { "num-sms", required_argument, NULL, 'S' }, { "trace", no_argument, NULL, 'T' },
-        { "skip-padding-x", no_argument, NULL, 'P' }, { "max-tokens", required_argument, NULL, 'M' },
-        { "help", no_argument, NULL, 'h' },         { NULL, 0, NULL, 0 },
+        { "nranks", required_argument, NULL, 'n' },
+        { "baseline", required_argument, NULL, 'b' },
+        { "tokens", required_argument, NULL, 't' },
+        { "hidden", required_argument, NULL, 'H' },
+        { "topk", required_argument, NULL, 'k' },
+        { "experts", required_argument, NULL, 'e' },
+        { "align", required_argument, NULL, 'a' },
+        { "dtype", required_argument, NULL, 'd' },
+        { "index", required_argument, NULL, 'x' },
+        { "gating", required_argument, NULL, 'g' },
+        { "iters", required_argument, NULL, 'i' },
+        { "warmup", required_argument, NULL, 'w' },
+        { "seed", required_argument, NULL, 's' },
+        { "no-check", no_argument, NULL, 'C' },
+        { "mode", required_argument, NULL, 'm' },
+        { "no-ours", no_argument, NULL, 'O' },
+        { "num-sms", required_argument, NULL, 'S' },
+        { "trace", no_argument, NULL, 'T' },
+        { "skip-padding-x", no_argument, NULL, 'P' },
+        { "max-tokens", required_argument, NULL, 'M' },
+        { "help", no_argument, NULL, 'h' },
+        { NULL, 0, NULL, 0 },
     };
     int c;
 
     memset(o, 0, sizeof(*o));
-    o->check  = 1;
-    o->ours   = 1;
-    o->mode   = EEP_EP_MODE_NO_CPU_SYNC;
-    o->iters  = 20;
-    o->warmup = 5;
-    o->seed   = 1;
-    o->gating = "random";
-    o->shape  = (eep_ep_shape_t){ .world = 0, .max_tokens = 4096, .hidden = 7168, .num_topk = 8,
-                                  .num_experts = 256, .alignment = 128, .dtype = EEP_DTYPE_BF16 };
+    o->check     = 1;
+    o->ours      = 1;
+    o->mode      = EEP_EP_MODE_NO_CPU_SYNC;
+    o->iters     = 20;
+    o->warmup    = 5;
+    o->seed      = 1;
+    o->gating    = "random";
+    o->shape     = (eep_ep_shape_t){ .world       = 0,
+                                     .max_tokens  = 4096,
+                                     .hidden      = 7168,
+                                     .num_topk    = 8,
+                                     .num_experts = 256,
+                                     .alignment   = 128,
+                                     .dtype       = EEP_DTYPE_BF16 };
     o->idx_dtype = EEP_INDEX_INT64;
-    optind = 1;
+    optind       = 1;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         switch (c) {
-        case 'n': o->nranks = atoi(optarg); break;
+        case 'n':
+            o->nranks = atoi(optarg);
+            break;
         case 'b':
             if (strcmp(optarg, "nccl") != 0) {
                 fprintf(stderr, "eep-bench ep: unknown baseline '%s' (only nccl)\n", optarg);
@@ -130,12 +148,24 @@ static int parse_opts(int argc, char **argv, bench_opts_t *o)
             }
             o->baseline = 1;
             break;
-        case 't': o->tokens = atoi(optarg); break;
-        case 'M': o->max_tokens = atoi(optarg); break;
-        case 'H': o->shape.hidden = atoi(optarg); break;
-        case 'k': o->shape.num_topk = atoi(optarg); break;
-        case 'e': o->shape.num_experts = atoi(optarg); break;
-        case 'a': o->shape.alignment = atoi(optarg); break;
+        case 't':
+            o->tokens = atoi(optarg);
+            break;
+        case 'M':
+            o->max_tokens = atoi(optarg);
+            break;
+        case 'H':
+            o->shape.hidden = atoi(optarg);
+            break;
+        case 'k':
+            o->shape.num_topk = atoi(optarg);
+            break;
+        case 'e':
+            o->shape.num_experts = atoi(optarg);
+            break;
+        case 'a':
+            o->shape.alignment = atoi(optarg);
+            break;
         case 'd':
             if (strcmp(optarg, "bf16") == 0) {
                 o->shape.dtype = EEP_DTYPE_BF16;
@@ -146,17 +176,36 @@ static int parse_opts(int argc, char **argv, bench_opts_t *o)
                 return -1;
             }
             break;
-        case 'x': o->idx_dtype = strcmp(optarg, "int32") == 0 ? EEP_INDEX_INT32 : EEP_INDEX_INT64;
+        case 'x':
+            o->idx_dtype = strcmp(optarg, "int32") == 0 ? EEP_INDEX_INT32 : EEP_INDEX_INT64;
             break;
-        case 'g': o->gating = optarg; break;
-        case 'i': o->iters = atoi(optarg); break;
-        case 'w': o->warmup = atoi(optarg); break;
-        case 's': o->seed = strtoull(optarg, NULL, 0); break;
-        case 'C': o->check = 0; break;
-        case 'O': o->ours = 0; break;
-        case 'S': o->num_sms = atoi(optarg); break;
-        case 'T': setenv("EEP_EP_TRACE", "1", 1); break; /* read when ours' runtime starts */
-        case 'P': o->skip_pad = 1; break;
+        case 'g':
+            o->gating = optarg;
+            break;
+        case 'i':
+            o->iters = atoi(optarg);
+            break;
+        case 'w':
+            o->warmup = atoi(optarg);
+            break;
+        case 's':
+            o->seed = strtoull(optarg, NULL, 0);
+            break;
+        case 'C':
+            o->check = 0;
+            break;
+        case 'O':
+            o->ours = 0;
+            break;
+        case 'S':
+            o->num_sms = atoi(optarg);
+            break;
+        case 'T': /* read when ours' runtime starts */
+            setenv("EEP_EP_TRACE", "1", 1);
+            break;
+        case 'P':
+            o->skip_pad = 1;
+            break;
         case 'm':
             if (strcmp(optarg, "cpu-sync") == 0) {
                 o->mode = EEP_EP_MODE_CPU_SYNC;
@@ -169,8 +218,12 @@ static int parse_opts(int argc, char **argv, bench_opts_t *o)
                 return -1;
             }
             break;
-        case 'h': usage(stdout); return 1;
-        default: usage(stderr); return -1;
+        case 'h':
+            usage(stdout);
+            return 1;
+        default:
+            usage(stderr);
+            return -1;
         }
     }
     if (optind != argc || o->iters < 1 || o->warmup < 0) {
@@ -235,8 +288,8 @@ static void y_table_init(void)
     int      i;
 
     for (i = 0; i < Y_TABLE; i++) {
-        y_table[i] = eep_ref_f32_to_bf16((float)(eep_ref_rand(&st) >> 40) *
-                                         (1.0f / 16777216.0f) * 4.0f - 2.0f);
+        y_table[i] = eep_ref_f32_to_bf16(
+            (float)(eep_ref_rand(&st) >> 40) * (1.0f / 16777216.0f) * 4.0f - 2.0f);
     }
 }
 
@@ -300,17 +353,17 @@ static int64_t diff(const char *what, const void *got, const void *want, size_t 
     return bad;
 }
 
-#define CU_TRY(_call)                                                                          \
-    do {                                                                                       \
-        status = eep_status_from_cu((_call), #_call);                                          \
-        if (status != EEP_OK) {                                                                \
-            goto out;                                                                          \
-        }                                                                                      \
+#define CU_TRY(_call)                                                                              \
+    do {                                                                                           \
+        status = eep_status_from_cu((_call), #_call);                                              \
+        if (status != EEP_OK) {                                                                    \
+            goto out;                                                                              \
+        }                                                                                          \
     } while (0)
 
 /* Check the baseline's dispatch outputs against the reference, every element. */
-static int64_t check_dispatch(eep_bench_ctx_t *ctx, const eep_ep_shape_t *s,
-                              const eep_bl_view_t *v, const eep_ref_recv_t *r, int skip_pad)
+static int64_t check_dispatch(eep_bench_ctx_t *ctx, const eep_ep_shape_t *s, const eep_bl_view_t *v,
+                              const eep_ref_recv_t *r, int skip_pad)
 {
     const eep_cuda_sym_t *cu = ctx->cu;
     size_t   rows = (size_t)v->capacity, K = (size_t)s->num_topk, El = (size_t)r->num_local;
@@ -320,8 +373,8 @@ static int64_t check_dispatch(eep_bench_ctx_t *ctx, const eep_ep_shape_t *s,
     uint8_t *x = malloc(rows * hb + 1), *sc = malloc(rows * sb + 1), *poison;
     int32_t *idx = malloc(rows * K * 4 + 4), *cnt = malloc(El * 4 + 4), *off = malloc(El * 4 + 8);
     int32_t *want_off = malloc(El * 4 + 8);
-    float   *wts = malloc(rows * K * 4 + 4);
-    int64_t  bad = 0;
+    float   *wts      = malloc(rows * K * 4 + 4);
+    int64_t  bad      = 0;
     size_t   i, big = rows * hb > rows * K * 4 ? rows * hb : rows * K * 4;
 
     poison = malloc(big + 1);
@@ -350,8 +403,8 @@ static int64_t check_dispatch(eep_bench_ctx_t *ctx, const eep_ep_shape_t *s,
             const int pad = r->src_rank[i] < 0;
 
             bad += diff("recv_x", x + i * hb, pad ? poison : r->x + i * hb, hb, 1, ctx->rank);
-            bad += diff("recv_x_scales", sc + i * sb, pad ? poison : (const uint8_t *)r->x_scales +
-                        i * sb, sb / 4, 4, ctx->rank);
+            bad += diff("recv_x_scales", sc + i * sb,
+                        pad ? poison : (const uint8_t *)r->x_scales + i * sb, sb / 4, 4, ctx->rank);
         }
     } else {
         bad += diff("recv_x", x, r->x, nr * hb, 1, ctx->rank);
@@ -378,12 +431,12 @@ out:
 static eep_status_t poison_outputs(eep_bench_ctx_t *ctx, const eep_ep_shape_t *s,
                                    const eep_bl_view_t *v)
 {
-    const eep_cuda_sym_t *cu = ctx->cu;
-    size_t rows = (size_t)v->capacity, K = (size_t)s->num_topk;
-    size_t El = (size_t)eep_ep_local_experts(s);
-    size_t hb = (size_t)s->hidden * eep_ep_elem_bytes(s->dtype);
-    size_t sb = s->dtype == EEP_DTYPE_FP8_E4M3 ? (size_t)s->hidden / 128 * 4 : 0;
-    eep_status_t status = EEP_OK;
+    const eep_cuda_sym_t *cu   = ctx->cu;
+    size_t                rows = (size_t)v->capacity, K = (size_t)s->num_topk;
+    size_t                El     = (size_t)eep_ep_local_experts(s);
+    size_t                hb     = (size_t)s->hidden * eep_ep_elem_bytes(s->dtype);
+    size_t                sb     = s->dtype == EEP_DTYPE_FP8_E4M3 ? (size_t)s->hidden / 128 * 4 : 0;
+    eep_status_t          status = EEP_OK;
 
     CU_TRY(cu->cuMemsetD8Async(v->recv_x, 0xa5, rows * hb, ctx->stream));
     if (sb) {
@@ -430,10 +483,10 @@ static eep_status_t run_baseline(eep_bench_ctx_t *ctx, const bench_opts_t *o,
                                  const eep_bench_inputs_t *din, bench_result_t *res)
 {
     const eep_cuda_sym_t *cu = ctx->cu;
-    const eep_ep_shape_t *s = &o->shape;
+    const eep_ep_shape_t *s  = &o->shape;
     eep_bl_t             *bl = NULL;
     eep_bl_view_t         v;
-    CUdeviceptr           y = 0;
+    CUdeviceptr           y    = 0;
     uint16_t             *out1 = NULL, *out2 = NULL;
     size_t                out_bytes = (size_t)in[ctx->rank].num_tokens * (size_t)s->hidden * 2;
     eep_status_t          status;
@@ -486,8 +539,8 @@ static eep_status_t run_baseline(eep_bench_ctx_t *ctx, const bench_opts_t *o,
         }
         res->errors += diff("combine out", out1, out_want, out_bytes / 2, 2, ctx->rank);
         res->errors += diff("combine out (second run)", out2, out1, out_bytes / 2, 2, ctx->rank);
-        res->errors += diff("combine out (past the end)", out1 + out_bytes / 2,
-                            "\xa5\xa5", 1, 2, ctx->rank);
+        res->errors += diff("combine out (past the end)", out1 + out_bytes / 2, "\xa5\xa5", 1, 2,
+                            ctx->rank);
     }
 
     /* Timing: dispatch alone (it syncs the host once per call), then combine alone on the last
@@ -542,7 +595,7 @@ static double recv_token_bytes(const eep_ep_shape_t *s, const eep_ref_input_t *i
 {
     eep_ep_wire_t w;
     int           El = eep_ep_local_experts(s), src, t, k;
-    double        b = 0;
+    double        b  = 0;
 
     eep_ep_wire_layout(s, &w);
     for (src = 0; src < s->world; src++) {
@@ -615,8 +668,8 @@ static void print_span(const uint64_t *st, int stride, int lo, int hi, uint64_t 
         if (st[(size_t)b * stride] != 0) {
             double us = (double)(int64_t)(st[(size_t)b * stride] - t0) / 1e3;
 
-            mn = us < mn ? us : mn;
-            mx = us > mx ? us : mx;
+            mn    = us < mn ? us : mn;
+            mx    = us > mx ? us : mx;
             found = 1;
         }
     }
@@ -627,12 +680,12 @@ static void print_span(const uint64_t *st, int stride, int lo, int hi, uint64_t 
 
 static void print_trace(eep_runtime_t *rt, int rank, int S, int G)
 {
-    static uint64_t st[EEP_EPK_TRACE_WORDS];
-    static const char *dnames[8] = { "start", "counted", "sent", "counts in", "layout",
-                                     "padding", "records", "end" };
-    static const char *cnames[8] = { "start", "expert side", "source side", "handshake", "-", "-",
-                                     "-", "end" };
-    int which, g, k, b;
+    static uint64_t    st[EEP_EPK_TRACE_WORDS];
+    static const char *dnames[8] = { "start",  "counted", "sent",    "counts in",
+                                     "layout", "padding", "records", "end" };
+    static const char *cnames[8] = { "start", "expert side", "source side", "handshake",
+                                     "-",     "-",           "-",           "end" };
+    int                which, g, k, b;
 
     for (which = 0; which < 2; which++) {
         uint64_t t0 = UINT64_MAX;
@@ -650,7 +703,10 @@ static void print_trace(eep_runtime_t *rt, int rank, int S, int G)
             int hi = which == 1 ? G : g == 0 ? S : g == 1 ? S + 1 : G;
 
             printf("trace rank %d %s %-8s", rank, which == 0 ? "dispatch" : "combine ",
-                   which == 1 ? "all" : g == 0 ? "senders" : g == 1 ? "counter" : "copiers");
+                   which == 1 ? "all"
+                   : g == 0   ? "senders"
+                   : g == 1   ? "counter"
+                              : "copiers");
             for (k = 0; k < 2; k++) {
                 print_span(st + EEP_EPK_TRACE_LAUNCH + k, 2, lo, hi, t0,
                            k == 0 ? "began" : "waited");
@@ -684,11 +740,11 @@ typedef CUresult (*bench_graph_destroy_fn)(CUgraph);
  * CACHED).
  */
 static eep_status_t graph_times(eep_bench_ctx_t *ctx, eep_runtime_t *rt,
-                                const eep_dispatch_args_t *a, eep_ep_handle_t **h,
-                                CUdeviceptr y, CUdeviceptr out, int iters, CUdeviceptr scratch,
-                                double *d_us, double *c_us, double *pair_us)
+                                const eep_dispatch_args_t *a, eep_ep_handle_t **h, CUdeviceptr y,
+                                CUdeviceptr out, int iters, CUdeviceptr scratch, double *d_us,
+                                double *c_us, double *pair_us)
 {
-    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    void                       *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
     bench_begin_capture_fn      begin;
     bench_end_capture_fn        end;
     bench_instantiate_fn        inst;
@@ -714,7 +770,7 @@ static eep_status_t graph_times(eep_bench_ctx_t *ctx, eep_runtime_t *rt,
         return EEP_OK;
     }
     for (which = 0; which < 3 && status == EEP_OK; which++) {
-        CUgraph     g = NULL;
+        CUgraph     g  = NULL;
         CUgraphExec ge = NULL;
         double      t0, batch_us[GRAPH_BATCHES];
         int         b, n = which == 2 ? GRAPH_PAIRS : 1;
@@ -747,7 +803,7 @@ static eep_status_t graph_times(eep_bench_ctx_t *ctx, eep_runtime_t *rt,
         }
         for (b = 0; b < GRAPH_BATCHES && status == EEP_OK; b++) {
             status = line_up(ctx, scratch);
-            t0 = now_us();
+            t0     = now_us();
             for (i = 0; i < iters && status == EEP_OK; i++) {
                 status = eep_status_from_cu(launch(ge, ctx->stream), "cuGraphLaunch");
             }
@@ -757,8 +813,9 @@ static eep_status_t graph_times(eep_bench_ctx_t *ctx, eep_runtime_t *rt,
             batch_us[b] = (now_us() - t0) / iters / n;
         }
         if (status == EEP_OK) {
-            *(which == 0 ? d_us : which == 1 ? c_us : pair_us) =
-                eep_bench_median(batch_us, GRAPH_BATCHES);
+            *(which == 0   ? d_us
+              : which == 1 ? c_us
+                           : pair_us) = eep_bench_median(batch_us, GRAPH_BATCHES);
         }
         exec_destroy(ge);
         destroy(g);
@@ -767,24 +824,24 @@ static eep_status_t graph_times(eep_bench_ctx_t *ctx, eep_runtime_t *rt,
     return status;
 }
 
-static eep_status_t run_ours(eep_bench_ctx_t *ctx, const bench_opts_t *o,
-                             const eep_ref_input_t *in, const eep_ref_recv_t *recv,
-                             uint16_t *const *y_host, const uint16_t *out_want,
-                             const eep_bench_inputs_t *din, bench_result_t *res)
+static eep_status_t run_ours(eep_bench_ctx_t *ctx, const bench_opts_t *o, const eep_ref_input_t *in,
+                             const eep_ref_recv_t *recv, uint16_t *const *y_host,
+                             const uint16_t *out_want, const eep_bench_inputs_t *din,
+                             bench_result_t *res)
 {
     const eep_cuda_sym_t *cu = ctx->cu;
-    const eep_ep_shape_t *s = &o->shape;
+    const eep_ep_shape_t *s  = &o->shape;
     eep_runtime_params_t  rp = { .size = sizeof(rp), .nccl_comm = ctx->comm, .device = -1 };
     eep_runtime_t        *rt = NULL;
-    eep_ep_handle_t      *h = NULL;
+    eep_ep_handle_t      *h  = NULL;
     eep_dispatch_args_t   a;
     eep_bl_view_t         v;
-    CUdeviceptr           y = 0;
+    CUdeviceptr           y    = 0;
     int64_t               rows = eep_ep_rows_max(s), num_rows = -1;
     size_t                El = (size_t)eep_ep_local_experts(s), K = (size_t)s->num_topk;
     size_t                hb = (size_t)s->hidden * eep_ep_elem_bytes(s->dtype);
     size_t                sb = s->dtype == EEP_DTYPE_FP8_E4M3 ? (size_t)s->hidden / 128 * 4 : 0;
-    size_t                out_bytes = (size_t)in[ctx->rank].num_tokens * (size_t)s->hidden * 2;
+    size_t                out_bytes   = (size_t)in[ctx->rank].num_tokens * (size_t)s->hidden * 2;
     int32_t              *host_counts = calloc(El + 1, sizeof(int32_t));
     uint16_t             *out1 = malloc(out_bytes + 2), *out2 = malloc(out_bytes + 2);
     eep_status_t          status = EEP_OK;
@@ -884,7 +941,8 @@ static eep_status_t run_ours(eep_bench_ctx_t *ctx, const bench_opts_t *o,
         for (i = 0; i < 2; i++) {
             CU_TRY(cu->cuMemsetD8Async(v.out, 0xa5, out_bytes + 2, ctx->stream));
             if ((status = eep_combine(rt, (const void *)y, h, (void *)v.out, ctx->stream)) !=
-                EEP_OK || (status = eep_runtime_sync(rt, ctx->stream)) != EEP_OK) {
+                    EEP_OK ||
+                (status = eep_runtime_sync(rt, ctx->stream)) != EEP_OK) {
                 snprintf(res->why, sizeof(res->why), "combine: %s", eep_status_string(status));
                 goto out;
             }
@@ -936,7 +994,7 @@ static eep_status_t run_ours(eep_bench_ctx_t *ctx, const bench_opts_t *o,
     traffic(s, in, ctx->rank, &res->dispatch_bytes, &res->combine_bytes);
     res->sms      = h->num_sms;
     res->copy_sms = h->copy_sms;
-    res->ran = 1;
+    res->ran      = 1;
 out:
     if (status != EEP_OK && res->why[0] == '\0') {
         snprintf(res->why, sizeof(res->why), "%s", eep_status_string(status));
@@ -946,8 +1004,10 @@ out:
     free(out2);
     eep_ep_handle_destroy(h);
     {
-        CUdeviceptr bufs[] = { v.recv_x, v.recv_x_scales, v.recv_topk_idx, v.recv_topk_weights,
-                               v.expert_counts, v.expert_offsets, v.out, y };
+        CUdeviceptr bufs[] = { v.recv_x,        v.recv_x_scales,
+                               v.recv_topk_idx, v.recv_topk_weights,
+                               v.expert_counts, v.expert_offsets,
+                               v.out,           y };
 
         for (i = 0; i < (int)(sizeof(bufs) / sizeof(bufs[0])); i++) {
             if (bufs[i] != 0) {
@@ -959,8 +1019,7 @@ out:
     return status;
 }
 
-static void print_row(const char *impl, const bench_opts_t *o, const bench_result_t *all,
-                      int world)
+static void print_row(const char *impl, const bench_opts_t *o, const bench_result_t *all, int world)
 {
     double  d = 0, c = 0, db = 0, cb = 0, rb = 0;
     int64_t errors = 0;
@@ -968,11 +1027,11 @@ static void print_row(const char *impl, const bench_opts_t *o, const bench_resul
     char    smsbuf[32];
 
     for (r = 0; r < world; r++) {
-        d  = fmax(d, all[r].dispatch_us);
-        c  = fmax(c, all[r].combine_us);
-        db = fmax(db, all[r].dispatch_bytes);
-        cb = fmax(cb, all[r].combine_bytes);
-        rb = fmax(rb, all[r].recv_bytes);
+        d    = fmax(d, all[r].dispatch_us);
+        c    = fmax(c, all[r].combine_us);
+        db   = fmax(db, all[r].dispatch_bytes);
+        cb   = fmax(cb, all[r].combine_bytes);
+        rb   = fmax(rb, all[r].recv_bytes);
         sms  = all[r].sms > sms ? all[r].sms : sms;
         copy = all[r].copy_sms > copy ? all[r].copy_sms : copy;
         errors += all[r].errors;
@@ -992,31 +1051,33 @@ static void print_row(const char *impl, const bench_opts_t *o, const bench_resul
                 break;
             }
         }
-        printf("| %-8s | %d | %5d | %5d | %2d | %4d | %-4s | %-12s | not run: %s |\n", impl,
-               world, o->tokens, o->shape.hidden, o->shape.num_topk,
-               o->shape.num_experts, o->shape.dtype == EEP_DTYPE_FP8_E4M3 ? "fp8" : "bf16",
-               o->gating, why);
+        printf("| %-8s | %d | %5d | %5d | %2d | %4d | %-4s | %-12s | not run: %s |\n", impl, world,
+               o->tokens, o->shape.hidden, o->shape.num_topk, o->shape.num_experts,
+               o->shape.dtype == EEP_DTYPE_FP8_E4M3 ? "fp8" : "bf16", o->gating, why);
         fflush(stdout);
         return;
     }
     printf("| %-8s | %d | %5d | %5d | %2d | %4d | %-4s | %-12s | %9.1f | %7.1f | %9.1f | %7.1f | "
-           "%-6s | %7.1f | %6s |\n", impl, world, o->tokens, o->shape.hidden,
-           o->shape.num_topk, o->shape.num_experts,
-           o->shape.dtype == EEP_DTYPE_FP8_E4M3 ? "fp8" : "bf16", o->gating,
-           d, db / d / 1e3, c, cb / c / 1e3,
-           !o->check ? "skip" : errors == 0 ? "ok" : "FAIL", rb / d / 1e3, smsbuf);
+           "%-6s | %7.1f | %6s |\n",
+           impl, world, o->tokens, o->shape.hidden, o->shape.num_topk, o->shape.num_experts,
+           o->shape.dtype == EEP_DTYPE_FP8_E4M3 ? "fp8" : "bf16", o->gating, d, db / d / 1e3, c,
+           cb / c / 1e3,
+           !o->check     ? "skip"
+           : errors == 0 ? "ok"
+                         : "FAIL",
+           rb / d / 1e3, smsbuf);
     fflush(stdout);
 }
 
 static int rank_main(const bench_opts_t *opts, eep_bootstrap_t *bs)
 {
-    bench_opts_t       o = *opts;
+    bench_opts_t       o   = *opts;
     eep_bench_ctx_t    ctx = { 0 };
     eep_ref_gen_t      gen;
-    eep_ref_input_t   *in = NULL;
+    eep_ref_input_t   *in   = NULL;
     eep_ref_recv_t    *recv = NULL;
     uint16_t         **y = NULL, **out = NULL;
-    eep_bench_inputs_t din = { 0 };
+    eep_bench_inputs_t din  = { 0 };
     bench_result_t     mine = { 0 }, *all = NULL;
     ncclUniqueId       id;
     CUdevice           dev;
@@ -1091,8 +1152,8 @@ static int rank_main(const bench_opts_t *opts, eep_bootstrap_t *bs)
     if (eep_nccl_check_version(NULL) != EEP_OK) {
         goto out;
     }
-    if (ctx.rank == 0 && eep_status_from_nccl(ncclGetUniqueId(&id), NULL, "ncclGetUniqueId") !=
-        EEP_OK) {
+    if (ctx.rank == 0 &&
+        eep_status_from_nccl(ncclGetUniqueId(&id), NULL, "ncclGetUniqueId") != EEP_OK) {
         goto out;
     }
     if (eep_bootstrap_bcast(bs, &id, sizeof(id), 0) != EEP_OK ||
@@ -1144,8 +1205,7 @@ static int rank_main(const bench_opts_t *opts, eep_bootstrap_t *bs)
     /* The baseline first: its row is out even if ours then fails or hangs. */
     if (o.baseline) {
         memset(&mine, 0, sizeof(mine));
-        status = run_baseline(&ctx, &o, in, recv, y, have_ref ? out[ctx.rank] : NULL, &din,
-                              &mine);
+        status = run_baseline(&ctx, &o, in, recv, y, have_ref ? out[ctx.rank] : NULL, &din, &mine);
         mine.recv_bytes = recv_token_bytes(&o.shape, in, ctx.rank);
         if (status != EEP_OK) {
             fprintf(stderr, "rank %d: baseline failed: %s\n", ctx.rank, eep_status_string(status));
@@ -1188,7 +1248,8 @@ static int rank_main(const bench_opts_t *opts, eep_bootstrap_t *bs)
                     worst = all[r].graph_pair_us > worst ? all[r].graph_pair_us : worst;
                 }
                 printf("ours/pair: %d dispatch+combine pairs in one CUDA graph: %.1f us per "
-                       "pair (slowest rank)\n", GRAPH_PAIRS, worst);
+                       "pair (slowest rank)\n",
+                       GRAPH_PAIRS, worst);
                 fflush(stdout); /* a forked rank leaves by _exit */
             }
         }
@@ -1199,10 +1260,14 @@ static int rank_main(const bench_opts_t *opts, eep_bootstrap_t *bs)
 
 out:
     if (ctx.cu != NULL) {
-        if (din.x) ctx.cu->cuMemFree(din.x);
-        if (din.x_scales) ctx.cu->cuMemFree(din.x_scales);
-        if (din.topk_idx) ctx.cu->cuMemFree(din.topk_idx);
-        if (din.topk_weights) ctx.cu->cuMemFree(din.topk_weights);
+        if (din.x)
+            ctx.cu->cuMemFree(din.x);
+        if (din.x_scales)
+            ctx.cu->cuMemFree(din.x_scales);
+        if (din.topk_idx)
+            ctx.cu->cuMemFree(din.topk_idx);
+        if (din.topk_weights)
+            ctx.cu->cuMemFree(din.topk_weights);
     }
     eep_jit_destroy(ctx.jit);
     if (ctx.comm != NULL) {
@@ -1252,8 +1317,11 @@ static void remove_tree(const char *dir)
 /* One rank: bootstrap (file directory from --nranks, else the knobs) and run. */
 static int rank_run(const bench_opts_t *o, int rank, const char *dir)
 {
-    eep_bootstrap_params_t bp = { .size = sizeof(bp), .kind = EEP_BOOTSTRAP_FILE, .rank = rank,
-                                  .nranks = o->nranks, .path = dir };
+    eep_bootstrap_params_t bp = { .size   = sizeof(bp),
+                                  .kind   = EEP_BOOTSTRAP_FILE,
+                                  .rank   = rank,
+                                  .nranks = o->nranks,
+                                  .path   = dir };
     eep_bootstrap_t       *bs = NULL;
     int                    rc;
 

@@ -37,13 +37,13 @@ typedef struct eep_bl eep_bl_t;
 
 /* Where the baseline's outputs are (owned by it, sized for the worst case). */
 typedef struct {
-    int64_t     capacity;          /* rows */
+    int64_t     capacity; /* rows */
     CUdeviceptr recv_x, recv_x_scales, recv_topk_idx, recv_topk_weights;
-    CUdeviceptr expert_counts;     /* [El] int32 */
-    CUdeviceptr expert_offsets;    /* [El + 1] int32 */
-    CUdeviceptr out;               /* combine output [max_tokens, hidden] bf16 */
-    int64_t     bytes_sent;        /* last dispatch: wire bytes sent to other ranks */
-    int64_t     combine_bytes_sent;/* last combine: bf16 bytes sent to other ranks */
+    CUdeviceptr expert_counts;      /* [El] int32 */
+    CUdeviceptr expert_offsets;     /* [El + 1] int32 */
+    CUdeviceptr out;                /* combine output [max_tokens, hidden] bf16 */
+    int64_t     bytes_sent;         /* last dispatch: wire bytes sent to other ranks */
+    int64_t     combine_bytes_sent; /* last combine: bf16 bytes sent to other ranks */
 } eep_bl_view_t;
 
 /**
@@ -52,8 +52,8 @@ typedef struct {
  */
 eep_status_t eep_bl_create(eep_bench_ctx_t *ctx, const eep_ep_shape_t *shape,
                            eep_index_dtype_t idx_dtype, eep_bl_t **bl_p);
-void eep_bl_destroy(eep_bl_t *bl);
-void eep_bl_view(const eep_bl_t *bl, eep_bl_view_t *view_p);
+void         eep_bl_destroy(eep_bl_t *bl);
+void         eep_bl_view(const eep_bl_t *bl, eep_bl_view_t *view_p);
 
 /**
  * Dispatch as a user would: route, permute, all-gather the counts, copy them to the host and

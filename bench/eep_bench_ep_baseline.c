@@ -19,7 +19,15 @@
 #include "kernels/ep/baseline_params.h"
 
 enum {
-    BL_ROUTE, BL_SCAN, BL_PACK, BL_EXPERT_SCAN, BL_OFFSETS, BL_UNPACK, BL_PAD, BL_REDUCE, BL_SUM,
+    BL_ROUTE,
+    BL_SCAN,
+    BL_PACK,
+    BL_EXPERT_SCAN,
+    BL_OFFSETS,
+    BL_UNPACK,
+    BL_PAD,
+    BL_REDUCE,
+    BL_SUM,
     BL_NKERNELS
 };
 
@@ -28,53 +36,53 @@ static const struct {
     int         threads;
     int         idx_template; /* template argument: the index width (32 or 64) */
 } bl_kernels[BL_NKERNELS] = {
-    [BL_ROUTE]       = { "kernels/ep/baseline_dispatch.cuh", "eep_bl_route_body",
-                         "eep_bl_route_params_t", 256, 1 },
-    [BL_SCAN]        = { "kernels/ep/baseline_dispatch.cuh", "eep_bl_scan_body",
-                         "eep_bl_scan_params_t", EEP_BL_SCAN_THREADS, 0 },
-    [BL_PACK]        = { "kernels/ep/baseline_dispatch.cuh", "eep_bl_pack_body",
-                         "eep_bl_pack_params_t", 256, 1 },
+    [BL_ROUTE] = { "kernels/ep/baseline_dispatch.cuh", "eep_bl_route_body", "eep_bl_route_params_t",
+                   256, 1 },
+    [BL_SCAN]  = { "kernels/ep/baseline_dispatch.cuh", "eep_bl_scan_body", "eep_bl_scan_params_t",
+                   EEP_BL_SCAN_THREADS, 0 },
+    [BL_PACK]  = { "kernels/ep/baseline_dispatch.cuh", "eep_bl_pack_body", "eep_bl_pack_params_t",
+                   256, 1 },
     [BL_EXPERT_SCAN] = { "kernels/ep/baseline_dispatch.cuh", "eep_bl_expert_scan_body",
                          "eep_bl_expert_scan_params_t", EEP_BL_SCAN_THREADS, 0 },
     [BL_OFFSETS]     = { "kernels/ep/baseline_dispatch.cuh", "eep_bl_offsets_body",
                          "eep_bl_offsets_params_t", 32, 0 },
     [BL_UNPACK]      = { "kernels/ep/baseline_dispatch.cuh", "eep_bl_unpack_body",
                          "eep_bl_unpack_params_t", 256, 0 },
-    [BL_PAD]         = { "kernels/ep/baseline_dispatch.cuh", "eep_bl_pad_body",
-                         "eep_bl_pad_params_t", 256, 0 },
-    [BL_REDUCE]      = { "kernels/ep/baseline_combine.cuh", "eep_bl_reduce_body",
-                         "eep_bl_reduce_params_t", 256, 0 },
-    [BL_SUM]         = { "kernels/ep/baseline_combine.cuh", "eep_bl_sum_body",
-                         "eep_bl_sum_params_t", 256, 0 },
+    [BL_PAD] = { "kernels/ep/baseline_dispatch.cuh", "eep_bl_pad_body", "eep_bl_pad_params_t", 256,
+                 0 },
+    [BL_REDUCE] = { "kernels/ep/baseline_combine.cuh", "eep_bl_reduce_body",
+                    "eep_bl_reduce_params_t", 256, 0 },
+    [BL_SUM] = { "kernels/ep/baseline_combine.cuh", "eep_bl_sum_body", "eep_bl_sum_params_t", 256,
+                 0 },
 };
 
 struct eep_bl {
     eep_bench_ctx_t  *ctx;
     eep_ep_shape_t    shape;
     eep_ep_wire_t     wire;
-    eep_bl_shape_t    ks;        /* kernel shape; num_tokens set per call */
+    eep_bl_shape_t    ks; /* kernel shape; num_tokens set per call */
     eep_bl_wire_t     kw;
     int64_t           rows_max;
     eep_jit_kernel_t *k[BL_NKERNELS];
     int               sms;
 
     /* Device buffers. */
-    CUdeviceptr dst_mask;      /* [T] u64 */
-    CUdeviceptr send_pos;      /* [T, world] */
-    CUdeviceptr send_counts;   /* [world] */
-    CUdeviceptr send_offsets;  /* [world] */
-    CUdeviceptr all_counts;    /* [world, world] */
-    CUdeviceptr bad;           /* int[2] */
-    CUdeviceptr send_buf;      /* [T * world] wire records */
-    CUdeviceptr recv_buf;      /* [world * T] wire records */
-    CUdeviceptr lane_pos;      /* [world * T, K] */
-    CUdeviceptr row_of;        /* [world * T, K] */
-    CUdeviceptr c_send;        /* [world * T, hidden] bf16 */
-    CUdeviceptr c_recv;        /* [T * world, hidden] bf16 */
+    CUdeviceptr   dst_mask;     /* [T] u64 */
+    CUdeviceptr   send_pos;     /* [T, world] */
+    CUdeviceptr   send_counts;  /* [world] */
+    CUdeviceptr   send_offsets; /* [world] */
+    CUdeviceptr   all_counts;   /* [world, world] */
+    CUdeviceptr   bad;          /* int[2] */
+    CUdeviceptr   send_buf;     /* [T * world] wire records */
+    CUdeviceptr   recv_buf;     /* [world * T] wire records */
+    CUdeviceptr   lane_pos;     /* [world * T, K] */
+    CUdeviceptr   row_of;       /* [world * T, K] */
+    CUdeviceptr   c_send;       /* [world * T, hidden] bf16 */
+    CUdeviceptr   c_recv;       /* [T * world, hidden] bf16 */
     eep_bl_view_t view;
 
     /* Pinned host mirror of the counts and the layout of the last dispatch. */
-    int32_t *h_counts;         /* [world * world + 2]: all_counts then bad[2] */
+    int32_t *h_counts; /* [world * world + 2]: all_counts then bad[2] */
     int     *send_n, *send_off, *recv_n, *recv_off; /* [world] each, tokens */
     int      num_recv;
     int      has_layout;
@@ -95,11 +103,25 @@ void eep_bl_destroy(eep_bl_t *bl)
 {
     const eep_cuda_sym_t *cu;
     CUdeviceptr          *bufs[] = {
-        &bl->dst_mask, &bl->send_pos, &bl->send_counts, &bl->send_offsets, &bl->all_counts,
-        &bl->bad, &bl->send_buf, &bl->recv_buf, &bl->lane_pos, &bl->row_of, &bl->c_send,
-        &bl->c_recv, &bl->view.recv_x, &bl->view.recv_x_scales, &bl->view.recv_topk_idx,
-        &bl->view.recv_topk_weights, &bl->view.expert_counts, &bl->view.expert_offsets,
-        &bl->view.out,
+                 &bl->dst_mask,
+                 &bl->send_pos,
+                 &bl->send_counts,
+                 &bl->send_offsets,
+                 &bl->all_counts,
+                 &bl->bad,
+                 &bl->send_buf,
+                 &bl->recv_buf,
+                 &bl->lane_pos,
+                 &bl->row_of,
+                 &bl->c_send,
+                 &bl->c_recv,
+                 &bl->view.recv_x,
+                 &bl->view.recv_x_scales,
+                 &bl->view.recv_topk_idx,
+                 &bl->view.recv_topk_weights,
+                 &bl->view.expert_counts,
+                 &bl->view.expert_offsets,
+                 &bl->view.out,
     };
     size_t i;
 
@@ -145,24 +167,32 @@ eep_status_t eep_bl_create(eep_bench_ctx_t *ctx, const eep_ep_shape_t *shape,
     El        = (size_t)eep_ep_local_experts(shape);
     eep_ep_wire_layout(shape, &bl->wire);
     bl->rows_max = eep_ep_rows_max(shape);
-    bl->ks = (eep_bl_shape_t){ .rank = ctx->rank, .world = ctx->world, .num_tokens = 0,
-                               .max_tokens = shape->max_tokens, .hidden = shape->hidden,
-                               .num_topk = shape->num_topk, .num_experts = shape->num_experts,
-                               .num_local = (int)El, .alignment = shape->alignment };
-    bl->kw = (eep_bl_wire_t){ .token_bytes = (unsigned)bl->wire.token_bytes,
-                              .hidden_bytes = (unsigned)bl->wire.hidden_bytes,
-                              .scale_off = (unsigned)bl->wire.scale_off,
-                              .scale_bytes = (unsigned)bl->wire.scale_bytes,
-                              .meta_off = (unsigned)bl->wire.meta_off };
+    bl->ks       = (eep_bl_shape_t){ .rank        = ctx->rank,
+                                     .world       = ctx->world,
+                                     .num_tokens  = 0,
+                                     .max_tokens  = shape->max_tokens,
+                                     .hidden      = shape->hidden,
+                                     .num_topk    = shape->num_topk,
+                                     .num_experts = shape->num_experts,
+                                     .num_local   = (int)El,
+                                     .alignment   = shape->alignment };
+    bl->kw       = (eep_bl_wire_t){ .token_bytes  = (unsigned)bl->wire.token_bytes,
+                                    .hidden_bytes = (unsigned)bl->wire.hidden_bytes,
+                                    .scale_off    = (unsigned)bl->wire.scale_off,
+                                    .scale_bytes  = (unsigned)bl->wire.scale_bytes,
+                                    .meta_off     = (unsigned)bl->wire.meta_off };
 
     /* Kernels: compiled once per shape family, cached on disk by the JIT. */
     for (i = 0; i < BL_NKERNELS; i++) {
         eep_jit_spec_t spec = {
-            .size = sizeof(spec), .header = bl_kernels[i].header,
-            .function = bl_kernels[i].function,
-            .template_args = bl_kernels[i].idx_template ?
-                             (idx_dtype == EEP_INDEX_INT64 ? "64" : "32") : NULL,
-            .param_type = bl_kernels[i].param_type, .launch_bounds = bl_kernels[i].threads,
+            .size          = sizeof(spec),
+            .header        = bl_kernels[i].header,
+            .function      = bl_kernels[i].function,
+            .template_args = bl_kernels[i].idx_template
+                                 ? (idx_dtype == EEP_INDEX_INT64 ? "64" : "32")
+                                 : NULL,
+            .param_type    = bl_kernels[i].param_type,
+            .launch_bounds = bl_kernels[i].threads,
         };
 
         status = eep_jit_get_kernel(ctx->jit, &spec, &bl->k[i]);
@@ -174,9 +204,9 @@ eep_status_t eep_bl_create(eep_bench_ctx_t *ctx, const eep_ep_shape_t *shape,
     }
     status = eep_status_from_cu(cu->cuCtxGetDevice(&dev), "cuCtxGetDevice");
     if (status == EEP_OK) {
-        status = eep_status_from_cu(cu->cuDeviceGetAttribute(
-                     &bl->sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev),
-                     "cuDeviceGetAttribute");
+        status = eep_status_from_cu(
+            cu->cuDeviceGetAttribute(&bl->sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev),
+            "cuDeviceGetAttribute");
     }
     if (status != EEP_OK) {
         goto err;
@@ -188,18 +218,17 @@ eep_status_t eep_bl_create(eep_bench_ctx_t *ctx, const eep_ep_shape_t *shape,
         (status = bl_alloc(bl, &bl->send_offsets, W * 4, "send_offsets")) != EEP_OK ||
         (status = bl_alloc(bl, &bl->all_counts, W * W * 4, "all_counts")) != EEP_OK ||
         (status = bl_alloc(bl, &bl->bad, 8, "bad")) != EEP_OK ||
-        (status = bl_alloc(bl, &bl->send_buf, T * W * bl->wire.token_bytes,
-                           "send_buf")) != EEP_OK ||
-        (status = bl_alloc(bl, &bl->recv_buf, W * T * bl->wire.token_bytes,
-                           "recv_buf")) != EEP_OK ||
+        (status = bl_alloc(bl, &bl->send_buf, T * W * bl->wire.token_bytes, "send_buf")) !=
+            EEP_OK ||
+        (status = bl_alloc(bl, &bl->recv_buf, W * T * bl->wire.token_bytes, "recv_buf")) !=
+            EEP_OK ||
         (status = bl_alloc(bl, &bl->lane_pos, W * T * K * 4, "lane_pos")) != EEP_OK ||
         (status = bl_alloc(bl, &bl->row_of, W * T * K * 4, "row_of")) != EEP_OK ||
         (status = bl_alloc(bl, &bl->c_send, W * T * H * 2, "combine send")) != EEP_OK ||
         (status = bl_alloc(bl, &bl->c_recv, T * W * H * 2, "combine recv")) != EEP_OK ||
         (status = bl_alloc(bl, &bl->view.recv_x, (size_t)bl->rows_max * bl->wire.hidden_bytes,
                            "recv_x")) != EEP_OK ||
-        (status = bl_alloc(bl, &bl->view.recv_x_scales,
-                           (size_t)bl->rows_max * bl->wire.scale_bytes,
+        (status = bl_alloc(bl, &bl->view.recv_x_scales, (size_t)bl->rows_max * bl->wire.scale_bytes,
                            "recv_x_scales")) != EEP_OK ||
         (status = bl_alloc(bl, &bl->view.recv_topk_idx, (size_t)bl->rows_max * K * 4,
                            "recv_topk_idx")) != EEP_OK ||
@@ -207,14 +236,14 @@ eep_status_t eep_bl_create(eep_bench_ctx_t *ctx, const eep_ep_shape_t *shape,
                            "recv_topk_weights")) != EEP_OK ||
         (status = bl_alloc(bl, &bl->view.expert_counts, El * 4, "expert_counts")) != EEP_OK ||
         (status = bl_alloc(bl, &bl->view.expert_offsets, (El + 1) * 4, "expert_offsets")) !=
-        EEP_OK ||
+            EEP_OK ||
         (status = bl_alloc(bl, &bl->view.out, T * H * 2 + 16, "combine out")) != EEP_OK) {
         goto err;
     }
     bl->view.capacity = bl->rows_max;
-    status = eep_status_from_cu(cu->cuMemAllocHost((void **)&bl->h_counts,
-                                                   (W * W + 2) * sizeof(int32_t)),
-                                "cuMemAllocHost");
+    status            = eep_status_from_cu(
+                   cu->cuMemAllocHost((void **)&bl->h_counts, (W * W + 2) * sizeof(int32_t)),
+                   "cuMemAllocHost");
     if (status != EEP_OK) {
         goto err;
     }
@@ -226,7 +255,7 @@ eep_status_t eep_bl_create(eep_bench_ctx_t *ctx, const eep_ep_shape_t *shape,
     bl->send_off = bl->send_n + W;
     bl->recv_n   = bl->send_n + 2 * W;
     bl->recv_off = bl->send_n + 3 * W;
-    *bl_p = bl;
+    *bl_p        = bl;
     return EEP_OK;
 
 err:
@@ -242,13 +271,13 @@ void eep_bl_view(const eep_bl_t *bl, eep_bl_view_t *view_p)
 static eep_status_t bl_launch(eep_bl_t *bl, int which, unsigned grid, const void *params,
                               size_t size)
 {
-    return eep_jit_launch(bl->k[which], grid > 0 ? grid : 1, (unsigned)bl_kernels[which].threads,
-                          0, bl->ctx->stream, params, size);
+    return eep_jit_launch(bl->k[which], grid > 0 ? grid : 1, (unsigned)bl_kernels[which].threads, 0,
+                          bl->ctx->stream, params, size);
 }
 
 static unsigned bl_grid(const eep_bl_t *bl, long long items, int per_block)
 {
-    long long g = (items + per_block - 1) / per_block;
+    long long g   = (items + per_block - 1) / per_block;
     long long cap = 4LL * bl->sms;
 
     return (unsigned)(g < 1 ? 1 : g > cap ? cap : g);
@@ -256,36 +285,44 @@ static unsigned bl_grid(const eep_bl_t *bl, long long items, int per_block)
 
 eep_status_t eep_bl_dispatch(eep_bl_t *bl, const eep_bench_inputs_t *in, int *bad_token_p)
 {
-    const eep_cuda_sym_t *cu = bl->ctx->cu;
+    const eep_cuda_sym_t *cu  = bl->ctx->cu;
     eep_bench_ctx_t      *ctx = bl->ctx;
-    eep_bl_shape_t        ks = bl->ks;
+    eep_bl_shape_t        ks  = bl->ks;
     eep_status_t          status;
     ncclResult_t          res;
-    int                   W = ctx->world, d, s, off;
+    int                   W         = ctx->world, d, s, off;
     const int             minus1[2] = { -1, -1 };
 
     ks.num_tokens = in->num_tokens;
-    status = eep_status_from_cu(cu->cuMemcpyHtoDAsync(bl->bad, minus1, sizeof(minus1),
-                                                      ctx->stream), "cuMemcpyHtoDAsync");
+    status = eep_status_from_cu(cu->cuMemcpyHtoDAsync(bl->bad, minus1, sizeof(minus1), ctx->stream),
+                                "cuMemcpyHtoDAsync");
     if (status != EEP_OK) {
         return status;
     }
     {
-        eep_bl_route_params_t p = { .s = ks, .topk_idx = in->topk_idx, .dst_mask = bl->dst_mask,
-                                    .bad = bl->bad };
+        eep_bl_route_params_t p = {
+            .s = ks, .topk_idx = in->topk_idx, .dst_mask = bl->dst_mask, .bad = bl->bad
+        };
         status = bl_launch(bl, BL_ROUTE, bl_grid(bl, in->num_tokens, 256), &p, sizeof(p));
     }
     if (status == EEP_OK) {
-        eep_bl_scan_params_t p = { .s = ks, .dst_mask = bl->dst_mask, .send_pos = bl->send_pos,
-                                   .send_counts = bl->send_counts,
+        eep_bl_scan_params_t p = { .s            = ks,
+                                   .dst_mask     = bl->dst_mask,
+                                   .send_pos     = bl->send_pos,
+                                   .send_counts  = bl->send_counts,
                                    .send_offsets = bl->send_offsets };
-        status = bl_launch(bl, BL_SCAN, 1, &p, sizeof(p));
+        status                 = bl_launch(bl, BL_SCAN, 1, &p, sizeof(p));
     }
     if (status == EEP_OK) {
-        eep_bl_pack_params_t p = { .s = ks, .w = bl->kw, .x = in->x, .x_scales = in->x_scales,
-                                   .topk_idx = in->topk_idx, .topk_weights = in->topk_weights,
-                                   .send_pos = bl->send_pos, .send_offsets = bl->send_offsets,
-                                   .send_buf = bl->send_buf };
+        eep_bl_pack_params_t p = { .s            = ks,
+                                   .w            = bl->kw,
+                                   .x            = in->x,
+                                   .x_scales     = in->x_scales,
+                                   .topk_idx     = in->topk_idx,
+                                   .topk_weights = in->topk_weights,
+                                   .send_pos     = bl->send_pos,
+                                   .send_offsets = bl->send_offsets,
+                                   .send_buf     = bl->send_buf };
         status = bl_launch(bl, BL_PACK, bl_grid(bl, (long long)in->num_tokens * W, 8), &p,
                            sizeof(p));
     }
@@ -298,12 +335,12 @@ eep_status_t eep_bl_dispatch(eep_bl_t *bl, const eep_bench_inputs_t *in, int *ba
     if (res != ncclSuccess) {
         return eep_status_from_nccl(res, ctx->comm, "ncclAllGather(counts)");
     }
-    if ((status = eep_status_from_cu(cu->cuMemcpyDtoHAsync(bl->h_counts, bl->all_counts,
-                                                           (size_t)W * W * 4, ctx->stream),
-                                     "cuMemcpyDtoHAsync")) != EEP_OK ||
-        (status = eep_status_from_cu(cu->cuMemcpyDtoHAsync(bl->h_counts + W * W, bl->bad, 8,
-                                                           ctx->stream),
-                                     "cuMemcpyDtoHAsync")) != EEP_OK ||
+    if ((status = eep_status_from_cu(
+             cu->cuMemcpyDtoHAsync(bl->h_counts, bl->all_counts, (size_t)W * W * 4, ctx->stream),
+             "cuMemcpyDtoHAsync")) != EEP_OK ||
+        (status = eep_status_from_cu(
+             cu->cuMemcpyDtoHAsync(bl->h_counts + W * W, bl->bad, 8, ctx->stream),
+             "cuMemcpyDtoHAsync")) != EEP_OK ||
         (status = eep_status_from_cu(cu->cuStreamSynchronize(ctx->stream),
                                      "cuStreamSynchronize")) != EEP_OK) {
         return status;
@@ -317,7 +354,7 @@ eep_status_t eep_bl_dispatch(eep_bl_t *bl, const eep_bench_inputs_t *in, int *ba
         bl->send_off[d] = off;
         off += bl->send_n[d];
     }
-    off = 0;
+    off                 = 0;
     bl->view.bytes_sent = 0;
     for (s = 0; s < W; s++) {
         bl->recv_n[s]   = bl->h_counts[s * W + ctx->rank];
@@ -354,35 +391,44 @@ eep_status_t eep_bl_dispatch(eep_bl_t *bl, const eep_bench_inputs_t *in, int *ba
     }
 
     {
-        eep_bl_expert_scan_params_t p = { .s = ks, .w = bl->kw, .recv_buf = bl->recv_buf,
-                                          .num_recv = bl->num_recv, .lane_pos = bl->lane_pos,
+        eep_bl_expert_scan_params_t p = { .s             = ks,
+                                          .w             = bl->kw,
+                                          .recv_buf      = bl->recv_buf,
+                                          .num_recv      = bl->num_recv,
+                                          .lane_pos      = bl->lane_pos,
                                           .expert_counts = bl->view.expert_counts };
         status = bl_launch(bl, BL_EXPERT_SCAN, (unsigned)ks.num_local, &p, sizeof(p));
     }
     if (status == EEP_OK) {
-        eep_bl_offsets_params_t p = { .s = ks, .expert_counts = bl->view.expert_counts,
+        eep_bl_offsets_params_t p = { .s              = ks,
+                                      .expert_counts  = bl->view.expert_counts,
                                       .expert_offsets = bl->view.expert_offsets };
-        status = bl_launch(bl, BL_OFFSETS, 1, &p, sizeof(p));
+        status                    = bl_launch(bl, BL_OFFSETS, 1, &p, sizeof(p));
     }
     if (status == EEP_OK) {
-        eep_bl_unpack_params_t p = { .s = ks, .w = bl->kw, .recv_buf = bl->recv_buf,
-                                     .num_recv = bl->num_recv, .lane_pos = bl->lane_pos,
-                                     .expert_offsets = bl->view.expert_offsets,
-                                     .recv_x = bl->view.recv_x,
-                                     .recv_x_scales = bl->view.recv_x_scales,
-                                     .recv_topk_idx = bl->view.recv_topk_idx,
+        eep_bl_unpack_params_t p = { .s                 = ks,
+                                     .w                 = bl->kw,
+                                     .recv_buf          = bl->recv_buf,
+                                     .num_recv          = bl->num_recv,
+                                     .lane_pos          = bl->lane_pos,
+                                     .expert_offsets    = bl->view.expert_offsets,
+                                     .recv_x            = bl->view.recv_x,
+                                     .recv_x_scales     = bl->view.recv_x_scales,
+                                     .recv_topk_idx     = bl->view.recv_topk_idx,
                                      .recv_topk_weights = bl->view.recv_topk_weights,
-                                     .row_of = bl->row_of };
+                                     .row_of            = bl->row_of };
         status = bl_launch(bl, BL_UNPACK, bl_grid(bl, bl->num_recv, 8), &p, sizeof(p));
     }
     if (status == EEP_OK) {
-        eep_bl_pad_params_t p = { .s = ks, .w = bl->kw, .expert_counts = bl->view.expert_counts,
-                                  .expert_offsets = bl->view.expert_offsets,
-                                  .recv_x = bl->view.recv_x,
-                                  .recv_x_scales = bl->view.recv_x_scales,
-                                  .recv_topk_idx = bl->view.recv_topk_idx,
+        eep_bl_pad_params_t p = { .s                 = ks,
+                                  .w                 = bl->kw,
+                                  .expert_counts     = bl->view.expert_counts,
+                                  .expert_offsets    = bl->view.expert_offsets,
+                                  .recv_x            = bl->view.recv_x,
+                                  .recv_x_scales     = bl->view.recv_x_scales,
+                                  .recv_topk_idx     = bl->view.recv_topk_idx,
                                   .recv_topk_weights = bl->view.recv_topk_weights };
-        status = bl_launch(bl, BL_PAD, (unsigned)ks.num_local, &p, sizeof(p));
+        status                = bl_launch(bl, BL_PAD, (unsigned)ks.num_local, &p, sizeof(p));
     }
     if (status == EEP_OK) {
         bl->ks.num_tokens = in->num_tokens;
@@ -404,8 +450,12 @@ eep_status_t eep_bl_combine(eep_bl_t *bl, CUdeviceptr y)
         return EEP_ERR_INVALID_ARG;
     }
     {
-        eep_bl_reduce_params_t p = { .s = bl->ks, .w = bl->kw, .recv_buf = bl->recv_buf,
-                                     .num_recv = bl->num_recv, .row_of = bl->row_of, .y = y,
+        eep_bl_reduce_params_t p = { .s        = bl->ks,
+                                     .w        = bl->kw,
+                                     .recv_buf = bl->recv_buf,
+                                     .num_recv = bl->num_recv,
+                                     .row_of   = bl->row_of,
+                                     .y        = y,
                                      .send_buf = bl->c_send };
         status = bl_launch(bl, BL_REDUCE, bl_grid(bl, bl->num_recv, 1), &p, sizeof(p));
     }
@@ -414,7 +464,7 @@ eep_status_t eep_bl_combine(eep_bl_t *bl, CUdeviceptr y)
     }
     /* The reverse of dispatch: I send back what I received, and receive what I sent. */
     bl->view.combine_bytes_sent = 0;
-    res = ncclGroupStart();
+    res                         = ncclGroupStart();
     for (d = 0; d < ctx->world && res == ncclSuccess; d++) {
         if (bl->recv_n[d] > 0) {
             res = ncclSend((const void *)(bl->c_send + (size_t)bl->recv_off[d] * row),
@@ -439,8 +489,11 @@ eep_status_t eep_bl_combine(eep_bl_t *bl, CUdeviceptr y)
         return eep_status_from_nccl(res, ctx->comm, "ncclSend/ncclRecv(combine)");
     }
     {
-        eep_bl_sum_params_t p = { .s = bl->ks, .recv_buf = bl->c_recv, .send_pos = bl->send_pos,
-                                  .send_offsets = bl->send_offsets, .out = bl->view.out };
+        eep_bl_sum_params_t p = { .s            = bl->ks,
+                                  .recv_buf     = bl->c_recv,
+                                  .send_pos     = bl->send_pos,
+                                  .send_offsets = bl->send_offsets,
+                                  .out          = bl->view.out };
         status = bl_launch(bl, BL_SUM, bl_grid(bl, bl->ks.num_tokens, 1), &p, sizeof(p));
     }
     return status;

@@ -14,8 +14,8 @@
 
 __device__ void eep_bench_nccl_lsa_body(const eep_barrier_params_t &p)
 {
-    const ncclDevComm &dc = *reinterpret_cast<const ncclDevComm *>(&p.devcomm);
-    ncclLsaBarrierSession<ncclCoopCta> bar{ncclCoopCta(), dc, ncclTeamTagLsa(), 0};
+    const ncclDevComm                 &dc = *reinterpret_cast<const ncclDevComm *>(&p.devcomm);
+    ncclLsaBarrierSession<ncclCoopCta> bar{ ncclCoopCta(), dc, ncclTeamTagLsa(), 0 };
 
     for (unsigned int it = 0; it < p.iterations; it++) {
         bar.sync(ncclCoopCta(), cuda::memory_order_acq_rel);

@@ -20,7 +20,7 @@ eep_status_t eep_bootstrap_create_ops(const eep_bootstrap_ops_t *ops, void *impl
 
     if (ops == NULL || ops->allgather == NULL || bs_p == NULL) {
         eep_error(EEP_SUBSYS_BOOTSTRAP, "eep_bootstrap_create_ops: ops, ops->allgather and bs_p "
-                  "must not be NULL");
+                                        "must not be NULL");
         return EEP_ERR_INVALID_ARG;
     }
     if (nranks < 1 || rank < 0 || rank >= nranks) {
@@ -57,7 +57,8 @@ eep_status_t eep_bootstrap_create(const eep_bootstrap_params_t *params, eep_boot
     p.rank = -1;
     if (params != NULL) {
         if (params->size == 0 || params->size > sizeof(p)) {
-            eep_error(EEP_SUBSYS_BOOTSTRAP, "eep_bootstrap_params_t.size %zu is not a size this "
+            eep_error(EEP_SUBSYS_BOOTSTRAP,
+                      "eep_bootstrap_params_t.size %zu is not a size this "
                       "library knows (%zu): set it to sizeof(eep_bootstrap_params_t)",
                       params->size, sizeof(p));
             return EEP_ERR_INVALID_ARG;
@@ -79,12 +80,14 @@ eep_status_t eep_bootstrap_create(const eep_bootstrap_params_t *params, eep_boot
     }
     if (p.nranks <= 0) {
         eep_error(EEP_SUBSYS_BOOTSTRAP, "bootstrap needs the world size: set nranks or "
-                  "EEP_WORLD_SIZE");
+                                        "EEP_WORLD_SIZE");
         return EEP_ERR_INVALID_ARG;
     }
     if (p.rank < 0 || p.rank >= p.nranks) {
-        eep_error(EEP_SUBSYS_BOOTSTRAP, "bootstrap rank %d is outside [0, %d): set rank or "
-                  "EEP_RANK", p.rank, p.nranks);
+        eep_error(EEP_SUBSYS_BOOTSTRAP,
+                  "bootstrap rank %d is outside [0, %d): set rank or "
+                  "EEP_RANK",
+                  p.rank, p.nranks);
         return EEP_ERR_INVALID_ARG;
     }
     if (p.kind == EEP_BOOTSTRAP_ENV) {
@@ -95,8 +98,10 @@ eep_status_t eep_bootstrap_create(const eep_bootstrap_params_t *params, eep_boot
             p.kind = EEP_BOOTSTRAP_TCP;
             where  = cfg.bootstrap + 4;
         } else {
-            eep_error(EEP_SUBSYS_BOOTSTRAP, "EEP_BOOTSTRAP '%s' is neither file:DIR nor "
-                      "tcp:HOST:PORT", cfg.bootstrap);
+            eep_error(EEP_SUBSYS_BOOTSTRAP,
+                      "EEP_BOOTSTRAP '%s' is neither file:DIR nor "
+                      "tcp:HOST:PORT",
+                      cfg.bootstrap);
             return EEP_ERR_INVALID_ARG;
         }
     } else if (p.kind == EEP_BOOTSTRAP_FILE) {
@@ -109,9 +114,9 @@ eep_status_t eep_bootstrap_create(const eep_bootstrap_params_t *params, eep_boot
         return EEP_ERR_INVALID_ARG;
     }
     if (where == NULL || where[0] == '\0') {
-        eep_error(EEP_SUBSYS_BOOTSTRAP, "bootstrap %s needs %s", p.kind == EEP_BOOTSTRAP_FILE ?
-                  "file" : "tcp", p.kind == EEP_BOOTSTRAP_FILE ? "a directory (path)" :
-                  "an address HOST:PORT");
+        eep_error(EEP_SUBSYS_BOOTSTRAP, "bootstrap %s needs %s",
+                  p.kind == EEP_BOOTSTRAP_FILE ? "file" : "tcp",
+                  p.kind == EEP_BOOTSTRAP_FILE ? "a directory (path)" : "an address HOST:PORT");
         return EEP_ERR_INVALID_ARG;
     }
 
@@ -164,7 +169,7 @@ eep_status_t eep_bootstrap_allgather(eep_bootstrap_t *bs, const void *mine, void
 
     if (bs == NULL || mine == NULL || all == NULL || len == 0) {
         eep_error(EEP_SUBSYS_BOOTSTRAP, "eep_bootstrap_allgather: bs, mine and all must not be "
-                  "NULL and len must not be 0");
+                                        "NULL and len must not be 0");
         return EEP_ERR_INVALID_ARG;
     }
     status = bs->ops->allgather(bs, mine, all, len);
@@ -180,8 +185,10 @@ eep_status_t eep_bootstrap_bcast(eep_bootstrap_t *bs, void *buf, size_t len, int
     char        *all;
 
     if (bs == NULL || buf == NULL || len == 0 || root < 0 || root >= bs->nranks) {
-        eep_error(EEP_SUBSYS_BOOTSTRAP, "eep_bootstrap_bcast: bad argument (buf %p, len %zu, "
-                  "root %d)", buf, len, root);
+        eep_error(EEP_SUBSYS_BOOTSTRAP,
+                  "eep_bootstrap_bcast: bad argument (buf %p, len %zu, "
+                  "root %d)",
+                  buf, len, root);
         return EEP_ERR_INVALID_ARG;
     }
     all = malloc(len * (size_t)bs->nranks);

@@ -35,7 +35,7 @@ static void eep_bootstrap_file_name(const eep_bootstrap_file_t *f, unsigned long
 static eep_status_t eep_bootstrap_file_write(const char *path, const void *data, size_t len)
 {
     char        tmp[PATH_MAX + 40];
-    const char *p = data;
+    const char *p    = data;
     size_t      done = 0;
     int         fd;
 
@@ -80,8 +80,10 @@ static int eep_bootstrap_file_read(const char *path, void *data, size_t len)
         return errno == ENOENT ? 0 : -1;
     }
     if (fstat(fd, &st) != 0 || (size_t)st.st_size != len) {
-        eep_error(EEP_SUBSYS_BOOTSTRAP, "%s holds %lld bytes, expected %zu: ranks disagree on "
-                  "the exchange, or the directory is not fresh", path, (long long)st.st_size, len);
+        eep_error(EEP_SUBSYS_BOOTSTRAP,
+                  "%s holds %lld bytes, expected %zu: ranks disagree on "
+                  "the exchange, or the directory is not fresh",
+                  path, (long long)st.st_size, len);
         close(fd);
         return -2;
     }
@@ -107,7 +109,7 @@ static eep_status_t eep_bootstrap_file_allgather(eep_bootstrap_t *bs, const void
     eep_bootstrap_file_t *f = bs->impl;
     char                  path[PATH_MAX + 32];
     double                deadline = eep_clock_ms() + bs->timeout_ms;
-    struct timespec       pause = { 0, 1000000 };
+    struct timespec       pause    = { 0, 1000000 };
     eep_status_t          status;
     int                   have = 0, i, ret;
     char                 *got;
@@ -150,9 +152,10 @@ static eep_status_t eep_bootstrap_file_allgather(eep_bootstrap_t *bs, const void
         if (eep_clock_ms() > deadline) {
             for (i = 0; i < bs->nranks && got[i]; i++) {
             }
-            eep_error(EEP_SUBSYS_BOOTSTRAP, "file bootstrap round %lu: %d of %d ranks after %d ms; "
-                      "rank %d (at least) is missing", bs->round, have, bs->nranks, bs->timeout_ms,
-                      i);
+            eep_error(EEP_SUBSYS_BOOTSTRAP,
+                      "file bootstrap round %lu: %d of %d ranks after %d ms; "
+                      "rank %d (at least) is missing",
+                      bs->round, have, bs->nranks, bs->timeout_ms, i);
             status = EEP_ERR_TIMEOUT;
             goto out;
         }

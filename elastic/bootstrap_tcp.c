@@ -87,8 +87,7 @@ static eep_status_t eep_bootstrap_tcp_send(int fd, const void *buf, size_t len, 
     return EEP_OK;
 }
 
-static eep_status_t eep_bootstrap_tcp_recv(int fd, void *buf, size_t len, double deadline,
-                                           int peer)
+static eep_status_t eep_bootstrap_tcp_recv(int fd, void *buf, size_t len, double deadline, int peer)
 {
     size_t done = 0;
 
@@ -118,7 +117,7 @@ static eep_status_t eep_bootstrap_tcp_recv(int fd, void *buf, size_t len, double
 static eep_status_t eep_bootstrap_tcp_allgather(eep_bootstrap_t *bs, const void *mine, void *all,
                                                 size_t len)
 {
-    eep_bootstrap_tcp_t    *t = bs->impl;
+    eep_bootstrap_tcp_t    *t   = bs->impl;
     eep_bootstrap_tcp_hdr_t hdr = { EEP_BOOTSTRAP_TCP_MAGIC, (uint32_t)bs->rank,
                                     (uint32_t)bs->nranks, (uint32_t)bs->round, len };
     eep_bootstrap_tcp_hdr_t got;
@@ -145,9 +144,10 @@ static eep_status_t eep_bootstrap_tcp_allgather(eep_bootstrap_t *bs, const void 
         }
         if (got.magic != hdr.magic || got.rank != (uint32_t)i || got.round != hdr.round ||
             got.len != len) {
-            eep_error(EEP_SUBSYS_BOOTSTRAP, "tcp bootstrap: rank %d sent round %u of %llu bytes, "
-                      "expected round %u of %zu bytes: ranks disagree on the exchange", i,
-                      got.round, (unsigned long long)got.len, hdr.round, len);
+            eep_error(EEP_SUBSYS_BOOTSTRAP,
+                      "tcp bootstrap: rank %d sent round %u of %llu bytes, "
+                      "expected round %u of %zu bytes: ranks disagree on the exchange",
+                      i, got.round, (unsigned long long)got.len, hdr.round, len);
             return EEP_ERR_INVALID_ARG;
         }
         status = eep_bootstrap_tcp_recv(t->fds[i], (char *)all + (size_t)i * len, len, deadline, i);
@@ -193,10 +193,10 @@ static const eep_bootstrap_ops_t eep_bootstrap_tcp_ops = {
 
 static eep_status_t eep_bootstrap_tcp_resolve(const char *address, struct addrinfo **res_p)
 {
-    char        host[256];
-    const char *colon = strrchr(address, ':');
-    size_t      hlen;
-    int         ret;
+    char            host[256];
+    const char     *colon = strrchr(address, ':');
+    size_t          hlen;
+    int             ret;
     struct addrinfo hints;
 
     if (colon == NULL || colon == address || colon[1] == '\0' ||
@@ -209,7 +209,7 @@ static eep_status_t eep_bootstrap_tcp_resolve(const char *address, struct addrin
     memset(&hints, 0, sizeof(hints));
     hints.ai_family   = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
-    ret = getaddrinfo(host, colon + 1, &hints, res_p);
+    ret               = getaddrinfo(host, colon + 1, &hints, res_p);
     if (ret != 0) {
         eep_error(EEP_SUBSYS_BOOTSTRAP, "tcp bootstrap: cannot resolve '%s': %s", address,
                   gai_strerror(ret));
@@ -259,9 +259,10 @@ static eep_status_t eep_bootstrap_tcp_root(eep_bootstrap_t *bs, eep_bootstrap_tc
         if (status != EEP_OK || hello.magic != EEP_BOOTSTRAP_TCP_MAGIC ||
             hello.nranks != (uint32_t)bs->nranks || hello.rank == 0 ||
             hello.rank >= (uint32_t)bs->nranks || t->fds[hello.rank] >= 0) {
-            eep_warn(EEP_SUBSYS_BOOTSTRAP, "tcp bootstrap: dropped a connection with a bad hello "
-                     "(rank %u of %u; expected a new rank of %d)", hello.rank, hello.nranks,
-                     bs->nranks);
+            eep_warn(EEP_SUBSYS_BOOTSTRAP,
+                     "tcp bootstrap: dropped a connection with a bad hello "
+                     "(rank %u of %u; expected a new rank of %d)",
+                     hello.rank, hello.nranks, bs->nranks);
             close(fd);
             continue;
         }
@@ -276,9 +277,9 @@ static eep_status_t eep_bootstrap_tcp_leaf(eep_bootstrap_t *bs, eep_bootstrap_tc
                                            struct addrinfo *ai, const char *address)
 {
     double                  deadline = eep_clock_ms() + bs->timeout_ms;
-    eep_bootstrap_tcp_hdr_t hello = { EEP_BOOTSTRAP_TCP_MAGIC, (uint32_t)bs->rank,
-                                      (uint32_t)bs->nranks, 0, 0 };
-    struct timespec         pause = { 0, 10000000 };
+    eep_bootstrap_tcp_hdr_t hello    = { EEP_BOOTSTRAP_TCP_MAGIC, (uint32_t)bs->rank,
+                                         (uint32_t)bs->nranks, 0, 0 };
+    struct timespec         pause    = { 0, 10000000 };
     int                     fd;
 
     for (;;) {
@@ -291,8 +292,10 @@ static eep_status_t eep_bootstrap_tcp_leaf(eep_bootstrap_t *bs, eep_bootstrap_tc
         }
         close(fd);
         if (eep_clock_ms() > deadline) {
-            eep_error(EEP_SUBSYS_BOOTSTRAP, "tcp bootstrap: rank 0 at %s did not accept within "
-                      "%d ms", address, bs->timeout_ms);
+            eep_error(EEP_SUBSYS_BOOTSTRAP,
+                      "tcp bootstrap: rank 0 at %s did not accept within "
+                      "%d ms",
+                      address, bs->timeout_ms);
             return EEP_ERR_TIMEOUT;
         }
         nanosleep(&pause, NULL);
@@ -319,7 +322,7 @@ eep_status_t eep_bootstrap_tcp_init(eep_bootstrap_t *bs, const char *address)
         goto err_free_ai;
     }
     t->listen_fd = -1;
-    t->fds = malloc(sizeof(int) * (size_t)bs->nranks);
+    t->fds       = malloc(sizeof(int) * (size_t)bs->nranks);
     if (t->fds == NULL) {
         status = EEP_ERR_NO_MEMORY;
         goto err_free_t;
@@ -329,8 +332,8 @@ eep_status_t eep_bootstrap_tcp_init(eep_bootstrap_t *bs, const char *address)
     }
     bs->ops  = &eep_bootstrap_tcp_ops;
     bs->impl = t;
-    status = bs->rank == 0 ? eep_bootstrap_tcp_root(bs, t, ai, address)
-                           : eep_bootstrap_tcp_leaf(bs, t, ai, address);
+    status   = bs->rank == 0 ? eep_bootstrap_tcp_root(bs, t, ai, address)
+                             : eep_bootstrap_tcp_leaf(bs, t, ai, address);
     freeaddrinfo(ai);
     if (status != EEP_OK) {
         eep_bootstrap_tcp_destroy(bs);

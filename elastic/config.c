@@ -27,7 +27,7 @@ static int eep_config_parse_bool(const char *s, int *out)
 {
     static const char *const yes[] = { "1", "y", "yes", "true", "on" };
     static const char *const no[]  = { "0", "n", "no", "false", "off" };
-    size_t i;
+    size_t                   i;
 
     for (i = 0; i < sizeof(yes) / sizeof(yes[0]); i++) {
         if (strcasecmp(s, yes[i]) == 0) {
@@ -48,7 +48,7 @@ static int eep_config_parse_int(const char *s, int64_t *out)
     long long v;
 
     errno = 0;
-    v = strtoll(s, &end, 0);
+    v     = strtoll(s, &end, 0);
     if (errno != 0 || end == s || *end != '\0') {
         return -1;
     }
@@ -66,16 +66,27 @@ static int eep_config_parse_size(const char *s, uint64_t *out)
         return -1;
     }
     errno = 0;
-    v = strtoull(s, &end, 0);
+    v     = strtoull(s, &end, 0);
     if (errno != 0 || end == s) {
         return -1;
     }
     switch (toupper((unsigned char)*end)) {
-    case '\0': break;
-    case 'K': shift = 10; end++; break;
-    case 'M': shift = 20; end++; break;
-    case 'G': shift = 30; end++; break;
-    default: return -1;
+    case '\0':
+        break;
+    case 'K':
+        shift = 10;
+        end++;
+        break;
+    case 'M':
+        shift = 20;
+        end++;
+        break;
+    case 'G':
+        shift = 30;
+        end++;
+        break;
+    default:
+        return -1;
     }
     if (*end == 'B' || *end == 'b') {
         end++;
@@ -101,8 +112,10 @@ static eep_status_t eep_config_parse(const eep_knob_t *knob, const char *value, 
         if (eep_config_parse_bool(value, (int *)field) == 0) {
             return EEP_OK;
         }
-        eep_error(EEP_SUBSYS_CONFIG, "%s '%s' (from %s) is not a boolean (1/0, yes/no, true/false, "
-                  "on/off)", knob->name, value, origin);
+        eep_error(EEP_SUBSYS_CONFIG,
+                  "%s '%s' (from %s) is not a boolean (1/0, yes/no, true/false, "
+                  "on/off)",
+                  knob->name, value, origin);
         return EEP_ERR_INVALID_ARG;
     case EEP_KNOB_INT:
         if (eep_config_parse_int(value, &i64) != 0) {
@@ -111,8 +124,9 @@ static eep_status_t eep_config_parse(const eep_knob_t *knob, const char *value, 
             return EEP_ERR_INVALID_ARG;
         }
         if (knob->min != knob->max && (i64 < knob->min || i64 > knob->max)) {
-            eep_error(EEP_SUBSYS_CONFIG, "%s %" PRId64 " (from %s) is outside [%" PRId64
-                      ", %" PRId64 "]", knob->name, i64, origin, knob->min, knob->max);
+            eep_error(EEP_SUBSYS_CONFIG,
+                      "%s %" PRId64 " (from %s) is outside [%" PRId64 ", %" PRId64 "]", knob->name,
+                      i64, origin, knob->min, knob->max);
             return EEP_ERR_INVALID_ARG;
         }
         *(int64_t *)field = i64;
@@ -121,12 +135,14 @@ static eep_status_t eep_config_parse(const eep_knob_t *knob, const char *value, 
         if (eep_config_parse_size(value, (uint64_t *)field) == 0) {
             return EEP_OK;
         }
-        eep_error(EEP_SUBSYS_CONFIG, "%s '%s' (from %s) is not a size (bytes, with an optional K, "
-                  "M or G suffix)", knob->name, value, origin);
+        eep_error(EEP_SUBSYS_CONFIG,
+                  "%s '%s' (from %s) is not a size (bytes, with an optional K, "
+                  "M or G suffix)",
+                  knob->name, value, origin);
         return EEP_ERR_INVALID_ARG;
     case EEP_KNOB_DOUBLE:
         errno = 0;
-        d = strtod(value, &end);
+        d     = strtod(value, &end);
         if (errno == 0 && end != value && *end == '\0') {
             *(double *)field = d;
             return EEP_OK;
@@ -152,7 +168,7 @@ static eep_status_t eep_config_parse(const eep_knob_t *knob, const char *value, 
  * that would need invalidating) into a buffer of its lines.
  */
 typedef struct {
-    char  *text;  /* the whole file, each line NUL-terminated in place */
+    char  *text; /* the whole file, each line NUL-terminated in place */
     size_t len;
 } eep_config_file_t;
 
@@ -175,7 +191,7 @@ static void eep_config_file_read(const char *path, eep_config_file_t *file)
     if (fseek(f, 0, SEEK_END) == 0 && (size = ftell(f)) > 0 && fseek(f, 0, SEEK_SET) == 0) {
         file->text = malloc((size_t)size + 1);
         if (file->text != NULL) {
-            file->len = fread(file->text, 1, (size_t)size, f);
+            file->len             = fread(file->text, 1, (size_t)size, f);
             file->text[file->len] = '\0';
             for (i = 0; i < file->len; i++) {
                 if (file->text[i] == '\n' || file->text[i] == '\r') {
@@ -360,8 +376,10 @@ int eep_config_check_env(void)
             continue;
         }
         if (eep_config_find(*env, (size_t)(eq - *env)) == NULL) {
-            eep_warn(EEP_SUBSYS_CONFIG, "unknown environment variable %.*s (no such knob; see "
-                     "eep-info --config)", (int)(eq - *env), *env);
+            eep_warn(EEP_SUBSYS_CONFIG,
+                     "unknown environment variable %.*s (no such knob; see "
+                     "eep-info --config)",
+                     (int)(eq - *env), *env);
             unknown++;
         }
     }

@@ -40,9 +40,9 @@ typedef struct {
     const char     *default_value; /* as a string, parsed like a user value */
     const char     *doc;
     eep_knob_type_t type;
-    size_t          offset;        /* of the field in the module's struct */
+    size_t          offset; /* of the field in the module's struct */
     unsigned        flags;
-    int64_t         min, max;      /* EEP_KNOB_INT only; min == max means unbounded */
+    int64_t         min, max; /* EEP_KNOB_INT only; min == max means unbounded */
 } eep_knob_t;
 
 typedef struct {

@@ -15,13 +15,8 @@
 #include "control/agent/agent_knobs.h"
 
 static const eep_knob_table_t *const eep_config_registry[] = {
-    &eep_core_knob_table,
-    &eep_ep_knob_table,
-    &eep_jit_knob_table,
-    &eep_runtime_knob_table,
-    &eep_etcd_knob_table,
-    &eepd_knob_table,
-    &eep_agent_knob_table,
+    &eep_core_knob_table, &eep_ep_knob_table, &eep_jit_knob_table,   &eep_runtime_knob_table,
+    &eep_etcd_knob_table, &eepd_knob_table,   &eep_agent_knob_table,
 };
 
 const eep_knob_table_t *const *eep_config_tables(size_t *count_p)

@@ -40,7 +40,7 @@ typedef struct {
     int         required;
 } eep_cuda_sym_row_t;
 
-#define EEP_SYM_ROW(_name, _required) \
+#define EEP_SYM_ROW(_name, _required)                                                              \
     { #_name, EEP_SYM_STR(_name), offsetof(eep_cuda_sym_t, _name), _required },
 
 static const eep_cuda_sym_row_t eep_cuda_driver_rows[] = { EEP_CUDA_DRIVER_FUNCS(EEP_SYM_ROW) };
@@ -78,18 +78,20 @@ static void eep_cuda_sym_lib_path(void *handle, void *any_symbol, char *buf, siz
 
 static eep_status_t eep_cuda_sym_load_driver(void)
 {
-    const char *lib = eep_cuda_sym_ctx.driver_lib[0] != '\0' ? eep_cuda_sym_ctx.driver_lib
-                                                             : "libcuda.so.1";
+    const char     *lib = eep_cuda_sym_ctx.driver_lib[0] != '\0' ? eep_cuda_sym_ctx.driver_lib
+                                                                 : "libcuda.so.1";
     eep_cuda_sym_t *sym = &eep_cuda_sym_ctx.sym;
-    eep_status_t status;
-    void        *handle, *fn;
-    size_t       i;
-    CUresult     res;
+    eep_status_t    status;
+    void           *handle, *fn;
+    size_t          i;
+    CUresult        res;
 
     handle = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
     if (handle == NULL) {
-        eep_error(EEP_SUBSYS_RUNTIME, "no CUDA driver: cannot load %s (%s); this machine needs the "
-                  "NVIDIA driver to run kernels (compiling them needs no driver)", lib, dlerror());
+        eep_error(EEP_SUBSYS_RUNTIME,
+                  "no CUDA driver: cannot load %s (%s); this machine needs the "
+                  "NVIDIA driver to run kernels (compiling them needs no driver)",
+                  lib, dlerror());
         return EEP_ERR_NO_DEVICE;
     }
     for (i = 0; i < EEP_NROWS(eep_cuda_driver_rows); i++) {
@@ -97,9 +99,10 @@ static eep_status_t eep_cuda_sym_load_driver(void)
 
         fn = dlsym(handle, row->abi_name);
         if (fn == NULL && row->required) {
-            eep_error(EEP_SUBSYS_RUNTIME, "the CUDA driver %s lacks %s (%s): it is older than the "
-                      "CUDA %d.%d headers ElasticEP was built with; update the NVIDIA driver", lib,
-                      row->name, row->abi_name, CUDA_VERSION / 1000, CUDA_VERSION % 1000 / 10);
+            eep_error(EEP_SUBSYS_RUNTIME,
+                      "the CUDA driver %s lacks %s (%s): it is older than the "
+                      "CUDA %d.%d headers ElasticEP was built with; update the NVIDIA driver",
+                      lib, row->name, row->abi_name, CUDA_VERSION / 1000, CUDA_VERSION % 1000 / 10);
             status = EEP_ERR_NO_DEVICE;
             goto err_close;
         }
@@ -160,16 +163,17 @@ int eep_cuda_sym_nvrtc_file(char *path_p, size_t len)
 
 static eep_status_t eep_cuda_sym_load_nvrtc(void)
 {
-    static const char *const defaults[] = { "libnvrtc.so.13", "libnvrtc.so" };
-    eep_cuda_sym_t *sym = &eep_cuda_sym_ctx.sym;
-    const char     *tried = NULL;
-    char            errors[1024] = "", file[4096];
-    void           *handle = NULL, *fn;
-    size_t          i, used;
-    nvrtcResult     res;
+    static const char *const defaults[]   = { "libnvrtc.so.13", "libnvrtc.so" };
+    eep_cuda_sym_t          *sym          = &eep_cuda_sym_ctx.sym;
+    const char              *tried        = NULL;
+    char                     errors[1024] = "", file[4096];
+    void                    *handle       = NULL, *fn;
+    size_t                   i, used;
+    nvrtcResult              res;
 
     /* The toolkit's file first, so that what is loaded is what the JIT keyed on. */
-    if (eep_cuda_sym_ctx.nvrtc_lib[0] == '\0' && eep_cuda_sym_nvrtc_file_locked(file, sizeof(file))) {
+    if (eep_cuda_sym_ctx.nvrtc_lib[0] == '\0' &&
+        eep_cuda_sym_nvrtc_file_locked(file, sizeof(file))) {
         tried  = file;
         handle = dlopen(file, RTLD_NOW | RTLD_LOCAL);
         if (handle == NULL) {
@@ -196,8 +200,10 @@ static eep_status_t eep_cuda_sym_load_nvrtc(void)
         }
     }
     if (handle == NULL) {
-        eep_error(EEP_SUBSYS_JIT, "no NVRTC: cannot load %s (%s); install the CUDA toolkit's "
-                  "libnvrtc or use the nvcc backend (EEP_JIT_BACKEND=nvcc)", tried, errors);
+        eep_error(EEP_SUBSYS_JIT,
+                  "no NVRTC: cannot load %s (%s); install the CUDA toolkit's "
+                  "libnvrtc or use the nvcc backend (EEP_JIT_BACKEND=nvcc)",
+                  tried, errors);
         return EEP_ERR_JIT;
     }
     for (i = 0; i < EEP_NROWS(eep_nvrtc_rows); i++) {
@@ -230,7 +236,7 @@ err_close:
 }
 
 /* Load one half at most once; @p state_p and @p status_p are that half's fields. */
-static eep_status_t eep_cuda_sym_once(int *state_p, eep_status_t *status_p,
+static eep_status_t eep_cuda_sym_once(int *state_p, eep_status_t                        *status_p,
                                       eep_status_t (*load)(void), const eep_cuda_sym_t **sym_p)
 {
     int state = __atomic_load_n(state_p, __ATOMIC_ACQUIRE);
@@ -377,7 +383,7 @@ eep_status_t eep_status_from_nvrtc(nvrtcResult res, const char *what)
     if (eep_cuda_sym_ctx.sym.nvrtcGetErrorString != NULL) {
         text = eep_cuda_sym_ctx.sym.nvrtcGetErrorString(res);
     }
-    eep_error(EEP_SUBSYS_JIT, "%s failed: %s (nvrtc %d)", what, text != NULL ? text : "unknown error",
-              (int)res);
+    eep_error(EEP_SUBSYS_JIT, "%s failed: %s (nvrtc %d)", what,
+              text != NULL ? text : "unknown error", (int)res);
     return status;
 }

@@ -9,7 +9,8 @@
  *     const eep_cuda_sym_t *cu;
  *     status = eep_cuda_sym_driver(&cu);           // EEP_ERR_NO_DEVICE without a driver
  *     if (status != EEP_OK) { ... }
- *     status = eep_status_from_cu(cu->cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+ *     status = eep_status_from_cu(cu->cuStreamCreate(&s, CU_STREAM_NON_BLOCKING),
+ *                                 "cuStreamCreate");
  *
  * <cuda.h> and <nvrtc.h> are included for their types only.  The macros in <cuda.h> that map a
  * name to its versioned symbol (cuMemAlloc -> cuMemAlloc_v2) apply to the table's fields as well,
@@ -29,114 +30,114 @@ extern "C" {
 #endif
 
 /* _X(name, required): every driver function ElasticEP calls. */
-#define EEP_CUDA_DRIVER_FUNCS(_X)                                                              \
-    /* errors, init, versions */                                                               \
-    _X(cuGetErrorName, 1)                                                                      \
-    _X(cuGetErrorString, 1)                                                                    \
-    _X(cuInit, 1)                                                                              \
-    _X(cuDriverGetVersion, 1)                                                                  \
-    /* devices */                                                                              \
-    _X(cuDeviceGet, 1)                                                                         \
-    _X(cuDeviceGetCount, 1)                                                                    \
-    _X(cuDeviceGetAttribute, 1)                                                                \
-    _X(cuDeviceGetName, 1)                                                                     \
-    _X(cuDeviceGetPCIBusId, 1)                                                                 \
-    _X(cuDeviceTotalMem, 1)                                                                    \
-    _X(cuDeviceGetUuid, 0)                                                                     \
-    _X(cuDeviceCanAccessPeer, 1)                                                               \
-    /* contexts and primary contexts */                                                        \
-    _X(cuDevicePrimaryCtxRetain, 1)                                                            \
-    _X(cuDevicePrimaryCtxRelease, 1)                                                           \
-    _X(cuDevicePrimaryCtxGetState, 1)                                                          \
-    _X(cuDevicePrimaryCtxSetFlags, 1)                                                          \
-    _X(cuCtxCreate, 0)                                                                         \
-    _X(cuCtxDestroy, 1)                                                                        \
-    _X(cuCtxGetCurrent, 1)                                                                     \
-    _X(cuCtxSetCurrent, 1)                                                                     \
-    _X(cuCtxPushCurrent, 1)                                                                    \
-    _X(cuCtxPopCurrent, 1)                                                                     \
-    _X(cuCtxGetDevice, 1)                                                                      \
-    _X(cuCtxSynchronize, 1)                                                                    \
-    _X(cuCtxGetStreamPriorityRange, 1)                                                         \
-    /* memory */                                                                               \
-    _X(cuMemAlloc, 1)                                                                          \
-    _X(cuMemFree, 1)                                                                           \
-    _X(cuMemAllocHost, 1)                                                                      \
-    _X(cuMemFreeHost, 1)                                                                       \
-    _X(cuMemHostAlloc, 1)                                                                      \
-    _X(cuMemHostGetDevicePointer, 1)                                                           \
-    _X(cuMemHostRegister, 1)                                                                   \
-    _X(cuMemHostUnregister, 1)                                                                 \
-    _X(cuMemGetInfo, 1)                                                                        \
-    _X(cuMemGetAddressRange, 1)                                                                \
-    _X(cuMemcpy, 1)                                                                            \
-    _X(cuMemcpyAsync, 1)                                                                       \
-    _X(cuMemcpyHtoD, 1)                                                                        \
-    _X(cuMemcpyDtoH, 1)                                                                        \
-    _X(cuMemcpyDtoD, 1)                                                                        \
-    _X(cuMemcpyHtoDAsync, 1)                                                                   \
-    _X(cuMemcpyDtoHAsync, 1)                                                                   \
-    _X(cuMemcpyDtoDAsync, 1)                                                                   \
-    _X(cuMemcpyPeerAsync, 1)                                                                   \
-    _X(cuMemsetD8, 1)                                                                          \
-    _X(cuMemsetD32, 1)                                                                         \
-    _X(cuMemsetD8Async, 1)                                                                     \
-    _X(cuMemsetD32Async, 1)                                                                    \
-    _X(cuPointerGetAttribute, 1)                                                               \
-    _X(cuPointerGetAttributes, 1)                                                              \
-    /* streams and stream memory operations */                                                 \
-    _X(cuStreamCreate, 1)                                                                      \
-    _X(cuStreamCreateWithPriority, 1)                                                          \
-    _X(cuStreamDestroy, 1)                                                                     \
-    _X(cuStreamSynchronize, 1)                                                                 \
-    _X(cuStreamQuery, 1)                                                                       \
-    _X(cuStreamWaitEvent, 1)                                                                   \
-    _X(cuStreamGetCtx, 0)                                                                      \
-    _X(cuStreamWriteValue32, 1)                                                                \
-    _X(cuStreamWaitValue32, 1)                                                                 \
-    _X(cuStreamWriteValue64, 0)                                                                \
-    _X(cuStreamWaitValue64, 0)                                                                 \
-    _X(cuLaunchHostFunc, 1)                                                                    \
-    /* events */                                                                               \
-    _X(cuEventCreate, 1)                                                                       \
-    _X(cuEventDestroy, 1)                                                                      \
-    _X(cuEventRecord, 1)                                                                       \
-    _X(cuEventSynchronize, 1)                                                                  \
-    _X(cuEventQuery, 1)                                                                        \
-    _X(cuEventElapsedTime, 0)                                                                  \
-    /* modules, libraries, functions */                                                        \
-    _X(cuModuleLoadData, 1)                                                                    \
-    _X(cuModuleLoadDataEx, 1)                                                                  \
-    _X(cuModuleUnload, 1)                                                                      \
-    _X(cuModuleGetFunction, 1)                                                                 \
-    _X(cuModuleGetGlobal, 1)                                                                   \
-    _X(cuLibraryLoadData, 0)                                                                   \
-    _X(cuLibraryUnload, 0)                                                                     \
-    _X(cuLibraryGetKernel, 0)                                                                  \
-    _X(cuKernelGetFunction, 0)                                                                 \
-    _X(cuFuncGetAttribute, 1)                                                                  \
-    _X(cuFuncSetAttribute, 1)                                                                  \
-    _X(cuFuncGetParamInfo, 0)                                                                  \
-    _X(cuOccupancyMaxActiveBlocksPerMultiprocessor, 1)                                         \
-    /* launch */                                                                               \
-    _X(cuLaunchKernel, 1)                                                                      \
+#define EEP_CUDA_DRIVER_FUNCS(_X)                                                                  \
+    /* errors, init, versions */                                                                   \
+    _X(cuGetErrorName, 1)                                                                          \
+    _X(cuGetErrorString, 1)                                                                        \
+    _X(cuInit, 1)                                                                                  \
+    _X(cuDriverGetVersion, 1)                                                                      \
+    /* devices */                                                                                  \
+    _X(cuDeviceGet, 1)                                                                             \
+    _X(cuDeviceGetCount, 1)                                                                        \
+    _X(cuDeviceGetAttribute, 1)                                                                    \
+    _X(cuDeviceGetName, 1)                                                                         \
+    _X(cuDeviceGetPCIBusId, 1)                                                                     \
+    _X(cuDeviceTotalMem, 1)                                                                        \
+    _X(cuDeviceGetUuid, 0)                                                                         \
+    _X(cuDeviceCanAccessPeer, 1)                                                                   \
+    /* contexts and primary contexts */                                                            \
+    _X(cuDevicePrimaryCtxRetain, 1)                                                                \
+    _X(cuDevicePrimaryCtxRelease, 1)                                                               \
+    _X(cuDevicePrimaryCtxGetState, 1)                                                              \
+    _X(cuDevicePrimaryCtxSetFlags, 1)                                                              \
+    _X(cuCtxCreate, 0)                                                                             \
+    _X(cuCtxDestroy, 1)                                                                            \
+    _X(cuCtxGetCurrent, 1)                                                                         \
+    _X(cuCtxSetCurrent, 1)                                                                         \
+    _X(cuCtxPushCurrent, 1)                                                                        \
+    _X(cuCtxPopCurrent, 1)                                                                         \
+    _X(cuCtxGetDevice, 1)                                                                          \
+    _X(cuCtxSynchronize, 1)                                                                        \
+    _X(cuCtxGetStreamPriorityRange, 1)                                                             \
+    /* memory */                                                                                   \
+    _X(cuMemAlloc, 1)                                                                              \
+    _X(cuMemFree, 1)                                                                               \
+    _X(cuMemAllocHost, 1)                                                                          \
+    _X(cuMemFreeHost, 1)                                                                           \
+    _X(cuMemHostAlloc, 1)                                                                          \
+    _X(cuMemHostGetDevicePointer, 1)                                                               \
+    _X(cuMemHostRegister, 1)                                                                       \
+    _X(cuMemHostUnregister, 1)                                                                     \
+    _X(cuMemGetInfo, 1)                                                                            \
+    _X(cuMemGetAddressRange, 1)                                                                    \
+    _X(cuMemcpy, 1)                                                                                \
+    _X(cuMemcpyAsync, 1)                                                                           \
+    _X(cuMemcpyHtoD, 1)                                                                            \
+    _X(cuMemcpyDtoH, 1)                                                                            \
+    _X(cuMemcpyDtoD, 1)                                                                            \
+    _X(cuMemcpyHtoDAsync, 1)                                                                       \
+    _X(cuMemcpyDtoHAsync, 1)                                                                       \
+    _X(cuMemcpyDtoDAsync, 1)                                                                       \
+    _X(cuMemcpyPeerAsync, 1)                                                                       \
+    _X(cuMemsetD8, 1)                                                                              \
+    _X(cuMemsetD32, 1)                                                                             \
+    _X(cuMemsetD8Async, 1)                                                                         \
+    _X(cuMemsetD32Async, 1)                                                                        \
+    _X(cuPointerGetAttribute, 1)                                                                   \
+    _X(cuPointerGetAttributes, 1)                                                                  \
+    /* streams and stream memory operations */                                                     \
+    _X(cuStreamCreate, 1)                                                                          \
+    _X(cuStreamCreateWithPriority, 1)                                                              \
+    _X(cuStreamDestroy, 1)                                                                         \
+    _X(cuStreamSynchronize, 1)                                                                     \
+    _X(cuStreamQuery, 1)                                                                           \
+    _X(cuStreamWaitEvent, 1)                                                                       \
+    _X(cuStreamGetCtx, 0)                                                                          \
+    _X(cuStreamWriteValue32, 1)                                                                    \
+    _X(cuStreamWaitValue32, 1)                                                                     \
+    _X(cuStreamWriteValue64, 0)                                                                    \
+    _X(cuStreamWaitValue64, 0)                                                                     \
+    _X(cuLaunchHostFunc, 1)                                                                        \
+    /* events */                                                                                   \
+    _X(cuEventCreate, 1)                                                                           \
+    _X(cuEventDestroy, 1)                                                                          \
+    _X(cuEventRecord, 1)                                                                           \
+    _X(cuEventSynchronize, 1)                                                                      \
+    _X(cuEventQuery, 1)                                                                            \
+    _X(cuEventElapsedTime, 0)                                                                      \
+    /* modules, libraries, functions */                                                            \
+    _X(cuModuleLoadData, 1)                                                                        \
+    _X(cuModuleLoadDataEx, 1)                                                                      \
+    _X(cuModuleUnload, 1)                                                                          \
+    _X(cuModuleGetFunction, 1)                                                                     \
+    _X(cuModuleGetGlobal, 1)                                                                       \
+    _X(cuLibraryLoadData, 0)                                                                       \
+    _X(cuLibraryUnload, 0)                                                                         \
+    _X(cuLibraryGetKernel, 0)                                                                      \
+    _X(cuKernelGetFunction, 0)                                                                     \
+    _X(cuFuncGetAttribute, 1)                                                                      \
+    _X(cuFuncSetAttribute, 1)                                                                      \
+    _X(cuFuncGetParamInfo, 0)                                                                      \
+    _X(cuOccupancyMaxActiveBlocksPerMultiprocessor, 1)                                             \
+    /* launch */                                                                                   \
+    _X(cuLaunchKernel, 1)                                                                          \
     _X(cuLaunchKernelEx, 0)
 
 /* _X(name, required): every NVRTC function ElasticEP calls. */
-#define EEP_NVRTC_FUNCS(_X)                                                                    \
-    _X(nvrtcGetErrorString, 1)                                                                 \
-    _X(nvrtcVersion, 1)                                                                        \
-    _X(nvrtcCreateProgram, 1)                                                                  \
-    _X(nvrtcDestroyProgram, 1)                                                                 \
-    _X(nvrtcCompileProgram, 1)                                                                 \
-    _X(nvrtcGetProgramLogSize, 1)                                                              \
-    _X(nvrtcGetProgramLog, 1)                                                                  \
-    _X(nvrtcGetCUBINSize, 1)                                                                   \
-    _X(nvrtcGetCUBIN, 1)                                                                       \
-    _X(nvrtcGetPTXSize, 1)                                                                     \
-    _X(nvrtcGetPTX, 1)                                                                         \
-    _X(nvrtcGetPCHCreateStatus, 0)                                                             \
-    _X(nvrtcGetPCHHeapSizeRequired, 0)                                                         \
+#define EEP_NVRTC_FUNCS(_X)                                                                        \
+    _X(nvrtcGetErrorString, 1)                                                                     \
+    _X(nvrtcVersion, 1)                                                                            \
+    _X(nvrtcCreateProgram, 1)                                                                      \
+    _X(nvrtcDestroyProgram, 1)                                                                     \
+    _X(nvrtcCompileProgram, 1)                                                                     \
+    _X(nvrtcGetProgramLogSize, 1)                                                                  \
+    _X(nvrtcGetProgramLog, 1)                                                                      \
+    _X(nvrtcGetCUBINSize, 1)                                                                       \
+    _X(nvrtcGetCUBIN, 1)                                                                           \
+    _X(nvrtcGetPTXSize, 1)                                                                         \
+    _X(nvrtcGetPTX, 1)                                                                             \
+    _X(nvrtcGetPCHCreateStatus, 0)                                                                 \
+    _X(nvrtcGetPCHHeapSizeRequired, 0)                                                             \
     _X(nvrtcSetPCHHeapSize, 0)
 
 #define EEP_CUDA_SYM_FIELD(_name, _required) __typeof__(&_name) _name;
@@ -144,8 +145,8 @@ extern "C" {
 typedef struct {
     EEP_CUDA_DRIVER_FUNCS(EEP_CUDA_SYM_FIELD)
     EEP_NVRTC_FUNCS(EEP_CUDA_SYM_FIELD)
-    int  driver_version;  /* cuDriverGetVersion(), e.g. 13000; 0 until the driver is loaded */
-    int  nvrtc_major;     /* nvrtcVersion(); 0 until NVRTC is loaded */
+    int  driver_version; /* cuDriverGetVersion(), e.g. 13000; 0 until the driver is loaded */
+    int  nvrtc_major;    /* nvrtcVersion(); 0 until NVRTC is loaded */
     int  nvrtc_minor;
     char driver_path[4096]; /* the loaded files, for logs and the JIT cache key */
     char nvrtc_path[4096];
@@ -181,7 +182,8 @@ int eep_cuda_sym_nvrtc_file(char *path_p, size_t len);
  * Translate a CUresult, logging @p what with the driver's name and text for it.
  * CUDA_ERROR_NOT_READY gives EEP_INPROGRESS without a log line.
  * @return EEP_OK, EEP_INPROGRESS, or the matching error (no driver or device: EEP_ERR_NO_DEVICE;
- *         faults in a kernel: EEP_ERR_DEVICE_FAULT; bad image: EEP_ERR_JIT; ...; else EEP_ERR_CUDA).
+ *         faults in a kernel: EEP_ERR_DEVICE_FAULT; bad image: EEP_ERR_JIT; ...;
+ *         else EEP_ERR_CUDA).
  */
 eep_status_t eep_status_from_cu(CUresult res, const char *what);
 

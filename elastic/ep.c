@@ -25,9 +25,9 @@
 #include "elastic/runtime.h"
 #include "kernels/ep/ep_params.h"
 
-#define EEP_EP_KERNEL_SLOTS 64
-#define EEP_EP_KERNEL_KEY   64
-#define EEP_EP_SMEM_BUDGET  (160 * 1024) /* dynamic shared memory of the order masks */
+#define EEP_EP_KERNEL_SLOTS       64
+#define EEP_EP_KERNEL_KEY         64
+#define EEP_EP_SMEM_BUDGET        (160 * 1024) /* dynamic shared memory of the order masks */
 #define EEP_EP_CHUNK_TOTALS_BYTES ((size_t)EEP_EPK_MAX_SEND_BLOCKS * EEP_EPK_MAX_COUNTERS * 4)
 
 typedef struct {
@@ -36,16 +36,16 @@ typedef struct {
 } eep_ep_kernel_slot_t;
 
 struct eep_ep_state {
-    eep_ep_config_t       cfg;
-    int                   device_sms;
-    unsigned              launch_flags; /* EEP_JIT_LAUNCH_PDL where EEP_EP_PDL and sm_90+ */
-    volatile uint64_t    *mirror;      /* pinned, host-mapped: u64[EEP_EP_MAX_LOCAL_EXPERTS + 2] */
-    uint64_t              mirror_dev;
-    uint64_t              trace[2];    /* EEP_EP_TRACE: device stamps of dispatch, combine */
-    uint64_t              chunk;       /* device scratch: senders' chunk counts, then flags */
-    eep_ep_kernel_slot_t  kernels[EEP_EP_KERNEL_SLOTS];
-    int                   have_shape;  /* the window's dispatch/combine area is laid out ... */
-    eep_ep_shape_t        shape;       /* ... for this shape (its first call) */
+    eep_ep_config_t      cfg;
+    int                  device_sms;
+    unsigned             launch_flags; /* EEP_JIT_LAUNCH_PDL where EEP_EP_PDL and sm_90+ */
+    volatile uint64_t   *mirror;       /* pinned, host-mapped: u64[EEP_EP_MAX_LOCAL_EXPERTS + 2] */
+    uint64_t             mirror_dev;
+    uint64_t             trace[2]; /* EEP_EP_TRACE: device stamps of dispatch, combine */
+    uint64_t             chunk;    /* device scratch: senders' chunk counts, then flags */
+    eep_ep_kernel_slot_t kernels[EEP_EP_KERNEL_SLOTS];
+    int                  have_shape; /* the window's dispatch/combine area is laid out ... */
+    eep_ep_shape_t       shape;      /* ... for this shape (its first call) */
 };
 
 /* The runtime as the argument checks see it.  The membership epoch is 0 until the runtime
@@ -88,7 +88,7 @@ static eep_status_t eep_ep_state_get(eep_runtime_t *rt, const eep_cuda_sym_t *cu
     struct eep_ep_state *st;
     eep_status_t         status;
     void                *host = NULL;
-    CUdeviceptr          dev = 0;
+    CUdeviceptr          dev  = 0;
 
     if (rt->ep != NULL) {
         *st_p = rt->ep;
@@ -100,23 +100,25 @@ static eep_status_t eep_ep_state_get(eep_runtime_t *rt, const eep_cuda_sym_t *cu
     }
     status = eep_config_load(&eep_ep_knob_table, &st->cfg);
     if (status == EEP_OK) {
-        status = eep_status_from_cu(cu->cuDeviceGetAttribute(
-            &st->device_sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, (CUdevice)rt->cu_dev),
+        status = eep_status_from_cu(
+            cu->cuDeviceGetAttribute(&st->device_sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+                                     (CUdevice)rt->cu_dev),
             "cuDeviceGetAttribute(SMs)");
     }
     if (status == EEP_OK) {
         int major = 0;
 
-        status = eep_status_from_cu(cu->cuDeviceGetAttribute(
-            &major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, (CUdevice)rt->cu_dev),
+        status = eep_status_from_cu(
+            cu->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+                                     (CUdevice)rt->cu_dev),
             "cuDeviceGetAttribute(compute capability)");
         st->launch_flags = st->cfg.pdl && major >= 9 ? EEP_JIT_LAUNCH_PDL : 0;
     }
     if (status == EEP_OK) {
-        status = eep_status_from_cu(cu->cuMemHostAlloc(&host, 8 * (EEP_EP_MAX_LOCAL_EXPERTS + 2),
-                                                       CU_MEMHOSTALLOC_DEVICEMAP |
-                                                       CU_MEMHOSTALLOC_PORTABLE),
-                                    "cuMemHostAlloc(count mirror)");
+        status = eep_status_from_cu(
+            cu->cuMemHostAlloc(&host, 8 * (EEP_EP_MAX_LOCAL_EXPERTS + 2),
+                               CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE),
+            "cuMemHostAlloc(count mirror)");
     }
     if (status == EEP_OK) {
         memset(host, 0, 8 * (EEP_EP_MAX_LOCAL_EXPERTS + 2));
@@ -135,12 +137,12 @@ static eep_status_t eep_ep_state_get(eep_runtime_t *rt, const eep_cuda_sym_t *cu
     {
         /* zeroed once: the flags hold call sequences, never reset */
         const size_t bytes = EEP_EP_CHUNK_TOTALS_BYTES + (size_t)EEP_EPK_MAX_SEND_BLOCKS * 8;
-        CUdeviceptr  d = 0;
+        CUdeviceptr  d     = 0;
 
         status = eep_status_from_cu(cu->cuMemAlloc(&d, bytes), "cuMemAlloc(dispatch scratch)");
         if (status == EEP_OK) {
-            status = eep_status_from_cu(cu->cuMemsetD8(d, 0, bytes),
-                                        "cuMemsetD8(dispatch scratch)");
+            status    = eep_status_from_cu(cu->cuMemsetD8(d, 0, bytes),
+                                           "cuMemsetD8(dispatch scratch)");
             st->chunk = (uint64_t)d;
         }
         if (status != EEP_OK) {
@@ -198,8 +200,8 @@ static eep_status_t eep_ep_kernel(eep_runtime_t *rt, struct eep_ep_state *st, in
     eep_ep_kernel_spec(combine, idx_bits, mode, phase, shape, &names, &spec);
     status = eep_jit_get_kernel(rt->jit, &spec, kernel_p);
     if (status != EEP_OK) {
-        eep_error(EEP_SUBSYS_KERNEL, "cannot build the %s kernel %s", combine ? "combine" :
-                  "dispatch", key);
+        eep_error(EEP_SUBSYS_KERNEL, "cannot build the %s kernel %s",
+                  combine ? "combine" : "dispatch", key);
         return status;
     }
     if (st->cfg.prefetch_shrink) {
@@ -229,7 +231,8 @@ static eep_status_t eep_ep_prepare(eep_runtime_t *rt, const eep_ep_shape_t *shap
         return status;
     }
     if (rt->lsa_size != rt->nranks || rt->nranks > EEP_EPK_MAX_WORLD) {
-        eep_error(EEP_SUBSYS_KERNEL, "dispatch/combine: only direct mode is built: every rank an "
+        eep_error(EEP_SUBSYS_KERNEL,
+                  "dispatch/combine: only direct mode is built: every rank an "
                   "NVLink peer and at most %d ranks (this runtime: %d ranks, %d NVLink peers)",
                   EEP_EPK_MAX_WORLD, rt->nranks, rt->lsa_size);
         return EEP_ERR_UNSUPPORTED;
@@ -245,22 +248,25 @@ static eep_status_t eep_ep_prepare(eep_runtime_t *rt, const eep_ep_shape_t *shap
     if ((*st_p)->have_shape && !eep_ep_layout_equal(&(*st_p)->shape, shape)) {
         const eep_ep_shape_t *o = &(*st_p)->shape;
 
-        eep_error(EEP_SUBSYS_KERNEL, "dispatch/combine: this runtime's buffers are laid out for "
+        eep_error(EEP_SUBSYS_KERNEL,
+                  "dispatch/combine: this runtime's buffers are laid out for "
                   "max_tokens_per_rank %d, hidden %d, top-k %d, %d experts, %s; this call's "
                   "shape (%d, %d, %d, %d, %s) needs another layout: use one shape per runtime "
-                  "(or another runtime for this one)", o->max_tokens, o->hidden, o->num_topk,
-                  o->num_experts, o->dtype == EEP_DTYPE_FP8_E4M3 ? "fp8" : "bf16",
-                  shape->max_tokens, shape->hidden, shape->num_topk, shape->num_experts,
+                  "(or another runtime for this one)",
+                  o->max_tokens, o->hidden, o->num_topk, o->num_experts,
+                  o->dtype == EEP_DTYPE_FP8_E4M3 ? "fp8" : "bf16", shape->max_tokens, shape->hidden,
+                  shape->num_topk, shape->num_experts,
                   shape->dtype == EEP_DTYPE_FP8_E4M3 ? "fp8" : "bf16");
         return EEP_ERR_UNSUPPORTED;
     }
     (*st_p)->shape      = *shape;
     (*st_p)->have_shape = 1;
     if (ep_off + z.total_bytes > rt->window_bytes) {
-        eep_error(EEP_SUBSYS_KERNEL, "dispatch/combine: this shape needs %zu bytes of window "
+        eep_error(EEP_SUBSYS_KERNEL,
+                  "dispatch/combine: this shape needs %zu bytes of window "
                   "after the %zu-byte workspace, the window has %zu: create the runtime with "
-                  "window_bytes >= %zu (or raise EEP_WINDOW_SIZE)", z.total_bytes, ep_off,
-                  rt->window_bytes, ep_off + z.total_bytes);
+                  "window_bytes >= %zu (or raise EEP_WINDOW_SIZE)",
+                  z.total_bytes, ep_off, rt->window_bytes, ep_off + z.total_bytes);
         return EEP_ERR_NO_RESOURCE;
     }
     /* shape->world is rt->nranks: the argument checks took it from this runtime */
@@ -290,8 +296,8 @@ static eep_status_t eep_ep_handle_arrays(const eep_cuda_sym_t *cu, eep_ep_handle
 {
     const size_t El = (size_t)eep_ep_local_experts(s), W = (size_t)s->world;
     const size_t mt = (size_t)s->max_tokens, K = (size_t)s->num_topk;
-    const size_t sizes[8] = { El * 4, (El + 1) * 4, mt * W * 4, W * 4, W * mt * 4, W * mt * 4,
-                              W * mt * K * 4, W * mt * K * 4 };
+    const size_t sizes[8] = { El * 4,     (El + 1) * 4, mt * W * 4,     W * 4,
+                              W * mt * 4, W * mt * 4,   W * mt * K * 4, W * mt * K * 4 };
     size_t       offs[8], total = 0;
     CUdeviceptr  base = 0;
     eep_status_t status;
@@ -357,15 +363,15 @@ static eep_status_t eep_ep_wait_counts(eep_runtime_t *rt, struct eep_ep_state *s
 }
 
 /* CPU_SYNC outputs: the alloc hook, or the caller's buffers checked against the exact size. */
-static eep_status_t eep_ep_outputs(const eep_dispatch_args_t *a, int64_t rows, size_t hb,
-                                   size_t sb, eep_epk_params_t *p)
+static eep_status_t eep_ep_outputs(const eep_dispatch_args_t *a, int64_t rows, size_t hb, size_t sb,
+                                   eep_epk_params_t *p)
 {
     void  *ptrs[4];
     size_t bytes[4] = { (size_t)rows * hb, (size_t)rows * sb, (size_t)rows * a->num_topk * 4,
                         (size_t)rows * a->num_topk * 4 };
     static const char *const names[4] = { "recv_x", "recv_x_scales", "recv_topk_idx",
                                           "recv_topk_weights" };
-    int i;
+    int                      i;
 
     if (a->alloc == NULL) {
         eep_status_t status = eep_ep_capacity_check(a, rows);
@@ -385,8 +391,10 @@ static eep_status_t eep_ep_outputs(const eep_dispatch_args_t *a, int64_t rows, s
             }
             ptrs[i] = a->alloc(a->alloc_arg, bytes[i] > 0 ? bytes[i] : 16, names[i]);
             if (ptrs[i] == NULL) {
-                eep_error(EEP_SUBSYS_KERNEL, "dispatch: the alloc hook gave no memory for %s "
-                          "(%zu bytes)", names[i], bytes[i]);
+                eep_error(EEP_SUBSYS_KERNEL,
+                          "dispatch: the alloc hook gave no memory for %s "
+                          "(%zu bytes)",
+                          names[i], bytes[i]);
                 return EEP_ERR_NO_MEMORY;
             }
         }
@@ -439,7 +447,7 @@ eep_status_t eep_dispatch(eep_runtime_t *rt, const eep_dispatch_args_t *args,
     /* Copy blocks: the rest of the device unless a knob says otherwise (docs/dispatch.md 5). */
     copy = st->cfg.copy_sms > 0 ? (int)st->cfg.copy_sms : st->device_sms - sms;
     copy = copy < 1 ? 1 : copy;
-    h = *handle_p;
+    h    = *handle_p;
     if (h == NULL) {
         status = eep_ep_handle_create(rt, world.epoch, rt->rank, &created);
         if (status != EEP_OK) {
@@ -451,14 +459,15 @@ eep_status_t eep_dispatch(eep_runtime_t *rt, const eep_dispatch_args_t *args,
         goto fail;
     }
     /* Order masks: as many warps as the shared-memory budget allows (E + world counters each). */
-    NC  = shape.num_experts + shape.world;
-    sw  = (int)((EEP_EP_SMEM_BUDGET / 4 / (size_t)NC - 1) / 2);
-    sw  = sw < 1 ? 1 : sw > EEP_EPK_WARPS ? EEP_EPK_WARPS : sw;
-    dyn = (size_t)(1 + 2 * sw) * (size_t)NC * 4;
+    NC                  = shape.num_experts + shape.world;
+    sw                  = (int)((EEP_EP_SMEM_BUDGET / 4 / (size_t)NC - 1) / 2);
+    sw                  = sw < 1 ? 1 : sw > EEP_EPK_WARPS ? EEP_EPK_WARPS : sw;
+    dyn                 = (size_t)(1 + 2 * sw) * (size_t)NC * 4;
     p.scan_warps        = sw;
     p.send_blocks       = sms;
-    p.skip_pad_x        = args->size >= offsetof(eep_dispatch_args_t, skip_padding_x) +
-                                        sizeof(int) ? args->skip_padding_x : 0;
+    p.skip_pad_x        = args->size >= offsetof(eep_dispatch_args_t, skip_padding_x) + sizeof(int)
+                              ? args->skip_padding_x
+                              : 0;
     p.trace             = st->trace[0];
     p.chunk_totals      = st->chunk;
     p.chunk_flags       = st->chunk + EEP_EP_CHUNK_TOTALS_BYTES;
@@ -509,8 +518,8 @@ eep_status_t eep_dispatch(eep_runtime_t *rt, const eep_dispatch_args_t *args,
         if ((status = eep_ep_outputs(args, rows, hb, sb, &p)) != EEP_OK ||
             (status = eep_ep_kernel(rt, st, 0, idx_bits, (int)args->mode, 1, &shape, &kernel)) !=
                 EEP_OK ||
-            (status = eep_jit_launch_ex(kernel, (unsigned)copy, EEP_EPK_THREADS, dyn, stream,
-                                        &p, sizeof(p), st->launch_flags)) != EEP_OK) {
+            (status = eep_jit_launch_ex(kernel, (unsigned)copy, EEP_EPK_THREADS, dyn, stream, &p,
+                                        sizeof(p), st->launch_flags)) != EEP_OK) {
             /* The data is on its way and the peers wait for nothing more: the copy is lost,
                the protocol is not (the next dispatch's kernel reads fresh slots). */
             goto fail;
@@ -537,8 +546,8 @@ fail:
     return status;
 }
 
-eep_status_t eep_combine(eep_runtime_t *rt, const void *y, const eep_ep_handle_t *handle,
-                         void *out, void *stream)
+eep_status_t eep_combine(eep_runtime_t *rt, const void *y, const eep_ep_handle_t *handle, void *out,
+                         void *stream)
 {
     const eep_cuda_sym_t *cu = NULL;
     struct eep_ep_state  *st = NULL;
@@ -583,6 +592,7 @@ eep_status_t eep_ep_trace_copy(eep_runtime_t *rt, int combine, uint64_t *stamps,
         return status;
     }
     n = n < (size_t)EEP_EPK_TRACE_WORDS ? n : (size_t)EEP_EPK_TRACE_WORDS;
-    return eep_status_from_cu(cu->cuMemcpyDtoH(stamps, (CUdeviceptr)rt->ep->trace[combine != 0],
-                                               n * sizeof(uint64_t)), "cuMemcpyDtoH(trace)");
+    return eep_status_from_cu(
+        cu->cuMemcpyDtoH(stamps, (CUdeviceptr)rt->ep->trace[combine != 0], n * sizeof(uint64_t)),
+        "cuMemcpyDtoH(trace)");
 }

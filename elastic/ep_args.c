@@ -14,7 +14,7 @@
 #include "elastic/log.h"
 
 /* The first version of eep_dispatch_args_t ends with num_recv_rows_p. */
-#define EEP_DISPATCH_ARGS_V1_SIZE \
+#define EEP_DISPATCH_ARGS_V1_SIZE                                                                  \
     (offsetof(eep_dispatch_args_t, num_recv_rows_p) + sizeof(int64_t *))
 
 static eep_status_t eep_ep_bad(const char *call, const char *arg, const char *why)
@@ -50,9 +50,10 @@ eep_status_t eep_ep_handle_check(const eep_ep_handle_t *h, const eep_ep_world_t 
         return eep_ep_bad(what, "handle", "made by another runtime");
     }
     if (h->epoch != world->epoch) {
-        eep_error(EEP_SUBSYS_KERNEL, "%s: handle made in membership epoch %llu, the runtime is "
-                  "in epoch %llu: dispatch again to get a handle of this epoch", what,
-                  (unsigned long long)h->epoch, (unsigned long long)world->epoch);
+        eep_error(EEP_SUBSYS_KERNEL,
+                  "%s: handle made in membership epoch %llu, the runtime is "
+                  "in epoch %llu: dispatch again to get a handle of this epoch",
+                  what, (unsigned long long)h->epoch, (unsigned long long)world->epoch);
         return EEP_ERR_STALE_EPOCH;
     }
     if (!h->has_layout) {
@@ -65,12 +66,16 @@ static eep_status_t eep_ep_check_shape(const eep_dispatch_args_t *a, const eep_e
                                        eep_ep_shape_t *shape_p)
 {
     static const char call[] = "dispatch";
-    eep_ep_shape_t    s = {
-        .world = world->world, .max_tokens = a->max_tokens_per_rank, .hidden = a->hidden,
-        .num_topk = a->num_topk, .num_experts = a->num_experts, .alignment = a->expert_alignment,
-        .dtype = a->dtype,
+    eep_ep_shape_t    s      = {
+                .world       = world->world,
+                .max_tokens  = a->max_tokens_per_rank,
+                .hidden      = a->hidden,
+                .num_topk    = a->num_topk,
+                .num_experts = a->num_experts,
+                .alignment   = a->expert_alignment,
+                .dtype       = a->dtype,
     };
-    const char       *why = NULL;
+    const char *why = NULL;
 
     /* Name the rule, not only the field: the message must say how to fix it. */
     if (eep_ep_elem_bytes(a->dtype) == 0) {
@@ -80,20 +85,24 @@ static eep_status_t eep_ep_check_shape(const eep_dispatch_args_t *a, const eep_e
         return eep_ep_bad(call, "max_tokens_per_rank", "must be >= 1");
     }
     if (a->num_tokens < 0 || a->num_tokens > a->max_tokens_per_rank) {
-        eep_error(EEP_SUBSYS_KERNEL, "dispatch: invalid argument num_tokens: %d is outside "
-                  "[0, max_tokens_per_rank = %d]", a->num_tokens, a->max_tokens_per_rank);
+        eep_error(EEP_SUBSYS_KERNEL,
+                  "dispatch: invalid argument num_tokens: %d is outside "
+                  "[0, max_tokens_per_rank = %d]",
+                  a->num_tokens, a->max_tokens_per_rank);
         return EEP_ERR_INVALID_ARG;
     }
     if (a->hidden <= 0 || ((size_t)a->hidden * eep_ep_elem_bytes(a->dtype)) % 16 != 0) {
-        eep_error(EEP_SUBSYS_KERNEL, "dispatch: invalid argument hidden: %d channels of %zu "
-                  "bytes is not a positive multiple of 16 bytes", a->hidden,
-                  eep_ep_elem_bytes(a->dtype));
+        eep_error(EEP_SUBSYS_KERNEL,
+                  "dispatch: invalid argument hidden: %d channels of %zu "
+                  "bytes is not a positive multiple of 16 bytes",
+                  a->hidden, eep_ep_elem_bytes(a->dtype));
         return EEP_ERR_INVALID_ARG;
     }
     if (a->dtype == EEP_DTYPE_FP8_E4M3 && a->hidden % EEP_EP_FP8_BLOCK != 0) {
-        eep_error(EEP_SUBSYS_KERNEL, "dispatch: invalid argument hidden: %d is not a multiple of "
-                  "%d (one fp8 scale per %d channels)", a->hidden, EEP_EP_FP8_BLOCK,
-                  EEP_EP_FP8_BLOCK);
+        eep_error(EEP_SUBSYS_KERNEL,
+                  "dispatch: invalid argument hidden: %d is not a multiple of "
+                  "%d (one fp8 scale per %d channels)",
+                  a->hidden, EEP_EP_FP8_BLOCK, EEP_EP_FP8_BLOCK);
         return EEP_ERR_INVALID_ARG;
     }
     if (a->num_topk < 1 || a->num_topk > EEP_EP_MAX_TOPK) {
@@ -104,15 +113,18 @@ static eep_status_t eep_ep_check_shape(const eep_dispatch_args_t *a, const eep_e
     if (a->num_experts < 1 || a->num_experts > EEP_EP_MAX_EXPERTS ||
         a->num_experts % world->world != 0 ||
         a->num_experts / world->world > EEP_EP_MAX_LOCAL_EXPERTS || a->num_topk > a->num_experts) {
-        eep_error(EEP_SUBSYS_KERNEL, "dispatch: invalid argument num_experts: %d must be in "
+        eep_error(EEP_SUBSYS_KERNEL,
+                  "dispatch: invalid argument num_experts: %d must be in "
                   "[num_topk = %d, %d], divisible by the %d ranks, with at most %d per rank",
                   a->num_experts, a->num_topk, EEP_EP_MAX_EXPERTS, world->world,
                   EEP_EP_MAX_LOCAL_EXPERTS);
         return EEP_ERR_INVALID_ARG;
     }
     if (a->expert_alignment < 1 || (a->expert_alignment & (a->expert_alignment - 1)) != 0) {
-        eep_error(EEP_SUBSYS_KERNEL, "dispatch: invalid argument expert_alignment: %d is not a "
-                  "power of two >= 1", a->expert_alignment);
+        eep_error(EEP_SUBSYS_KERNEL,
+                  "dispatch: invalid argument expert_alignment: %d is not a "
+                  "power of two >= 1",
+                  a->expert_alignment);
         return EEP_ERR_INVALID_ARG;
     }
     /* Whatever the rules above missed (limits of the layout itself). */
@@ -135,7 +147,8 @@ eep_status_t eep_ep_dispatch_args_check(const eep_dispatch_args_t *a, const eep_
         return eep_ep_bad(call, "args", "NULL pointer");
     }
     if (a->size < EEP_DISPATCH_ARGS_V1_SIZE || a->size > sizeof(*a)) {
-        eep_error(EEP_SUBSYS_KERNEL, "dispatch: invalid argument args->size: %zu, expected "
+        eep_error(EEP_SUBSYS_KERNEL,
+                  "dispatch: invalid argument args->size: %zu, expected "
                   "sizeof(eep_dispatch_args_t) = %zu (set it before filling the struct)",
                   a->size, sizeof(*a));
         return EEP_ERR_INVALID_ARG;
@@ -181,7 +194,7 @@ eep_status_t eep_ep_dispatch_args_check(const eep_dispatch_args_t *a, const eep_
         if ((status = eep_ep_check_ptr(call, "recv_x", a->recv_x)) != EEP_OK ||
             (status = eep_ep_check_ptr(call, "recv_topk_idx", a->recv_topk_idx)) != EEP_OK ||
             (status = eep_ep_check_ptr(call, "recv_topk_weights", a->recv_topk_weights)) !=
-            EEP_OK) {
+                EEP_OK) {
             return status;
         }
         if (fp8 && (status = eep_ep_check_ptr(call, "recv_x_scales", a->recv_x_scales)) != EEP_OK) {
@@ -190,16 +203,18 @@ eep_status_t eep_ep_dispatch_args_check(const eep_dispatch_args_t *a, const eep_
     }
     if ((status = eep_ep_check_ptr(call, "recv_expert_counts", a->recv_expert_counts)) != EEP_OK ||
         (status = eep_ep_check_ptr(call, "recv_expert_offsets", a->recv_expert_offsets)) !=
-        EEP_OK) {
+            EEP_OK) {
         return status;
     }
     if (a->mode != EEP_EP_MODE_CPU_SYNC) {
         int64_t rows_max = eep_ep_rows_max(&s);
 
         if (a->recv_capacity < rows_max) {
-            eep_error(EEP_SUBSYS_KERNEL, "dispatch: invalid argument recv_capacity: %lld rows, "
+            eep_error(EEP_SUBSYS_KERNEL,
+                      "dispatch: invalid argument recv_capacity: %lld rows, "
                       "but without CPU sync the outputs must hold the worst case, %lld rows "
-                      "(eep_ep_recv_rows_max)", (long long)a->recv_capacity, (long long)rows_max);
+                      "(eep_ep_recv_rows_max)",
+                      (long long)a->recv_capacity, (long long)rows_max);
             return EEP_ERR_INVALID_ARG;
         }
     } else if (a->recv_capacity < 0) {
@@ -209,7 +224,8 @@ eep_status_t eep_ep_dispatch_args_check(const eep_dispatch_args_t *a, const eep_
     /* Handle. */
     if (a->mode == EEP_EP_MODE_CACHED) {
         if (handle == NULL) {
-            return eep_ep_bad(call, "handle", "cached mode needs the handle of an earlier dispatch");
+            return eep_ep_bad(call, "handle",
+                              "cached mode needs the handle of an earlier dispatch");
         }
         status = eep_ep_handle_check(handle, world, call);
         if (status != EEP_OK) {
@@ -219,7 +235,8 @@ eep_status_t eep_ep_dispatch_args_check(const eep_dispatch_args_t *a, const eep_
             handle->shape.num_experts != a->num_experts ||
             handle->shape.alignment != a->expert_alignment ||
             handle->shape.max_tokens != a->max_tokens_per_rank) {
-            eep_error(EEP_SUBSYS_KERNEL, "dispatch: invalid argument handle: cached mode needs the "
+            eep_error(EEP_SUBSYS_KERNEL,
+                      "dispatch: invalid argument handle: cached mode needs the "
                       "shape of the dispatch that made it (num_tokens %d/%d, num_topk %d/%d, "
                       "num_experts %d/%d, expert_alignment %d/%d, max_tokens_per_rank %d/%d)",
                       a->num_tokens, handle->num_tokens, a->num_topk, handle->shape.num_topk,
@@ -230,7 +247,8 @@ eep_status_t eep_ep_dispatch_args_check(const eep_dispatch_args_t *a, const eep_
     } else if (handle != NULL) {
         /* Refilled in place: its epoch may be old, but it must be ours and alive. */
         if (handle->magic != EEP_EP_HANDLE_MAGIC) {
-            return eep_ep_bad(call, "handle", "not a live dispatch handle (destroyed or corrupted)");
+            return eep_ep_bad(call, "handle",
+                              "not a live dispatch handle (destroyed or corrupted)");
         }
         if (handle->runtime != world->runtime) {
             return eep_ep_bad(call, "handle", "made by another runtime");
@@ -264,9 +282,10 @@ eep_status_t eep_ep_combine_args_check(const void *y, const eep_ep_handle_t *han
 eep_status_t eep_ep_capacity_check(const eep_dispatch_args_t *args, int64_t rows)
 {
     if (args->alloc == NULL && args->recv_capacity < rows) {
-        eep_error(EEP_SUBSYS_KERNEL, "dispatch: invalid argument recv_capacity: %lld rows, but "
-                  "this dispatch receives %lld (padded) rows", (long long)args->recv_capacity,
-                  (long long)rows);
+        eep_error(EEP_SUBSYS_KERNEL,
+                  "dispatch: invalid argument recv_capacity: %lld rows, but "
+                  "this dispatch receives %lld (padded) rows",
+                  (long long)args->recv_capacity, (long long)rows);
         return EEP_ERR_INVALID_ARG;
     }
     return EEP_OK;

@@ -32,8 +32,8 @@ typedef struct {
  *         dispatch on a handle of an older epoch.  The reason is logged (EEP_SUBSYS_KERNEL).
  */
 eep_status_t eep_ep_dispatch_args_check(const eep_dispatch_args_t *args,
-                                        const eep_ep_world_t *world,
-                                        const eep_ep_handle_t *handle, eep_ep_shape_t *shape_p);
+                                        const eep_ep_world_t *world, const eep_ep_handle_t *handle,
+                                        eep_ep_shape_t *shape_p);
 
 /**
  * Check a combine call (y, handle, out as given to eep_combine).

@@ -3,8 +3,10 @@
 
 #include <stddef.h>
 
+/* clang-format off */
 #define EEP_EP_KNOB(_name, _def, _type, _field, _min, _max, _doc)                            \
     { _name, _def, _doc, _type, offsetof(eep_ep_config_t, _field), EEP_KNOB_RUNTIME, _min, _max }
+/* clang-format on */
 
 static const eep_knob_t eep_ep_knobs[] = {
     EEP_EP_KNOB("EEP_EP_NUM_SMS", "0", EEP_KNOB_INT, num_sms, 0, 1024,
@@ -17,8 +19,8 @@ static const eep_knob_t eep_ep_knobs[] = {
                 "SM model: what one SM reads from HBM, GB/s (DeepEP: 200)."),
     EEP_EP_KNOB("EEP_EP_SM_WRITE_GBPS", "50", EEP_KNOB_DOUBLE, sm_write_gbps, 0, 0,
                 "SM model: what one SM writes to peers for large tokens, GB/s (DeepEP: 50)."),
-    EEP_EP_KNOB("EEP_EP_TOKEN_OVERHEAD_BYTES", "1024", EEP_KNOB_DOUBLE, token_overhead_bytes,
-                0, 0, "SM model: fixed per-token cost expressed as bytes of write time "
+    EEP_EP_KNOB("EEP_EP_TOKEN_OVERHEAD_BYTES", "1024", EEP_KNOB_DOUBLE, token_overhead_bytes, 0, 0,
+                "SM model: fixed per-token cost expressed as bytes of write time "
                 "(uncalibrated guess; eep-bench --sweep-sms measures it)."),
     EEP_EP_KNOB("EEP_EP_SM_MARGIN", "1.25", EEP_KNOB_DOUBLE, sm_margin, 0, 0,
                 "SM model: safety factor on the computed SM count (DeepEP: 1.25)."),

@@ -19,10 +19,10 @@
 _Static_assert(EEP_EP_COMBINE_LINE_BYTES == EEP_LL_LINE_BYTES, "a line's bytes, host and kernels");
 _Static_assert(EEP_EP_COMBINE_LINE_DATA == EEP_LL_DATA_SLOTS * 16, "a line's data bytes");
 
-#define EEP_EP_MAX_WORLD      1024
-#define EEP_EP_MAX_ALIGNMENT  4096
-#define EEP_EP_REGION_ALIGN   256
-#define EEP_EP_WINDOW_ALIGN   (2u << 20)
+#define EEP_EP_MAX_WORLD     1024
+#define EEP_EP_MAX_ALIGNMENT 4096
+#define EEP_EP_REGION_ALIGN  256
+#define EEP_EP_WINDOW_ALIGN  (2u << 20)
 
 size_t eep_ep_elem_bytes(eep_dtype_t dtype)
 {
@@ -99,21 +99,20 @@ void eep_ep_wire_layout(const eep_ep_shape_t *s, eep_ep_wire_t *wire_p)
     eep_ep_wire_t w;
 
     w.hidden_bytes = (size_t)s->hidden * eep_ep_elem_bytes(s->dtype);
-    w.scale_bytes  = s->dtype == EEP_DTYPE_FP8_E4M3 ?
-                     (size_t)(s->hidden / EEP_EP_FP8_BLOCK) * sizeof(float) : 0;
+    w.scale_bytes  = s->dtype == EEP_DTYPE_FP8_E4M3
+                         ? (size_t)(s->hidden / EEP_EP_FP8_BLOCK) * sizeof(float)
+                         : 0;
     /* K ids, K weights, the source token, K positions (the token's rank among this source's
        tokens for each of its experts: the receiver places rows without a scan) */
-    w.meta_bytes   = (size_t)s->num_topk * (2 * sizeof(int32_t) + sizeof(float)) + sizeof(int32_t);
-    w.scale_off    = (size_t)eep_ep_align_up((int64_t)w.hidden_bytes, EEP_EP_WIRE_ALIGN);
-    w.meta_off     = w.scale_off + (size_t)eep_ep_align_up((int64_t)w.scale_bytes,
-                                                           EEP_EP_WIRE_ALIGN);
+    w.meta_bytes = (size_t)s->num_topk * (2 * sizeof(int32_t) + sizeof(float)) + sizeof(int32_t);
+    w.scale_off  = (size_t)eep_ep_align_up((int64_t)w.hidden_bytes, EEP_EP_WIRE_ALIGN);
+    w.meta_off   = w.scale_off + (size_t)eep_ep_align_up((int64_t)w.scale_bytes, EEP_EP_WIRE_ALIGN);
     /* then the tag (u64): the receiver copies a record once its tag holds the call's sequence,
        so rows are placed while the rest still travels (no "all landed" signal) */
-    w.tag_off      = w.meta_off + (size_t)eep_ep_align_up((int64_t)w.meta_bytes, 8);
-    w.meta_bytes   = w.tag_off + 8 - w.meta_off;
-    w.token_bytes  = w.meta_off + (size_t)eep_ep_align_up((int64_t)w.meta_bytes,
-                                                          EEP_EP_WIRE_ALIGN);
-    *wire_p = w;
+    w.tag_off     = w.meta_off + (size_t)eep_ep_align_up((int64_t)w.meta_bytes, 8);
+    w.meta_bytes  = w.tag_off + 8 - w.meta_off;
+    w.token_bytes = w.meta_off + (size_t)eep_ep_align_up((int64_t)w.meta_bytes, EEP_EP_WIRE_ALIGN);
+    *wire_p       = w;
 }
 
 void eep_ep_record_layout(const eep_ep_shape_t *s, eep_ep_wire_t *wire_p)
@@ -126,10 +125,11 @@ void eep_ep_record_layout(const eep_ep_shape_t *s, eep_ep_wire_t *wire_p)
         /* the hidden bytes as flagged lines of 7 x 16 bytes (kernels/ep/ll_line.cuh), the record
            a whole number of lines so that every record starts on one */
         shift = (w.hidden_bytes + EEP_EP_COMBINE_LINE_DATA - 1) / EEP_EP_COMBINE_LINE_DATA *
-                EEP_EP_COMBINE_LINE_BYTES - w.scale_off;
-        w.scale_off  += shift;
-        w.meta_off   += shift;
-        w.tag_off    += shift;
+                    EEP_EP_COMBINE_LINE_BYTES -
+                w.scale_off;
+        w.scale_off += shift;
+        w.meta_off += shift;
+        w.tag_off += shift;
         w.token_bytes = (size_t)eep_ep_align_up((int64_t)(w.token_bytes + shift),
                                                 EEP_EP_COMBINE_LINE_BYTES);
     }
@@ -159,9 +159,13 @@ int64_t eep_ep_recv_rows_max(int world, int max_tokens_per_rank, int num_topk, i
                              int expert_alignment)
 {
     eep_ep_shape_t s = {
-        .world = world, .max_tokens = max_tokens_per_rank, .hidden = 0,
-        .num_topk = num_topk, .num_experts = num_experts, .alignment = expert_alignment,
-        .dtype = EEP_DTYPE_BF16,
+        .world       = world,
+        .max_tokens  = max_tokens_per_rank,
+        .hidden      = 0,
+        .num_topk    = num_topk,
+        .num_experts = num_experts,
+        .alignment   = expert_alignment,
+        .dtype       = EEP_DTYPE_BF16,
     };
 
     return eep_ep_rows_max(&s);
@@ -173,28 +177,28 @@ eep_status_t eep_ep_buffer_sizes(const eep_ep_shape_t *s, eep_ep_buffer_sizes_t 
     eep_ep_wire_t         wire;
     eep_status_t          status;
     size_t                regions, off;
+    int64_t               count_words; /* a count slot: 3 header words, a word per local expert */
 
     status = eep_ep_shape_check(s, NULL);
     if (status != EEP_OK) {
         return status;
     }
     eep_ep_record_layout(s, &wire);
-    z.count_slot_bytes = (size_t)eep_ep_align_up(
-        (int64_t)(3 + eep_ep_local_experts(s)) * (int64_t)sizeof(uint64_t),
-        EEP_EP_COUNT_SLOT_ALIGN);
+    count_words           = 3 + eep_ep_local_experts(s);
+    z.count_slot_bytes    = (size_t)eep_ep_align_up(count_words * 8, EEP_EP_COUNT_SLOT_ALIGN);
     z.counts_bytes        = (size_t)s->world * EEP_EP_PARITIES * z.count_slot_bytes;
     z.allocator_bytes     = (size_t)eep_ep_align_up((int64_t)s->world * 4, EEP_EP_REGION_ALIGN);
-    z.dispatch_recv_bytes = (size_t)EEP_EP_PARITIES * (size_t)s->world *
-                            (size_t)s->max_tokens * wire.token_bytes;
-    regions = (size_t)(s->world < s->num_topk ? s->world : s->num_topk);
-    z.combine_row_bytes   = (eep_ep_lines(s) & EEP_EPK_LINES_COMBINE) ?
-                            ((size_t)s->hidden * 2 + EEP_EP_COMBINE_LINE_DATA - 1) /
-                            EEP_EP_COMBINE_LINE_DATA * EEP_EP_COMBINE_LINE_BYTES :
-                            (size_t)s->hidden * 2 + EEP_EP_COMBINE_TAG_BYTES;
-    z.combine_recv_bytes  = (size_t)EEP_EP_PARITIES * regions * (size_t)s->max_tokens *
-                            z.combine_row_bytes;
+    z.dispatch_recv_bytes = (size_t)EEP_EP_PARITIES * (size_t)s->world * (size_t)s->max_tokens *
+                            wire.token_bytes;
+    regions              = (size_t)(s->world < s->num_topk ? s->world : s->num_topk);
+    z.combine_row_bytes  = (eep_ep_lines(s) & EEP_EPK_LINES_COMBINE)
+                               ? ((size_t)s->hidden * 2 + EEP_EP_COMBINE_LINE_DATA - 1) /
+                                    EEP_EP_COMBINE_LINE_DATA * EEP_EP_COMBINE_LINE_BYTES
+                               : (size_t)s->hidden * 2 + EEP_EP_COMBINE_TAG_BYTES;
+    z.combine_recv_bytes = (size_t)EEP_EP_PARITIES * regions * (size_t)s->max_tokens *
+                           z.combine_row_bytes;
 
-    off = 0;
+    off          = 0;
     z.counts_off = off;
     off += (size_t)eep_ep_align_up((int64_t)z.counts_bytes, EEP_EP_REGION_ALIGN);
     z.allocator_off = off;
@@ -204,7 +208,7 @@ eep_status_t eep_ep_buffer_sizes(const eep_ep_shape_t *s, eep_ep_buffer_sizes_t 
     z.combine_recv_off = off;
     off += (size_t)eep_ep_align_up((int64_t)z.combine_recv_bytes, EEP_EP_REGION_ALIGN);
     z.total_bytes = (size_t)eep_ep_align_up((int64_t)off, EEP_EP_WINDOW_ALIGN);
-    *sizes_p = z;
+    *sizes_p      = z;
     return EEP_OK;
 }
 
@@ -220,8 +224,7 @@ int eep_ep_layout_equal(const eep_ep_shape_t *a, const eep_ep_shape_t *b)
     eep_ep_record_layout(b, &wb);
     return a->world == b->world && eep_ep_lines(a) == eep_ep_lines(b) &&
            za.count_slot_bytes == zb.count_slot_bytes && za.counts_off == zb.counts_off &&
-           za.allocator_off == zb.allocator_off &&
-           za.dispatch_recv_off == zb.dispatch_recv_off &&
+           za.allocator_off == zb.allocator_off && za.dispatch_recv_off == zb.dispatch_recv_off &&
            za.dispatch_recv_bytes == zb.dispatch_recv_bytes &&
            za.combine_recv_off == zb.combine_recv_off &&
            za.combine_recv_bytes == zb.combine_recv_bytes &&
@@ -229,8 +232,7 @@ int eep_ep_layout_equal(const eep_ep_shape_t *a, const eep_ep_shape_t *b)
            wa.scale_off == wb.scale_off && wa.meta_off == wb.meta_off && wa.tag_off == wb.tag_off;
 }
 
-int64_t eep_ep_expert_offsets(const int32_t *counts, int num_local, int alignment,
-                              int64_t *offsets)
+int64_t eep_ep_expert_offsets(const int32_t *counts, int num_local, int alignment, int64_t *offsets)
 {
     int e;
 
@@ -281,10 +283,15 @@ void eep_ep_sm_model_init(eep_ep_sm_model_t *m, int world, int hidden, eep_dtype
 
 int eep_ep_sm_model_run(const eep_ep_sm_model_t *m, eep_ep_sm_estimate_t *est_p)
 {
-    eep_ep_sm_estimate_t est = { 0 };
+    eep_ep_sm_estimate_t est   = { 0 };
     eep_ep_shape_t       shape = {
-        .world = m->world, .max_tokens = 1, .hidden = m->hidden, .num_topk = m->num_topk,
-        .num_experts = m->num_experts, .alignment = 1, .dtype = m->dtype,
+              .world       = m->world,
+              .max_tokens  = 1,
+              .hidden      = m->hidden,
+              .num_topk    = m->num_topk,
+              .num_experts = m->num_experts,
+              .alignment   = 1,
+              .dtype       = m->dtype,
     };
     eep_ep_wire_t wire;
     double        sms;
@@ -310,8 +317,8 @@ int eep_ep_sm_model_run(const eep_ep_sm_model_t *m, eep_ep_sm_estimate_t *est_p)
     } else {
         est.write_gbps = m->link_gbps / (1.0 - 1.0 / m->world);
         est.read_gbps  = est.write_gbps / est.distinct_ranks;
-        sms = m->margin * fmax(est.write_gbps / est.per_sm_write_gbps,
-                               est.read_gbps / m->sm_read_gbps);
+        sms            = m->margin *
+              fmax(est.write_gbps / est.per_sm_write_gbps, est.read_gbps / m->sm_read_gbps);
         n = (int)ceil(sms);
         n += n & 1;
         if (n < m->min_sms) {
@@ -322,7 +329,7 @@ int eep_ep_sm_model_run(const eep_ep_sm_model_t *m, eep_ep_sm_estimate_t *est_p)
     if (n > m->device_sms / 2) {
         n = m->device_sms / 2;
     }
-    n = n < 1 ? 1 : n;
+    n           = n < 1 ? 1 : n;
     est.num_sms = n;
     if (est_p != NULL) {
         *est_p = est;
@@ -379,22 +386,21 @@ eep_status_t eep_ep_params_layout(const eep_ep_shape_t *shape, int rank, size_t 
     }
     eep_ep_record_layout(shape, &wire);
     memset(p, 0, sizeof(*p));
-    p->rank          = rank;
-    p->world         = shape->world;
-    p->max_tokens    = shape->max_tokens;
-    p->hidden        = shape->hidden;
-    p->num_topk      = shape->num_topk;
-    p->num_experts   = shape->num_experts;
-    p->num_local     = eep_ep_local_experts(shape);
-    p->alignment     = shape->alignment;
-    p->token_bytes   = (unsigned)wire.token_bytes;
-    p->hidden_bytes  = (unsigned)wire.hidden_bytes;
-    p->scale_off     = (unsigned)wire.scale_off;
-    p->scale_bytes   = (unsigned)wire.scale_bytes;
-    p->meta_off      = (unsigned)wire.meta_off;
-    p->tag_off       = (unsigned)wire.tag_off;
-    p->ctl           = (unsigned long long)(uintptr_t)((const char *)my_window + ep_off +
-                                                       z.allocator_off);
+    p->rank         = rank;
+    p->world        = shape->world;
+    p->max_tokens   = shape->max_tokens;
+    p->hidden       = shape->hidden;
+    p->num_topk     = shape->num_topk;
+    p->num_experts  = shape->num_experts;
+    p->num_local    = eep_ep_local_experts(shape);
+    p->alignment    = shape->alignment;
+    p->token_bytes  = (unsigned)wire.token_bytes;
+    p->hidden_bytes = (unsigned)wire.hidden_bytes;
+    p->scale_off    = (unsigned)wire.scale_off;
+    p->scale_bytes  = (unsigned)wire.scale_bytes;
+    p->meta_off     = (unsigned)wire.meta_off;
+    p->tag_off      = (unsigned)wire.tag_off;
+    p->ctl = (unsigned long long)(uintptr_t)((const char *)my_window + ep_off + z.allocator_off);
     p->counts_off    = ep_off + z.counts_off;
     p->slot_bytes    = z.count_slot_bytes;
     p->drecv_off     = ep_off + z.dispatch_recv_off;
@@ -403,19 +409,19 @@ eep_status_t eep_ep_params_layout(const eep_ep_shape_t *shape, int rank, size_t 
     p->crecv_row     = z.combine_row_bytes;
     p->crecv_region  = (unsigned long long)shape->max_tokens * z.combine_row_bytes;
     p->crecv_regions = shape->world < shape->num_topk ? shape->world : shape->num_topk;
-    p->lines = eep_ep_lines(shape);
+    p->lines         = eep_ep_lines(shape);
     return EEP_OK;
 }
 
-void eep_ep_kernel_spec(int combine, int idx_bits, int mode, int phase,
-                        const eep_ep_shape_t *shape, eep_ep_kernel_names_t *names,
-                        eep_jit_spec_t *spec_p)
+void eep_ep_kernel_spec(int combine, int idx_bits, int mode, int phase, const eep_ep_shape_t *shape,
+                        eep_ep_kernel_names_t *names, eep_jit_spec_t *spec_p)
 {
     snprintf(names->targs, sizeof(names->targs), "%d, %d, %d", idx_bits, mode, phase);
     /* unit #defines, not -D flags: NVRTC's precompiled headers need one command line */
-    snprintf(names->defines, sizeof(names->defines), "EEP_EPK_FIXED_K=%d EEP_EPK_FIXED_W=%d "
-             "EEP_EPK_FIXED_H=%d EEP_EPK_FIXED_HB=%zu EEP_EPK_FIXED_LINES=%d", shape->num_topk,
-             shape->world, shape->hidden,
+    snprintf(names->defines, sizeof(names->defines),
+             "EEP_EPK_FIXED_K=%d EEP_EPK_FIXED_W=%d "
+             "EEP_EPK_FIXED_H=%d EEP_EPK_FIXED_HB=%zu EEP_EPK_FIXED_LINES=%d",
+             shape->num_topk, shape->world, shape->hidden,
              (size_t)shape->hidden * eep_ep_elem_bytes(shape->dtype), eep_ep_lines(shape));
     memset(spec_p, 0, sizeof(*spec_p));
     spec_p->size          = sizeof(*spec_p);
@@ -428,8 +434,8 @@ void eep_ep_kernel_spec(int combine, int idx_bits, int mode, int phase,
     spec_p->backend       = EEP_JIT_BACKEND_AUTO;
 }
 
-eep_status_t eep_ep_prefetch_shrink(eep_jit_t *jit, int combine, int idx_bits, int mode,
-                                    int phase, const eep_ep_shape_t *shape)
+eep_status_t eep_ep_prefetch_shrink(eep_jit_t *jit, int combine, int idx_bits, int mode, int phase,
+                                    const eep_ep_shape_t *shape)
 {
     eep_ep_shape_t        smaller = *shape;
     eep_ep_kernel_names_t names;

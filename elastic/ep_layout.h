@@ -22,12 +22,12 @@ extern "C" {
 
 /* The shape every rank shares; a dispatch's own num_tokens is not part of it. */
 typedef struct {
-    int         world;       /* ranks */
-    int         max_tokens;  /* max_tokens_per_rank */
+    int         world;      /* ranks */
+    int         max_tokens; /* max_tokens_per_rank */
     int         hidden;
     int         num_topk;
     int         num_experts;
-    int         alignment;   /* expert_alignment */
+    int         alignment; /* expert_alignment */
     eep_dtype_t dtype;
 } eep_ep_shape_t;
 
@@ -51,18 +51,18 @@ typedef struct {
  */
 #define EEP_EP_COMBINE_LINES_MAX_TOKENS  256
 #define EEP_EP_DISPATCH_LINES_MAX_TOKENS 1024
-#define EEP_EP_COMBINE_LINE_BYTES       128
-#define EEP_EP_COMBINE_LINE_DATA        112
-#define EEP_EP_COMBINE_TAG_BYTES        16
+#define EEP_EP_COMBINE_LINE_BYTES        128
+#define EEP_EP_COMBINE_LINE_DATA         112
+#define EEP_EP_COMBINE_TAG_BYTES         16
 
 typedef struct {
     size_t hidden_bytes; /* hidden * element size */
     size_t scale_bytes;  /* fp8: hidden / 128 * 4; bf16: 0 */
     size_t scale_off;    /* offsets inside the record */
     size_t meta_off;
-    size_t meta_bytes;   /* K * 4 + K * 4 + 4 + K * 4, padded to 8, + the 8-byte tag */
-    size_t tag_off;      /* the record's tag: the sender's call sequence, stored last */
-    size_t token_bytes;  /* whole record, a multiple of EEP_EP_WIRE_ALIGN */
+    size_t meta_bytes;  /* K * 4 + K * 4 + 4 + K * 4, padded to 8, + the 8-byte tag */
+    size_t tag_off;     /* the record's tag: the sender's call sequence, stored last */
+    size_t token_bytes; /* whole record, a multiple of EEP_EP_WIRE_ALIGN */
 } eep_ep_wire_t;
 
 /*
@@ -81,13 +81,13 @@ typedef struct {
 
 /* Byte sizes of the regions of one rank's share of the symmetric window. */
 typedef struct {
-    size_t count_slot_bytes;   /* one (peer, parity) slot */
-    size_t counts_bytes;       /* world * parities * slot */
-    size_t allocator_bytes;    /* per-destination slot allocators: world * 4, padded */
-    size_t dispatch_recv_bytes;/* parities * world regions * max_tokens * token_bytes */
-    size_t combine_recv_bytes; /* parities * min(world, K) regions * max_tokens * row */
-    size_t combine_row_bytes;  /* lines of 128 bytes, or hidden * 2 + the tag */
-    size_t total_bytes;        /* all of the above, each region 256-aligned, total 2 MiB-aligned */
+    size_t count_slot_bytes;    /* one (peer, parity) slot */
+    size_t counts_bytes;        /* world * parities * slot */
+    size_t allocator_bytes;     /* per-destination slot allocators: world * 4, padded */
+    size_t dispatch_recv_bytes; /* parities * world regions * max_tokens * token_bytes */
+    size_t combine_recv_bytes;  /* parities * min(world, K) regions * max_tokens * row */
+    size_t combine_row_bytes;   /* lines of 128 bytes, or hidden * 2 + the tag */
+    size_t total_bytes;         /* all of the above, each region 256-aligned, total 2 MiB-aligned */
     /* offsets from the start of this rank's share */
     size_t counts_off, allocator_off, dispatch_recv_off, combine_recv_off;
 } eep_ep_buffer_sizes_t;
@@ -155,17 +155,16 @@ typedef struct {
  * those prefetched for one rank fewer, so that their cache keys agree.  @p spec_p points into
  * @p names.
  */
-void eep_ep_kernel_spec(int combine, int idx_bits, int mode, int phase,
-                        const eep_ep_shape_t *shape, eep_ep_kernel_names_t *names,
-                        eep_jit_spec_t *spec_p);
+void eep_ep_kernel_spec(int combine, int idx_bits, int mode, int phase, const eep_ep_shape_t *shape,
+                        eep_ep_kernel_names_t *names, eep_jit_spec_t *spec_p);
 
 /**
  * Queue the background compile (eep_jit_prefetch) of the same kernel for one rank fewer than
  * @p shape has, as a survivor will ask for it after a rank is lost; nothing for one rank.
  * @return as eep_jit_prefetch (its outcome is the JIT's to log); EEP_OK for one rank.
  */
-eep_status_t eep_ep_prefetch_shrink(eep_jit_t *jit, int combine, int idx_bits, int mode,
-                                    int phase, const eep_ep_shape_t *shape);
+eep_status_t eep_ep_prefetch_shrink(eep_jit_t *jit, int combine, int idx_bits, int mode, int phase,
+                                    const eep_ep_shape_t *shape);
 
 /**
  * Exclusive prefix sums of the padded expert counts.
@@ -195,33 +194,33 @@ typedef struct {
     eep_dtype_t dtype;
     int         num_topk;
     int         num_experts;
-    int         device_sms;          /* the device's SM count (132 on H100/H200) */
-    double      link_gbps;           /* NVLink bandwidth out of one GPU, GB/s, one direction */
-    double      sm_read_gbps;        /* per SM */
-    double      sm_write_gbps;       /* per SM, for large tokens */
-    double      token_overhead_bytes;/* fixed per-token cost, as bytes of write time */
-    double      margin;              /* > 1 */
+    int         device_sms;           /* the device's SM count (132 on H100/H200) */
+    double      link_gbps;            /* NVLink bandwidth out of one GPU, GB/s, one direction */
+    double      sm_read_gbps;         /* per SM */
+    double      sm_write_gbps;        /* per SM, for large tokens */
+    double      token_overhead_bytes; /* fixed per-token cost, as bytes of write time */
+    double      margin;               /* > 1 */
     int         min_sms;
 } eep_ep_sm_model_t;
 
 typedef struct {
-    double distinct_ranks;  /* t: expected distinct destination ranks per token */
-    double token_bytes;     /* B */
-    double write_gbps;      /* what the SMs must write for NVLink to saturate */
+    double distinct_ranks; /* t: expected distinct destination ranks per token */
+    double token_bytes;    /* B */
+    double write_gbps;     /* what the SMs must write for NVLink to saturate */
     double read_gbps;
     double per_sm_write_gbps;
     int    num_sms;
 } eep_ep_sm_estimate_t;
 
 /* DeepEP's per-SM constants and an H200's NVLink (18 links x 26.56 GB/s x 0.9). */
-#define EEP_EP_SM_READ_GBPS        200.0
-#define EEP_EP_SM_WRITE_GBPS       50.0
-#define EEP_EP_SM_MARGIN           1.25
-#define EEP_EP_TOKEN_OVERHEAD_B    1024.0
-#define EEP_EP_DEFAULT_LINK_GBPS   430.0
-#define EEP_EP_MIN_SMS             4
+#define EEP_EP_SM_READ_GBPS      200.0
+#define EEP_EP_SM_WRITE_GBPS     50.0
+#define EEP_EP_SM_MARGIN         1.25
+#define EEP_EP_TOKEN_OVERHEAD_B  1024.0
+#define EEP_EP_DEFAULT_LINK_GBPS 430.0
+#define EEP_EP_MIN_SMS           4
 /* One rank: the senders are this fraction of the device (they store metadata and tags only). */
-#define EEP_EP_LOCAL_SEND_SHARE    8
+#define EEP_EP_LOCAL_SEND_SHARE  8
 
 /** Fill @p model with the defaults above for the given shape and device. */
 void eep_ep_sm_model_init(eep_ep_sm_model_t *model, int world, int hidden, eep_dtype_t dtype,

@@ -62,9 +62,9 @@ void eep_jit_count_compiler_run(void)
 
 /* Foreground compiles (any thread but a prefetch worker), process-wide: how many run now, and
    when the last one ended (ms, eep_clock_ms).  Background compiles keep out of their way. */
-static int             eep_jit_fg_active;
-static int64_t         eep_jit_fg_end_ms;
-static __thread int    eep_jit_thread_is_worker;
+static int          eep_jit_fg_active;
+static int64_t      eep_jit_fg_end_ms;
+static __thread int eep_jit_thread_is_worker;
 
 void eep_jit_mark_worker_thread(void)
 {
@@ -164,7 +164,7 @@ static void eep_jit_find_nvcc(eep_jit_t *jit, const char *configured)
         return;
     }
     jit->nvcc[0] = '\0';
-    dirs = path != NULL ? strdup(path) : NULL;
+    dirs         = path != NULL ? strdup(path) : NULL;
     for (dir = dirs != NULL ? strtok_r(dirs, ":", &save) : NULL; dir != NULL;
          dir = strtok_r(NULL, ":", &save)) {
         snprintf(cand, sizeof(cand), "%s/nvcc", dir);
@@ -207,7 +207,7 @@ static eep_status_t eep_jit_default_cache_dir(char *dst, size_t len)
         return snprintf(dst, len, "%s/.cache/eep", home) < (int)len ? EEP_OK : EEP_ERR_INVALID_ARG;
     }
     eep_error(EEP_SUBSYS_JIT, "no JIT cache directory: set EEP_JIT_CACHE_DIR (neither "
-              "XDG_CACHE_HOME nor HOME is set)");
+                              "XDG_CACHE_HOME nor HOME is set)");
     return EEP_ERR_INVALID_ARG;
 }
 
@@ -224,8 +224,10 @@ eep_status_t eep_jit_create(const eep_jit_params_t *params, eep_jit_t **jit_p)
         return EEP_ERR_INVALID_ARG;
     }
     if (params != NULL && params->size < sizeof(*params)) {
-        eep_error(EEP_SUBSYS_JIT, "eep_jit_create: params->size %zu is smaller than "
-                  "sizeof(eep_jit_params_t) %zu", params->size, sizeof(*params));
+        eep_error(EEP_SUBSYS_JIT,
+                  "eep_jit_create: params->size %zu is smaller than "
+                  "sizeof(eep_jit_params_t) %zu",
+                  params->size, sizeof(*params));
         return EEP_ERR_INVALID_ARG;
     }
     cfg = malloc(sizeof(*cfg)); /* 6 KiB of strings: not on the stack */
@@ -286,9 +288,9 @@ eep_status_t eep_jit_create(const eep_jit_params_t *params, eep_jit_t **jit_p)
     pthread_mutex_init(&jit->memo_lock, NULL);
     eep_jit_prefetch_init(jit);
     jit->memo_racy_s = EEP_JIT_MEMO_RACY_S;
-    eep_debug(EEP_SUBSYS_JIT, "jit: cache %s, sources %s, arch %s, nvcc %s, nccl %s", jit->cache_dir,
-              jit->source_root, jit->arch, jit->nvcc[0] != '\0' ? jit->nvcc : "(none)",
-              jit->nccl_include);
+    eep_debug(EEP_SUBSYS_JIT, "jit: cache %s, sources %s, arch %s, nvcc %s, nccl %s",
+              jit->cache_dir, jit->source_root, jit->arch,
+              jit->nvcc[0] != '\0' ? jit->nvcc : "(none)", jit->nccl_include);
     free(cfg);
     *jit_p = jit;
     return EEP_OK;
@@ -337,9 +339,9 @@ static eep_status_t eep_jit_fetch(eep_jit_t *jit, const eep_jit_spec_t *spec, ee
 {
     const eep_jit_backend_ops_t *ops = eep_jit_backend_ops(unit->backend);
     eep_status_t                 status;
-    char                        *log = NULL;
+    char                        *log   = NULL;
     void                        *cubin = NULL;
-    size_t                       size = 0;
+    size_t                       size  = 0;
     double                       t0;
     int                          lock_fd = -1;
 
@@ -421,7 +423,7 @@ static eep_status_t eep_jit_prepare(eep_jit_t *jit, const eep_jit_spec_t *spec,
         return status;
     }
     info->backend = unit_p->backend;
-    status = eep_jit_unit_key(jit, unit_p);
+    status        = eep_jit_unit_key(jit, unit_p);
     if (status != EEP_OK) {
         eep_jit_unit_cleanup(unit_p);
         return status;
@@ -491,7 +493,8 @@ static eep_status_t eep_jit_load(const eep_cuda_sym_t *cu, const void *cubin, co
     eep_status_t status;
     size_t       offset, size;
 
-    status = eep_status_from_cu(cu->cuModuleLoadData(&module, cubin), "cuModuleLoadData(jit kernel)");
+    status = eep_status_from_cu(cu->cuModuleLoadData(&module, cubin),
+                                "cuModuleLoadData(jit kernel)");
     if (status != EEP_OK) {
         return status;
     }
@@ -520,13 +523,15 @@ eep_status_t eep_jit_get_kernel(eep_jit_t *jit, const eep_jit_spec_t *spec,
     eep_jit_unit_t        unit;
     eep_jit_info_t        info;
     eep_status_t          status;
-    CUcontext             ctx = NULL;
+    CUcontext             ctx   = NULL;
     void                 *cubin = NULL;
     size_t                size;
 
     if (jit == NULL || spec == NULL || kernel_p == NULL) {
         eep_error(EEP_SUBSYS_JIT, "eep_jit_get_kernel: %s is NULL",
-                  jit == NULL ? "jit" : spec == NULL ? "spec" : "kernel_p");
+                  jit == NULL    ? "jit"
+                  : spec == NULL ? "spec"
+                                 : "kernel_p");
         return EEP_ERR_INVALID_ARG;
     }
     /* Without a driver nothing can be loaded: say so before spending seconds compiling. */
@@ -540,7 +545,7 @@ eep_status_t eep_jit_get_kernel(eep_jit_t *jit, const eep_jit_spec_t *spec,
     }
     if (ctx == NULL) {
         eep_error(EEP_SUBSYS_JIT, "eep_jit_get_kernel: no current CUDA context (make the device's "
-                  "primary context current first)");
+                                  "primary context current first)");
         return EEP_ERR_INVALID_ARG;
     }
     /* The key alone tells whether this context already has it: no cache read, no load. */
@@ -590,8 +595,7 @@ eep_status_t eep_jit_launch(const eep_jit_kernel_t *kernel, unsigned grid_x, uns
                             size_t shared_bytes, void *stream, const void *params,
                             size_t params_size)
 {
-    return eep_jit_launch_ex(kernel, grid_x, block_x, shared_bytes, stream, params, params_size,
-                             0);
+    return eep_jit_launch_ex(kernel, grid_x, block_x, shared_bytes, stream, params, params_size, 0);
 }
 
 eep_status_t eep_jit_launch_ex(const eep_jit_kernel_t *kernel, unsigned grid_x, unsigned block_x,
@@ -603,13 +607,16 @@ eep_status_t eep_jit_launch_ex(const eep_jit_kernel_t *kernel, unsigned grid_x, 
     void                 *args[1];
 
     if (kernel == NULL || params == NULL || grid_x == 0 || block_x == 0) {
-        eep_error(EEP_SUBSYS_JIT, "eep_jit_launch: %s", kernel == NULL ? "kernel is NULL"
-                  : params == NULL ? "params is NULL" : "grid_x and block_x must be positive");
+        eep_error(EEP_SUBSYS_JIT, "eep_jit_launch: %s",
+                  kernel == NULL   ? "kernel is NULL"
+                  : params == NULL ? "params is NULL"
+                                   : "grid_x and block_x must be positive");
         return EEP_ERR_INVALID_ARG;
     }
     if (kernel->param_size != 0 && params_size != kernel->param_size) {
-        eep_error(EEP_SUBSYS_JIT, "eep_jit_launch: params_size %zu but kernel %.16s takes %zu bytes",
-                  params_size, kernel->key, kernel->param_size);
+        eep_error(EEP_SUBSYS_JIT,
+                  "eep_jit_launch: params_size %zu but kernel %.16s takes %zu bytes", params_size,
+                  kernel->key, kernel->param_size);
         return EEP_ERR_INVALID_ARG;
     }
     status = eep_cuda_sym_driver(&cu);
@@ -635,19 +642,19 @@ eep_status_t eep_jit_launch_ex(const eep_jit_kernel_t *kernel, unsigned grid_x, 
         memset(&cfg, 0, sizeof(cfg));
         attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
         attr.value.programmaticStreamSerializationAllowed = 1;
-        cfg.gridDimX       = grid_x;
-        cfg.gridDimY       = 1;
-        cfg.gridDimZ       = 1;
-        cfg.blockDimX      = block_x;
-        cfg.blockDimY      = 1;
-        cfg.blockDimZ      = 1;
-        cfg.sharedMemBytes = (unsigned)shared_bytes;
-        cfg.hStream        = (CUstream)stream;
-        cfg.attrs          = &attr;
-        cfg.numAttrs       = 1;
-        return eep_status_from_cu(cu->cuLaunchKernelEx(&cfg, (CUfunction)kernel->function, args,
-                                                       NULL),
-                                  "cuLaunchKernelEx(jit kernel, programmatic dependent launch)");
+        cfg.gridDimX                                      = grid_x;
+        cfg.gridDimY                                      = 1;
+        cfg.gridDimZ                                      = 1;
+        cfg.blockDimX                                     = block_x;
+        cfg.blockDimY                                     = 1;
+        cfg.blockDimZ                                     = 1;
+        cfg.sharedMemBytes                                = (unsigned)shared_bytes;
+        cfg.hStream                                       = (CUstream)stream;
+        cfg.attrs                                         = &attr;
+        cfg.numAttrs                                      = 1;
+        return eep_status_from_cu(
+            cu->cuLaunchKernelEx(&cfg, (CUfunction)kernel->function, args, NULL),
+            "cuLaunchKernelEx(jit kernel, programmatic dependent launch)");
     }
     return eep_status_from_cu(cu->cuLaunchKernel((CUfunction)kernel->function, grid_x, 1, 1,
                                                  block_x, 1, 1, (unsigned)shared_bytes,

@@ -50,8 +50,8 @@ typedef enum {
 } eep_jit_backend_t;
 
 typedef struct {
-    size_t            size;          /* sizeof(eep_jit_spec_t): lets the struct grow */
-    const char       *header;        /* relative to the kernel source root: "barrier/barrier_kernel.cuh" */
+    size_t            size;   /* sizeof(eep_jit_spec_t): lets the struct grow */
+    const char       *header; /* relative to the kernel source root: "barrier/barrier_kernel.cuh" */
     const char       *function;      /* device function template: "eep_barrier_body" */
     const char       *template_args; /* "2, true"; NULL or "" for a non-template function */
     const char       *param_type;    /* the one parameter's type: "eep_barrier_params_t" */
@@ -66,12 +66,13 @@ typedef struct {
      * so a kernel's shape constants belong here (docs/jit.md, "Precompiled headers").  Added after
      * extra_flags: a spec whose size ends before it has none.
      */
-    const char       *defines;
+    const char *defines;
 } eep_jit_spec_t;
 
 typedef struct {
-    size_t      size;        /* sizeof(eep_jit_params_t) */
-    const char *cache_dir;   /* NULL: EEP_JIT_CACHE_DIR, else $XDG_CACHE_HOME/eep, else ~/.cache/eep */
+    size_t size; /* sizeof(eep_jit_params_t) */
+    const char
+        *cache_dir; /* NULL: EEP_JIT_CACHE_DIR, else $XDG_CACHE_HOME/eep, else ~/.cache/eep */
     const char *source_root; /* NULL: EEP_JIT_SOURCE_ROOT, else the installed/compiled-in root */
     const char *arch;        /* NULL: "sm_90" */
 } eep_jit_params_t;

@@ -115,7 +115,8 @@ eep_status_t eep_jit_cache_read(const char *path, void **cubin_p, size_t *size_p
         goto out_close;
     }
     why = "truncated header";
-    if ((size_t)st.st_size < sizeof(hdr) || eep_jit_read_all(fd, &hdr, sizeof(hdr), path) != EEP_OK) {
+    if ((size_t)st.st_size < sizeof(hdr) ||
+        eep_jit_read_all(fd, &hdr, sizeof(hdr), path) != EEP_OK) {
         goto corrupt;
     }
     why = "bad magic or format version";
@@ -236,8 +237,10 @@ eep_status_t eep_jit_cache_lock(const eep_jit_t *jit, const char *key, int *fd_p
         }
         waited = eep_clock_ms() - start;
         if (waited > EEP_JIT_LOCK_WAIT_MS) {
-            eep_error(EEP_SUBSYS_JIT, "waited %.0f s for another process compiling %.16s (lock "
-                      "%s); giving up", waited / 1000, key, path);
+            eep_error(EEP_SUBSYS_JIT,
+                      "waited %.0f s for another process compiling %.16s (lock "
+                      "%s); giving up",
+                      waited / 1000, key, path);
             close(fd);
             return EEP_ERR_TIMEOUT;
         }

@@ -16,8 +16,10 @@
 #define EEP_JIT_DEFAULT_SOURCE_ROOT "."
 #endif
 
+/* clang-format off */
 #define EEP_JIT_KNOB(_name, _def, _type, _field, _doc)                                      \
     { _name, _def, _doc, _type, offsetof(eep_jit_config_t, _field), EEP_KNOB_STARTUP, 0, 0 }
+/* clang-format on */
 
 static const eep_knob_t eep_jit_knobs[] = {
     EEP_JIT_KNOB("EEP_JIT_CACHE_DIR", "", EEP_KNOB_STRING, cache_dir,

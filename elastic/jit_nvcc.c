@@ -51,7 +51,8 @@ static eep_status_t eep_jit_nvcc_identity(eep_jit_t *jit, eep_sha256_t *hash)
     pthread_mutex_lock(&jit->lock);
     if (!jit->nvcc_identity_done) {
         if (jit->nvcc[0] == '\0') {
-            eep_error(EEP_SUBSYS_JIT, "no nvcc: EEP_JIT_NVCC is unset or missing and none is on "
+            eep_error(EEP_SUBSYS_JIT,
+                      "no nvcc: EEP_JIT_NVCC is unset or missing and none is on "
                       "PATH; the nvcc backend (GIN kernels) needs the CUDA toolkit");
             jit->nvcc_identity_status = EEP_ERR_JIT;
         } else {
@@ -132,7 +133,7 @@ static eep_status_t eep_jit_nvcc_run(const char *const *argv, const char *log_pa
     struct timespec            nap = { 0, 5 * 1000 * 1000 };
     posix_spawn_file_actions_t fa;
     eep_status_t               status = EEP_OK;
-    double                     start = eep_clock_ms();
+    double                     start  = eep_clock_ms();
     pid_t                      pid, done;
     int                        ret, wstatus = 0;
 
@@ -172,8 +173,8 @@ static eep_status_t eep_jit_nvcc_run(const char *const *argv, const char *log_pa
     return status;
 }
 
-static eep_status_t eep_jit_nvcc_compile(eep_jit_t *jit, const eep_jit_unit_t *unit,
-                                        void **cubin_p, size_t *size_p, char **log_p)
+static eep_status_t eep_jit_nvcc_compile(eep_jit_t *jit, const eep_jit_unit_t *unit, void **cubin_p,
+                                         size_t *size_p, char **log_p)
 {
     const char  *argv[EEP_JIT_MAX_OPTIONS + 8];
     char         dir[PATH_MAX], src[PATH_MAX + 128], out[PATH_MAX + 32], log[PATH_MAX + 32];

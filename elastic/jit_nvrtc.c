@@ -70,7 +70,8 @@ static const eep_jit_mem_header_t eep_jit_nvrtc_headers[] = {
     { "errno.h", "#pragma once\n#define EBUSY 16\n#define EIO 5\n" },
     { "linux/types.h",
       "#pragma once\n#include <cuda/std/cstdint>\n"
-      "typedef uint8_t __u8; typedef uint16_t __u16; typedef uint32_t __u32; typedef uint64_t __u64;\n"
+      "typedef uint8_t __u8; typedef uint16_t __u16;\n"
+      "typedef uint32_t __u32; typedef uint64_t __u64;\n"
       "typedef uint16_t __be16; typedef uint32_t __be32; typedef uint64_t __be64;\n" },
 };
 
@@ -144,7 +145,7 @@ static const char *eep_jit_nvrtc_pch_folder(void)
     }
     eep_jit_nvrtc_pch_pid    = getpid();
     eep_jit_nvrtc_pch_dir[0] = '\0';
-    tmp = eep_config_system_env("TMPDIR");
+    tmp                      = eep_config_system_env("TMPDIR");
     if (tmp == NULL || tmp[0] != '/' || strlen(tmp) > 4000) {
         tmp = "/tmp";
     }
@@ -158,8 +159,10 @@ static const char *eep_jit_nvrtc_pch_folder(void)
     }
     removed = eep_jit_nvrtc_pch_sweep(base);
     if (removed > 0) {
-        eep_info(EEP_SUBSYS_JIT, "nvrtc PCH: removed %d folder(s) of processes that are gone "
-                 "from %s", removed, base);
+        eep_info(EEP_SUBSYS_JIT,
+                 "nvrtc PCH: removed %d folder(s) of processes that are gone "
+                 "from %s",
+                 removed, base);
     }
     if (snprintf(eep_jit_nvrtc_pch_dir, sizeof(eep_jit_nvrtc_pch_dir), "%s/%d", base,
                  (int)getpid()) >= (int)sizeof(eep_jit_nvrtc_pch_dir)) {
@@ -256,7 +259,7 @@ static char *eep_jit_nvrtc_log(const eep_cuda_sym_t *sym, nvrtcProgram prog)
 }
 
 static eep_status_t eep_jit_nvrtc_compile(eep_jit_t *jit, const eep_jit_unit_t *unit,
-                                         void **cubin_p, size_t *size_p, char **log_p)
+                                          void **cubin_p, size_t *size_p, char **log_p)
 {
     const char           *names[sizeof(eep_jit_nvrtc_headers) / sizeof(eep_jit_nvrtc_headers[0])];
     const char           *contents[sizeof(names) / sizeof(names[0])];
@@ -317,7 +320,8 @@ static eep_status_t eep_jit_nvrtc_compile(eep_jit_t *jit, const eep_jit_unit_t *
     }
     res = sym->nvrtcGetCUBINSize(prog, &size);
     if (res != NVRTC_SUCCESS || size == 0) {
-        status = res != NVRTC_SUCCESS ? eep_status_from_nvrtc(res, "nvrtcGetCUBINSize") : EEP_ERR_JIT;
+        status = res != NVRTC_SUCCESS ? eep_status_from_nvrtc(res, "nvrtcGetCUBINSize")
+                                      : EEP_ERR_JIT;
         if (size == 0 && res == NVRTC_SUCCESS) {
             eep_error(EEP_SUBSYS_JIT, "nvrtc produced no cubin for %s (is -arch a real sm_XX?)",
                       unit->name);

@@ -59,17 +59,17 @@ static void eep_jit_prefetch_item_free(eep_jit_prefetch_item_t *item)
 static eep_jit_prefetch_item_t *eep_jit_prefetch_item_new(const eep_jit_spec_t *spec)
 {
     eep_jit_prefetch_item_t *item = calloc(1, sizeof(*item));
-    int                      ok = 1;
+    int                      ok   = 1;
 
     if (item == NULL) {
         return NULL;
     }
-#define EEP_JIT_DUP(_field, _src)                                                                \
-    do {                                                                                     \
-        if ((_src) != NULL) {                                                                \
-            item->spec._field = strdup(_src);                                                \
-            ok &= item->spec._field != NULL;                                                 \
-        }                                                                                    \
+#define EEP_JIT_DUP(_field, _src)                                                                  \
+    do {                                                                                           \
+        if ((_src) != NULL) {                                                                      \
+            item->spec._field = strdup(_src);                                                      \
+            ok &= item->spec._field != NULL;                                                       \
+        }                                                                                          \
     } while (0)
     EEP_JIT_DUP(header, spec->header);
     EEP_JIT_DUP(function, spec->function);
@@ -113,8 +113,9 @@ static void *eep_jit_prefetch_main(void *arg)
         quiet = eep_jit_foreground_quiet_ms();
         if (quiet < EEP_JIT_PREFETCH_QUIET_MS) {
             /* a foreground compile runs or just ended: look again soon (or when stopped) */
-            const long long wait_ms =
-                quiet < 0 ? 100 : (long long)(EEP_JIT_PREFETCH_QUIET_MS - quiet) + 1;
+            const long long wait_ms = quiet < 0
+                                          ? 100
+                                          : (long long)(EEP_JIT_PREFETCH_QUIET_MS - quiet) + 1;
             struct timespec until;
 
             clock_gettime(CLOCK_REALTIME, &until);
@@ -136,8 +137,10 @@ static void *eep_jit_prefetch_main(void *arg)
                      item->spec.defines != NULL ? item->spec.defines : "",
                      info.cache_hit ? "already cached" : "compiled", info.total_ms);
         } else {
-            eep_warn(EEP_SUBSYS_JIT, "prefetch of %s<%s> %s failed: %s; it will be compiled "
-                     "when it is first used", item->spec.function,
+            eep_warn(EEP_SUBSYS_JIT,
+                     "prefetch of %s<%s> %s failed: %s; it will be compiled "
+                     "when it is first used",
+                     item->spec.function,
                      item->spec.template_args != NULL ? item->spec.template_args : "",
                      item->spec.defines != NULL ? item->spec.defines : "",
                      eep_status_string(status));

@@ -59,9 +59,8 @@ static int eep_jit_chars_ok(const char *s, const char *extra)
 
 const char *eep_jit_spec_defines(const eep_jit_spec_t *spec)
 {
-    return spec->size >= offsetof(eep_jit_spec_t, defines) + sizeof(spec->defines)
-               ? spec->defines
-               : NULL;
+    return spec->size >= offsetof(eep_jit_spec_t, defines) + sizeof(spec->defines) ? spec->defines
+                                                                                   : NULL;
 }
 
 static eep_status_t eep_jit_spec_check(const eep_jit_t *jit, const eep_jit_spec_t *spec)
@@ -70,14 +69,18 @@ static eep_status_t eep_jit_spec_check(const eep_jit_t *jit, const eep_jit_spec_
     struct stat st;
 
     if (spec->size < offsetof(eep_jit_spec_t, extra_flags) + sizeof(spec->extra_flags)) {
-        eep_error(EEP_SUBSYS_JIT, "spec size %zu is too small for an eep_jit_spec_t (set it to "
-                  "sizeof(eep_jit_spec_t), %zu)", spec->size, sizeof(eep_jit_spec_t));
+        eep_error(EEP_SUBSYS_JIT,
+                  "spec size %zu is too small for an eep_jit_spec_t (set it to "
+                  "sizeof(eep_jit_spec_t), %zu)",
+                  spec->size, sizeof(eep_jit_spec_t));
         return EEP_ERR_INVALID_ARG;
     }
     if (spec->header == NULL || spec->header[0] == '\0' || spec->header[0] == '/' ||
         strstr(spec->header, "..") != NULL || !eep_jit_chars_ok(spec->header, "/.-+")) {
-        eep_error(EEP_SUBSYS_JIT, "spec header '%s' must be a plain path relative to the kernel "
-                  "source root", spec->header != NULL ? spec->header : "(null)");
+        eep_error(EEP_SUBSYS_JIT,
+                  "spec header '%s' must be a plain path relative to the kernel "
+                  "source root",
+                  spec->header != NULL ? spec->header : "(null)");
         return EEP_ERR_INVALID_ARG;
     }
     if (spec->function == NULL || spec->function[0] == '\0' ||
@@ -93,27 +96,35 @@ static eep_status_t eep_jit_spec_check(const eep_jit_t *jit, const eep_jit_spec_
         return EEP_ERR_INVALID_ARG;
     }
     if (spec->template_args != NULL && strpbrk(spec->template_args, ";{}#\"\\\n") != NULL) {
-        eep_error(EEP_SUBSYS_JIT, "spec template_args '%s' may not contain ; { } # \" \\ or a "
-                  "newline", spec->template_args);
+        eep_error(EEP_SUBSYS_JIT,
+                  "spec template_args '%s' may not contain ; { } # \" \\ or a "
+                  "newline",
+                  spec->template_args);
         return EEP_ERR_INVALID_ARG;
     }
     if (spec->extra_flags != NULL && strpbrk(spec->extra_flags, "\"'\\\n") != NULL) {
-        eep_error(EEP_SUBSYS_JIT, "spec extra_flags '%s' may not contain quotes, backslashes or "
-                  "newlines", spec->extra_flags);
+        eep_error(EEP_SUBSYS_JIT,
+                  "spec extra_flags '%s' may not contain quotes, backslashes or "
+                  "newlines",
+                  spec->extra_flags);
         return EEP_ERR_INVALID_ARG;
     }
     if (spec->launch_bounds < 0 || spec->launch_bounds > 1024) {
-        eep_error(EEP_SUBSYS_JIT, "spec launch_bounds %d is outside [0, 1024]", spec->launch_bounds);
+        eep_error(EEP_SUBSYS_JIT, "spec launch_bounds %d is outside [0, 1024]",
+                  spec->launch_bounds);
         return EEP_ERR_INVALID_ARG;
     }
     if ((int)spec->backend < EEP_JIT_BACKEND_AUTO || spec->backend > EEP_JIT_BACKEND_NVCC) {
-        eep_error(EEP_SUBSYS_JIT, "spec backend %d is not an eep_jit_backend_t", (int)spec->backend);
+        eep_error(EEP_SUBSYS_JIT, "spec backend %d is not an eep_jit_backend_t",
+                  (int)spec->backend);
         return EEP_ERR_INVALID_ARG;
     }
     if (eep_jit_pathf(path, sizeof(path), "%s/%s", jit->source_root, spec->header) != 0 ||
         stat(path, &st) != 0 || !S_ISREG(st.st_mode)) {
-        eep_error(EEP_SUBSYS_JIT, "spec header %s not found under the kernel source root %s (set "
-                  "EEP_JIT_SOURCE_ROOT)", spec->header, jit->source_root);
+        eep_error(EEP_SUBSYS_JIT,
+                  "spec header %s not found under the kernel source root %s (set "
+                  "EEP_JIT_SOURCE_ROOT)",
+                  spec->header, jit->source_root);
         return EEP_ERR_INVALID_ARG;
     }
     return EEP_OK;
@@ -123,9 +134,10 @@ static eep_status_t eep_jit_pick_backend(const eep_jit_t *jit, const eep_jit_spe
                                          eep_jit_backend_t *backend_p)
 {
     if (spec->backend == EEP_JIT_BACKEND_NVRTC && spec->needs_gin) {
-        eep_error(EEP_SUBSYS_JIT, "%s needs GIN, which NVRTC cannot compile with NCCL %d's headers "
-                  "(packed layouts are rejected); use the nvcc or auto backend", spec->header,
-                  NCCL_VERSION_CODE);
+        eep_error(EEP_SUBSYS_JIT,
+                  "%s needs GIN, which NVRTC cannot compile with NCCL %d's headers "
+                  "(packed layouts are rejected); use the nvcc or auto backend",
+                  spec->header, NCCL_VERSION_CODE);
         return EEP_ERR_UNSUPPORTED;
     }
     if (spec->backend != EEP_JIT_BACKEND_AUTO) {
@@ -143,11 +155,11 @@ static eep_status_t eep_jit_pick_backend(const eep_jit_t *jit, const eep_jit_spe
 static eep_status_t eep_jit_unit_options(eep_jit_t *jit, const eep_jit_spec_t *spec,
                                          const eep_jit_backend_ops_t *ops, eep_jit_unit_t *unit)
 {
-    const char *extra = spec->extra_flags != NULL ? spec->extra_flags : "";
-    size_t      cap = 4 * PATH_MAX + strlen(extra) + 256, used = 0;
+    const char        *extra = spec->extra_flags != NULL ? spec->extra_flags : "";
+    size_t             cap = 4 * PATH_MAX + strlen(extra) + 256, used = 0;
     const char *const *f;
-    char       *buf, *tok, *save;
-    int         i;
+    char              *buf, *tok, *save;
+    int                i;
 
     for (f = ops->flags; f != NULL && *f != NULL; f++) {
         cap += strlen(*f) + 1;
@@ -159,10 +171,10 @@ static eep_status_t eep_jit_unit_options(eep_jit_t *jit, const eep_jit_spec_t *s
     unit->option_buf = buf;
     unit->n_options  = 0;
 
-#define EEP_JIT_ADD_OPTION(...)                                                         \
-    do {                                                                                \
-        unit->options[unit->n_options++] = buf + used;                                  \
-        used += (size_t)snprintf(buf + used, cap - used, __VA_ARGS__) + 1;              \
+#define EEP_JIT_ADD_OPTION(...)                                                                    \
+    do {                                                                                           \
+        unit->options[unit->n_options++] = buf + used;                                             \
+        used += (size_t)snprintf(buf + used, cap - used, __VA_ARGS__) + 1;                         \
     } while (0)
 
     EEP_JIT_ADD_OPTION("-arch=%s", jit->arch);
@@ -199,7 +211,7 @@ static eep_status_t eep_jit_define_lines(const char *defines, char **lines_p)
 {
     /* a token of n characters becomes "#define " + n + "\n"; at most (len + 1) / 2 tokens */
     size_t len = defines != NULL ? strlen(defines) : 0, cap = len + 9 * ((len + 1) / 2) + 1;
-    size_t used = 0;
+    size_t used  = 0;
     char  *lines = malloc(cap), *copy = malloc(len + 1), *tok, *save = NULL;
 
     if (lines == NULL || copy == NULL) {
@@ -217,7 +229,8 @@ static eep_status_t eep_jit_define_lines(const char *defines, char **lines_p)
         }
         if (tok[0] == '\0' || (tok[0] >= '0' && tok[0] <= '9') || !eep_jit_chars_ok(tok, "") ||
             (eq != NULL && (eq[1] == '\0' || !eep_jit_chars_ok(eq + 1, ".+-")))) {
-            eep_error(EEP_SUBSYS_JIT, "spec defines '%s' must be blank-separated NAME or "
+            eep_error(EEP_SUBSYS_JIT,
+                      "spec defines '%s' must be blank-separated NAME or "
                       "NAME=VALUE (NAME a C identifier, VALUE of letters, digits, _ . + -)",
                       defines);
             free(lines);
@@ -236,23 +249,23 @@ static eep_status_t eep_jit_define_lines(const char *defines, char **lines_p)
    reference that reaches a non-inlined function (a fault report) otherwise makes every thread
    copy the whole struct to its stack at entry (368 bytes for the EP kernels: on one H200 the
    dispatch's blocks then began 1.4-4.4 us after the previous kernel ended, instead of at once). */
-#define EEP_JIT_GRID_CONST_DEF                                                                    \
-    "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700\n"                                        \
-    "#define EEP_JIT_GRID_CONST __grid_constant__\n"                                              \
-    "#else\n"                                                                                     \
-    "#define EEP_JIT_GRID_CONST\n"                                                                \
+#define EEP_JIT_GRID_CONST_DEF                                                                     \
+    "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700\n"                                         \
+    "#define EEP_JIT_GRID_CONST __grid_constant__\n"                                               \
+    "#else\n"                                                                                      \
+    "#define EEP_JIT_GRID_CONST\n"                                                                 \
     "#endif\n"
 
 eep_status_t eep_jit_unit_build(eep_jit_t *jit, const eep_jit_spec_t *spec, eep_jit_unit_t *unit_p)
 {
     const eep_jit_backend_ops_t *ops;
-    eep_jit_unit_t unit;
-    eep_status_t   status;
-    char          *defines = NULL;
-    const char    *targs = spec->template_args != NULL ? spec->template_args : "";
-    size_t         len;
-    char           bounds[64] = "";
-    int            n;
+    eep_jit_unit_t               unit;
+    eep_status_t                 status;
+    char                        *defines = NULL;
+    const char                  *targs   = spec->template_args != NULL ? spec->template_args : "";
+    size_t                       len;
+    char                         bounds[64] = "";
+    int                          n;
 
     status = eep_jit_spec_check(jit, spec);
     if (status != EEP_OK) {
@@ -263,14 +276,14 @@ eep_status_t eep_jit_unit_build(eep_jit_t *jit, const eep_jit_spec_t *spec, eep_
     if (status != EEP_OK) {
         return status;
     }
-    ops = eep_jit_backend_ops(unit.backend);
-    unit.mem_headers    = ops->mem_headers;
-    unit.n_mem_headers  = ops->n_mem_headers;
+    ops                                      = eep_jit_backend_ops(unit.backend);
+    unit.mem_headers                         = ops->mem_headers;
+    unit.n_mem_headers                       = ops->n_mem_headers;
     unit.include_dirs[unit.n_include_dirs++] = jit->source_root;
     unit.include_dirs[unit.n_include_dirs++] = jit->nccl_include;
     unit.include_dirs[unit.n_include_dirs++] = jit->cuda_include;
     unit.include_dirs[unit.n_include_dirs++] = jit->cccl_include;
-    status = eep_jit_unit_options(jit, spec, ops, &unit);
+    status                                   = eep_jit_unit_options(jit, spec, ops, &unit);
     if (status != EEP_OK) {
         goto err_cleanup;
     }
@@ -288,23 +301,20 @@ eep_status_t eep_jit_unit_build(eep_jit_t *jit, const eep_jit_spec_t *spec, eep_
         status = EEP_ERR_NO_MEMORY;
         goto err_cleanup;
     }
-    n = snprintf(unit.source, len,
-                 "/* generated by eep_jit (%s): %s%s%s%s(const %s &) */\n"
-                 "%s"
-                 "%s"
-                 "#include \"%s\"\n"
-                 EEP_JIT_GRID_CONST_DEF
-                 "extern \"C\" __global__ void %s" EEP_JIT_ENTRY_NAME
-                 "(const EEP_JIT_GRID_CONST %s p)\n"
-                 "{\n"
-                 "    %s%s%s%s(p);\n"
-                 "}\n",
-                 ops->name, spec->function, targs[0] != '\0' ? "<" : "", targs,
-                 targs[0] != '\0' ? ">" : "", spec->param_type,
-                 ops->unit_prologue != NULL ? ops->unit_prologue : "", defines, spec->header,
-                 bounds,
-                 spec->param_type, spec->function, targs[0] != '\0' ? "<" : "", targs,
-                 targs[0] != '\0' ? ">" : "");
+    n = snprintf(
+        unit.source, len,
+        "/* generated by eep_jit (%s): %s%s%s%s(const %s &) */\n"
+        "%s"
+        "%s"
+        "#include \"%s\"\n" EEP_JIT_GRID_CONST_DEF
+        "extern \"C\" __global__ void %s" EEP_JIT_ENTRY_NAME "(const EEP_JIT_GRID_CONST %s p)\n"
+        "{\n"
+        "    %s%s%s%s(p);\n"
+        "}\n",
+        ops->name, spec->function, targs[0] != '\0' ? "<" : "", targs, targs[0] != '\0' ? ">" : "",
+        spec->param_type, ops->unit_prologue != NULL ? ops->unit_prologue : "", defines,
+        spec->header, bounds, spec->param_type, spec->function, targs[0] != '\0' ? "<" : "", targs,
+        targs[0] != '\0' ? ">" : "");
     if (n < 0 || (size_t)n >= len) {
         status = EEP_ERR_INTERNAL;
         goto err_cleanup;
@@ -441,7 +451,7 @@ static int eep_jit_memo_match(const eep_jit_memo_t *m, const char *path, const s
 static void eep_jit_memo_store(eep_jit_t *jit, const char *path, const struct stat *st,
                                const char *text, size_t len, const uint8_t *digest)
 {
-    eep_jit_memo_t *m = NULL, *grown;
+    eep_jit_memo_t *m         = NULL, *grown;
     char           *copy_text = malloc(len + 1), *copy_path = strdup(path);
     size_t          i;
 
@@ -534,7 +544,8 @@ static eep_status_t eep_jit_header_read(eep_jit_t *jit, const char *path, char *
     }
     eep_sha256(text, *len_p, digest_p);
     clock_gettime(CLOCK_REALTIME, &now);
-    if (stat(path, &after) == 0 && memcmp(&before.st_mtim, &after.st_mtim, sizeof(after.st_mtim)) == 0 &&
+    if (stat(path, &after) == 0 &&
+        memcmp(&before.st_mtim, &after.st_mtim, sizeof(after.st_mtim)) == 0 &&
         before.st_size == after.st_size && before.st_ino == after.st_ino &&
         after.st_mtim.tv_sec + jit->memo_racy_s < now.tv_sec &&
         after.st_ctim.tv_sec + jit->memo_racy_s < now.tv_sec && (size_t)after.st_size == *len_p) {
@@ -556,7 +567,7 @@ static int eep_jit_scan_seen(eep_jit_scan_t *scan, const char *path)
     }
     if (scan->n_seen == scan->cap_seen) {
         scan->cap_seen = scan->cap_seen * 2 + 32;
-        grown = realloc(scan->seen, scan->cap_seen * sizeof(*grown));
+        grown          = realloc(scan->seen, scan->cap_seen * sizeof(*grown));
         if (grown == NULL) {
             return -1;
         }
@@ -597,7 +608,8 @@ static eep_status_t eep_jit_scan_include(eep_jit_scan_t *scan, const char *name,
         }
     }
     for (i = 0; !found && i < (size_t)scan->unit->n_include_dirs; i++) {
-        found = eep_jit_pathf(cand, sizeof(cand), "%s/%s", scan->unit->include_dirs[i], name) == 0 &&
+        found = eep_jit_pathf(cand, sizeof(cand), "%s/%s", scan->unit->include_dirs[i], name) ==
+                    0 &&
                 eep_jit_is_file(cand);
     }
     if (!found) {
@@ -628,7 +640,7 @@ static eep_status_t eep_jit_scan_include(eep_jit_scan_t *scan, const char *name,
     eep_jit_hash_str(scan->hash, "include-file", label);
     eep_jit_hash_field(scan->hash, "content", digest, sizeof(digest));
     *strrchr(path, '/') = '\0';
-    status = eep_jit_scan_text(scan, text, path, depth + 1);
+    status              = eep_jit_scan_text(scan, text, path, depth + 1);
     free(text);
     return status;
 }
@@ -691,13 +703,13 @@ static eep_status_t eep_jit_scan_text(eep_jit_scan_t *scan, const char *text, co
 eep_status_t eep_jit_unit_key(eep_jit_t *jit, eep_jit_unit_t *unit)
 {
     const eep_jit_backend_ops_t *ops = eep_jit_backend_ops(unit->backend);
-    eep_jit_scan_t scan;
-    eep_sha256_t   hash;
-    uint8_t        digest[EEP_SHA256_BYTES];
-    eep_status_t   status;
-    char           num[32], opt[PATH_MAX + 8];
-    size_t         i, rlen = strlen(jit->source_root);
-    double         start = eep_clock_ms();
+    eep_jit_scan_t               scan;
+    eep_sha256_t                 hash;
+    uint8_t                      digest[EEP_SHA256_BYTES];
+    eep_status_t                 status;
+    char                         num[32], opt[PATH_MAX + 8];
+    size_t                       i, rlen = strlen(jit->source_root);
+    double                       start = eep_clock_ms();
 
     eep_sha256_init(&hash);
     eep_jit_hash_str(&hash, "format", "eep-jit-key-1");
@@ -733,7 +745,7 @@ eep_status_t eep_jit_unit_key(eep_jit_t *jit, eep_jit_unit_t *unit)
     scan.jit  = jit;
     scan.unit = unit;
     scan.hash = &hash;
-    status = eep_jit_scan_text(&scan, unit->source, NULL, 0);
+    status    = eep_jit_scan_text(&scan, unit->source, NULL, 0);
     for (i = 0; i < scan.n_seen; i++) {
         free(scan.seen[i]);
     }

@@ -44,13 +44,19 @@ static const char *const eep_log_level_names[] = {
 };
 
 static const char *const eep_log_subsys_names[EEP_SUBSYS_COUNT] = {
-    [EEP_SUBSYS_CORE] = "core",          [EEP_SUBSYS_CONFIG] = "config",
-    [EEP_SUBSYS_JIT] = "jit",            [EEP_SUBSYS_RUNTIME] = "runtime",
-    [EEP_SUBSYS_BARRIER] = "barrier",    [EEP_SUBSYS_KERNEL] = "kernel",
-    [EEP_SUBSYS_BOOTSTRAP] = "bootstrap", [EEP_SUBSYS_ETCD] = "etcd",
-    [EEP_SUBSYS_AGENT] = "agent",        [EEP_SUBSYS_EEPD] = "eepd",
-    [EEP_SUBSYS_RPC] = "rpc",            [EEP_SUBSYS_TOOL] = "tool",
-    [EEP_SUBSYS_TEST] = "test",
+    [EEP_SUBSYS_CORE]      = "core",
+    [EEP_SUBSYS_CONFIG]    = "config",
+    [EEP_SUBSYS_JIT]       = "jit",
+    [EEP_SUBSYS_RUNTIME]   = "runtime",
+    [EEP_SUBSYS_BARRIER]   = "barrier",
+    [EEP_SUBSYS_KERNEL]    = "kernel",
+    [EEP_SUBSYS_BOOTSTRAP] = "bootstrap",
+    [EEP_SUBSYS_ETCD]      = "etcd",
+    [EEP_SUBSYS_AGENT]     = "agent",
+    [EEP_SUBSYS_EEPD]      = "eepd",
+    [EEP_SUBSYS_RPC]       = "rpc",
+    [EEP_SUBSYS_TOOL]      = "tool",
+    [EEP_SUBSYS_TEST]      = "test",
 };
 
 const char *eep_log_level_name(eep_log_level_t level)
@@ -140,8 +146,10 @@ static void eep_log_configure(void)
     if (eep_log_level_parse(cfg.log_level, &level) == 0) {
         eep_log_ctx.level = level;
     } else {
-        fprintf(stderr, "eep: EEP_LOG_LEVEL '%s' is not one of none, error, warn, info, debug, "
-                "trace; using warn\n", cfg.log_level);
+        fprintf(stderr,
+                "eep: EEP_LOG_LEVEL '%s' is not one of none, error, warn, info, debug, "
+                "trace; using warn\n",
+                cfg.log_level);
     }
     mask = eep_log_parse_subsys(cfg.log_subsys, unknown, sizeof(unknown));
     if (unknown[0] != '\0') {
@@ -203,8 +211,8 @@ void eep_log_write(eep_log_level_t level, eep_log_subsys_t subsys, const char *f
     pthread_mutex_lock(&eep_log_ctx.lock);
     out = eep_log_ctx.file != NULL ? eep_log_ctx.file : stderr;
     fprintf(out, "%s:%d:%ld [%s] %s %s %s:%d %s\n", eep_log_ctx.host, (int)getpid(),
-            (long)syscall(SYS_gettid), rank, eep_log_level_name(level),
-            eep_log_subsys_name(subsys), base != NULL ? base + 1 : file, line, message);
+            (long)syscall(SYS_gettid), rank, eep_log_level_name(level), eep_log_subsys_name(subsys),
+            base != NULL ? base + 1 : file, line, message);
     if (eep_log_ctx.hook != NULL) {
         eep_log_ctx.hook(level, subsys, message, eep_log_ctx.hook_arg);
     }

@@ -66,16 +66,16 @@ void eep_log_set_level(eep_log_level_t level);
 
 /** @return the level name ("warn"), or NULL; and parse one ("warn" -> EEP_LOG_LEVEL_WARN). */
 const char *eep_log_level_name(eep_log_level_t level);
-int eep_log_level_parse(const char *name, eep_log_level_t *level_p);
+int         eep_log_level_parse(const char *name, eep_log_level_t *level_p);
 
 /** @return the subsystem's name ("jit"). */
 const char *eep_log_subsys_name(eep_log_subsys_t subsys);
 
-#define eep_log(_level, _subsys, ...)                                                  \
-    do {                                                                               \
-        if (eep_log_enabled((_level), (_subsys))) {                                   \
-            eep_log_write((_level), (_subsys), __FILE__, __LINE__, __VA_ARGS__);       \
-        }                                                                              \
+#define eep_log(_level, _subsys, ...)                                                              \
+    do {                                                                                           \
+        if (eep_log_enabled((_level), (_subsys))) {                                                \
+            eep_log_write((_level), (_subsys), __FILE__, __LINE__, __VA_ARGS__);                   \
+        }                                                                                          \
     } while (0)
 
 #define eep_error(_subsys, ...) eep_log(EEP_LOG_LEVEL_ERROR, _subsys, __VA_ARGS__)
@@ -83,18 +83,20 @@ const char *eep_log_subsys_name(eep_log_subsys_t subsys);
 #define eep_info(_subsys, ...)  eep_log(EEP_LOG_LEVEL_INFO, _subsys, __VA_ARGS__)
 #define eep_debug(_subsys, ...) eep_log(EEP_LOG_LEVEL_DEBUG, _subsys, __VA_ARGS__)
 #ifdef NDEBUG
-#define eep_trace(_subsys, ...) do { } while (0)
+#define eep_trace(_subsys, ...)                                                                    \
+    do {                                                                                           \
+    } while (0)
 #else
 #define eep_trace(_subsys, ...) eep_log(EEP_LOG_LEVEL_TRACE, _subsys, __VA_ARGS__)
 #endif
 
 /* Once per call site, for progress loops. */
-#define eep_warn_once(_subsys, ...)                                                    \
-    do {                                                                               \
-        static int _eep_once;                                                          \
-        if (!__atomic_exchange_n(&_eep_once, 1, __ATOMIC_RELAXED)) {                   \
-            eep_warn(_subsys, __VA_ARGS__);                                            \
-        }                                                                              \
+#define eep_warn_once(_subsys, ...)                                                                \
+    do {                                                                                           \
+        static int _eep_once;                                                                      \
+        if (!__atomic_exchange_n(&_eep_once, 1, __ATOMIC_RELAXED)) {                               \
+            eep_warn(_subsys, __VA_ARGS__);                                                        \
+        }                                                                                          \
     } while (0)
 
 #ifdef __cplusplus

@@ -23,9 +23,11 @@ eep_status_t eep_nccl_check_version(const char **path_p)
         return eep_status_from_nccl(res, NULL, "ncclGetVersion");
     }
     if (version != NCCL_VERSION_CODE) {
-        eep_error(EEP_SUBSYS_CORE, "loaded NCCL %d (%s) but compiled against NCCL %d: the device "
+        eep_error(EEP_SUBSYS_CORE,
+                  "loaded NCCL %d (%s) but compiled against NCCL %d: the device "
                   "API needs the same release; put the matching libnccl.so.2 first (rebuild with "
-                  "NCCL_HOME pointing at it)", version, path, NCCL_VERSION_CODE);
+                  "NCCL_HOME pointing at it)",
+                  version, path, NCCL_VERSION_CODE);
         return EEP_ERR_VERSION_MISMATCH;
     }
     return EEP_OK;

@@ -21,7 +21,7 @@
 #define EEP_WINDOW_GRANULARITY (2u << 20)
 
 static eep_status_t eep_runtime_check_params(const eep_runtime_params_t *params,
-                                             eep_runtime_t **rt_p)
+                                             eep_runtime_t             **rt_p)
 {
     if (rt_p == NULL) {
         eep_error(EEP_SUBSYS_RUNTIME, "eep_runtime_create: rt_p is NULL");
@@ -33,13 +33,15 @@ static eep_status_t eep_runtime_check_params(const eep_runtime_params_t *params,
     }
     if (params->size < offsetof(eep_runtime_params_t, timeout_ms) + sizeof(int) ||
         params->size > sizeof(eep_runtime_params_t)) {
-        eep_error(EEP_SUBSYS_RUNTIME, "eep_runtime_params_t.size %zu is not a size this library "
-                  "knows (%zu): set it to sizeof(eep_runtime_params_t)", params->size,
-                  sizeof(eep_runtime_params_t));
+        eep_error(EEP_SUBSYS_RUNTIME,
+                  "eep_runtime_params_t.size %zu is not a size this library "
+                  "knows (%zu): set it to sizeof(eep_runtime_params_t)",
+                  params->size, sizeof(eep_runtime_params_t));
         return EEP_ERR_INVALID_ARG;
     }
     if (params->bootstrap == NULL && params->nccl_comm == NULL) {
-        eep_error(EEP_SUBSYS_RUNTIME, "eep_runtime_create: params.bootstrap and params.nccl_comm "
+        eep_error(EEP_SUBSYS_RUNTIME,
+                  "eep_runtime_create: params.bootstrap and params.nccl_comm "
                   "are both NULL: give a bootstrap (to create a communicator) or a communicator");
         return EEP_ERR_INVALID_ARG;
     }
@@ -107,10 +109,10 @@ static eep_status_t eep_runtime_map_fault_page(eep_runtime_t *rt, const eep_cuda
     void        *host = NULL;
     eep_status_t status;
 
-    status = eep_status_from_cu(cu->cuMemHostAlloc(&host, sizeof(eep_fault_page_t),
-                                                   CU_MEMHOSTALLOC_DEVICEMAP |
-                                                   CU_MEMHOSTALLOC_PORTABLE),
-                                "cuMemHostAlloc(fault page)");
+    status = eep_status_from_cu(
+        cu->cuMemHostAlloc(&host, sizeof(eep_fault_page_t),
+                           CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE),
+        "cuMemHostAlloc(fault page)");
     if (status != EEP_OK) {
         return status;
     }
@@ -118,6 +120,7 @@ static eep_status_t eep_runtime_map_fault_page(eep_runtime_t *rt, const eep_cuda
     rt->fault_host          = host;
     rt->fault_host->magic   = EEP_FAULT_MAGIC;
     rt->fault_host->version = EEP_LAYOUT_VERSION;
+
     status = eep_status_from_cu(cu->cuMemHostGetDevicePointer(&dptr, host, 0),
                                 "cuMemHostGetDevicePointer(fault page)");
     if (status != EEP_OK) {
@@ -152,11 +155,11 @@ eep_status_t eep_runtime_create(const eep_runtime_params_t *params, eep_runtime_
     }
     rt->timeout_ms   = p.timeout_ms > 0 ? p.timeout_ms : (int)rt->cfg.timeout_ms;
     rt->window_bytes = p.window_bytes > 0 ? p.window_bytes : (size_t)rt->cfg.window_bytes;
-    rt->window_bytes = (rt->window_bytes + EEP_WINDOW_GRANULARITY - 1) /
-                       EEP_WINDOW_GRANULARITY * EEP_WINDOW_GRANULARITY;
+    rt->window_bytes = (rt->window_bytes + EEP_WINDOW_GRANULARITY - 1) / EEP_WINDOW_GRANULARITY *
+                       EEP_WINDOW_GRANULARITY;
     if (rt->window_bytes == 0) {
         eep_error(EEP_SUBSYS_RUNTIME, "window size is 0: set params.window_bytes or "
-                  "EEP_WINDOW_SIZE");
+                                      "EEP_WINDOW_SIZE");
         status = EEP_ERR_INVALID_ARG;
         goto err_free;
     }
@@ -271,11 +274,16 @@ void *eep_runtime_nccl_comm(const eep_runtime_t *rt)
 static const char *eep_phase_name(int phase)
 {
     switch (phase) {
-    case EEP_PHASE_BARRIER_LSA: return "scale-up barrier";
-    case EEP_PHASE_BARRIER_GIN: return "scale-out barrier";
-    case EEP_PHASE_EP_DISPATCH: return "dispatch";
-    case EEP_PHASE_EP_COMBINE:  return "combine";
-    default:                    return "unknown phase";
+    case EEP_PHASE_BARRIER_LSA:
+        return "scale-up barrier";
+    case EEP_PHASE_BARRIER_GIN:
+        return "scale-out barrier";
+    case EEP_PHASE_EP_DISPATCH:
+        return "dispatch";
+    case EEP_PHASE_EP_COMBINE:
+        return "combine";
+    default:
+        return "unknown phase";
     }
 }
 
@@ -305,20 +313,24 @@ static void eep_runtime_log_fault(eep_runtime_t *rt, unsigned flag)
     int                have = eep_runtime_fault(rt, &rec) == EEP_OK;
 
     if (have && rec.phase == EEP_PHASE_EP_BAD_EXPERT) {
-        eep_error(EEP_SUBSYS_KERNEL, "dispatch: token %llu of rank %d has expert id %lld "
-                  "outside [-1, num_experts) or repeated: dropped", rec.expected, rec.rank,
-                  (long long)rec.observed);
+        eep_error(EEP_SUBSYS_KERNEL,
+                  "dispatch: token %llu of rank %d has expert id %lld "
+                  "outside [-1, num_experts) or repeated: dropped",
+                  rec.expected, rec.rank, (long long)rec.observed);
     } else if (have && flag != EEP_ABORT_FAULT &&
                (rec.phase == EEP_PHASE_EP_DISPATCH || rec.phase == EEP_PHASE_EP_COMBINE)) {
         /* Dispatch/combine wait on (sequence << 32) | value words: show both halves. */
-        eep_error(EEP_SUBSYS_KERNEL, "%s timed out waiting for peer %d after %llu us "
+        eep_error(EEP_SUBSYS_KERNEL,
+                  "%s timed out waiting for peer %d after %llu us "
                   "(expected sequence %llu, seen sequence %llu value %llu)",
-                  eep_phase_name(rec.phase), rec.peer, rec.waited_ns / 1000,
-                  rec.expected >> 32, rec.observed >> 32, rec.observed & 0xffffffffull);
+                  eep_phase_name(rec.phase), rec.peer, rec.waited_ns / 1000, rec.expected >> 32,
+                  rec.observed >> 32, rec.observed & 0xffffffffull);
     } else if (have && flag != EEP_ABORT_FAULT) {
-        eep_error(EEP_SUBSYS_BARRIER, "%s timed out waiting for peer %d after %llu us "
-                  "(expected %llu, observed %llu)", eep_phase_name(rec.phase), rec.peer,
-                  rec.waited_ns / 1000, rec.expected, rec.observed);
+        eep_error(EEP_SUBSYS_BARRIER,
+                  "%s timed out waiting for peer %d after %llu us "
+                  "(expected %llu, observed %llu)",
+                  eep_phase_name(rec.phase), rec.peer, rec.waited_ns / 1000, rec.expected,
+                  rec.observed);
     } else if (flag == EEP_ABORT_HOST) {
         eep_warn(EEP_SUBSYS_RUNTIME, "runtime aborted by the host");
     }
@@ -338,8 +350,9 @@ eep_status_t eep_poll(eep_runtime_t *rt)
             rt->fault_seen = 1;
             eep_runtime_log_fault(rt, flag);
         }
-        return flag == EEP_ABORT_HOST ? EEP_ERR_ABORTED :
-               flag == EEP_ABORT_FAULT ? EEP_ERR_DEVICE_FAULT : EEP_ERR_PEER_TIMEOUT;
+        return flag == EEP_ABORT_HOST    ? EEP_ERR_ABORTED
+               : flag == EEP_ABORT_FAULT ? EEP_ERR_DEVICE_FAULT
+                                         : EEP_ERR_PEER_TIMEOUT;
     }
     return eep_runtime_nccl_poll(rt);
 }
@@ -406,7 +419,7 @@ static void eep_stream_wait_abort(void *ctx)
     eep_runtime_abort(((eep_stream_wait_ctx_t *)ctx)->rt);
 }
 
-eep_status_t eep_runtime_stream_wait(eep_runtime_t *rt, void *stream,
+eep_status_t eep_runtime_stream_wait(eep_runtime_t *rt, void              *stream,
                                      int (*should_abort)(void *ctx), void *ctx)
 {
     eep_stream_wait_ctx_t c = { rt, stream };
@@ -454,8 +467,9 @@ eep_status_t eep_runtime_clear_fault(eep_runtime_t *rt)
         return status;
     }
     /* The device counter that hands out record slots, then the page. */
-    status = eep_status_from_cu(cu->cuMemsetD32((CUdeviceptr)rt->buf + rt->layout.counters_off,
-                                                0, 1), "cuMemsetD32(fault claim)");
+    status = eep_status_from_cu(
+        cu->cuMemsetD32((CUdeviceptr)rt->buf + rt->layout.counters_off, 0, 1),
+        "cuMemsetD32(fault claim)");
     if (status != EEP_OK) {
         return status;
     }

@@ -20,12 +20,12 @@ extern "C" {
 
 /* Where the workspace regions sit in the window (byte offsets from its start). */
 typedef struct {
-    size_t lsa_arrive_off;  /* u64[EEP_MAX_LSA_RANKS]: arrive[j] = barriers LSA peer j entered */
-    size_t gin_epoch_off;   /* u64: barriers this rank entered on the scale-out (GIN) side */
-    size_t counters_off;    /* u64[EEP_WS_COUNTERS]: monotonic counters; [0] claims fault slots */
-    size_t peer_slots_off;  /* nranks slots of peer_slot_bytes: per-peer exchange (counts) */
+    size_t lsa_arrive_off; /* u64[EEP_MAX_LSA_RANKS]: arrive[j] = barriers LSA peer j entered */
+    size_t gin_epoch_off;  /* u64: barriers this rank entered on the scale-out (GIN) side */
+    size_t counters_off;   /* u64[EEP_WS_COUNTERS]: monotonic counters; [0] claims fault slots */
+    size_t peer_slots_off; /* nranks slots of peer_slot_bytes: per-peer exchange (counts) */
     size_t peer_slot_bytes;
-    size_t data_off;        /* first byte after the workspace: token buffers */
+    size_t data_off; /* first byte after the workspace: token buffers */
     size_t window_bytes;
 } eep_workspace_layout_t;
 
@@ -48,21 +48,21 @@ struct eep_runtime {
     int                    device;
     int                    gin, gin_probed;
     int                    timeout_ms;
-    int                    fault_seen;   /* a fault was reported: abort the comm on destroy */
-    void                  *cu_ctx;       /* CUcontext: the device's primary context */
-    int                    cu_dev;       /* CUdevice */
-    eep_fault_page_t      *fault_host;   /* pinned, device-mapped */
-    uint64_t               fault_dev;    /* its device address */
+    int                    fault_seen; /* a fault was reported: abort the comm on destroy */
+    void                  *cu_ctx;     /* CUcontext: the device's primary context */
+    int                    cu_dev;     /* CUdevice */
+    eep_fault_page_t      *fault_host; /* pinned, device-mapped */
+    uint64_t               fault_dev;  /* its device address */
     eep_runtime_nccl_t    *nccl;
-    void                  *window;       /* ncclWindow_t */
-    void                  *buf;          /* ncclMemAlloc base (local address) */
+    void                  *window; /* ncclWindow_t */
+    void                  *buf;    /* ncclMemAlloc base (local address) */
     size_t                 window_bytes;
-    eep_devcomm_blob_t     devcomm;      /* ncclDevComm */
+    eep_devcomm_blob_t     devcomm; /* ncclDevComm */
     int                    gin_signal0;
     eep_workspace_layout_t layout;
     eep_jit_t             *jit;
     eep_jit_kernel_t      *barrier_kernels[2]; /* by eep_barrier_mode_t */
-    struct eep_ep_state   *ep;           /* dispatch/combine state (elastic/ep.c), lazily made */
+    struct eep_ep_state   *ep; /* dispatch/combine state (elastic/ep.c), lazily made */
 };
 
 /* elastic/ep.c: free the dispatch/combine state (kernels are owned by rt->jit). */
@@ -75,7 +75,7 @@ eep_status_t eep_runtime_nccl_setup(eep_runtime_t *rt, eep_bootstrap_t *bs, void
 void eep_runtime_nccl_teardown(eep_runtime_t *rt, int abort);
 /* ncclCommGetAsyncError, translated. */
 eep_status_t eep_runtime_nccl_poll(eep_runtime_t *rt);
-void *eep_runtime_nccl_comm_get(const eep_runtime_t *rt);
+void        *eep_runtime_nccl_comm_get(const eep_runtime_t *rt);
 /* rank, size and CUDA device of an adopted communicator. */
 eep_status_t eep_runtime_nccl_comm_info(void *comm, int *rank_p, int *nranks_p, int *device_p);
 

@@ -56,7 +56,7 @@ static eep_status_t eep_barrier_kernel(eep_runtime_t *rt, eep_barrier_mode_t mod
     spec.needs_gin     = rt->gin;
     spec.backend       = EEP_JIT_BACKEND_AUTO;
     spec.defines       = rt->gin ? "EEP_BARRIER_GIN=1" : NULL;
-    status = eep_jit_get_kernel(rt->jit, &spec, &rt->barrier_kernels[mode]);
+    status             = eep_jit_get_kernel(rt->jit, &spec, &rt->barrier_kernels[mode]);
     if (status != EEP_OK) {
         eep_error(EEP_SUBSYS_BARRIER, "cannot build the %s barrier kernel",
                   mode == EEP_BARRIER_SEQUENTIAL ? "sequential" : "parallel");
@@ -79,15 +79,19 @@ eep_status_t eep_barrier_ex(eep_runtime_t *rt, const eep_barrier_opts_t *opts, v
         return EEP_ERR_INVALID_ARG;
     }
     if (opts->size == 0 || opts->size > sizeof(o)) {
-        eep_error(EEP_SUBSYS_BARRIER, "eep_barrier_opts_t.size %zu is not a size this library "
-                  "knows (%zu)", opts->size, sizeof(o));
+        eep_error(EEP_SUBSYS_BARRIER,
+                  "eep_barrier_opts_t.size %zu is not a size this library "
+                  "knows (%zu)",
+                  opts->size, sizeof(o));
         return EEP_ERR_INVALID_ARG;
     }
     memset(&o, 0, sizeof(o));
     memcpy(&o, opts, opts->size);
     if (o.mode != EEP_BARRIER_PARALLEL && o.mode != EEP_BARRIER_SEQUENTIAL) {
-        eep_error(EEP_SUBSYS_BARRIER, "barrier mode %d is neither EEP_BARRIER_PARALLEL nor "
-                  "EEP_BARRIER_SEQUENTIAL", (int)o.mode);
+        eep_error(EEP_SUBSYS_BARRIER,
+                  "barrier mode %d is neither EEP_BARRIER_PARALLEL nor "
+                  "EEP_BARRIER_SEQUENTIAL",
+                  (int)o.mode);
         return EEP_ERR_INVALID_ARG;
     }
     if (o.timeout_ms < 0) {

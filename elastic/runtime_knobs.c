@@ -3,8 +3,11 @@
 
 #include <stddef.h>
 
+/* clang-format off */
 #define EEP_RT_KNOB(_name, _def, _type, _field, _min, _max, _doc)                                 \
-    { _name, _def, _doc, _type, offsetof(eep_runtime_config_t, _field), EEP_KNOB_STARTUP, _min, _max }
+    { _name, _def, _doc, _type, offsetof(eep_runtime_config_t, _field), EEP_KNOB_STARTUP, _min,    \
+      _max }
+/* clang-format on */
 
 static const eep_knob_t eep_runtime_knobs[] = {
     EEP_RT_KNOB("EEP_TIMEOUT_MS", "30000", EEP_KNOB_INT, timeout_ms, 1, 86400000,

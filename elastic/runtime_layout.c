@@ -30,24 +30,28 @@ eep_status_t eep_workspace_layout(int nranks, int lsa_size, size_t window_bytes,
         return EEP_ERR_INVALID_ARG;
     }
     if (lsa_size < 1 || lsa_size > EEP_MAX_LSA_RANKS || nranks % lsa_size != 0) {
-        eep_error(EEP_SUBSYS_RUNTIME, "NVLink team of %d ranks is outside [1, %d] or does not "
-                  "divide %d ranks", lsa_size, EEP_MAX_LSA_RANKS, nranks);
+        eep_error(EEP_SUBSYS_RUNTIME,
+                  "NVLink team of %d ranks is outside [1, %d] or does not "
+                  "divide %d ranks",
+                  lsa_size, EEP_MAX_LSA_RANKS, nranks);
         return EEP_ERR_INVALID_ARG;
     }
-    l.lsa_arrive_off  = off;
-    off              += eep_align_up(8 * EEP_MAX_LSA_RANKS, EEP_WS_ALIGN);
-    l.gin_epoch_off   = off;
-    off              += EEP_WS_ALIGN;
-    l.counters_off    = off;
-    off              += eep_align_up(8 * EEP_WS_COUNTERS, EEP_WS_ALIGN);
+    l.lsa_arrive_off = off;
+    off += eep_align_up(8 * EEP_MAX_LSA_RANKS, EEP_WS_ALIGN);
+    l.gin_epoch_off = off;
+    off += EEP_WS_ALIGN;
+    l.counters_off = off;
+    off += eep_align_up(8 * EEP_WS_COUNTERS, EEP_WS_ALIGN);
     l.peer_slots_off  = off;
     l.peer_slot_bytes = EEP_WS_PEER_SLOT_BYTES;
-    off              += (size_t)nranks * EEP_WS_PEER_SLOT_BYTES;
-    l.data_off        = eep_align_up(off, EEP_WS_DATA_ALIGN);
-    l.window_bytes    = window_bytes;
+    off += (size_t)nranks * EEP_WS_PEER_SLOT_BYTES;
+    l.data_off     = eep_align_up(off, EEP_WS_DATA_ALIGN);
+    l.window_bytes = window_bytes;
     if (window_bytes < l.data_off) {
-        eep_error(EEP_SUBSYS_RUNTIME, "window of %zu bytes is smaller than the workspace of %zu "
-                  "bytes for %d ranks: raise EEP_WINDOW_SIZE", window_bytes, l.data_off, nranks);
+        eep_error(EEP_SUBSYS_RUNTIME,
+                  "window of %zu bytes is smaller than the workspace of %zu "
+                  "bytes for %d ranks: raise EEP_WINDOW_SIZE",
+                  window_bytes, l.data_off, nranks);
         return EEP_ERR_NO_RESOURCE;
     }
     *layout_p = l;

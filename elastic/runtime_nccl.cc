@@ -30,7 +30,7 @@ static_assert(alignof(ncclDevComm) <= alignof(eep_devcomm_blob_t), "ncclDevComm 
 
 struct eep_runtime_nccl {
     ncclComm_t   comm;
-    int          owned;      /* we created it: we finalize/abort and destroy it */
+    int          owned; /* we created it: we finalize/abort and destroy it */
     ncclWindow_t win;
     void        *buf;
     ncclDevComm  dc;
@@ -68,8 +68,8 @@ static void eep_nccl_comm_release(ncclComm_t comm, int abort, double deadline_ms
     if (comm == NULL) {
         return;
     }
-    if (!abort && eep_nccl_wait(comm, ncclCommFinalize(comm), deadline_ms, "ncclCommFinalize") ==
-                      EEP_OK) {
+    if (!abort &&
+        eep_nccl_wait(comm, ncclCommFinalize(comm), deadline_ms, "ncclCommFinalize") == EEP_OK) {
         ncclCommDestroy(comm);
         return;
     }
@@ -87,8 +87,8 @@ static eep_status_t eep_nccl_gin_probe(ncclComm_t comm, int rank, int single_nod
     eep_status_t            status;
 
     config.blocking = 0;
-    status = eep_nccl_wait(comm, ncclCommSplit(comm, 0, rank, &probe, &config), deadline,
-                           "ncclCommSplit (GIN probe)");
+    status          = eep_nccl_wait(comm, ncclCommSplit(comm, 0, rank, &probe, &config), deadline,
+                                    "ncclCommSplit (GIN probe)");
     if (status == EEP_OK) {
         status = eep_nccl_wait(probe, ncclSuccess, deadline, "ncclCommSplit (GIN probe)");
     }
@@ -101,7 +101,7 @@ static eep_status_t eep_nccl_gin_probe(ncclComm_t comm, int rank, int single_nod
     reqs.ginSignalCount = 1;
     reqs.ginForceEnable = single_node ? true : false;
     /* A failure here is the answer "no GIN", not an error: NCCL logs "GIN not supported". */
-    ncclResult_t res = ncclDevCommCreate(probe, &reqs, &dc);
+    ncclResult_t res   = ncclDevCommCreate(probe, &reqs, &dc);
     ncclResult_t async = ncclInProgress;
     if (res == ncclSuccess || res == ncclInProgress) {
         while (ncclCommGetAsyncError(probe, &async) == ncclSuccess && async == ncclInProgress &&
@@ -165,7 +165,7 @@ extern "C" eep_status_t eep_runtime_nccl_setup(eep_runtime_t *rt, eep_bootstrap_
         if (status != EEP_OK) {
             return status;
         }
-        config.blocking = 0;
+        config.blocking  = 0;
         ncclResult_t res = ncclCommInitRankConfig(&n->comm, rt->nranks, id, rt->rank, &config);
         if (res != ncclSuccess && res != ncclInProgress) {
             /* n->comm may be set to a half-made communicator: abort it. */
@@ -177,7 +177,7 @@ extern "C" eep_status_t eep_runtime_nccl_setup(eep_runtime_t *rt, eep_bootstrap_
             return status;
         }
         n->owned = 1;
-        status = eep_nccl_wait(n->comm, ncclSuccess, deadline, "ncclCommInitRankConfig");
+        status   = eep_nccl_wait(n->comm, ncclSuccess, deadline, "ncclCommInitRankConfig");
         if (status != EEP_OK) {
             return status;
         }
@@ -189,7 +189,7 @@ extern "C" eep_status_t eep_runtime_nccl_setup(eep_runtime_t *rt, eep_bootstrap_
     rt->lsa_size  = lsa.nRanks;
     rt->rail_rank = rail.rank;
     rt->rail_size = rail.nRanks;
-    status = eep_workspace_layout(rt->nranks, rt->lsa_size, rt->window_bytes, &rt->layout);
+    status        = eep_workspace_layout(rt->nranks, rt->lsa_size, rt->window_bytes, &rt->layout);
     if (status != EEP_OK) {
         return status;
     }
@@ -235,20 +235,21 @@ extern "C" eep_status_t eep_runtime_nccl_setup(eep_runtime_t *rt, eep_bootstrap_
     }
     if (!gin && strcasecmp(rt->cfg.gin, "require") == 0) {
         eep_error(EEP_SUBSYS_RUNTIME, "EEP_GIN=require but GIN is not available (no RDMA NIC or "
-                  "no GIN-capable NCCL net plugin)");
+                                      "no GIN-capable NCCL net plugin)");
         return EEP_ERR_UNSUPPORTED;
     }
     if (!gin && rt->rail_size > 1) {
-        eep_error(EEP_SUBSYS_RUNTIME, "the job spans %d nodes but GIN is not available: the "
-                  "scale-out barrier needs it", rt->rail_size);
+        eep_error(EEP_SUBSYS_RUNTIME,
+                  "the job spans %d nodes but GIN is not available: the "
+                  "scale-out barrier needs it",
+                  rt->rail_size);
         return EEP_ERR_UNSUPPORTED;
     }
     rt->gin = gin && rt->rail_size > 1;
 
     /* 4. The window: one VMM allocation, zeroed before any peer can reach it (registration is
           collective, so no peer stores into it before every rank registered). */
-    status = eep_status_from_nccl(ncclMemAlloc(&n->buf, rt->window_bytes), n->comm,
-                                  "ncclMemAlloc");
+    status = eep_status_from_nccl(ncclMemAlloc(&n->buf, rt->window_bytes), n->comm, "ncclMemAlloc");
     if (status != EEP_OK) {
         n->buf = NULL;
         return status;
@@ -261,10 +262,10 @@ extern "C" eep_status_t eep_runtime_nccl_setup(eep_runtime_t *rt, eep_bootstrap_
     if (status != EEP_OK) {
         return status;
     }
-    status = eep_nccl_wait(n->comm,
-                           ncclCommWindowRegister(n->comm, n->buf, rt->window_bytes, &n->win,
-                                                  NCCL_WIN_DEFAULT),
-                           deadline, "ncclCommWindowRegister");
+    status = eep_nccl_wait(
+        n->comm,
+        ncclCommWindowRegister(n->comm, n->buf, rt->window_bytes, &n->win, NCCL_WIN_DEFAULT),
+        deadline, "ncclCommWindowRegister");
     if (status != EEP_OK) {
         n->win = NULL;
         return status;
@@ -285,7 +286,7 @@ extern "C" eep_status_t eep_runtime_nccl_setup(eep_runtime_t *rt, eep_bootstrap_
     n->have_dc = 1;
     if (rt->gin && n->dc.ginContextCount == 0) {
         eep_error(EEP_SUBSYS_RUNTIME, "device communicator has no GIN context although the probe "
-                  "found GIN");
+                                      "found GIN");
         return EEP_ERR_NCCL;
     }
     memcpy(&rt->devcomm, &n->dc, sizeof(n->dc));
@@ -300,7 +301,7 @@ extern "C" eep_status_t eep_runtime_nccl_setup(eep_runtime_t *rt, eep_bootstrap_
 
 extern "C" void eep_runtime_nccl_teardown(eep_runtime_t *rt, int abort)
 {
-    eep_runtime_nccl_t *n = rt->nccl;
+    eep_runtime_nccl_t *n        = rt->nccl;
     double              deadline = eep_clock_ms() + (double)rt->cfg.init_timeout_ms;
 
     if (n == NULL) {

@@ -36,17 +36,35 @@ static void eep_sha256_block(uint32_t state[8], const uint8_t *p)
 
         w[i] = w[i - 16] + s0 + w[i - 7] + s1;
     }
-    a = state[0]; b = state[1]; c = state[2]; d = state[3];
-    e = state[4]; f = state[5]; g = state[6]; h = state[7];
+    a = state[0];
+    b = state[1];
+    c = state[2];
+    d = state[3];
+    e = state[4];
+    f = state[5];
+    g = state[6];
+    h = state[7];
     for (i = 0; i < 64; i++) {
         t1 = h + (EEP_ROTR(e, 6) ^ EEP_ROTR(e, 11) ^ EEP_ROTR(e, 25)) + ((e & f) ^ (~e & g)) +
              eep_sha256_k[i] + w[i];
         t2 = (EEP_ROTR(a, 2) ^ EEP_ROTR(a, 13) ^ EEP_ROTR(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
-        h = g; g = f; f = e; e = d + t1;
-        d = c; c = b; b = a; a = t1 + t2;
+        h  = g;
+        g  = f;
+        f  = e;
+        e  = d + t1;
+        d  = c;
+        c  = b;
+        b  = a;
+        a  = t1 + t2;
     }
-    state[0] += a; state[1] += b; state[2] += c; state[3] += d;
-    state[4] += e; state[5] += f; state[6] += g; state[7] += h;
+    state[0] += a;
+    state[1] += b;
+    state[2] += c;
+    state[3] += d;
+    state[4] += e;
+    state[5] += f;
+    state[6] += g;
+    state[7] += h;
 }
 
 void eep_sha256_init(eep_sha256_t *ctx)

@@ -17,7 +17,9 @@ typedef struct {
     const char  *text;
 } eep_status_info_t;
 
+/* clang-format off */
 #define EEP_STATUS_ROW(_code, _text) { _code, #_code, _text }
+/* clang-format on */
 
 static const eep_status_info_t eep_status_table[] = {
     EEP_STATUS_ROW(EEP_OK, "success"),
@@ -102,14 +104,22 @@ eep_status_class_t eep_status_class(eep_status_t status)
 const char *eep_status_class_string(eep_status_class_t cls)
 {
     switch (cls) {
-    case EEP_CLASS_OK:          return "ok";
-    case EEP_CLASS_INVALID_ARG: return "invalid argument";
-    case EEP_CLASS_RESOURCE:    return "resource";
-    case EEP_CLASS_PEER_LOST:   return "peer lost";
-    case EEP_CLASS_GROUP_LOST:  return "group lost";
-    case EEP_CLASS_LOCAL_GPU:   return "local GPU fault";
-    case EEP_CLASS_CONTROL:     return "control plane unavailable";
-    case EEP_CLASS_INTERNAL:    return "internal";
+    case EEP_CLASS_OK:
+        return "ok";
+    case EEP_CLASS_INVALID_ARG:
+        return "invalid argument";
+    case EEP_CLASS_RESOURCE:
+        return "resource";
+    case EEP_CLASS_PEER_LOST:
+        return "peer lost";
+    case EEP_CLASS_GROUP_LOST:
+        return "group lost";
+    case EEP_CLASS_LOCAL_GPU:
+        return "local GPU fault";
+    case EEP_CLASS_CONTROL:
+        return "control plane unavailable";
+    case EEP_CLASS_INTERNAL:
+        return "internal";
     }
     return "unknown class";
 }

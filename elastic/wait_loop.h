@@ -12,12 +12,12 @@
 #include "eep/status.h"
 
 typedef struct {
-    eep_status_t (*query)(void *ctx);        /* EEP_INPROGRESS while the work runs */
-    void         (*abort)(void *ctx);        /* called at most once */
-    void          *ctx;                      /* of query and abort */
-    int          (*should_abort)(void *watch_ctx); /* nonzero: the wait is pointless; or NULL */
-    void          *watch_ctx;
-    unsigned       poll_us;                  /* sleep between queries (0: none) */
+    eep_status_t (*query)(void *ctx);     /* EEP_INPROGRESS while the work runs */
+    void (*abort)(void *ctx);             /* called at most once */
+    void *ctx;                            /* of query and abort */
+    int (*should_abort)(void *watch_ctx); /* nonzero: the wait is pointless; or NULL */
+    void    *watch_ctx;
+    unsigned poll_us; /* sleep between queries (0: none) */
 } eep_wait_loop_t;
 
 /** @return the first status of query() other than EEP_INPROGRESS. */

@@ -37,6 +37,7 @@ int main(int argc, char **argv)
     eep_config_check_env();
     printf("nccl compiled: %d\n", NCCL_VERSION_CODE);
     status = eep_nccl_check_version(&path);
-    printf("nccl loaded:   %s (%s)\n", path, status == EEP_OK ? "matches" : eep_status_string(status));
+    printf("nccl loaded:   %s (%s)\n", path,
+           status == EEP_OK ? "matches" : eep_status_string(status));
     return status == EEP_OK ? 0 : 1;
 }

@@ -24,18 +24,21 @@
 #include "kernels/probe/fill_probe.cuh"
 
 typedef struct {
-    const char       *name;
-    eep_jit_spec_t    spec;
+    const char    *name;
+    eep_jit_spec_t spec;
     /* > 0: an EP kernel for this many ranks, its spec made by eep_ep_kernel_spec as elastic/ep.c
        makes it (bench_shape, no CPU sync), combine or dispatch */
-    int               ep_world, ep_combine;
+    int ep_world, ep_combine;
 } eep_jit_bench_case_t;
 
 /* The EP shape the bench compiles: bf16, top-k 8, H 7168, 256 experts. */
-static const eep_ep_shape_t eep_jit_bench_shape = { .world = 2, .max_tokens = 4096,
-                                                     .hidden = 7168, .num_topk = 8,
-                                                     .num_experts = 256, .alignment = 128,
-                                                     .dtype = EEP_DTYPE_BF16 };
+static const eep_ep_shape_t eep_jit_bench_shape = { .world       = 2,
+                                                    .max_tokens  = 4096,
+                                                    .hidden      = 7168,
+                                                    .num_topk    = 8,
+                                                    .num_experts = 256,
+                                                    .alignment   = 128,
+                                                    .dtype       = EEP_DTYPE_BF16 };
 
 static int eep_jit_bench_cmp(const void *a, const void *b)
 {
@@ -79,7 +82,8 @@ static int eep_jit_bench_fill(eep_jit_t *jit, const eep_jit_spec_t *spec)
     }
     cu->cuMemFree(d);
     free(host);
-    printf("launch fill probe over %u elements: %s (%u wrong)\n", n, bad == 0 ? "ok" : "WRONG", bad);
+    printf("launch fill probe over %u elements: %s (%u wrong)\n", n, bad == 0 ? "ok" : "WRONG",
+           bad);
     return bad == 0 ? 0 : -1;
 }
 
@@ -123,8 +127,8 @@ static int eep_jit_bench_shrink(eep_jit_t *jit)
     printf("shrink prefetch (EP pair, bf16 K 8 H 7168): built for 6 ranks in %.0f ms, the 5-rank "
            "pair compiled in the background in %.0f ms more (%lu done, %lu failed); then a "
            "5-rank survivor's lookups: dispatch %.1f ms, combine %.1f ms (cache hits); a 4-rank "
-           "pair nobody queued: %.0f + %.0f ms\n", built, wait, stats.done, stats.failed,
-           hit[0], hit[1], cold[0], cold[1]);
+           "pair nobody queued: %.0f + %.0f ms\n",
+           built, wait, stats.done, stats.failed, hit[0], hit[1], cold[0], cold[1]);
     return rc;
 }
 
@@ -132,21 +136,33 @@ int main(int argc, char **argv)
 {
     eep_jit_bench_case_t cases[] = {
         { .name = "lsa probe / nvrtc",
-          .spec = { .header = "kernels/probe/lsa_probe.cuh", .function = "eep_lsa_probe_body",
-                    .template_args = "1", .param_type = "eep_lsa_probe_params_t",
-                    .launch_bounds = 256, .backend = EEP_JIT_BACKEND_NVRTC } },
+          .spec = { .header        = "kernels/probe/lsa_probe.cuh",
+                    .function      = "eep_lsa_probe_body",
+                    .template_args = "1",
+                    .param_type    = "eep_lsa_probe_params_t",
+                    .launch_bounds = 256,
+                    .backend       = EEP_JIT_BACKEND_NVRTC } },
         { .name = "lsa probe / nvcc",
-          .spec = { .header = "kernels/probe/lsa_probe.cuh", .function = "eep_lsa_probe_body",
-                    .template_args = "1", .param_type = "eep_lsa_probe_params_t",
-                    .launch_bounds = 256, .backend = EEP_JIT_BACKEND_NVCC } },
+          .spec = { .header        = "kernels/probe/lsa_probe.cuh",
+                    .function      = "eep_lsa_probe_body",
+                    .template_args = "1",
+                    .param_type    = "eep_lsa_probe_params_t",
+                    .launch_bounds = 256,
+                    .backend       = EEP_JIT_BACKEND_NVCC } },
         { .name = "gin probe / nvrtc",
-          .spec = { .header = "kernels/probe/gin_probe.cuh", .function = "eep_gin_probe_body",
-                    .template_args = "0", .param_type = "eep_gin_probe_params_t",
-                    .needs_gin = 1, .backend = EEP_JIT_BACKEND_NVRTC } },
+          .spec = { .header        = "kernels/probe/gin_probe.cuh",
+                    .function      = "eep_gin_probe_body",
+                    .template_args = "0",
+                    .param_type    = "eep_gin_probe_params_t",
+                    .needs_gin     = 1,
+                    .backend       = EEP_JIT_BACKEND_NVRTC } },
         { .name = "gin probe / nvcc",
-          .spec = { .header = "kernels/probe/gin_probe.cuh", .function = "eep_gin_probe_body",
-                    .template_args = "0", .param_type = "eep_gin_probe_params_t",
-                    .needs_gin = 1, .backend = EEP_JIT_BACKEND_NVCC } },
+          .spec = { .header        = "kernels/probe/gin_probe.cuh",
+                    .function      = "eep_gin_probe_body",
+                    .template_args = "0",
+                    .param_type    = "eep_gin_probe_params_t",
+                    .needs_gin     = 1,
+                    .backend       = EEP_JIT_BACKEND_NVCC } },
         /* The EP pair as elastic/ep.c asks for it (bf16, top-k 8, H 7168, no CPU sync) on 2
          * ranks, then on 1: what a survivor compiles after a shrink, in the same process. */
         { .name = "ep dispatch w2", .ep_world = 2 },
@@ -154,24 +170,27 @@ int main(int argc, char **argv)
         { .name = "ep dispatch w1", .ep_world = 1 },
         { .name = "ep combine w1", .ep_world = 1, .ep_combine = 1 },
         { .name = "fill probe / nvrtc",
-          .spec = { .header = "kernels/probe/fill_probe.cuh", .function = "eep_fill_probe_body",
-                    .template_args = "5u", .param_type = "eep_fill_probe_params_t",
-                    .launch_bounds = 256, .backend = EEP_JIT_BACKEND_NVRTC } },
+          .spec = { .header        = "kernels/probe/fill_probe.cuh",
+                    .function      = "eep_fill_probe_body",
+                    .template_args = "5u",
+                    .param_type    = "eep_fill_probe_params_t",
+                    .launch_bounds = 256,
+                    .backend       = EEP_JIT_BACKEND_NVRTC } },
     };
-    const size_t     n_cases = sizeof(cases) / sizeof(cases[0]);
+    const size_t          n_cases = sizeof(cases) / sizeof(cases[0]);
     eep_ep_kernel_names_t ep_names[sizeof(cases) / sizeof(cases[0])]; /* their specs' strings */
-    eep_jit_params_t params = { .size = sizeof(params) };
-    const eep_cuda_sym_t *cu = NULL;
-    eep_jit_kernel_t *k;
-    eep_jit_info_t   info;
-    eep_status_t     status;
-    eep_jit_t       *jit;
-    char             tmpl[] = "/tmp/eep-jit-bench.XXXXXX";
-    double          *t, t0, first;
-    CUcontext        ctx = NULL;
-    CUdevice         dev = 0;
-    size_t           c;
-    int              i, reps = 20, gpu = 0, rc = 0;
+    eep_jit_params_t      params = { .size = sizeof(params) };
+    const eep_cuda_sym_t *cu     = NULL;
+    eep_jit_kernel_t     *k;
+    eep_jit_info_t        info;
+    eep_status_t          status;
+    eep_jit_t            *jit;
+    char                  tmpl[] = "/tmp/eep-jit-bench.XXXXXX";
+    double               *t, t0, first;
+    CUcontext             ctx = NULL;
+    CUdevice              dev = 0;
+    size_t                c;
+    int                   i, reps = 20, gpu = 0, rc = 0;
 
     for (i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--cache") == 0 && i + 1 < argc) {
@@ -217,11 +236,12 @@ int main(int argc, char **argv)
             cases[c].spec.backend = EEP_JIT_BACKEND_NVRTC;
         }
         cases[c].spec.size = sizeof(cases[c].spec);
-        status = eep_jit_compile(jit, &cases[c].spec, &info);
+        status             = eep_jit_compile(jit, &cases[c].spec, &info);
         if (status != EEP_OK) {
-            printf("%-20s %s\n", cases[c].name, status == EEP_ERR_UNSUPPORTED
-                   ? "unsupported: NCCL 2.28.9's GIN headers do not compile under NVRTC"
-                   : eep_status_string(status));
+            printf("%-20s %s\n", cases[c].name,
+                   status == EEP_ERR_UNSUPPORTED
+                       ? "unsupported: NCCL 2.28.9's GIN headers do not compile under NVRTC"
+                       : eep_status_string(status));
             rc |= status != EEP_ERR_UNSUPPORTED;
             continue;
         }
@@ -230,19 +250,19 @@ int main(int argc, char **argv)
         first = info.total_ms;
         for (i = 0; i < reps; i++) {
             status = eep_jit_compile(jit, &cases[c].spec, &info);
-            t[i] = info.total_ms;
+            t[i]   = info.total_ms;
             rc |= status != EEP_OK || !info.cache_hit;
         }
         printf(" %14.3f", eep_jit_bench_median(t, reps));
         (void)first;
         if (gpu) {
-            t0 = eep_clock_ms();
+            t0     = eep_clock_ms();
             status = eep_jit_get_kernel(jit, &cases[c].spec, &k);
-            first = eep_clock_ms() - t0;
+            first  = eep_clock_ms() - t0;
             for (i = 0; i < reps && status == EEP_OK; i++) {
-                t0 = eep_clock_ms();
+                t0     = eep_clock_ms();
                 status = eep_jit_get_kernel(jit, &cases[c].spec, &k);
-                t[i] = eep_clock_ms() - t0;
+                t[i]   = eep_clock_ms() - t0;
             }
             if (status == EEP_OK) {
                 printf(" %12.2f %14.3f", first, eep_jit_bench_median(t, reps));

@@ -46,15 +46,15 @@ typedef struct {
     int               join_timeout_s;
     int               boot_timeout_ms;
     eep_agent_t      *agent;
-    eep_agent_view_t *view;        /* the view the runtime was built for, or NULL */
+    eep_agent_view_t *view; /* the view the runtime was built for, or NULL */
     eep_bootstrap_t  *bs;
     eep_runtime_t    *rt;
-    uint64_t          min_epoch;   /* build only for a view at least this new */
-    uint64_t          barriers;    /* done in the current runtime */
+    uint64_t          min_epoch; /* build only for a view at least this new */
+    uint64_t          barriers;  /* done in the current runtime */
     uint64_t          rebuilds;
     int               device;
-    const char       *status;      /* "joining", "running", "rebuilding", "waiting" */
-    const char       *last_error;  /* eep_status_name of the last failure, or "" */
+    const char       *status;     /* "joining", "running", "rebuilding", "waiting" */
+    const char       *last_error; /* eep_status_name of the last failure, or "" */
 } eep_rank_t;
 
 static void eep_rank_signal(int sig)
@@ -85,8 +85,8 @@ static void eep_rank_report(const eep_rank_t *r)
            "\"barriers\":%llu,\"rebuilds\":%llu,\"status\":\"%s\",\"error\":\"%s\"}\n",
            eep_rank_wall_ms(), r->view != NULL ? (unsigned long long)r->view->epoch : 0ULL,
            r->view != NULL ? r->view->my_rank : -1, r->view != NULL ? r->view->n_ranks : 0u,
-           r->device, (unsigned long long)r->barriers, (unsigned long long)r->rebuilds,
-           r->status, r->last_error);
+           r->device, (unsigned long long)r->barriers, (unsigned long long)r->rebuilds, r->status,
+           r->last_error);
 }
 
 /* @return EEP_OK when a CUDA driver loads and sees a device; quiet (the caller says it once). */
@@ -129,7 +129,7 @@ static void eep_rank_teardown(eep_rank_t *r)
     eep_runtime_destroy(r->rt);
     r->rt = NULL;
     eep_bootstrap_destroy(r->bs);
-    r->bs = NULL;
+    r->bs       = NULL;
     r->barriers = 0;
 }
 
@@ -149,8 +149,7 @@ static void eep_rank_drop(eep_rank_t *r, eep_status_t why, uint64_t epoch_done)
  * within a moment, the peer most likely left through it: no report.  Otherwise report it, so that
  * eepd evicts it and publishes the view to rebuild for.
  */
-static void eep_rank_suspect(eep_rank_t *r, int peer, const char *phase,
-                             eep_agent_view_t **newer_p)
+static void eep_rank_suspect(eep_rank_t *r, int peer, const char *phase, eep_agent_view_t **newer_p)
 {
     eep_agent_view_t *v = NULL;
     eep_status_t      status;
@@ -164,8 +163,10 @@ static void eep_rank_suspect(eep_rank_t *r, int peer, const char *phase,
         (uint32_t)peer >= r->view->n_ranks || peer == r->view->my_rank) {
         return;
     }
-    eep_warn(EEP_SUBSYS_TOOL, "peer %d (member %s) did not arrive in %s of view %llu: reporting "
-             "it", peer, r->view->members[peer].id, phase, (unsigned long long)r->view->epoch);
+    eep_warn(EEP_SUBSYS_TOOL,
+             "peer %d (member %s) did not arrive in %s of view %llu: reporting "
+             "it",
+             peer, r->view->members[peer].id, phase, (unsigned long long)r->view->epoch);
     eep_agent_report_fault(r->agent, r->view->members[peer].id, peer, r->view->epoch, phase,
                            "eep-rank");
 }
@@ -190,7 +191,7 @@ static eep_status_t eep_rank_build(eep_rank_t *r, eep_agent_view_t *view,
     bp.agent      = r->agent;
     bp.view       = view;
     bp.timeout_ms = r->boot_timeout_ms;
-    status = eep_agent_bootstrap_create(&bp, &r->bs);
+    status        = eep_agent_bootstrap_create(&bp, &r->bs);
     if (status != EEP_OK) {
         goto err;
     }
@@ -198,7 +199,7 @@ static eep_status_t eep_rank_build(eep_rank_t *r, eep_agent_view_t *view,
     rp.size      = sizeof(rp);
     rp.bootstrap = r->bs;
     rp.device    = -1; /* EEP_DEVICE, else rank modulo the visible GPUs */
-    status = eep_runtime_create(&rp, &r->rt);
+    status       = eep_runtime_create(&rp, &r->rt);
     if (status != EEP_OK) {
         if (status == EEP_ERR_TIMEOUT && eep_agent_bootstrap_missing(r->bs, &missing) == EEP_OK) {
             eep_rank_suspect(r, missing, "bootstrap", newer_p);
@@ -263,10 +264,12 @@ static eep_status_t eep_rank_step(eep_rank_t *r, eep_agent_view_t **v_p)
         return status;
     }
     status = eep_runtime_query(r->rt, &info);
-    if (status == EEP_OK && (info.rank != r->view->my_rank ||
-                             info.nranks != (int)r->view->n_ranks)) {
-        eep_error(EEP_SUBSYS_TOOL, "self-check: the runtime is rank %d of %d, the view says %d "
-                  "of %u", info.rank, info.nranks, r->view->my_rank, r->view->n_ranks);
+    if (status == EEP_OK &&
+        (info.rank != r->view->my_rank || info.nranks != (int)r->view->n_ranks)) {
+        eep_error(EEP_SUBSYS_TOOL,
+                  "self-check: the runtime is rank %d of %d, the view says %d "
+                  "of %u",
+                  info.rank, info.nranks, r->view->my_rank, r->view->n_ranks);
         status = EEP_ERR_INTERNAL;
     }
     if (status == EEP_OK) {
@@ -281,7 +284,7 @@ static int eep_rank_usage(const char *bad)
         fprintf(stderr, "eep-rank: bad argument '%s'\n", bad);
     }
     fprintf(stderr, "usage: eep-rank [--interval-ms N] [--seconds N] [--join-timeout-s N] "
-            "[--boot-timeout-ms N] [-v]\n");
+                    "[--boot-timeout-ms N] [-v]\n");
     return bad != NULL ? 2 : 0;
 }
 
@@ -291,7 +294,7 @@ int main(int argc, char **argv)
     eep_agent_params_t ap;
     eep_agent_view_t  *v = NULL, *take;
     struct sigaction   sa;
-    eep_status_t       status, exit_status = EEP_OK;
+    eep_status_t       status, exit_status   = EEP_OK;
     long long          start_ms, last_report = 0, waiting_since;
     int                a, verbose = 0, seen_view = 0;
 
@@ -331,9 +334,10 @@ int main(int argc, char **argv)
     /* No GPU: one line and EEP_ERR_NO_DEVICE's code, before touching the control plane. */
     status = eep_rank_gpu_check(verbose);
     if (status != EEP_OK) {
-        fprintf(stderr, "eep-rank: no usable GPU (no CUDA driver, or it sees no device): a rank "
-                "needs one; exiting with code %d (%s)\n", EEP_RANK_EXIT(status),
-                eep_status_name(status));
+        fprintf(stderr,
+                "eep-rank: no usable GPU (no CUDA driver, or it sees no device): a rank "
+                "needs one; exiting with code %d (%s)\n",
+                EEP_RANK_EXIT(status), eep_status_name(status));
         return EEP_RANK_EXIT(status);
     }
 
@@ -364,12 +368,11 @@ int main(int argc, char **argv)
         }
         /* The newest view, a lost lease, or (no runtime) a bounded wait for either. */
         if (v == NULL) {
-            status = r.rt != NULL ? eep_agent_poll(r.agent, &v) :
-                                    eep_agent_wait(r.agent, 200, &v);
+            status = r.rt != NULL ? eep_agent_poll(r.agent, &v) : eep_agent_wait(r.agent, 200, &v);
             if (status == EEP_ERR_LEASE_LOST) {
                 /* The old member is gone: its rank in every view we know is someone else's. */
                 eep_warn(EEP_SUBSYS_TOOL, "lease lost: dropping the runtime; waiting for a view "
-                         "holding the new member");
+                                          "holding the new member");
                 eep_rank_drop(&r, status, eep_agent_epoch(r.agent));
                 continue;
             }
@@ -406,23 +409,27 @@ int main(int argc, char **argv)
                failure, waits on (each wait is 200 ms; SIGTERM ends it). */
             if (!seen_view &&
                 eep_rank_wall_ms() - waiting_since > (long long)r.join_timeout_s * 1000) {
-                fprintf(stderr, "eep-rank: no view at all for %d s (is eepd running for job "
-                        "EEP_JOB?): giving up\n", r.join_timeout_s);
+                fprintf(stderr,
+                        "eep-rank: no view at all for %d s (is eepd running for job "
+                        "EEP_JOB?): giving up\n",
+                        r.join_timeout_s);
                 exit_status = EEP_ERR_TIMEOUT;
                 break;
             }
             continue;
         }
         waiting_since = eep_rank_wall_ms();
-        status = eep_rank_step(&r, &v);
+        status        = eep_rank_step(&r, &v);
         if (status != EEP_OK) {
             eep_fault_record_t rec;
             /* A lost lease: wait for a view newer than any handed out (it holds the new id). */
-            uint64_t           epoch = status == EEP_ERR_LEASE_LOST ? eep_agent_epoch(r.agent)
-                                                                    : r.view->epoch;
+            uint64_t epoch = status == EEP_ERR_LEASE_LOST ? eep_agent_epoch(r.agent)
+                                                          : r.view->epoch;
 
-            eep_error(EEP_SUBSYS_TOOL, "view %llu: barrier failed (%s): rebuilding for the "
-                      "newest view", (unsigned long long)epoch, eep_status_name(status));
+            eep_error(EEP_SUBSYS_TOOL,
+                      "view %llu: barrier failed (%s): rebuilding for the "
+                      "newest view",
+                      (unsigned long long)epoch, eep_status_name(status));
             if (status == EEP_ERR_PEER_TIMEOUT && eep_runtime_fault(r.rt, &rec) == EEP_OK) {
                 eep_rank_suspect(&r, rec.peer, "barrier", &v);
             }

@@ -224,14 +224,14 @@ __device__ __forceinline__ unsigned int eep_abort_raised(const eep_fault_page_t 
 
 /* Everything a wait needs to give up properly. */
 struct eep_wait_ctx {
-    eep_fault_page_t   *fault;
-    unsigned int       *fault_claim;
-    int                *block_failed; /* shared: set once a wait of this block gave up */
-    unsigned long long  timeout_ns;   /* each wait's deadline, from when it starts spinning */
-    int                 rank;
+    eep_fault_page_t  *fault;
+    unsigned int      *fault_claim;
+    int               *block_failed; /* shared: set once a wait of this block gave up */
+    unsigned long long timeout_ns;   /* each wait's deadline, from when it starts spinning */
+    int                rank;
     /* how often a spinning wait reads the host-mapped abort flag (a PCIe read): kernels with
        thousands of waiters at once check rarely, or the reads crowd out everyone's traffic */
-    unsigned long long  abort_check_ns;
+    unsigned long long abort_check_ns;
 };
 
 /* Record a fault (first waiter of the block only) and raise the abort flag. */
@@ -246,15 +246,15 @@ __device__ __noinline__ void eep_fault_raise(const eep_wait_ctx &w, int phase, i
     unsigned int slot = atomicAdd(w.fault_claim, 1u);
     if (slot < EEP_FAULT_MAX_RECORDS) {
         volatile eep_fault_record_t *r = &w.fault->records[slot];
-        r->phase     = phase;
-        r->rank      = w.rank;
-        r->peer      = peer;
-        r->expected  = expected;
-        r->observed  = observed;
-        r->time_ns   = now;
-        r->waited_ns = now - start_ns;
+        r->phase                       = phase;
+        r->rank                        = w.rank;
+        r->peer                        = peer;
+        r->expected                    = expected;
+        r->observed                    = observed;
+        r->time_ns                     = now;
+        r->waited_ns                   = now - start_ns;
         __threadfence_system();
-        r->valid = 1u;
+        r->valid                                     = 1u;
         *(volatile unsigned int *)&w.fault->nrecords = slot + 1u;
     }
     __threadfence_system();
@@ -273,8 +273,8 @@ struct eep_wait_clock {
  * the abort flag raised), or the runtime aborted.
  */
 __device__ __forceinline__ bool eep_wait_expired(const eep_wait_ctx &w, eep_wait_clock &c,
-                                                 unsigned long long target,
-                                                 unsigned long long seen, int phase, int peer)
+                                                 unsigned long long target, unsigned long long seen,
+                                                 int phase, int peer)
 {
     unsigned long long now = eep_globaltimer();
 
@@ -339,10 +339,10 @@ __device__ __forceinline__ bool eep_warp_wait_geq(const eep_wait_ctx &w, Poll po
                                                   unsigned long long target, int phase, int peer)
 {
     const bool     lead = (threadIdx.x & 31u) == 0;
-    eep_wait_clock c = { 0, 0, 0 };
+    eep_wait_clock c    = { 0, 0, 0 };
 
     for (unsigned int polls = 0;; polls++) {
-        const unsigned long long v = poll();
+        const unsigned long long v      = poll();
         const unsigned           shortm = __ballot_sync(0xffffffffu, v < target);
         if (shortm == 0) {
             return true;

@@ -21,7 +21,7 @@
     do {                                                                                           \
         cudaError_t err_ = (x);                                                                    \
         if (err_ != cudaSuccess) {                                                                 \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(err_)); \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(err_));  \
             exit(1);                                                                               \
         }                                                                                          \
     } while (0)
@@ -87,14 +87,14 @@ __global__ void k_tma(const uint4 *src, Dsts dsts, int ndst, int rows, int row_b
 {
     extern __shared__ __align__(128) unsigned char smem[];
     __shared__ __align__(8) unsigned long long bar[32];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int nw = gridDim.x * slots;
+    const int                                  lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int                                  nw = gridDim.x * slots;
 
     if (warp >= slots) {
         return;
     }
     unsigned char *slot = smem + (size_t)warp * row_bytes;
-    const unsigned mb = smem_addr(&bar[warp]);
+    const unsigned mb   = smem_addr(&bar[warp]);
     if (lane == 0) {
         asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(mb));
         asm volatile("fence.mbarrier_init.release.cluster;");
@@ -138,11 +138,11 @@ __global__ void k_tma(const uint4 *src, Dsts dsts, int ndst, int rows, int row_b
 }
 
 struct Side {
-    int          dev;
-    uint4       *src;
-    Dsts         dst;
-    cudaStream_t st;
-    cudaEvent_t  e0, e1;
+    int                 dev;
+    uint4              *src;
+    Dsts                dst;
+    cudaStream_t        st;
+    cudaEvent_t         e0, e1;
     unsigned long long *stamps; /* device, 2 per block (decode section) */
 };
 
@@ -154,10 +154,10 @@ static int g_ndev;
 static float run(Side *sides, int nsides, int kind, int grid, int ndst, int rows, int row_bytes,
                  double *span_us = nullptr)
 {
-    double best_span = 1e30;
-    float best = 1e30f;
+    double    best_span = 1e30;
+    float     best      = 1e30f;
     const int slots_max = (227 * 1024) / row_bytes < 32 ? (227 * 1024) / row_bytes : 32;
-    const int slots = slots_max < 16 ? slots_max : 16;
+    const int slots     = slots_max < 16 ? slots_max : 16;
 
     for (int rep = 0; rep < 5; rep++) {
         for (int i = 0; i < nsides; i++) {
@@ -170,7 +170,7 @@ static float run(Side *sides, int nsides, int kind, int grid, int ndst, int rows
             CHECK(cudaEventRecord(s->e0, s->st));
             if (kind == 0) {
                 k_ldst<8><<<grid, 512, 0, s->st>>>(s->src, s->dst, ndst, rows, row_bytes / 16,
-                                                    span_us != nullptr ? s->stamps : nullptr);
+                                                   span_us != nullptr ? s->stamps : nullptr);
             } else {
                 const size_t smem = (size_t)slots * row_bytes;
                 CHECK(cudaFuncSetAttribute(k_tma, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -214,18 +214,18 @@ static float run(Side *sides, int nsides, int kind, int grid, int ndst, int rows
 
 int main(int argc, char **argv)
 {
-    const int row_bytes = argc > 1 ? atoi(argv[1]) : 14336;
-    const int rows = argc > 2 ? atoi(argv[2]) : 8192;
-    const size_t bytes = (size_t)rows * row_bytes;
-    const int grids[] = { 4, 8, 16, 24, 32, 48, 64, 96, 132 };
-    int sms;
+    const int    row_bytes = argc > 1 ? atoi(argv[1]) : 14336;
+    const int    rows      = argc > 2 ? atoi(argv[2]) : 8192;
+    const size_t bytes     = (size_t)rows * row_bytes;
+    const int    grids[]   = { 4, 8, 16, 24, 32, 48, 64, 96, 132 };
+    int          sms;
 
     CHECK(cudaGetDeviceCount(&g_ndev));
     CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
     printf("devices %d, SMs %d, row %d B, rows %d (%.1f MB per copy)\n", g_ndev, sms, row_bytes,
            rows, bytes / 1e6);
     const int nd = g_ndev >= 2 ? 2 : 1;
-    uint4 *src[2], *dst[2][4];
+    uint4    *src[2], *dst[2][4];
     for (int d = 0; d < nd; d++) {
         CHECK(cudaSetDevice(d));
         if (nd == 2) {
@@ -247,7 +247,8 @@ int main(int argc, char **argv)
         CHECK(cudaEventCreate(&sides[d].e1));
         CHECK(cudaMalloc(&sides[d].stamps, sizeof(unsigned long long) * 2 * 132));
     }
-    printf("| test | kind | %s |\n|---|---|", "GB/s written per GPU for grids 4 8 16 24 32 48 64 96 132");
+    printf("| test | kind | %s |\n|---|---|",
+           "GB/s written per GPU for grids 4 8 16 24 32 48 64 96 132");
     printf("\n");
     for (int remote = 0; remote <= (nd == 2 ? 1 : 0); remote++) {
         for (int ndst = 1; ndst <= 4; ndst += 3) {
@@ -277,7 +278,7 @@ int main(int argc, char **argv)
     /* Decode size: the first `decode_rows` rows (default 128, a T 128 call's tokens), timed in
        the kernel (globaltimer span) and by events, ldst: what a one-shot copy of that size costs
        before any protocol (push = store to the peer, pull = load from the peer). */
-    const int want = argc > 3 ? atoi(argv[3]) : 128;
+    const int want        = argc > 3 ? atoi(argv[3]) : 128;
     const int decode_rows = want < rows ? want : rows;
     printf("\n%d rows of %d B (%.2f MB): in-kernel span us / event us, ldst, grids", decode_rows,
            row_bytes, (double)decode_rows * row_bytes / 1e6);

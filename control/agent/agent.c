@@ -38,29 +38,29 @@ struct eep_agent {
     eep_agent_notify_func_t notify;
     void                   *notify_arg;
 
-    pthread_t               thread;
-    int                     thread_started;
-    pthread_mutex_t         reg_lock;    /* register / leave / watch cancel: one at a time */
-    pthread_mutex_t         lock;        /* everything below */
-    pthread_cond_t          cond;
-    int64_t                 lease;
-    char                    member_id[256];
-    char                    member_key[EEP_AGENT_KEY_MAX];
-    int                     registered;
-    int                     need_rejoin;
-    int                     lost_pending;
-    int                     left;
-    int                     stop;
-    int                     view_watch_lost;
-    eep_etcd_watch_t       *member_watch;
-    eep_etcd_watch_t       *view_watch;
-    uint8_t                *latest;
-    size_t                  latest_len;
-    uint64_t                latest_epoch;
-    uint64_t                handed_epoch;
-    uint64_t                losses;
-    int64_t                 retry_at_ms; /* after a failed rejoin or resync: not before this */
-    int                     lease_dead;  /* etcd said the lease is gone: no revoke needed */
+    pthread_t         thread;
+    int               thread_started;
+    pthread_mutex_t   reg_lock; /* register / leave / watch cancel: one at a time */
+    pthread_mutex_t   lock;     /* everything below */
+    pthread_cond_t    cond;
+    int64_t           lease;
+    char              member_id[256];
+    char              member_key[EEP_AGENT_KEY_MAX];
+    int               registered;
+    int               need_rejoin;
+    int               lost_pending;
+    int               left;
+    int               stop;
+    int               view_watch_lost;
+    eep_etcd_watch_t *member_watch;
+    eep_etcd_watch_t *view_watch;
+    uint8_t          *latest;
+    size_t            latest_len;
+    uint64_t          latest_epoch;
+    uint64_t          handed_epoch;
+    uint64_t          losses;
+    int64_t           retry_at_ms; /* after a failed rejoin or resync: not before this */
+    int               lease_dead;  /* etcd said the lease is gone: no revoke needed */
 };
 
 static int64_t eep_agent_now_ms(void)
@@ -287,10 +287,10 @@ static eep_status_t eep_agent_register(eep_agent_t *agent)
     m.rdma_nics    = agent->nics;
     m.capabilities = (agent->gpu_uuid[0] ? EEP__V1__CAPABILITY__CAP_GPU : 0) |
                      (agent->n_nics > 0 ? EEP__V1__CAPABILITY__CAP_RDMA : 0);
-    m.lease        = lease;
-    m.endpoint     = agent->endpoint;
-    len            = eep__v1__member__get_packed_size(&m);
-    buf            = malloc(len ? len : 1);
+    m.lease    = lease;
+    m.endpoint = agent->endpoint;
+    len        = eep__v1__member__get_packed_size(&m);
+    buf        = malloc(len ? len : 1);
     if (buf == NULL) {
         status = EEP_ERR_NO_MEMORY;
         goto err_revoke;
@@ -370,7 +370,7 @@ static int eep_agent_key_exists(eep_agent_t *agent, const char *key, int *exists
 static void *eep_agent_main(void *arg)
 {
     eep_agent_t *agent = arg;
-    int64_t      last = eep_agent_now_ms(), now;
+    int64_t      last  = eep_agent_now_ms(), now;
 
     pthread_mutex_lock(&agent->lock);
     while (!agent->stop) {
@@ -438,7 +438,8 @@ static void *eep_agent_main(void *arg)
             ts.tv_nsec -= 1000000000;
         }
         if (!((agent->need_rejoin || agent->view_watch_lost) &&
-              eep_agent_now_ms() >= agent->retry_at_ms) && !agent->stop) {
+              eep_agent_now_ms() >= agent->retry_at_ms) &&
+            !agent->stop) {
             pthread_cond_timedwait(&agent->cond, &agent->lock, &ts);
         }
     }
@@ -448,12 +449,12 @@ static void *eep_agent_main(void *arg)
 
 eep_status_t eep_agent_create(const eep_agent_params_t *params, eep_agent_t **agent_p)
 {
-    eep_agent_t       *agent;
-    eep_status_t       status;
+    eep_agent_t *agent;
+    eep_status_t status;
 
     if (params == NULL || params->size < sizeof(*params) || agent_p == NULL) {
         eep_error(EEP_SUBSYS_AGENT, "eep_agent_create: params (with size set) and agent_p are "
-                  "required");
+                                    "required");
         return EEP_ERR_INVALID_ARG;
     }
     eep_config_check_env_once();
@@ -514,7 +515,7 @@ eep_status_t eep_agent_create(const eep_agent_params_t *params, eep_agent_t **ag
         goto err_unregister;
     }
     agent->thread_started = 1;
-    *agent_p = agent;
+    *agent_p              = agent;
     return EEP_OK;
 
 err_unregister:
@@ -542,7 +543,7 @@ err_free:
 
 eep_status_t eep_agent_leave(eep_agent_t *agent)
 {
-    Eep__V1__Member m = EEP__V1__MEMBER__INIT;
+    Eep__V1__Member m      = EEP__V1__MEMBER__INIT;
     eep_status_t    status = EEP_OK;
     char            id[256], key[EEP_AGENT_KEY_MAX];
     int64_t         lease;
@@ -699,7 +700,7 @@ err_nomem:
 eep_status_t eep_agent_poll(eep_agent_t *agent, eep_agent_view_t **view_p)
 {
     uint8_t     *bytes = NULL;
-    size_t       len = 0;
+    size_t       len   = 0;
     char         my_id[256];
     eep_status_t status;
 

@@ -26,18 +26,18 @@ extern "C" {
 typedef struct eep_agent eep_agent_t;
 
 typedef struct {
-    char    *id;
-    char    *host;
-    char    *gpu_uuid;
-    int      pid;
+    char *id;
+    char *host;
+    char *gpu_uuid;
+    int   pid;
 } eep_agent_member_t;
 
 /* A view as the runtime sees it; free with eep_agent_view_free(). */
 typedef struct {
     uint64_t            epoch;
-    int                 my_rank;      /* this member's rank, -1 when the view excludes it */
+    int                 my_rank; /* this member's rank, -1 when the view excludes it */
     uint32_t            n_ranks;
-    eep_agent_member_t *members;      /* n_ranks, in rank order */
+    eep_agent_member_t *members; /* n_ranks, in rank order */
     uint32_t            root;
     uint32_t            num_experts;
     uint32_t            copies;       /* copies of each expert */

@@ -27,9 +27,9 @@
 #include "elastic/log.h"
 #include "elastic/runtime_knobs.h"
 
-#define EEP_AGENT_BOOT_MAGIC   0x42504545u /* "EEPB" little-endian */
-#define EEP_AGENT_BOOT_HDR     8u          /* magic (4), id length (4) */
-#define EEP_AGENT_BOOT_KEY_MAX 640
+#define EEP_AGENT_BOOT_MAGIC       0x42504545u /* "EEPB" little-endian */
+#define EEP_AGENT_BOOT_HDR         8u          /* magic (4), id length (4) */
+#define EEP_AGENT_BOOT_KEY_MAX     640
 #define EEP_AGENT_BOOT_POLL_MAX_MS 25
 
 typedef struct {
@@ -38,8 +38,8 @@ typedef struct {
     int64_t     lease;
     uint64_t    epoch;
     char        my_id[256];
-    char      **ids;         /* the view's member ids, in rank order */
-    int         missing;     /* lowest rank missing at the last timeout, -1 */
+    char      **ids;     /* the view's member ids, in rank order */
+    int         missing; /* lowest rank missing at the last timeout, -1 */
 } eep_agent_bootstrap_t;
 
 static void eep_agent_bootstrap_sleep_ms(double ms)
@@ -81,31 +81,36 @@ static uint32_t eep_agent_bootstrap_get32(const uint8_t *p)
  * Check one value read back: the writer is the view's member at @p rank and the payload is
  * @p len bytes.  @return the payload, or NULL (logged).
  */
-static const uint8_t *eep_agent_bootstrap_check(const eep_agent_bootstrap_t *b,
-                                                unsigned long round, int rank,
-                                                const uint8_t *value, size_t value_len, size_t len)
+static const uint8_t *eep_agent_bootstrap_check(const eep_agent_bootstrap_t *b, unsigned long round,
+                                                int rank, const uint8_t *value, size_t value_len,
+                                                size_t len)
 {
     const char *want = b->ids[rank];
     uint32_t    id_len;
 
     if (value_len < EEP_AGENT_BOOT_HDR ||
         eep_agent_bootstrap_get32(value) != EEP_AGENT_BOOT_MAGIC) {
-        eep_error(EEP_SUBSYS_BOOTSTRAP, "view %llu round %lu: the key of rank %d is not bootstrap "
-                  "data (%zu bytes)", (unsigned long long)b->epoch, round, rank, value_len);
+        eep_error(EEP_SUBSYS_BOOTSTRAP,
+                  "view %llu round %lu: the key of rank %d is not bootstrap "
+                  "data (%zu bytes)",
+                  (unsigned long long)b->epoch, round, rank, value_len);
         return NULL;
     }
     id_len = eep_agent_bootstrap_get32(value + 4);
     if (id_len > value_len - EEP_AGENT_BOOT_HDR || id_len != strlen(want) ||
         memcmp(value + EEP_AGENT_BOOT_HDR, want, id_len) != 0) {
-        eep_error(EEP_SUBSYS_BOOTSTRAP, "view %llu round %lu: the key of rank %d was not written "
-                  "by the view's member %s: refused", (unsigned long long)b->epoch, round, rank,
-                  want);
+        eep_error(EEP_SUBSYS_BOOTSTRAP,
+                  "view %llu round %lu: the key of rank %d was not written "
+                  "by the view's member %s: refused",
+                  (unsigned long long)b->epoch, round, rank, want);
         return NULL;
     }
     if (value_len - EEP_AGENT_BOOT_HDR - id_len != len) {
-        eep_error(EEP_SUBSYS_BOOTSTRAP, "view %llu round %lu: rank %d sent %zu bytes, this rank "
-                  "expected %zu (ranks disagree on the exchange)", (unsigned long long)b->epoch,
-                  round, rank, value_len - EEP_AGENT_BOOT_HDR - id_len, len);
+        eep_error(EEP_SUBSYS_BOOTSTRAP,
+                  "view %llu round %lu: rank %d sent %zu bytes, this rank "
+                  "expected %zu (ranks disagree on the exchange)",
+                  (unsigned long long)b->epoch, round, rank,
+                  value_len - EEP_AGENT_BOOT_HDR - id_len, len);
         return NULL;
     }
     return value + EEP_AGENT_BOOT_HDR + id_len;
@@ -154,9 +159,11 @@ static eep_status_t eep_agent_bootstrap_write(eep_bootstrap_t *bs, const void *m
     }
     status = eep_etcd_txn(b->etcd, &cmp, 1, ops, (size_t)n_ops, NULL, 0, &ok, NULL);
     if (status != EEP_OK) {
-        eep_error(EEP_SUBSYS_BOOTSTRAP, "view %llu round %lu: writing rank %d's key failed: %s "
-                  "(lease %llx lost?)", (unsigned long long)b->epoch, bs->round, bs->rank,
-                  eep_status_name(status), (unsigned long long)b->lease);
+        eep_error(EEP_SUBSYS_BOOTSTRAP,
+                  "view %llu round %lu: writing rank %d's key failed: %s "
+                  "(lease %llx lost?)",
+                  (unsigned long long)b->epoch, bs->round, bs->rank, eep_status_name(status),
+                  (unsigned long long)b->lease);
         goto out;
     }
     if (!ok) {
@@ -167,7 +174,8 @@ static eep_status_t eep_agent_bootstrap_write(eep_bootstrap_t *bs, const void *m
         }
         if (r.count != 1 || r.kvs[0].value_len != value_len ||
             memcmp(r.kvs[0].value, value, value_len) != 0) {
-            eep_error(EEP_SUBSYS_BOOTSTRAP, "view %llu round %lu: rank %d's key already holds "
+            eep_error(EEP_SUBSYS_BOOTSTRAP,
+                      "view %llu round %lu: rank %d's key already holds "
                       "other data (two processes claim this rank?)",
                       (unsigned long long)b->epoch, bs->round, bs->rank);
             status = EEP_ERR_EXISTS;
@@ -179,8 +187,8 @@ out:
     return status;
 }
 
-static eep_status_t eep_agent_bootstrap_allgather(eep_bootstrap_t *bs, const void *mine,
-                                                  void *all, size_t len)
+static eep_status_t eep_agent_bootstrap_allgather(eep_bootstrap_t *bs, const void *mine, void *all,
+                                                  size_t len)
 {
     eep_agent_bootstrap_t *b = bs->impl;
     char                   prefix[EEP_AGENT_BOOT_KEY_MAX];
@@ -247,15 +255,17 @@ static eep_status_t eep_agent_bootstrap_allgather(eep_bootstrap_t *bs, const voi
             for (rank = 0; rank < bs->nranks && got[rank]; rank++) {
             }
             b->missing = rank;
-            eep_error(EEP_SUBSYS_BOOTSTRAP, "view %llu round %lu: no data from rank %d (member %s)"
-                      "%s within %d ms: timed out", (unsigned long long)b->epoch, bs->round, rank,
-                      b->ids[rank], bs->nranks - have > 1 ? " and others" : "", bs->timeout_ms);
+            eep_error(EEP_SUBSYS_BOOTSTRAP,
+                      "view %llu round %lu: no data from rank %d (member %s)"
+                      "%s within %d ms: timed out",
+                      (unsigned long long)b->epoch, bs->round, rank, b->ids[rank],
+                      bs->nranks - have > 1 ? " and others" : "", bs->timeout_ms);
             status = EEP_ERR_TIMEOUT;
             goto out;
         }
         eep_agent_bootstrap_sleep_ms(pause_ms < left ? pause_ms : left);
-        pause_ms = pause_ms * 2 < EEP_AGENT_BOOT_POLL_MAX_MS ? pause_ms * 2 :
-                                                               EEP_AGENT_BOOT_POLL_MAX_MS;
+        pause_ms = pause_ms * 2 < EEP_AGENT_BOOT_POLL_MAX_MS ? pause_ms * 2
+                                                             : EEP_AGENT_BOOT_POLL_MAX_MS;
     }
 out:
     free(got);
@@ -312,25 +322,25 @@ static int eep_agent_bootstrap_lease_of(const char *id, int64_t *lease_p)
 }
 
 eep_status_t eep_agent_bootstrap_create(const eep_agent_bootstrap_params_t *params,
-                                        eep_bootstrap_t **bs_p)
+                                        eep_bootstrap_t                   **bs_p)
 {
-    eep_agent_bootstrap_t *b;
-    eep_agent_config_t     acfg;
-    eep_runtime_config_t   rcfg;
-    eep_etcd_params_t      ep;
+    eep_agent_bootstrap_t  *b;
+    eep_agent_config_t      acfg;
+    eep_runtime_config_t    rcfg;
+    eep_etcd_params_t       ep;
     const eep_agent_view_t *view;
-    const char            *job;
-    int                    timeout_ms;
-    uint32_t               i;
-    eep_status_t           status;
+    const char             *job;
+    int                     timeout_ms;
+    uint32_t                i;
+    eep_status_t            status;
 
-    if (params == NULL || params->size < sizeof(*params) || bs_p == NULL ||
-        params->agent == NULL || params->view == NULL) {
+    if (params == NULL || params->size < sizeof(*params) || bs_p == NULL || params->agent == NULL ||
+        params->view == NULL) {
         eep_error(EEP_SUBSYS_BOOTSTRAP, "eep_agent_bootstrap_create: params (with size, agent "
-                  "and view set) and bs_p are required");
+                                        "and view set) and bs_p are required");
         return EEP_ERR_INVALID_ARG;
     }
-    view = params->view;
+    view   = params->view;
     status = eep_config_load(&eep_agent_knob_table, &acfg);
     if (status != EEP_OK) {
         return status;
@@ -355,17 +365,21 @@ eep_status_t eep_agent_bootstrap_create(const eep_agent_bootstrap_params_t *para
     }
     b->epoch   = view->epoch;
     b->missing = -1;
-    status = eep_agent_member_id(params->agent, b->my_id, sizeof(b->my_id));
+    status     = eep_agent_member_id(params->agent, b->my_id, sizeof(b->my_id));
     if (status != EEP_OK) {
-        eep_error(EEP_SUBSYS_BOOTSTRAP, "this member has no id now (%s): wait for a view "
-                  "holding its new id", eep_status_name(status));
+        eep_error(EEP_SUBSYS_BOOTSTRAP,
+                  "this member has no id now (%s): wait for a view "
+                  "holding its new id",
+                  eep_status_name(status));
         goto err_free;
     }
     if (view->my_rank < 0 || (uint32_t)view->my_rank >= view->n_ranks ||
         view->members[view->my_rank].id == NULL ||
         strcmp(view->members[view->my_rank].id, b->my_id) != 0) {
-        eep_error(EEP_SUBSYS_BOOTSTRAP, "member %s holds no rank in view %llu: refusing to "
-                  "bootstrap it", b->my_id, (unsigned long long)view->epoch);
+        eep_error(EEP_SUBSYS_BOOTSTRAP,
+                  "member %s holds no rank in view %llu: refusing to "
+                  "bootstrap it",
+                  b->my_id, (unsigned long long)view->epoch);
         status = EEP_ERR_INVALID_ARG;
         goto err_free;
     }

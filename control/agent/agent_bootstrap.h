@@ -42,7 +42,7 @@ typedef struct {
  *         EEP_ERR_BUSY while the agent is registering again; etcd client errors.
  */
 eep_status_t eep_agent_bootstrap_create(const eep_agent_bootstrap_params_t *params,
-                                        eep_bootstrap_t **bs_p);
+                                        eep_bootstrap_t                   **bs_p);
 
 /**
  * After an all-gather failed with EEP_ERR_TIMEOUT: the lowest rank whose key of that round never

@@ -3,9 +3,11 @@
 
 #include <stddef.h>
 
+/* clang-format off */
 #define EEP_AGENT_KNOB(_name, _def, _type, _field, _min, _max, _doc)                           \
     { _name, _def, _doc, _type, offsetof(eep_agent_config_t, _field), EEP_KNOB_STARTUP, _min,  \
       _max }
+/* clang-format on */
 
 static const eep_knob_t eep_agent_knobs[] = {
     EEP_AGENT_KNOB("EEP_JOB", "default", EEP_KNOB_STRING, job, 0, 0,

@@ -83,8 +83,9 @@ int main(int argc, char **argv)
                    eep_agent_main_ms(), id);
         } else if (status == EEP_OK) {
             printf("{\"t_ms\":%lld,\"event\":\"view\",\"epoch\":%llu,\"rank\":%d,\"n\":%u,"
-                   "\"reason\":\"%s\",\"members\":[", eep_agent_main_ms(),
-                   (unsigned long long)view->epoch, view->my_rank, view->n_ranks, view->reason);
+                   "\"reason\":\"%s\",\"members\":[",
+                   eep_agent_main_ms(), (unsigned long long)view->epoch, view->my_rank,
+                   view->n_ranks, view->reason);
             for (i = 0; i < view->n_ranks; i++) {
                 printf("%s\"%s\"", i ? "," : "", view->members[i].id);
             }

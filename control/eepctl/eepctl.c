@@ -29,17 +29,16 @@ typedef struct {
 
 static int eepctl_usage(FILE *out)
 {
-    fprintf(out,
-            "usage: eepctl [--addr host:port] [--ca F [--cert F --key F]] [--json] "
-            "[--timeout-ms N] COMMAND\n"
-            "  status                        current view and members (table)\n"
-            "  watch [--from E] [--count N]  print views as they are published\n"
-            "  drain MEMBER                  remove a member from the next view at once\n"
-            "  cordon MEMBER | uncordon MEMBER\n"
-            "  report-fault SUSPECT [PHASE]  report a suspected member\n"
-            "  inject-fault evict|revoke-lease|step-down|stale-publish [MEMBER]\n"
-            "                                (eepd must enable it)\n"
-            "  health\n");
+    fprintf(out, "usage: eepctl [--addr host:port] [--ca F [--cert F --key F]] [--json] "
+                 "[--timeout-ms N] COMMAND\n"
+                 "  status                        current view and members (table)\n"
+                 "  watch [--from E] [--count N]  print views as they are published\n"
+                 "  drain MEMBER                  remove a member from the next view at once\n"
+                 "  cordon MEMBER | uncordon MEMBER\n"
+                 "  report-fault SUSPECT [PHASE]  report a suspected member\n"
+                 "  inject-fault evict|revoke-lease|step-down|stale-publish [MEMBER]\n"
+                 "                                (eepd must enable it)\n"
+                 "  health\n");
     return out == stderr ? 2 : 0;
 }
 
@@ -146,8 +145,7 @@ static int eepctl_unary(const eepctl_opts_t *o, const char *method, const Protob
         fprintf(stderr, "eepctl: cannot create a channel to %s\n", o->addr);
         return 1;
     }
-    status = eep_rpc_unary(ch, method, req, desc, eep_rpc_deadline_ms(o->timeout_ms), resp_p,
-                           &res);
+    status = eep_rpc_unary(ch, method, req, desc, eep_rpc_deadline_ms(o->timeout_ms), resp_p, &res);
     eep_rpc_channel_destroy(ch);
     if (status != EEP_OK) {
         if (o->json) {
@@ -219,13 +217,13 @@ static int eepctl_status(const eepctl_opts_t *o)
             } else if (m->cordoned) {
                 state = rank >= 0 ? "active,cordoned" : "cordoned";
             }
-            char                   rank_s[24] = "-";
+            char rank_s[24] = "-";
 
             if (rank >= 0) {
                 snprintf(rank_s, sizeof(rank_s), "%ld", rank);
             }
-            printf("%-5s %-40s %-20.20s %-8d %-12.12s %-6zu %s\n", rank_s, m->id, m->host,
-                   m->pid, m->gpu_uuid[0] ? m->gpu_uuid : "-", m->n_rdma_nics, state);
+            printf("%-5s %-40s %-20.20s %-8d %-12.12s %-6zu %s\n", rank_s, m->id, m->host, m->pid,
+                   m->gpu_uuid[0] ? m->gpu_uuid : "-", m->n_rdma_nics, state);
         }
     }
     protobuf_c_message_free_unpacked(&rep->base, NULL);
@@ -283,15 +281,15 @@ static int eepctl_watch(const eepctl_opts_t *o, uint64_t from, long count)
     eep_rpc_stream_t          *stream = NULL, *s;
     eep_rpc_stream_event_t     ev;
     long                       seen = 0;
-    int                        ret  = 0, cancelled = 0;
+    int                        ret = 0, cancelled = 0;
 
     if (ch == NULL) {
         fprintf(stderr, "eepctl: cannot create a channel to %s\n", o->addr);
         return 1;
     }
     cq = grpc_completion_queue_create_for_next(NULL);
-    if (eep_rpc_stream_create(ch, cq, "/eep.v1.EepControl/WatchViews",
-                              &eep__v1__view__descriptor, NULL, &stream) != EEP_OK) {
+    if (eep_rpc_stream_create(ch, cq, "/eep.v1.EepControl/WatchViews", &eep__v1__view__descriptor,
+                              NULL, &stream) != EEP_OK) {
         ret = 1;
         goto out_cq;
     }
@@ -326,8 +324,8 @@ static int eepctl_watch(const eepctl_opts_t *o, uint64_t from, long count)
         }
         if (ev.closed) {
             if (!cancelled) {
-                fprintf(stderr, "eepctl: watch ended: %s: %s\n",
-                        eep_rpc_code_name(ev.result.code), ev.result.details);
+                fprintf(stderr, "eepctl: watch ended: %s: %s\n", eep_rpc_code_name(ev.result.code),
+                        ev.result.details);
                 ret = 1;
             }
             break;
@@ -346,12 +344,12 @@ out_cq:
 
 int main(int argc, char **argv)
 {
-    eepctl_opts_t o = { "127.0.0.1:7070", NULL, NULL, NULL, 0, 5000 };
-    uint64_t      from  = 0;
-    long          count = 0;
-    const char   *cmd   = NULL;
+    eepctl_opts_t o       = { "127.0.0.1:7070", NULL, NULL, NULL, 0, 5000 };
+    uint64_t      from    = 0;
+    long          count   = 0;
+    const char   *cmd     = NULL;
     const char   *args[3] = { NULL, NULL, NULL };
-    int           n_args = 0, i, ret;
+    int           n_args  = 0, i, ret;
 
     for (i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -399,13 +397,16 @@ int main(int argc, char **argv)
     } else if (strcmp(cmd, "health") == 0) {
         ret = eepctl_health(&o);
     } else if ((strcmp(cmd, "drain") == 0 || strcmp(cmd, "cordon") == 0 ||
-                strcmp(cmd, "uncordon") == 0) && n_args == 1) {
+                strcmp(cmd, "uncordon") == 0) &&
+               n_args == 1) {
         Eep__V1__MemberRequest req = EEP__V1__MEMBER_REQUEST__INIT;
         char                   method[64];
 
         req.member = (char *)args[0];
         snprintf(method, sizeof(method), "/eep.v1.EepControl/%s",
-                 cmd[0] == 'd' ? "Drain" : cmd[0] == 'c' ? "Cordon" : "Uncordon");
+                 cmd[0] == 'd'   ? "Drain"
+                 : cmd[0] == 'c' ? "Cordon"
+                                 : "Uncordon");
         ret = eepctl_ack(&o, method, &req.base);
     } else if (strcmp(cmd, "report-fault") == 0 && n_args >= 1) {
         Eep__V1__Fault req = EEP__V1__FAULT__INIT;
@@ -414,7 +415,7 @@ int main(int argc, char **argv)
         req.suspect      = (char *)args[0];
         req.suspect_rank = -1;
         req.phase        = (char *)(n_args > 1 ? args[1] : "operator");
-        ret = eepctl_ack(&o, "/eep.v1.EepControl/ReportFault", &req.base);
+        ret              = eepctl_ack(&o, "/eep.v1.EepControl/ReportFault", &req.base);
     } else if (strcmp(cmd, "inject-fault") == 0 && n_args >= 1) {
         Eep__V1__InjectFaultRequest req = EEP__V1__INJECT_FAULT_REQUEST__INIT;
 
@@ -431,7 +432,7 @@ int main(int argc, char **argv)
             return eepctl_usage(stderr);
         }
         req.member = (char *)(n_args > 1 ? args[1] : "");
-        ret = eepctl_ack(&o, "/eep.v1.EepControl/InjectFault", &req.base);
+        ret        = eepctl_ack(&o, "/eep.v1.EepControl/InjectFault", &req.base);
     } else {
         eep_rpc_shutdown();
         return eepctl_usage(stderr);

@@ -194,8 +194,8 @@ static void eepd_adopt_view(eepd_t *eepd, const uint8_t *value, size_t len, int6
 }
 
 /* One key under our prefix changed (or was read at startup). */
-static void eepd_apply(eepd_t *eepd, int type, const char *key, const uint8_t *value,
-                       size_t len, int64_t create_rev, int64_t mod_rev)
+static void eepd_apply(eepd_t *eepd, int type, const char *key, const uint8_t *value, size_t len,
+                       int64_t create_rev, int64_t mod_rev)
 {
     const char *rel = key + strlen(eepd->prefix);
     const char *id;
@@ -440,8 +440,8 @@ static eep_status_t eepd_sync(eepd_t *eepd)
             free(key);
         }
     }
-    status = eep_etcd_watch_create(eepd->etcd, eepd->prefix, 1, r.revision + 1, eepd_on_watch,
-                                   eepd, &eepd->watch);
+    status = eep_etcd_watch_create(eepd->etcd, eepd->prefix, 1, r.revision + 1, eepd_on_watch, eepd,
+                                   &eepd->watch);
     eep_etcd_range_free(&r);
     if (status == EEP_OK) {
         eepd->watch_lost = 0;
@@ -537,15 +537,15 @@ static void eepd_refresh(eepd_t *eepd)
 static eep_status_t eepd_publish(eepd_t *eepd, int force)
 {
     size_t                    n_cands = eepd->n_members, n = 0, i, n_cur = 0;
-    eepd_candidate_t         *cands   = NULL;
-    size_t                   *order   = NULL;
-    const char              **cur     = NULL, **next_ids = NULL;
-    Eep__V1__View             view    = EEP__V1__VIEW__INIT;
-    Eep__V1__Member         **vm      = NULL;
+    eepd_candidate_t         *cands = NULL;
+    size_t                   *order = NULL;
+    const char              **cur = NULL, **next_ids = NULL;
+    Eep__V1__View             view = EEP__V1__VIEW__INIT;
+    Eep__V1__Member         **vm   = NULL;
     Eep__V1__ExpertPlacement *pl = NULL, **plp = NULL;
     uint32_t                 *ranks = NULL, copies = 0;
     uint32_t                  n_exp = (uint32_t)eepd->cfg.num_experts;
-    uint8_t                  *buf = NULL;
+    uint8_t                  *buf   = NULL;
     size_t                    len;
     char                      vkey[EEPD_KEY_MAX], ckey[EEPD_KEY_MAX], lkey[EEPD_KEY_MAX];
     char                      okey[EEPD_KEY_MAX];
@@ -575,7 +575,7 @@ static eep_status_t eepd_publish(eepd_t *eepd, int force)
         cands[i].id            = m->id;
         cands[i].join_revision = m->create_rev;
         cands[i].eligible      = !m->member->leaving && !cordoned &&
-                                 !eepd_idset_has(&eepd->drained, m->id);
+                            !eepd_idset_has(&eepd->drained, m->id);
     }
     status = eepd_view_order(cur, n_cur, cands, n_cands, (size_t)eepd->cfg.max_ranks, order, &n);
     if (status != EEP_OK) {
@@ -590,15 +590,17 @@ static eep_status_t eepd_publish(eepd_t *eepd, int force)
     }
     if (n < (size_t)eepd->cfg.min_ranks) {
         if (!eepd->below_min_warned) {
-            eep_warn(EEP_SUBSYS_EEPD, "%zu eligible members, fewer than EEP_EEPD_MIN_RANKS %lld: "
-                     "no view published", n, (long long)eepd->cfg.min_ranks);
+            eep_warn(EEP_SUBSYS_EEPD,
+                     "%zu eligible members, fewer than EEP_EEPD_MIN_RANKS %lld: "
+                     "no view published",
+                     n, (long long)eepd->cfg.min_ranks);
             eepd->below_min_warned = 1;
         }
         status = EEP_ERR_BUSY;
         goto out;
     }
     eepd->below_min_warned = 0;
-    epoch = (eepd->view != NULL ? eepd->view->epoch : 0) + 1;
+    epoch                  = (eepd->view != NULL ? eepd->view->epoch : 0) + 1;
     for (i = 0; i < n; i++) {
         vm[i]           = eepd->members[order[i]].member;
         vm[i]->cordoned = eepd_idset_has(&eepd->cordoned, vm[i]->id);
@@ -611,8 +613,8 @@ static eep_status_t eepd_publish(eepd_t *eepd, int force)
             status = EEP_ERR_NO_MEMORY;
             goto out;
         }
-        status = eepd_view_place(n_exp, (uint32_t)eepd->cfg.redundant_experts, (uint32_t)n,
-                                 ranks, &copies);
+        status = eepd_view_place(n_exp, (uint32_t)eepd->cfg.redundant_experts, (uint32_t)n, ranks,
+                                 &copies);
         if (status != EEP_OK) {
             goto out;
         }
@@ -634,8 +636,8 @@ static eep_status_t eepd_publish(eepd_t *eepd, int force)
     view.leader          = eepd->replica_id;
     view.created_unix_ms = eepd_unix_ms();
     view.num_experts     = n_exp;
-    len = eep__v1__view__get_packed_size(&view);
-    buf = malloc(len ? len : 1);
+    len                  = eep__v1__view__get_packed_size(&view);
+    buf                  = malloc(len ? len : 1);
     if (buf == NULL) {
         status = EEP_ERR_NO_MEMORY;
         goto out;
@@ -646,20 +648,28 @@ static eep_status_t eepd_publish(eepd_t *eepd, int force)
     eepd_key(eepd, ckey, sizeof(ckey), "view/current");
     eepd_key(eepd, lkey, sizeof(lkey), "leader");
     memset(cmps, 0, sizeof(cmps));
-    cmps[0] = (eep_etcd_cmp_t){ .key = vkey, .target = EEP_ETCD_CMP_CREATE, .op = EEP_ETCD_EQUAL,
-                                .number = 0 };
-    cmps[1] = (eep_etcd_cmp_t){ .key = lkey, .target = EEP_ETCD_CMP_CREATE, .op = EEP_ETCD_EQUAL,
+    cmps[0] = (eep_etcd_cmp_t){
+        .key = vkey, .target = EEP_ETCD_CMP_CREATE, .op = EEP_ETCD_EQUAL, .number = 0
+    };
+    cmps[1] = (eep_etcd_cmp_t){ .key    = lkey,
+                                .target = EEP_ETCD_CMP_CREATE,
+                                .op     = EEP_ETCD_EQUAL,
                                 .number = eepd->leader_create_rev };
-    cmps[2] = (eep_etcd_cmp_t){ .key = lkey, .target = EEP_ETCD_CMP_VALUE, .op = EEP_ETCD_EQUAL,
-                                .value = (const uint8_t *)eepd->replica_id,
+    cmps[2] = (eep_etcd_cmp_t){ .key       = lkey,
+                                .target    = EEP_ETCD_CMP_VALUE,
+                                .op        = EEP_ETCD_EQUAL,
+                                .value     = (const uint8_t *)eepd->replica_id,
                                 .value_len = strlen(eepd->replica_id) };
-    cmps[3] = (eep_etcd_cmp_t){ .key = ckey, .target = EEP_ETCD_CMP_MOD, .op = EEP_ETCD_EQUAL,
-                                .number = eepd->view_mod_rev };
+    cmps[3] = (eep_etcd_cmp_t){
+        .key = ckey, .target = EEP_ETCD_CMP_MOD, .op = EEP_ETCD_EQUAL, .number = eepd->view_mod_rev
+    };
     memset(ops, 0, sizeof(ops));
-    ops[0] = (eep_etcd_op_t){ .type = EEP_ETCD_OP_PUT, .key = vkey, .value = buf,
-                              .value_len = len };
-    ops[1] = (eep_etcd_op_t){ .type = EEP_ETCD_OP_PUT, .key = ckey, .value = buf,
-                              .value_len = len };
+    ops[0] = (eep_etcd_op_t){
+        .type = EEP_ETCD_OP_PUT, .key = vkey, .value = buf, .value_len = len
+    };
+    ops[1] = (eep_etcd_op_t){
+        .type = EEP_ETCD_OP_PUT, .key = ckey, .value = buf, .value_len = len
+    };
     if (epoch > (uint64_t)eepd->cfg.view_history) {
         eepd_key(eepd, okey, sizeof(okey), "views/%020llu",
                  (unsigned long long)(epoch - (uint64_t)eepd->cfg.view_history));
@@ -672,19 +682,21 @@ static eep_status_t eepd_publish(eepd_t *eepd, int force)
     }
     if (!ok) {
         eepd->publish_conflicts++;
-        eep_warn(EEP_SUBSYS_EEPD, "publishing view %llu lost a race (leader key or "
-                 "view/current changed); re-reading", (unsigned long long)epoch);
+        eep_warn(EEP_SUBSYS_EEPD,
+                 "publishing view %llu lost a race (leader key or "
+                 "view/current changed); re-reading",
+                 (unsigned long long)epoch);
         eepd_refresh(eepd);
         status = EEP_ERR_STALE_EPOCH;
         goto out;
     }
     eepd->views_published++;
-    eepd->last_publish_ms       = (double)(eepd_now_ms() - eepd->settle.pending_since_ms);
+    eepd->last_publish_ms = (double)(eepd_now_ms() - eepd->settle.pending_since_ms);
     /* Every etcd call the loop made since the previous publish, this Txn included. */
-    eepd->last_view_round_trips = eepd->etcd_round_trips - eepd->round_trips_at_publish;
+    eepd->last_view_round_trips  = eepd->etcd_round_trips - eepd->round_trips_at_publish;
     eepd->round_trips_at_publish = eepd->etcd_round_trips;
-    eep_info(EEP_SUBSYS_EEPD, "published view %llu: %zu ranks (%s)", (unsigned long long)epoch,
-             n, view.reason);
+    eep_info(EEP_SUBSYS_EEPD, "published view %llu: %zu ranks (%s)", (unsigned long long)epoch, n,
+             view.reason);
     eepd_adopt_view(eepd, buf, len, rev);
     status = EEP_OK;
 out:
@@ -808,11 +820,11 @@ eep_status_t eepd_run(eepd_t *eepd)
 
 eep_status_t eepd_create(const eepd_config_t *cfg, int with_etcd, eepd_t **eepd_p)
 {
-    eepd_t              *eepd;
+    eepd_t                 *eepd;
     eep_rpc_server_params_t rp;
-    char                 host[128];
-    eep_status_t         status;
-    int                  port = 0;
+    char                    host[128];
+    eep_status_t            status;
+    int                     port = 0;
 
     if (cfg == NULL || eepd_p == NULL || cfg->job[0] == '\0' || strchr(cfg->job, '/') != NULL) {
         eep_error(EEP_SUBSYS_EEPD, "eepd_create: EEP_JOB must be a non-empty name without '/'");
@@ -849,7 +861,7 @@ eep_status_t eepd_create(const eepd_config_t *cfg, int with_etcd, eepd_t **eepd_
     rp.tls_key     = cfg->tls_key;
     rp.tls_ca      = cfg->tls_ca;
     rp.max_message = (size_t)cfg->max_message;
-    status = eep_rpc_server_create(&rp, &eepd->rpc);
+    status         = eep_rpc_server_create(&rp, &eepd->rpc);
     if (status != EEP_OK) {
         goto err_etcd;
     }
@@ -864,8 +876,7 @@ eep_status_t eepd_create(const eepd_config_t *cfg, int with_etcd, eepd_t **eepd_
     if (cfg->id[0] != '\0') {
         snprintf(eepd->replica_id, sizeof(eepd->replica_id), "%.200s", cfg->id);
     } else {
-        snprintf(eepd->replica_id, sizeof(eepd->replica_id), "%s:%d:%d", host, (int)getpid(),
-                 port);
+        snprintf(eepd->replica_id, sizeof(eepd->replica_id), "%s:%d:%d", host, (int)getpid(), port);
     }
     status = eepd_metrics_start(eepd);
     if (status != EEP_OK) {

@@ -23,13 +23,13 @@
 
 typedef struct {
     char            *id;
-    Eep__V1__Member *member;      /* unpacked value, owned */
+    Eep__V1__Member *member; /* unpacked value, owned */
     int64_t          create_rev;
 } eepd_member_t;
 
 typedef struct eepd_event {
     struct eepd_event *next;
-    int                type;      /* EEPD_EV_* */
+    int                type; /* EEPD_EV_* */
     char              *key;
     uint8_t           *value;
     size_t             value_len;
@@ -53,37 +53,37 @@ typedef struct {
 typedef struct eepd {
     eepd_config_t     cfg;
     char              replica_id[256];
-    char              prefix[256];            /* "/eep/<job>/" */
-    eep_etcd_t       *etcd;                   /* NULL: no etcd (fuzzer, unit tests) */
+    char              prefix[256]; /* "/eep/<job>/" */
+    eep_etcd_t       *etcd;        /* NULL: no etcd (fuzzer, unit tests) */
     eep_rpc_server_t *rpc;
 
     /* Membership, mirrored from etcd through one prefix watch. */
-    eepd_member_t    *members;
-    size_t            n_members, cap_members;
-    eepd_idset_t      cordoned, drained, faults;
+    eepd_member_t *members;
+    size_t         n_members, cap_members;
+    eepd_idset_t   cordoned, drained, faults;
 
     /* Current view (any replica follows it). */
-    Eep__V1__View    *view;
-    int64_t           view_mod_rev;           /* of view/current; 0 if absent */
+    Eep__V1__View *view;
+    int64_t        view_mod_rev; /* of view/current; 0 if absent */
 
     /* Election. */
-    int64_t           lease;                  /* our replica lease, 0 if none */
-    int               is_leader;
-    int64_t           leader_create_rev;
-    char              leader_id[256];
-    int64_t           no_campaign_until_ms;
-    int64_t           last_campaign_ms;
-    int               inject_stale_publish;   /* InjectFault FAULT_STALE_PUBLISH pending */
+    int64_t lease; /* our replica lease, 0 if none */
+    int     is_leader;
+    int64_t leader_create_rev;
+    char    leader_id[256];
+    int64_t no_campaign_until_ms;
+    int64_t last_campaign_ms;
+    int     inject_stale_publish; /* InjectFault FAULT_STALE_PUBLISH pending */
 
     /* Settle window. */
-    eepd_settle_t     settle;
-    int               urgent;
-    char              reason[32];
-    int               below_min_warned;
+    eepd_settle_t settle;
+    int           urgent;
+    char          reason[32];
+    int           below_min_warned;
 
     /* WatchViews streams. */
-    eepd_watcher_t   *watchers;
-    size_t            n_watchers, cap_watchers;
+    eepd_watcher_t *watchers;
+    size_t          n_watchers, cap_watchers;
 
     /* Events from the etcd thread. */
     pthread_mutex_t   lock;
@@ -93,20 +93,20 @@ typedef struct eepd {
     int64_t           next_sync_ms;
 
     /* Statistics (the loop writes; metrics text is a snapshot). */
-    uint64_t          views_published;
-    uint64_t          publish_conflicts;
-    uint64_t          etcd_round_trips;
-    uint64_t          elections_won;
-    uint64_t          faults_reported;
-    uint64_t          rpc_requests;
-    uint64_t          rpc_errors;
-    double            last_publish_ms;        /* first change seen -> view committed */
-    uint64_t          last_view_round_trips;
-    uint64_t          round_trips_at_publish;
+    uint64_t views_published;
+    uint64_t publish_conflicts;
+    uint64_t etcd_round_trips;
+    uint64_t elections_won;
+    uint64_t faults_reported;
+    uint64_t rpc_requests;
+    uint64_t rpc_errors;
+    double   last_publish_ms; /* first change seen -> view committed */
+    uint64_t last_view_round_trips;
+    uint64_t round_trips_at_publish;
 
-    pthread_mutex_t   metrics_lock;
-    char             *metrics_text;
-    void             *metrics_daemon;
+    pthread_mutex_t metrics_lock;
+    char           *metrics_text;
+    void           *metrics_daemon;
 
     /* One (eepd, method) pair per RPC method: the handlers' argument. */
     struct eepd_api_slot {
@@ -114,31 +114,40 @@ typedef struct eepd {
         int          method;
     } api_slots[16];
 
-    volatile int      stop;
+    volatile int stop;
 } eepd_t;
 
 /* eepd.c */
-eep_status_t eepd_create(const eepd_config_t *cfg, int with_etcd, eepd_t **eepd_p);
-void         eepd_destroy(eepd_t *eepd);
-eep_status_t eepd_run(eepd_t *eepd);
-int64_t      eepd_now_ms(void);
+eep_status_t   eepd_create(const eepd_config_t *cfg, int with_etcd, eepd_t **eepd_p);
+void           eepd_destroy(eepd_t *eepd);
+eep_status_t   eepd_run(eepd_t *eepd);
+int64_t        eepd_now_ms(void);
 eepd_member_t *eepd_member_find(eepd_t *eepd, const char *id);
-int          eepd_idset_has(const eepd_idset_t *set, const char *id);
-void         eepd_key(const eepd_t *eepd, char *buf, size_t len, const char *fmt, ...)
-        __attribute__((format(printf, 4, 5)));
+int            eepd_idset_has(const eepd_idset_t *set, const char *id);
+void           eepd_key(const eepd_t *eepd, char *buf, size_t len, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
 /* eepd_api.c */
 eep_status_t eepd_api_register(eepd_t *eepd);
 /** Adopt a newer view and send it to every watcher. */
-void         eepd_api_broadcast(eepd_t *eepd);
-void         eepd_api_drop_watchers(eepd_t *eepd);
+void eepd_api_broadcast(eepd_t *eepd);
+void eepd_api_drop_watchers(eepd_t *eepd);
 
 /* The handlers by number, for the fuzzer: decode @p req, act, reply through @p call (NULL:
  * only decode and act, and return the gRPC code that would be sent). */
-enum { EEPD_M_GET_STATUS, EEPD_M_WATCH_VIEWS, EEPD_M_DRAIN, EEPD_M_CORDON, EEPD_M_UNCORDON,
-       EEPD_M_REPORT_FAULT, EEPD_M_INJECT_FAULT, EEPD_M_HEALTH, EEPD_M_COUNT };
-int          eepd_api_handle(eepd_t *eepd, int method, eep_rpc_call_t *call, const uint8_t *req,
-                             size_t len, int authenticated);
+enum {
+    EEPD_M_GET_STATUS,
+    EEPD_M_WATCH_VIEWS,
+    EEPD_M_DRAIN,
+    EEPD_M_CORDON,
+    EEPD_M_UNCORDON,
+    EEPD_M_REPORT_FAULT,
+    EEPD_M_INJECT_FAULT,
+    EEPD_M_HEALTH,
+    EEPD_M_COUNT
+};
+int eepd_api_handle(eepd_t *eepd, int method, eep_rpc_call_t *call, const uint8_t *req, size_t len,
+                    int authenticated);
 
 /* eepd_metrics.c */
 eep_status_t eepd_metrics_start(eepd_t *eepd);

@@ -84,8 +84,10 @@ static int eepd_api_id_ok(const char *id)
 static int eepd_api_may_mutate(eepd_t *eepd, eep_rpc_call_t *call, int authenticated)
 {
     if (eepd->cfg.tls_cert[0] != '\0' && !authenticated) {
-        eep_warn(EEP_SUBSYS_EEPD, "refused a mutating call from %s: no verified client "
-                 "certificate", eep_rpc_call_peer(call));
+        eep_warn(EEP_SUBSYS_EEPD,
+                 "refused a mutating call from %s: no verified client "
+                 "certificate",
+                 eep_rpc_call_peer(call));
         return eepd_api_fail(eepd, call, EEP_RPC_UNAUTHENTICATED,
                              "a verified client certificate is required for this call");
     }
@@ -95,8 +97,8 @@ static int eepd_api_may_mutate(eepd_t *eepd, eep_rpc_call_t *call, int authentic
     return EEP_RPC_OK;
 }
 
-static int eepd_api_put(eepd_t *eepd, eep_rpc_call_t *call, const char *key,
-                        const uint8_t *value, size_t len)
+static int eepd_api_put(eepd_t *eepd, eep_rpc_call_t *call, const char *key, const uint8_t *value,
+                        size_t len)
 {
     eep_status_t status;
 
@@ -108,13 +110,12 @@ static int eepd_api_put(eepd_t *eepd, eep_rpc_call_t *call, const char *key,
     return EEP_RPC_OK;
 }
 
-static int eepd_api_get_status(eepd_t *eepd, eep_rpc_call_t *call, const uint8_t *req,
-                               size_t len)
+static int eepd_api_get_status(eepd_t *eepd, eep_rpc_call_t *call, const uint8_t *req, size_t len)
 {
-    Eep__V1__GetStatusRequest *in = eep__v1__get_status_request__unpack(NULL, len, req);
-    Eep__V1__GetStatusReply    out = EEP__V1__GET_STATUS_REPLY__INIT;
+    Eep__V1__GetStatusRequest *in    = eep__v1__get_status_request__unpack(NULL, len, req);
+    Eep__V1__GetStatusReply    out   = EEP__V1__GET_STATUS_REPLY__INIT;
     Eep__V1__View              empty = EEP__V1__VIEW__INIT;
-    Eep__V1__Member          **list = NULL;
+    Eep__V1__Member          **list  = NULL;
     size_t                     i;
     int                        code;
 
@@ -141,7 +142,7 @@ static int eepd_api_get_status(eepd_t *eepd, eep_rpc_call_t *call, const uint8_t
     out.members         = list;
     out.views_published = eepd->views_published;
     out.fault_injection = eepd->cfg.fault_injection;
-    code = eepd_api_reply(eepd, call, &out.base);
+    code                = eepd_api_reply(eepd, call, &out.base);
     free(list);
     return code;
 }
@@ -175,8 +176,7 @@ static eep_status_t eepd_api_send_view(eepd_t *eepd, eepd_watcher_t *w)
     return status;
 }
 
-static int eepd_api_watch_views(eepd_t *eepd, eep_rpc_call_t *call, const uint8_t *req,
-                                size_t len)
+static int eepd_api_watch_views(eepd_t *eepd, eep_rpc_call_t *call, const uint8_t *req, size_t len)
 {
     Eep__V1__WatchViewsRequest *in = eep__v1__watch_views_request__unpack(NULL, len, req);
     eepd_watcher_t             *w;
@@ -239,8 +239,8 @@ void eepd_api_drop_watchers(eepd_t *eepd)
     }
 }
 
-static int eepd_api_member_op(eepd_t *eepd, int method, eep_rpc_call_t *call,
-                              const uint8_t *req, size_t len, int authenticated)
+static int eepd_api_member_op(eepd_t *eepd, int method, eep_rpc_call_t *call, const uint8_t *req,
+                              size_t len, int authenticated)
 {
     Eep__V1__MemberRequest *in = eep__v1__member_request__unpack(NULL, len, req);
     char                    key[EEPD_KEY_MAX], key2[EEPD_KEY_MAX], text[320];
@@ -285,10 +285,14 @@ static int eepd_api_member_op(eepd_t *eepd, int method, eep_rpc_call_t *call,
         }
     }
     eep_info(EEP_SUBSYS_EEPD, "%s member %s (from %s)",
-             method == EEPD_M_DRAIN ? "drain" : method == EEPD_M_CORDON ? "cordon" : "uncordon",
+             method == EEPD_M_DRAIN    ? "drain"
+             : method == EEPD_M_CORDON ? "cordon"
+                                       : "uncordon",
              in->member, eep_rpc_call_peer(call));
-    snprintf(text, sizeof(text), "%s %s", method == EEPD_M_DRAIN ? "draining"
-                                          : method == EEPD_M_CORDON ? "cordoned" : "uncordoned",
+    snprintf(text, sizeof(text), "%s %s",
+             method == EEPD_M_DRAIN    ? "draining"
+             : method == EEPD_M_CORDON ? "cordoned"
+                                       : "uncordoned",
              in->member);
     code = eepd_api_ack(eepd, call, text);
 out:
@@ -296,8 +300,8 @@ out:
     return code;
 }
 
-static int eepd_api_report_fault(eepd_t *eepd, eep_rpc_call_t *call, const uint8_t *req,
-                                 size_t len, int authenticated)
+static int eepd_api_report_fault(eepd_t *eepd, eep_rpc_call_t *call, const uint8_t *req, size_t len,
+                                 int authenticated)
 {
     Eep__V1__Fault *in = eep__v1__fault__unpack(NULL, len, req);
     char            key[EEPD_KEY_MAX];
@@ -342,8 +346,8 @@ out:
     return code;
 }
 
-static int eepd_api_inject_fault(eepd_t *eepd, eep_rpc_call_t *call, const uint8_t *req,
-                                 size_t len, int authenticated)
+static int eepd_api_inject_fault(eepd_t *eepd, eep_rpc_call_t *call, const uint8_t *req, size_t len,
+                                 int authenticated)
 {
     Eep__V1__InjectFaultRequest *in;
     eepd_member_t               *m;
@@ -421,7 +425,7 @@ out:
 
 static int eepd_api_health(eepd_t *eepd, eep_rpc_call_t *call, const uint8_t *req, size_t len)
 {
-    Eep__V1__HealthRequest *in = eep__v1__health_request__unpack(NULL, len, req);
+    Eep__V1__HealthRequest *in  = eep__v1__health_request__unpack(NULL, len, req);
     Eep__V1__HealthReply    out = EEP__V1__HEALTH_REPLY__INIT;
 
     if (in == NULL) {
@@ -434,8 +438,8 @@ static int eepd_api_health(eepd_t *eepd, eep_rpc_call_t *call, const uint8_t *re
     return eepd_api_reply(eepd, call, &out.base);
 }
 
-int eepd_api_handle(eepd_t *eepd, int method, eep_rpc_call_t *call, const uint8_t *req,
-                    size_t len, int authenticated)
+int eepd_api_handle(eepd_t *eepd, int method, eep_rpc_call_t *call, const uint8_t *req, size_t len,
+                    int authenticated)
 {
     eepd->rpc_requests++;
     if (req == NULL && len > 0) {
@@ -476,10 +480,11 @@ eep_status_t eepd_api_register(eepd_t *eepd)
     for (i = 0; i < EEPD_M_COUNT; i++) {
         eepd->api_slots[i].eepd   = eepd;
         eepd->api_slots[i].method = i;
-        status = eep_rpc_server_add_method(eepd->rpc, eepd_api_paths[i],
-                                           i == EEPD_M_WATCH_VIEWS ? EEP_RPC_SERVER_STREAM
-                                                                   : EEP_RPC_UNARY,
-                                           eepd_api_dispatch, &eepd->api_slots[i]);
+
+        const eep_rpc_kind_t kind = i == EEPD_M_WATCH_VIEWS ? EEP_RPC_SERVER_STREAM : EEP_RPC_UNARY;
+
+        status = eep_rpc_server_add_method(eepd->rpc, eepd_api_paths[i], kind, eepd_api_dispatch,
+                                           &eepd->api_slots[i]);
         if (status != EEP_OK) {
             return status;
         }

@@ -3,8 +3,10 @@
 
 #include <stddef.h>
 
+/* clang-format off */
 #define EEPD_KNOB(_name, _def, _type, _field, _min, _max, _doc)                                \
     { _name, _def, _doc, _type, offsetof(eepd_config_t, _field), EEP_KNOB_STARTUP, _min, _max }
+/* clang-format on */
 
 static const eep_knob_t eepd_knobs[] = {
     EEPD_KNOB("EEP_JOB", "default", EEP_KNOB_STRING, job, 0, 0,

@@ -61,7 +61,7 @@ int main(int argc, char **argv)
         return 1;
     }
     pthread_create(&th, NULL, eepd_signal_watch, eepd);
-    status = eepd_run(eepd);
+    status         = eepd_run(eepd);
     eepd_signalled = 1;
     pthread_join(th, NULL);
     eepd_destroy(eepd);

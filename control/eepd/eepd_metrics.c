@@ -95,8 +95,8 @@ static void eepd_metric(FILE *f, const char *name, const char *type, const char 
 
 void eepd_metrics_update(eepd_t *eepd)
 {
-    char *text = NULL;
-    size_t len = 0;
+    char  *text = NULL;
+    size_t len  = 0;
     FILE  *f;
 
     if (eepd->metrics_daemon == NULL) {
@@ -132,8 +132,9 @@ void eepd_metrics_update(eepd_t *eepd)
                 (unsigned long long)eepd->rpc_requests);
     eepd_metric(f, "eepd_rpc_errors_total", "counter", "RPC requests answered with an error.",
                 (unsigned long long)eepd->rpc_errors);
-    fprintf(f, "# HELP eepd_last_publish_ms First change seen to view committed, last view.\n"
-               "# TYPE eepd_last_publish_ms gauge\neepd_last_publish_ms %.0f\n",
+    fprintf(f,
+            "# HELP eepd_last_publish_ms First change seen to view committed, last view.\n"
+            "# TYPE eepd_last_publish_ms gauge\neepd_last_publish_ms %.0f\n",
             eepd->last_publish_ms);
     eepd_metric(f, "eepd_watchers", "gauge", "Open WatchViews streams.",
                 (unsigned long long)eepd->n_watchers);

@@ -22,8 +22,7 @@ static void *eep_etcd_thread_main(void *arg);
 
 /* ---- helpers ---------------------------------------------------------------------------- */
 
-eep_status_t eep_etcd_prefix_end(const uint8_t *key, size_t len, uint8_t **end_p,
-                                 size_t *end_len_p)
+eep_status_t eep_etcd_prefix_end(const uint8_t *key, size_t len, uint8_t **end_p, size_t *end_len_p)
 {
     uint8_t *end;
     size_t   n = len;
@@ -109,7 +108,7 @@ int eep_etcd_wait_flag(eep_etcd_t *client, const int *flag, int64_t deadline_ms)
         }
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_nsec += (long)(left % 1000) * 1000000L;
-        ts.tv_sec  += (time_t)(left / 1000) + ts.tv_nsec / 1000000000L;
+        ts.tv_sec += (time_t)(left / 1000) + ts.tv_nsec / 1000000000L;
         ts.tv_nsec %= 1000000000L;
         pthread_cond_timedwait(&client->cond, &client->lock, &ts);
     }
@@ -245,6 +244,9 @@ static void eep_etcd_free(eep_etcd_t *client)
 
 eep_status_t eep_etcd_create(const eep_etcd_params_t *params, eep_etcd_t **client_p)
 {
+    const eep_etcd_params_t  none = { .size = sizeof(none) }; /* params NULL: every knob */
+    const eep_etcd_params_t *in   = params != NULL ? params : &none;
+    const char              *endpoints;
     eep_rpc_channel_params_t chp;
     eep_etcd_config_t        cfg;
     eep_etcd_t              *client;
@@ -258,8 +260,10 @@ eep_status_t eep_etcd_create(const eep_etcd_params_t *params, eep_etcd_t **clien
         return EEP_ERR_INVALID_ARG;
     }
     if (params != NULL && params->size < sizeof(*params)) {
-        eep_error(EEP_SUBSYS_ETCD, "eep_etcd_create: params->size is %zu, expected %zu (set it "
-                  "to sizeof(eep_etcd_params_t))", params->size, sizeof(*params));
+        eep_error(EEP_SUBSYS_ETCD,
+                  "eep_etcd_create: params->size is %zu, expected %zu (set it "
+                  "to sizeof(eep_etcd_params_t))",
+                  params->size, sizeof(*params));
         return EEP_ERR_INVALID_ARG;
     }
     status = eep_config_load(&eep_etcd_knob_table, &cfg);
@@ -274,14 +278,10 @@ eep_status_t eep_etcd_create(const eep_etcd_params_t *params, eep_etcd_t **clien
     pthread_condattr_init(&cattr);
     pthread_cond_init(&client->cond, &cattr);
     pthread_condattr_destroy(&cattr);
-    client->timeout_ms = (params != NULL && params->timeout_ms > 0) ? params->timeout_ms
-                                                                     : (int)cfg.timeout_ms;
-    client->keepalive_ms = (params != NULL && params->keepalive_ms > 0) ? params->keepalive_ms
-                                                                         : (int)cfg.keepalive_ms;
-    status = eep_etcd_split_endpoints(
-        client, eep_etcd_pick(params != NULL ? params->endpoints : NULL, cfg.endpoints) != NULL
-                    ? eep_etcd_pick(params != NULL ? params->endpoints : NULL, cfg.endpoints)
-                    : "");
+    client->timeout_ms   = in->timeout_ms > 0 ? in->timeout_ms : (int)cfg.timeout_ms;
+    client->keepalive_ms = in->keepalive_ms > 0 ? in->keepalive_ms : (int)cfg.keepalive_ms;
+    endpoints            = eep_etcd_pick(in->endpoints, cfg.endpoints);
+    status               = eep_etcd_split_endpoints(client, endpoints != NULL ? endpoints : "");
     if (status != EEP_OK) {
         goto err_free;
     }
@@ -297,18 +297,18 @@ eep_status_t eep_etcd_create(const eep_etcd_params_t *params, eep_etcd_t **clien
     chp.keepalive_ms         = client->keepalive_ms;
     chp.keepalive_timeout_ms = client->keepalive_ms;
     chp.reconnect_max_ms     = 1000;
-    chp.ca_file   = eep_etcd_pick(params != NULL ? params->ca_file : NULL, cfg.ca_file);
-    chp.cert_file = eep_etcd_pick(params != NULL ? params->cert_file : NULL, cfg.cert_file);
-    chp.key_file  = eep_etcd_pick(params != NULL ? params->key_file : NULL, cfg.key_file);
+    chp.ca_file              = eep_etcd_pick(in->ca_file, cfg.ca_file);
+    chp.cert_file            = eep_etcd_pick(in->cert_file, cfg.cert_file);
+    chp.key_file             = eep_etcd_pick(in->key_file, cfg.key_file);
     for (i = 0; i < client->n_endpoints; i++) {
         chp.target = client->endpoints[i];
-        status = eep_rpc_channel_create(&chp, &client->channels[i]);
+        status     = eep_rpc_channel_create(&chp, &client->channels[i]);
         if (status != EEP_OK) {
             goto err_grpc;
         }
     }
     client->cq = grpc_completion_queue_create_for_next(NULL);
-    ret = pthread_create(&client->thread, NULL, eep_etcd_thread_main, client);
+    ret        = pthread_create(&client->thread, NULL, eep_etcd_thread_main, client);
     if (ret != 0) {
         status = eep_status_from_errno(ret, "pthread_create(etcd client)");
         goto err_cq;
@@ -394,8 +394,8 @@ static void eep_etcd_on_completion(grpc_event *ev)
             eep_etcd_keepalive_on_sent(ka);
         }
         if (event.message != NULL) {
-            eep_etcd_keepalive_on_message(
-                ka, (Etcdserverpb__LeaseKeepAliveResponse *)event.message);
+            eep_etcd_keepalive_on_message(ka,
+                                          (Etcdserverpb__LeaseKeepAliveResponse *)event.message);
             protobuf_c_message_free_unpacked(event.message, NULL);
         }
         if (event.closed) {
@@ -410,7 +410,7 @@ static void eep_etcd_on_completion(grpc_event *ev)
 static size_t eep_etcd_tick(eep_etcd_t *client)
 {
     eep_etcd_owner_t **pp, *owner;
-    int64_t            now = eep_rpc_now_ms();
+    int64_t            now  = eep_rpc_now_ms();
     size_t             left = 0;
 
     for (owner = client->owners; owner != NULL; owner = owner->next) {
@@ -450,7 +450,7 @@ static size_t eep_etcd_tick(eep_etcd_t *client)
 static void *eep_etcd_thread_main(void *arg)
 {
     eep_etcd_t *client = arg;
-    int         shut = 0;
+    int         shut   = 0;
 
     for (;;) {
         grpc_event ev = grpc_completion_queue_next(client->cq,
@@ -476,20 +476,20 @@ static void *eep_etcd_thread_main(void *arg)
 /* ---- unary calls with failover ---------------------------------------------------------- */
 
 eep_status_t eep_etcd_unary(eep_etcd_t *client, const char *method, const char *what,
-                            const ProtobufCMessage *request,
+                            const ProtobufCMessage           *request,
                             const ProtobufCMessageDescriptor *response_desc,
-                            ProtobufCMessage **response_p)
+                            ProtobufCMessage                **response_p)
 {
-    eep_rpc_result_t result = { GRPC_STATUS_UNKNOWN, "" };
-    eep_status_t     status = EEP_ERR_CONTROL_UNAVAILABLE;
+    eep_rpc_result_t result   = { GRPC_STATUS_UNKNOWN, "" };
+    eep_status_t     status   = EEP_ERR_CONTROL_UNAVAILABLE;
     int64_t          deadline = eep_rpc_now_ms() + client->timeout_ms;
-    size_t           n = client->n_endpoints;
-    size_t           start = __atomic_load_n(&client->preferred, __ATOMIC_RELAXED);
+    size_t           n        = client->n_endpoints;
+    size_t           start    = __atomic_load_n(&client->preferred, __ATOMIC_RELAXED);
     size_t           attempt;
     int              pause_ms = 20;
 
     for (attempt = 0;; attempt++) {
-        size_t  idx = (start + attempt) % n;
+        size_t  idx  = (start + attempt) % n;
         int64_t left = deadline - eep_rpc_now_ms();
         int64_t budget;
 
@@ -533,8 +533,10 @@ eep_status_t eep_etcd_unary(eep_etcd_t *client, const char *method, const char *
             pause_ms = pause_ms * 2 > 500 ? 500 : pause_ms * 2;
         }
     }
-    eep_error(EEP_SUBSYS_ETCD, "%s: no etcd endpoint answered within %d ms (%zu endpoint(s), "
-              "first %s)", what, client->timeout_ms, n, client->endpoints[start % n]);
+    eep_error(EEP_SUBSYS_ETCD,
+              "%s: no etcd endpoint answered within %d ms (%zu endpoint(s), "
+              "first %s)",
+              what, client->timeout_ms, n, client->endpoints[start % n]);
     return eep_status_from_grpc(result.code == GRPC_STATUS_UNKNOWN ? GRPC_STATUS_DEADLINE_EXCEEDED
                                                                    : result.code,
                                 result.details, what);
@@ -545,7 +547,7 @@ eep_status_t eep_etcd_unary(eep_etcd_t *client, const char *method, const char *
 eep_status_t eep_etcd_range(eep_etcd_t *client, const char *key, int prefix,
                             eep_etcd_range_t *result_p)
 {
-    Etcdserverpb__RangeRequest   req = ETCDSERVERPB__RANGE_REQUEST__INIT;
+    Etcdserverpb__RangeRequest   req  = ETCDSERVERPB__RANGE_REQUEST__INIT;
     Etcdserverpb__RangeResponse *resp = NULL;
     eep_etcd_range_t             result;
     eep_status_t                 status;
@@ -568,9 +570,8 @@ eep_status_t eep_etcd_range(eep_etcd_t *client, const char *key, int prefix,
     if (status != EEP_OK) {
         return status;
     }
-    status = eep_etcd_unary(client, "/etcdserverpb.KV/Range", "etcd range",
-                            &req.base, &etcdserverpb__range_response__descriptor,
-                            (ProtobufCMessage **)&resp);
+    status = eep_etcd_unary(client, "/etcdserverpb.KV/Range", "etcd range", &req.base,
+                            &etcdserverpb__range_response__descriptor, (ProtobufCMessage **)&resp);
     free(req.range_end.data);
     if (status != EEP_OK) {
         return status;
@@ -589,20 +590,20 @@ eep_status_t eep_etcd_range(eep_etcd_t *client, const char *key, int prefix,
         }
         data = (uint8_t *)(result.kvs + resp->n_kvs);
         for (i = 0; i < resp->n_kvs; i++) {
-            const Mvccpb__KeyValue *kv = resp->kvs[i];
+            const Mvccpb__KeyValue *kv  = resp->kvs[i];
             eep_etcd_kv_t          *out = &result.kvs[i];
 
             memcpy(data, kv->key.data, kv->key.len);
             data[kv->key.len] = 0;
-            out->key     = data;
-            out->key_len = kv->key.len;
+            out->key          = data;
+            out->key_len      = kv->key.len;
             data += kv->key.len + 1;
             if (kv->value.len > 0) {
                 memcpy(data, kv->value.data, kv->value.len);
             }
             data[kv->value.len] = 0;
-            out->value     = data;
-            out->value_len = kv->value.len;
+            out->value          = data;
+            out->value_len      = kv->value.len;
             data += kv->value.len + 1;
             out->create_revision = kv->create_revision;
             out->mod_revision    = kv->mod_revision;
@@ -631,7 +632,7 @@ void eep_etcd_range_free(eep_etcd_range_t *result)
 eep_status_t eep_etcd_put(eep_etcd_t *client, const char *key, const uint8_t *value,
                           size_t value_len, int64_t lease, int64_t *revision_p)
 {
-    Etcdserverpb__PutRequest   req = ETCDSERVERPB__PUT_REQUEST__INIT;
+    Etcdserverpb__PutRequest   req  = ETCDSERVERPB__PUT_REQUEST__INIT;
     Etcdserverpb__PutResponse *resp = NULL;
     eep_status_t               status;
 
@@ -644,8 +645,7 @@ eep_status_t eep_etcd_put(eep_etcd_t *client, const char *key, const uint8_t *va
         return status;
     }
     if (value == NULL && value_len > 0) {
-        eep_error(EEP_SUBSYS_ETCD, "etcd put %s: value is NULL with value_len %zu", key,
-                  value_len);
+        eep_error(EEP_SUBSYS_ETCD, "etcd put %s: value is NULL with value_len %zu", key, value_len);
         return EEP_ERR_INVALID_ARG;
     }
     if (lease < 0) {
@@ -655,6 +655,7 @@ eep_status_t eep_etcd_put(eep_etcd_t *client, const char *key, const uint8_t *va
     req.value.data = (uint8_t *)value;
     req.value.len  = value_len;
     req.lease      = lease;
+
     status = eep_etcd_unary(client, "/etcdserverpb.KV/Put", "etcd put", &req.base,
                             &etcdserverpb__put_response__descriptor, (ProtobufCMessage **)&resp);
     if (status != EEP_OK) {
@@ -668,10 +669,9 @@ eep_status_t eep_etcd_put(eep_etcd_t *client, const char *key, const uint8_t *va
     return EEP_OK;
 }
 
-eep_status_t eep_etcd_delete(eep_etcd_t *client, const char *key, int prefix,
-                             int64_t *deleted_p)
+eep_status_t eep_etcd_delete(eep_etcd_t *client, const char *key, int prefix, int64_t *deleted_p)
 {
-    Etcdserverpb__DeleteRangeRequest   req = ETCDSERVERPB__DELETE_RANGE_REQUEST__INIT;
+    Etcdserverpb__DeleteRangeRequest   req  = ETCDSERVERPB__DELETE_RANGE_REQUEST__INIT;
     Etcdserverpb__DeleteRangeResponse *resp = NULL;
     eep_status_t                       status;
 
@@ -706,15 +706,15 @@ eep_status_t eep_etcd_delete(eep_etcd_t *client, const char *key, int prefix,
 
 /* Storage for the request messages of one txn, freed in one go. */
 typedef struct {
-    Etcdserverpb__Compare             *cmps;
-    Etcdserverpb__Compare            **cmp_ptrs;
-    Etcdserverpb__RequestOp           *ops;
-    Etcdserverpb__RequestOp          **op_ptrs;
-    Etcdserverpb__PutRequest          *puts;
-    Etcdserverpb__DeleteRangeRequest  *dels;
-    Etcdserverpb__RangeRequest        *gets;
-    ProtobufCBinaryData               *ends;  /* one per op, malloc'd range ends */
-    size_t                             n_ops;
+    Etcdserverpb__Compare            *cmps;
+    Etcdserverpb__Compare           **cmp_ptrs;
+    Etcdserverpb__RequestOp          *ops;
+    Etcdserverpb__RequestOp         **op_ptrs;
+    Etcdserverpb__PutRequest         *puts;
+    Etcdserverpb__DeleteRangeRequest *dels;
+    Etcdserverpb__RangeRequest       *gets;
+    ProtobufCBinaryData              *ends; /* one per op, malloc'd range ends */
+    size_t                            n_ops;
 } eep_etcd_txn_msgs_t;
 
 static void eep_etcd_txn_msgs_free(eep_etcd_txn_msgs_t *m)
@@ -766,9 +766,9 @@ static eep_status_t eep_etcd_txn_op(eep_etcd_txn_msgs_t *m, size_t i, const eep_
         if (status == EEP_OK) {
             status = eep_etcd_range_end(op->key, op->prefix, &m->ends[i]);
         }
-        m->dels[i].range_end       = m->ends[i];
-        rop->request_case          = ETCDSERVERPB__REQUEST_OP__REQUEST_REQUEST_DELETE_RANGE;
-        rop->request_delete_range  = &m->dels[i];
+        m->dels[i].range_end      = m->ends[i];
+        rop->request_case         = ETCDSERVERPB__REQUEST_OP__REQUEST_REQUEST_DELETE_RANGE;
+        rop->request_delete_range = &m->dels[i];
         return status;
     case EEP_ETCD_OP_GET:
         etcdserverpb__range_request__init(&m->gets[i]);
@@ -786,8 +786,7 @@ static eep_status_t eep_etcd_txn_op(eep_etcd_txn_msgs_t *m, size_t i, const eep_
     }
 }
 
-static eep_status_t eep_etcd_txn_cmp(Etcdserverpb__Compare *c, const eep_etcd_cmp_t *cmp,
-                                     size_t i)
+static eep_status_t eep_etcd_txn_cmp(Etcdserverpb__Compare *c, const eep_etcd_cmp_t *cmp, size_t i)
 {
     eep_status_t status;
 
@@ -797,10 +796,18 @@ static eep_status_t eep_etcd_txn_cmp(Etcdserverpb__Compare *c, const eep_etcd_cm
         return status;
     }
     switch (cmp->op) {
-    case EEP_ETCD_EQUAL:     c->result = ETCDSERVERPB__COMPARE__COMPARE_RESULT__EQUAL; break;
-    case EEP_ETCD_GREATER:   c->result = ETCDSERVERPB__COMPARE__COMPARE_RESULT__GREATER; break;
-    case EEP_ETCD_LESS:      c->result = ETCDSERVERPB__COMPARE__COMPARE_RESULT__LESS; break;
-    case EEP_ETCD_NOT_EQUAL: c->result = ETCDSERVERPB__COMPARE__COMPARE_RESULT__NOT_EQUAL; break;
+    case EEP_ETCD_EQUAL:
+        c->result = ETCDSERVERPB__COMPARE__COMPARE_RESULT__EQUAL;
+        break;
+    case EEP_ETCD_GREATER:
+        c->result = ETCDSERVERPB__COMPARE__COMPARE_RESULT__GREATER;
+        break;
+    case EEP_ETCD_LESS:
+        c->result = ETCDSERVERPB__COMPARE__COMPARE_RESULT__LESS;
+        break;
+    case EEP_ETCD_NOT_EQUAL:
+        c->result = ETCDSERVERPB__COMPARE__COMPARE_RESULT__NOT_EQUAL;
+        break;
     default:
         eep_error(EEP_SUBSYS_ETCD, "etcd txn: compare %zu has unknown op %d", i, (int)cmp->op);
         return EEP_ERR_INVALID_ARG;
@@ -844,7 +851,7 @@ eep_status_t eep_etcd_txn(eep_etcd_t *client, const eep_etcd_cmp_t *cmps, size_t
                           const eep_etcd_op_t *failure, size_t n_failure, int *succeeded_p,
                           int64_t *revision_p)
 {
-    Etcdserverpb__TxnRequest   req = ETCDSERVERPB__TXN_REQUEST__INIT;
+    Etcdserverpb__TxnRequest   req  = ETCDSERVERPB__TXN_REQUEST__INIT;
     Etcdserverpb__TxnResponse *resp = NULL;
     eep_etcd_txn_msgs_t        m;
     eep_status_t               status;
@@ -893,6 +900,7 @@ eep_status_t eep_etcd_txn(eep_etcd_t *client, const eep_etcd_cmp_t *cmps, size_t
     req.success   = m.op_ptrs;
     req.n_failure = n_failure;
     req.failure   = m.op_ptrs + n_success;
+
     status = eep_etcd_unary(client, "/etcdserverpb.KV/Txn", "etcd txn", &req.base,
                             &etcdserverpb__txn_response__descriptor, (ProtobufCMessage **)&resp);
     if (status != EEP_OK) {

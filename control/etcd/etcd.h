@@ -23,12 +23,12 @@ typedef struct eep_etcd       eep_etcd_t;
 typedef struct eep_etcd_watch eep_etcd_watch_t;
 
 typedef struct {
-    size_t      size;             /* sizeof(eep_etcd_params_t) */
-    const char *endpoints;        /* "127.0.0.1:2379,127.0.0.1:22379" */
-    int         timeout_ms;       /* deadline of each call; 0: EEP_ETCD_TIMEOUT_MS */
-    int         keepalive_ms;     /* client keepalive ping interval; 0: EEP_ETCD_KEEPALIVE_MS */
-    const char *ca_file;          /* TLS: NULL for plaintext */
-    const char *cert_file;        /* client certificate (mutual TLS), or NULL */
+    size_t      size;         /* sizeof(eep_etcd_params_t) */
+    const char *endpoints;    /* "127.0.0.1:2379,127.0.0.1:22379" */
+    int         timeout_ms;   /* deadline of each call; 0: EEP_ETCD_TIMEOUT_MS */
+    int         keepalive_ms; /* client keepalive ping interval; 0: EEP_ETCD_KEEPALIVE_MS */
+    const char *ca_file;      /* TLS: NULL for plaintext */
+    const char *cert_file;    /* client certificate (mutual TLS), or NULL */
     const char *key_file;
 } eep_etcd_params_t;
 
@@ -52,16 +52,24 @@ typedef struct {
 } eep_etcd_range_t;
 
 /* One compare of a transaction (etcd's Compare, the subset we use). */
-typedef enum { EEP_ETCD_CMP_VERSION, EEP_ETCD_CMP_CREATE, EEP_ETCD_CMP_MOD,
-               EEP_ETCD_CMP_VALUE } eep_etcd_cmp_target_t;
-typedef enum { EEP_ETCD_EQUAL, EEP_ETCD_GREATER, EEP_ETCD_LESS,
-               EEP_ETCD_NOT_EQUAL } eep_etcd_cmp_op_t;
+typedef enum {
+    EEP_ETCD_CMP_VERSION,
+    EEP_ETCD_CMP_CREATE,
+    EEP_ETCD_CMP_MOD,
+    EEP_ETCD_CMP_VALUE
+} eep_etcd_cmp_target_t;
+typedef enum {
+    EEP_ETCD_EQUAL,
+    EEP_ETCD_GREATER,
+    EEP_ETCD_LESS,
+    EEP_ETCD_NOT_EQUAL
+} eep_etcd_cmp_op_t;
 typedef struct {
     const char           *key;
     eep_etcd_cmp_target_t target;
     eep_etcd_cmp_op_t     op;
-    int64_t               number;     /* VERSION, CREATE, MOD */
-    const uint8_t        *value;      /* VALUE */
+    int64_t               number; /* VERSION, CREATE, MOD */
+    const uint8_t        *value;  /* VALUE */
     size_t                value_len;
 } eep_etcd_cmp_t;
 
@@ -69,10 +77,10 @@ typedef enum { EEP_ETCD_OP_PUT, EEP_ETCD_OP_DELETE, EEP_ETCD_OP_GET } eep_etcd_o
 typedef struct {
     eep_etcd_op_type_t type;
     const char        *key;
-    const uint8_t     *value;      /* PUT */
+    const uint8_t     *value; /* PUT */
     size_t             value_len;
-    int64_t            lease;      /* PUT: 0 for none */
-    int                prefix;     /* DELETE/GET: the key is a prefix */
+    int64_t            lease;  /* PUT: 0 for none */
+    int                prefix; /* DELETE/GET: the key is a prefix */
 } eep_etcd_op_t;
 
 typedef enum { EEP_ETCD_EVENT_PUT, EEP_ETCD_EVENT_DELETE } eep_etcd_event_type_t;
@@ -104,7 +112,7 @@ eep_status_t eep_etcd_create(const eep_etcd_params_t *params, eep_etcd_t **clien
  * callback (on the client's thread; the watch handles are freed then, do not cancel them after),
  * and free the client.  Not from a callback.
  */
-void         eep_etcd_destroy(eep_etcd_t *client);
+void eep_etcd_destroy(eep_etcd_t *client);
 
 /*
  * Unary calls (range, put, delete, txn, lease grant/revoke) run on the caller's thread, bounded
@@ -126,8 +134,7 @@ void         eep_etcd_range_free(eep_etcd_range_t *result);
 
 eep_status_t eep_etcd_put(eep_etcd_t *client, const char *key, const uint8_t *value,
                           size_t value_len, int64_t lease, int64_t *revision_p);
-eep_status_t eep_etcd_delete(eep_etcd_t *client, const char *key, int prefix,
-                             int64_t *deleted_p);
+eep_status_t eep_etcd_delete(eep_etcd_t *client, const char *key, int prefix, int64_t *deleted_p);
 
 /**
  * If every compare holds run @p success, else @p failure.  @p succeeded_p says which ran; results
@@ -169,17 +176,17 @@ void         eep_etcd_watch_cancel(eep_etcd_watch_t *watch);
 
 /* Counters of one client since its creation (to report etcd round trips per operation). */
 typedef struct {
-    uint64_t round_trips;       /* unary request/response exchanges, failover retries included */
-    uint64_t failovers;         /* unary attempts that moved on to another endpoint */
-    uint64_t ranges;            /* successful calls, by kind */
+    uint64_t round_trips; /* unary request/response exchanges, failover retries included */
+    uint64_t failovers;   /* unary attempts that moved on to another endpoint */
+    uint64_t ranges;      /* successful calls, by kind */
     uint64_t puts;
     uint64_t deletes;
     uint64_t txns;
     uint64_t lease_grants;
     uint64_t lease_revokes;
-    uint64_t watch_streams;     /* Watch streams opened (creations and reconnections) */
-    uint64_t watch_events;      /* events delivered to callbacks */
-    uint64_t keepalives_sent;   /* LeaseKeepAlive requests sent */
+    uint64_t watch_streams;   /* Watch streams opened (creations and reconnections) */
+    uint64_t watch_events;    /* events delivered to callbacks */
+    uint64_t keepalives_sent; /* LeaseKeepAlive requests sent */
     uint64_t keepalive_replies;
     uint64_t leases_lost;
 } eep_etcd_stats_t;

@@ -18,10 +18,10 @@
 #include "control/rpc/rpc_client.h"
 #include "proto/etcd/rpc.pb-c.h"
 
-#define EEP_ETCD_POLL_MS        50   /* the client thread's timer granularity */
-#define EEP_ETCD_BACKOFF_MIN_MS 100  /* stream reconnect backoff, doubled up to the max */
+#define EEP_ETCD_POLL_MS        50  /* the client thread's timer granularity */
+#define EEP_ETCD_BACKOFF_MIN_MS 100 /* stream reconnect backoff, doubled up to the max */
 #define EEP_ETCD_BACKOFF_MAX_MS 2000
-#define EEP_ETCD_MAX_LEASES     64   /* granted TTLs remembered for keepalives */
+#define EEP_ETCD_MAX_LEASES     64 /* granted TTLs remembered for keepalives */
 
 typedef enum { EEP_ETCD_OWNER_WATCH, EEP_ETCD_OWNER_KEEPALIVE } eep_etcd_owner_kind_t;
 
@@ -29,16 +29,16 @@ typedef enum { EEP_ETCD_OWNER_WATCH, EEP_ETCD_OWNER_KEEPALIVE } eep_etcd_owner_k
 typedef struct eep_etcd_owner {
     eep_etcd_owner_kind_t  kind;
     eep_etcd_t            *client;
-    eep_rpc_stream_t      *stream;     /* NULL while waiting to (re)connect */
-    size_t                 endpoint;   /* index of the endpoint the stream uses */
+    eep_rpc_stream_t      *stream;   /* NULL while waiting to (re)connect */
+    size_t                 endpoint; /* index of the endpoint the stream uses */
     int64_t                retry_at_ms;
     int                    backoff_ms;
-    int                    cancelled;  /* no more callbacks; reaped once stream is NULL */
+    int                    cancelled; /* no more callbacks; reaped once stream is NULL */
     struct eep_etcd_owner *next;
 } eep_etcd_owner_t;
 
 struct eep_etcd_watch {
-    eep_etcd_owner_t      owner;         /* first: a stream's owner pointer is this */
+    eep_etcd_owner_t      owner; /* first: a stream's owner pointer is this */
     uint8_t              *key;
     size_t                key_len;
     uint8_t              *range_end;
@@ -46,7 +46,7 @@ struct eep_etcd_watch {
     int64_t               next_revision; /* resume point: 0 until known ("from now") */
     int                   create_done;   /* the creator may return */
     eep_status_t          create_status;
-    int                   ended;         /* ended for good: no reconnection */
+    int                   ended; /* ended for good: no reconnection */
     eep_etcd_watch_func_t func;
     void                 *arg;
 };
@@ -54,13 +54,13 @@ struct eep_etcd_watch {
 typedef struct {
     eep_etcd_owner_t           owner;
     int64_t                    lease;
-    int64_t                    ttl_s;       /* 0 until known */
-    int64_t                    last_ok_ms;  /* send time of the last request etcd answered */
-    int64_t                    sent_at_ms;  /* send time of the request awaiting its reply, or 0 */
+    int64_t                    ttl_s;      /* 0 until known */
+    int64_t                    last_ok_ms; /* send time of the last request etcd answered */
+    int64_t                    sent_at_ms; /* send time of the request awaiting its reply, or 0 */
     int64_t                    next_send_ms;
     int                        first_done;
     eep_status_t               first_status;
-    int                        ended;       /* lost before its first reply: the creator cancels */
+    int                        ended; /* lost before its first reply: the creator cancels */
     eep_etcd_lease_lost_func_t lost;
     void                      *arg;
 } eep_etcd_keepalive_t;
@@ -71,9 +71,9 @@ struct eep_etcd {
     char                 **endpoints;
     size_t                 n_endpoints;
     grpc_channel         **channels;
-    size_t                 preferred;   /* the endpoint that answered last (atomic) */
+    size_t                 preferred; /* the endpoint that answered last (atomic) */
     pthread_mutex_t        lock;
-    pthread_cond_t         cond;        /* creations waiting for etcd, cancels for callbacks */
+    pthread_cond_t         cond; /* creations waiting for etcd, cancels for callbacks */
     pthread_t              thread;
     grpc_completion_queue *cq;
     eep_etcd_owner_t      *owners;
@@ -82,17 +82,17 @@ struct eep_etcd {
     int64_t                lease_ids[EEP_ETCD_MAX_LEASES];
     int64_t                lease_ttls[EEP_ETCD_MAX_LEASES];
     size_t                 lease_next;
-    eep_etcd_stats_t       stats;       /* updated with atomic adds */
+    eep_etcd_stats_t       stats; /* updated with atomic adds */
 };
 
-#define EEP_ETCD_STAT_INC(_client, _field) \
+#define EEP_ETCD_STAT_INC(_client, _field)                                                         \
     __atomic_add_fetch(&(_client)->stats._field, 1, __ATOMIC_RELAXED)
 
 /* etcd.c */
 eep_status_t eep_etcd_unary(eep_etcd_t *client, const char *method, const char *what,
-                            const ProtobufCMessage *request,
+                            const ProtobufCMessage           *request,
                             const ProtobufCMessageDescriptor *response_desc,
-                            ProtobufCMessage **response_p);
+                            ProtobufCMessage                **response_p);
 /* The end of the range [key, end) holding every key that starts with key ("\0" for all). */
 eep_status_t eep_etcd_prefix_end(const uint8_t *key, size_t len, uint8_t **end_p,
                                  size_t *end_len_p);
@@ -100,14 +100,14 @@ eep_status_t eep_etcd_prefix_end(const uint8_t *key, size_t len, uint8_t **end_p
 eep_status_t eep_etcd_owner_connect(eep_etcd_owner_t *owner, const char *method,
                                     const ProtobufCMessageDescriptor *response_desc);
 /* Its stream closed: move to the next endpoint and schedule a reconnection (lock held). */
-void         eep_etcd_owner_schedule(eep_etcd_owner_t *owner);
+void eep_etcd_owner_schedule(eep_etcd_owner_t *owner);
 /* Run a callback with the lock released (lock held on entry and on return). */
-void         eep_etcd_dispatch_begin(eep_etcd_t *client, eep_etcd_owner_t *owner);
-void         eep_etcd_dispatch_end(eep_etcd_t *client);
+void eep_etcd_dispatch_begin(eep_etcd_t *client, eep_etcd_owner_t *owner);
+void eep_etcd_dispatch_end(eep_etcd_t *client);
 /* Mark cancelled, wait for its running callback (unless on the client thread), cancel stream. */
-void         eep_etcd_owner_cancel(eep_etcd_owner_t *owner);
+void eep_etcd_owner_cancel(eep_etcd_owner_t *owner);
 /* Wait (lock held) until *flag or the absolute deadline; @return non-zero if *flag. */
-int          eep_etcd_wait_flag(eep_etcd_t *client, const int *flag, int64_t deadline_ms);
+int eep_etcd_wait_flag(eep_etcd_t *client, const int *flag, int64_t deadline_ms);
 
 /* etcd_watch.c */
 void eep_etcd_watch_on_message(struct eep_etcd_watch *watch, Etcdserverpb__WatchResponse *msg);
@@ -117,7 +117,7 @@ void eep_etcd_watch_abort(struct eep_etcd_watch *watch);
 void eep_etcd_watch_free(struct eep_etcd_watch *watch);
 
 /* etcd_lease.c */
-void eep_etcd_keepalive_on_message(eep_etcd_keepalive_t *ka,
+void eep_etcd_keepalive_on_message(eep_etcd_keepalive_t                 *ka,
                                    Etcdserverpb__LeaseKeepAliveResponse *msg);
 void eep_etcd_keepalive_on_closed(eep_etcd_keepalive_t *ka, const eep_rpc_result_t *result);
 void eep_etcd_keepalive_on_sent(eep_etcd_keepalive_t *ka);

@@ -3,9 +3,11 @@
 
 #include <stddef.h>
 
+/* clang-format off */
 #define EEP_ETCD_KNOB(_name, _def, _type, _field, _min, _max, _doc)                          \
     { _name, _def, _doc, _type, offsetof(eep_etcd_config_t, _field), EEP_KNOB_STARTUP, _min,  \
       _max }
+/* clang-format on */
 
 static const eep_knob_t eep_etcd_knobs[] = {
     EEP_ETCD_KNOB("EEP_ETCD_ENDPOINTS", "127.0.0.1:2379", EEP_KNOB_STRING, endpoints, 0, 0,
@@ -19,12 +21,12 @@ static const eep_knob_t eep_etcd_knobs[] = {
                   "long closes the connection and the stream moves on.  Keep it above etcd's "
                   "--grpc-keepalive-min-time (5 s by default), or etcd drops the connection "
                   "(too_many_pings)."),
-    EEP_ETCD_KNOB("EEP_ETCD_CA", "", EEP_KNOB_STRING, ca_file,
-                  0, 0, "PEM file of the CA that signed etcd's certificate; empty: plaintext."),
-    EEP_ETCD_KNOB("EEP_ETCD_CERT", "", EEP_KNOB_STRING, cert_file,
-                  0, 0, "PEM client certificate for mutual TLS (with EEP_ETCD_KEY), or empty."),
-    EEP_ETCD_KNOB("EEP_ETCD_KEY", "", EEP_KNOB_STRING, key_file,
-                  0, 0, "PEM private key of EEP_ETCD_CERT, or empty."),
+    EEP_ETCD_KNOB("EEP_ETCD_CA", "", EEP_KNOB_STRING, ca_file, 0, 0,
+                  "PEM file of the CA that signed etcd's certificate; empty: plaintext."),
+    EEP_ETCD_KNOB("EEP_ETCD_CERT", "", EEP_KNOB_STRING, cert_file, 0, 0,
+                  "PEM client certificate for mutual TLS (with EEP_ETCD_KEY), or empty."),
+    EEP_ETCD_KNOB("EEP_ETCD_KEY", "", EEP_KNOB_STRING, key_file, 0, 0,
+                  "PEM private key of EEP_ETCD_CERT, or empty."),
 };
 
 const eep_knob_table_t eep_etcd_knob_table = {

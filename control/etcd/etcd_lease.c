@@ -58,11 +58,11 @@ void eep_etcd_keepalive_on_sent(eep_etcd_keepalive_t *ka)
     (void)ka; /* one request at a time is enforced by sent_at_ms, not by the send */
 }
 
-void eep_etcd_keepalive_on_message(eep_etcd_keepalive_t *ka,
+void eep_etcd_keepalive_on_message(eep_etcd_keepalive_t                 *ka,
                                    Etcdserverpb__LeaseKeepAliveResponse *msg)
 {
     eep_etcd_t *client = ka->owner.client;
-    int64_t     now = eep_rpc_now_ms();
+    int64_t     now    = eep_rpc_now_ms();
 
     if (ka->owner.cancelled || ka->ended) {
         return;
@@ -72,10 +72,10 @@ void eep_etcd_keepalive_on_message(eep_etcd_keepalive_t *ka,
         eep_etcd_ka_lost(ka, "etcd says it expired or was revoked (TTL <= 0)");
         return;
     }
-    ka->ttl_s          = msg->ttl;
-    ka->last_ok_ms     = ka->sent_at_ms != 0 ? ka->sent_at_ms : now;
-    ka->sent_at_ms     = 0;
-    ka->next_send_ms   = ka->last_ok_ms + eep_etcd_ka_period_ms(ka);
+    ka->ttl_s            = msg->ttl;
+    ka->last_ok_ms       = ka->sent_at_ms != 0 ? ka->sent_at_ms : now;
+    ka->sent_at_ms       = 0;
+    ka->next_send_ms     = ka->last_ok_ms + eep_etcd_ka_period_ms(ka);
     ka->owner.backoff_ms = EEP_ETCD_BACKOFF_MIN_MS;
     if (!ka->first_done) {
         ka->first_done   = 1;
@@ -91,14 +91,16 @@ void eep_etcd_keepalive_on_closed(eep_etcd_keepalive_t *ka, const eep_rpc_result
     }
     ka->sent_at_ms = 0;
     eep_etcd_owner_schedule(&ka->owner);
-    eep_warn(EEP_SUBSYS_ETCD, "lease %llx: keepalive stream lost (%s: %s); reconnecting through "
-             "%s", (unsigned long long)ka->lease, eep_rpc_code_name(result->code),
-             result->details, ka->owner.client->endpoints[ka->owner.endpoint]);
+    eep_warn(EEP_SUBSYS_ETCD,
+             "lease %llx: keepalive stream lost (%s: %s); reconnecting through "
+             "%s",
+             (unsigned long long)ka->lease, eep_rpc_code_name(result->code), result->details,
+             ka->owner.client->endpoints[ka->owner.endpoint]);
 }
 
 void eep_etcd_keepalive_timer(eep_etcd_keepalive_t *ka, int64_t now_ms)
 {
-    Etcdserverpb__LeaseKeepAliveRequest req = ETCDSERVERPB__LEASE_KEEP_ALIVE_REQUEST__INIT;
+    Etcdserverpb__LeaseKeepAliveRequest req    = ETCDSERVERPB__LEASE_KEEP_ALIVE_REQUEST__INIT;
     eep_etcd_t                         *client = ka->owner.client;
 
     if (ka->ended) {
@@ -119,9 +121,10 @@ void eep_etcd_keepalive_timer(eep_etcd_keepalive_t *ka, int64_t now_ms)
     if (ka->sent_at_ms != 0) {
         if (now_ms - ka->sent_at_ms > eep_etcd_ka_period_ms(ka) ||
             now_ms - ka->sent_at_ms > client->timeout_ms) {
-            eep_warn(EEP_SUBSYS_ETCD, "lease %llx: no keepalive reply from %s in %lld ms; trying "
-                     "the next endpoint", (unsigned long long)ka->lease,
-                     client->endpoints[ka->owner.endpoint],
+            eep_warn(EEP_SUBSYS_ETCD,
+                     "lease %llx: no keepalive reply from %s in %lld ms; trying "
+                     "the next endpoint",
+                     (unsigned long long)ka->lease, client->endpoints[ka->owner.endpoint],
                      (long long)(now_ms - ka->sent_at_ms));
             eep_rpc_stream_cancel(ka->owner.stream);
             ka->sent_at_ms   = 0;
@@ -142,7 +145,7 @@ void eep_etcd_keepalive_timer(eep_etcd_keepalive_t *ka, int64_t now_ms)
 eep_status_t eep_etcd_lease_grant(eep_etcd_t *client, int64_t ttl_s, int64_t *lease_p,
                                   int64_t *granted_ttl_p)
 {
-    Etcdserverpb__LeaseGrantRequest   req = ETCDSERVERPB__LEASE_GRANT_REQUEST__INIT;
+    Etcdserverpb__LeaseGrantRequest   req  = ETCDSERVERPB__LEASE_GRANT_REQUEST__INIT;
     Etcdserverpb__LeaseGrantResponse *resp = NULL;
     eep_status_t                      status;
     int64_t                           id, ttl;
@@ -158,8 +161,8 @@ eep_status_t eep_etcd_lease_grant(eep_etcd_t *client, int64_t ttl_s, int64_t *le
         return EEP_ERR_INVALID_ARG;
     }
     req.ttl = ttl_s;
-    status = eep_etcd_unary(client, "/etcdserverpb.Lease/LeaseGrant", "etcd lease grant",
-                            &req.base, &etcdserverpb__lease_grant_response__descriptor,
+    status = eep_etcd_unary(client, "/etcdserverpb.Lease/LeaseGrant", "etcd lease grant", &req.base,
+                            &etcdserverpb__lease_grant_response__descriptor,
                             (ProtobufCMessage **)&resp);
     if (status != EEP_OK) {
         return status;
@@ -167,12 +170,13 @@ eep_status_t eep_etcd_lease_grant(eep_etcd_t *client, int64_t ttl_s, int64_t *le
     id  = resp->id;
     ttl = resp->ttl;
     if (resp->error != NULL && resp->error[0] != '\0') {
-        eep_error(EEP_SUBSYS_ETCD, "etcd lease grant of %lld s: %s", (long long)ttl_s,
-                  resp->error);
+        eep_error(EEP_SUBSYS_ETCD, "etcd lease grant of %lld s: %s", (long long)ttl_s, resp->error);
         status = EEP_ERR_ETCD;
     } else if (id == 0 || ttl <= 0) {
-        eep_error(EEP_SUBSYS_ETCD, "etcd lease grant of %lld s: etcd granted lease %lld with TTL "
-                  "%lld", (long long)ttl_s, (long long)id, (long long)ttl);
+        eep_error(EEP_SUBSYS_ETCD,
+                  "etcd lease grant of %lld s: etcd granted lease %lld with TTL "
+                  "%lld",
+                  (long long)ttl_s, (long long)id, (long long)ttl);
         status = EEP_ERR_ETCD;
     }
     protobuf_c_message_free_unpacked(&resp->base, NULL);
@@ -267,7 +271,7 @@ eep_status_t eep_etcd_lease_keepalive(eep_etcd_t *client, int64_t lease,
 
 eep_status_t eep_etcd_lease_revoke(eep_etcd_t *client, int64_t lease)
 {
-    Etcdserverpb__LeaseRevokeRequest   req = ETCDSERVERPB__LEASE_REVOKE_REQUEST__INIT;
+    Etcdserverpb__LeaseRevokeRequest   req  = ETCDSERVERPB__LEASE_REVOKE_REQUEST__INIT;
     Etcdserverpb__LeaseRevokeResponse *resp = NULL;
     eep_etcd_keepalive_t              *ka;
     eep_status_t                       status;

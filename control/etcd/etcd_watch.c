@@ -20,7 +20,7 @@
 
 static void eep_etcd_watch_send_create(struct eep_etcd_watch *watch)
 {
-    Etcdserverpb__WatchRequest       req = ETCDSERVERPB__WATCH_REQUEST__INIT;
+    Etcdserverpb__WatchRequest       req    = ETCDSERVERPB__WATCH_REQUEST__INIT;
     Etcdserverpb__WatchCreateRequest create = ETCDSERVERPB__WATCH_CREATE_REQUEST__INIT;
     eep_status_t                     status;
 
@@ -32,7 +32,7 @@ static void eep_etcd_watch_send_create(struct eep_etcd_watch *watch)
     create.progress_notify = 1;
     req.request_union_case = ETCDSERVERPB__WATCH_REQUEST__REQUEST_UNION_CREATE_REQUEST;
     req.create_request     = &create;
-    status = eep_rpc_stream_send(watch->owner.stream, &req.base);
+    status                 = eep_rpc_stream_send(watch->owner.stream, &req.base);
     if (status != EEP_OK) {
         eep_warn(EEP_SUBSYS_ETCD, "watch %.*s: cannot send its create request (%s)",
                  (int)watch->key_len, (const char *)watch->key, eep_status_string(status));
@@ -83,7 +83,7 @@ void eep_etcd_watch_abort(struct eep_etcd_watch *watch)
 void eep_etcd_watch_on_message(struct eep_etcd_watch *watch, Etcdserverpb__WatchResponse *msg)
 {
     eep_etcd_t       *client = watch->owner.client;
-    int64_t           rev = msg->header != NULL ? msg->header->revision : 0;
+    int64_t           rev    = msg->header != NULL ? msg->header->revision : 0;
     eep_etcd_event_t *events;
     size_t            i, n = 0;
 
@@ -92,14 +92,17 @@ void eep_etcd_watch_on_message(struct eep_etcd_watch *watch, Etcdserverpb__Watch
     }
     if (msg->canceled || msg->compact_revision > 0) {
         if (msg->compact_revision > 0) {
-            eep_error(EEP_SUBSYS_ETCD, "watch %.*s: revision %lld is compacted (oldest kept "
-                      "%lld); the watch ends", (int)watch->key_len, (const char *)watch->key,
+            eep_error(EEP_SUBSYS_ETCD,
+                      "watch %.*s: revision %lld is compacted (oldest kept "
+                      "%lld); the watch ends",
+                      (int)watch->key_len, (const char *)watch->key,
                       (long long)watch->next_revision, (long long)msg->compact_revision);
         } else {
             eep_error(EEP_SUBSYS_ETCD, "watch %.*s: cancelled by etcd: %s", (int)watch->key_len,
                       (const char *)watch->key,
                       msg->cancel_reason != NULL && msg->cancel_reason[0] != '\0'
-                          ? msg->cancel_reason : "(no reason)");
+                          ? msg->cancel_reason
+                          : "(no reason)");
         }
         eep_etcd_watch_end(watch, EEP_ERR_ETCD, rev);
         return;
@@ -136,11 +139,11 @@ void eep_etcd_watch_on_message(struct eep_etcd_watch *watch, Etcdserverpb__Watch
         if (kv == NULL || kv->mod_revision < watch->next_revision) {
             continue; /* already delivered before a reconnection */
         }
-        events[n].type = ev->type == MVCCPB__EVENT__EVENT_TYPE__DELETE ? EEP_ETCD_EVENT_DELETE
-                                                                        : EEP_ETCD_EVENT_PUT;
-        events[n].kv.key             = kv->key.data;
-        events[n].kv.key_len         = kv->key.len;
-        events[n].kv.value           = kv->value.data;
+        events[n].type       = ev->type == MVCCPB__EVENT__EVENT_TYPE__DELETE ? EEP_ETCD_EVENT_DELETE
+                                                                             : EEP_ETCD_EVENT_PUT;
+        events[n].kv.key     = kv->key.data;
+        events[n].kv.key_len = kv->key.len;
+        events[n].kv.value   = kv->value.data;
         events[n].kv.value_len       = kv->value.len;
         events[n].kv.create_revision = kv->create_revision;
         events[n].kv.mod_revision    = kv->mod_revision;
@@ -164,10 +167,11 @@ void eep_etcd_watch_on_closed(struct eep_etcd_watch *watch, const eep_rpc_result
         return; /* reaped by the next tick */
     }
     eep_etcd_owner_schedule(&watch->owner);
-    eep_warn(EEP_SUBSYS_ETCD, "watch %.*s lost its stream (%s: %s); resuming from revision %lld "
-             "through %s in %d ms", (int)watch->key_len, (const char *)watch->key,
-             eep_rpc_code_name(result->code), result->details,
-             (long long)watch->next_revision,
+    eep_warn(EEP_SUBSYS_ETCD,
+             "watch %.*s lost its stream (%s: %s); resuming from revision %lld "
+             "through %s in %d ms",
+             (int)watch->key_len, (const char *)watch->key, eep_rpc_code_name(result->code),
+             result->details, (long long)watch->next_revision,
              watch->owner.client->endpoints[watch->owner.endpoint],
              (int)(watch->owner.retry_at_ms - eep_rpc_now_ms()));
 }
@@ -196,8 +200,10 @@ eep_status_t eep_etcd_watch_create(eep_etcd_t *client, const char *key, int pref
 
     if (client == NULL || key == NULL || func == NULL || watch_p == NULL) {
         eep_error(EEP_SUBSYS_ETCD, "etcd watch: %s is NULL",
-                  client == NULL ? "client" : key == NULL ? "key" : func == NULL ? "func"
-                                                                                 : "watch_p");
+                  client == NULL ? "client"
+                  : key == NULL  ? "key"
+                  : func == NULL ? "func"
+                                 : "watch_p");
         return EEP_ERR_INVALID_ARG;
     }
     if (key[0] == '\0' && !prefix) {
@@ -213,7 +219,7 @@ eep_status_t eep_etcd_watch_create(eep_etcd_t *client, const char *key, int pref
     if (watch == NULL) {
         return EEP_ERR_NO_MEMORY;
     }
-    len = strlen(key);
+    len        = strlen(key);
     watch->key = malloc(len + 1);
     if (watch->key == NULL) {
         free(watch);
@@ -251,8 +257,8 @@ eep_status_t eep_etcd_watch_create(eep_etcd_t *client, const char *key, int pref
     client->owners        = &watch->owner;
     eep_etcd_watch_connect(watch);
     if (!eep_etcd_wait_flag(client, &watch->create_done, eep_rpc_now_ms() + client->timeout_ms)) {
-        eep_error(EEP_SUBSYS_ETCD, "etcd watch %s: no etcd endpoint confirmed it within %d ms",
-                  key, client->timeout_ms);
+        eep_error(EEP_SUBSYS_ETCD, "etcd watch %s: no etcd endpoint confirmed it within %d ms", key,
+                  client->timeout_ms);
         status = EEP_ERR_CONTROL_UNAVAILABLE;
     } else {
         status = watch->create_status;

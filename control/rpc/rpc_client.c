@@ -29,7 +29,7 @@
 static void eep_rpc_gpr_log(gpr_log_func_args *args)
 {
     eep_log_level_t level = args->severity == GPR_LOG_SEVERITY_ERROR ? EEP_LOG_LEVEL_WARN
-                                                                      : EEP_LOG_LEVEL_DEBUG;
+                                                                     : EEP_LOG_LEVEL_DEBUG;
 
     if (eep_log_enabled(level, EEP_SUBSYS_RPC)) {
         eep_log_write(level, EEP_SUBSYS_RPC, args->file, args->line, "grpc: %s", args->message);
@@ -63,9 +63,22 @@ gpr_timespec eep_rpc_deadline_ms(int64_t ms)
 const char *eep_rpc_code_name(grpc_status_code code)
 {
     static const char *const names[] = {
-        "OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
-        "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
-        "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS",
+        "OK",
+        "CANCELLED",
+        "UNKNOWN",
+        "INVALID_ARGUMENT",
+        "DEADLINE_EXCEEDED",
+        "NOT_FOUND",
+        "ALREADY_EXISTS",
+        "PERMISSION_DENIED",
+        "RESOURCE_EXHAUSTED",
+        "FAILED_PRECONDITION",
+        "ABORTED",
+        "OUT_OF_RANGE",
+        "UNIMPLEMENTED",
+        "INTERNAL",
+        "UNAVAILABLE",
+        "DATA_LOSS",
         "UNAUTHENTICATED",
     };
 
@@ -123,8 +136,8 @@ eep_status_t eep_status_from_grpc_call(grpc_call_error err, const char *what)
 
 eep_status_t eep_rpc_pack(const ProtobufCMessage *msg, grpc_byte_buffer **buffer_p)
 {
-    size_t      len = protobuf_c_message_get_packed_size(msg);
-    grpc_slice  slice = grpc_slice_malloc(len);
+    size_t            len   = protobuf_c_message_get_packed_size(msg);
+    grpc_slice        slice = grpc_slice_malloc(len);
     grpc_byte_buffer *buffer;
 
     protobuf_c_message_pack(msg, GRPC_SLICE_START_PTR(slice));
@@ -195,7 +208,7 @@ static eep_status_t eep_rpc_read_file(const char *path, char **text_p)
         return EEP_ERR_IO;
     }
     text[len] = '\0';
-    *text_p = text;
+    *text_p   = text;
     return EEP_OK;
 }
 
@@ -205,7 +218,7 @@ static int eep_rpc_str_set(const char *s)
 }
 
 static eep_status_t eep_rpc_credentials(const eep_rpc_channel_params_t *params,
-                                        grpc_channel_credentials **creds_p)
+                                        grpc_channel_credentials      **creds_p)
 {
     grpc_ssl_pem_key_cert_pair pair;
     grpc_channel_credentials  *creds;
@@ -255,7 +268,7 @@ out:
 }
 
 eep_status_t eep_rpc_channel_create(const eep_rpc_channel_params_t *params,
-                                    grpc_channel **channel_p)
+                                    grpc_channel                  **channel_p)
 {
     grpc_channel_credentials *creds = NULL;
     grpc_channel             *channel;
@@ -268,7 +281,7 @@ eep_status_t eep_rpc_channel_create(const eep_rpc_channel_params_t *params,
     if (params == NULL || params->size == 0 || !eep_rpc_str_set(params->target) ||
         channel_p == NULL) {
         eep_error(EEP_SUBSYS_RPC, "eep_rpc_channel_create: params, params->target and channel_p "
-                  "are required");
+                                  "are required");
         return EEP_ERR_INVALID_ARG;
     }
     target = params->target;
@@ -283,32 +296,38 @@ eep_status_t eep_rpc_channel_create(const eep_rpc_channel_params_t *params,
     }
 
     backoff_max = params->reconnect_max_ms > 0 ? params->reconnect_max_ms : 1000;
-    args[n++] = (grpc_arg){ .type = GRPC_ARG_INTEGER, .key = GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS,
-                            .value.integer = backoff_max < 100 ? backoff_max : 100 };
-    args[n++] = (grpc_arg){ .type = GRPC_ARG_INTEGER, .key = GRPC_ARG_MIN_RECONNECT_BACKOFF_MS,
-                            .value.integer = backoff_max < 100 ? backoff_max : 100 };
-    args[n++] = (grpc_arg){ .type = GRPC_ARG_INTEGER, .key = GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
-                            .value.integer = backoff_max };
+    args[n++]   = (grpc_arg){ .type          = GRPC_ARG_INTEGER,
+                              .key           = GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS,
+                              .value.integer = backoff_max < 100 ? backoff_max : 100 };
+    args[n++]   = (grpc_arg){ .type          = GRPC_ARG_INTEGER,
+                              .key           = GRPC_ARG_MIN_RECONNECT_BACKOFF_MS,
+                              .value.integer = backoff_max < 100 ? backoff_max : 100 };
+    args[n++]   = (grpc_arg){ .type          = GRPC_ARG_INTEGER,
+                              .key           = GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
+                              .value.integer = backoff_max };
     if (params->keepalive_ms > 0) {
         int timeout = params->keepalive_timeout_ms > 0 ? params->keepalive_timeout_ms
                                                        : params->keepalive_ms;
 
-        args[n++] = (grpc_arg){ .type = GRPC_ARG_INTEGER, .key = GRPC_ARG_KEEPALIVE_TIME_MS,
+        args[n++] = (grpc_arg){ .type          = GRPC_ARG_INTEGER,
+                                .key           = GRPC_ARG_KEEPALIVE_TIME_MS,
                                 .value.integer = params->keepalive_ms };
-        args[n++] = (grpc_arg){ .type = GRPC_ARG_INTEGER, .key = GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+        args[n++] = (grpc_arg){ .type          = GRPC_ARG_INTEGER,
+                                .key           = GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
                                 .value.integer = timeout };
         /* Ping only while a call is open: etcd (grpc-go, PermitWithoutStream false) answers
          * pings on an idle connection with GOAWAY "too_many_pings" after the third.  Streams
          * are what needs a dead peer noticed; a unary call has its deadline. */
-        args[n++] = (grpc_arg){ .type = GRPC_ARG_INTEGER,
-                                .key = GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS,
+        args[n++] = (grpc_arg){ .type          = GRPC_ARG_INTEGER,
+                                .key           = GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS,
                                 .value.integer = 0 };
-        args[n++] = (grpc_arg){ .type = GRPC_ARG_INTEGER,
-                                .key = GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, .value.integer = 0 };
+        args[n++] = (grpc_arg){ .type          = GRPC_ARG_INTEGER,
+                                .key           = GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA,
+                                .value.integer = 0 };
     }
     chargs.num_args = (size_t)n;
     chargs.args     = args;
-    channel = grpc_channel_create(target, creds, &chargs);
+    channel         = grpc_channel_create(target, creds, &chargs);
     grpc_channel_credentials_release(creds);
     if (channel == NULL) {
         eep_error(EEP_SUBSYS_RPC, "grpc_channel_create(%s) failed", target);
@@ -339,7 +358,7 @@ static void eep_rpc_copy_details(grpc_slice details, eep_rpc_result_t *result)
 }
 
 eep_status_t eep_rpc_unary(grpc_channel *channel, const char *method,
-                           const ProtobufCMessage *request,
+                           const ProtobufCMessage           *request,
                            const ProtobufCMessageDescriptor *response_desc, gpr_timespec deadline,
                            ProtobufCMessage **response_p, eep_rpc_result_t *result_p)
 {
@@ -347,7 +366,7 @@ eep_status_t eep_rpc_unary(grpc_channel *channel, const char *method,
     grpc_call             *call;
     grpc_byte_buffer      *send_buf = NULL, *recv_buf = NULL;
     grpc_metadata_array    initial_md, trailing_md;
-    grpc_status_code       code = GRPC_STATUS_UNKNOWN;
+    grpc_status_code       code    = GRPC_STATUS_UNKNOWN;
     grpc_slice             details = grpc_empty_slice();
     grpc_op                ops[6];
     grpc_call_error        err;
@@ -357,11 +376,11 @@ eep_status_t eep_rpc_unary(grpc_channel *channel, const char *method,
 
     result_p->code       = GRPC_STATUS_UNKNOWN;
     result_p->details[0] = '\0';
-    status = eep_rpc_pack(request, &send_buf);
+    status               = eep_rpc_pack(request, &send_buf);
     if (status != EEP_OK) {
         return status;
     }
-    cq = grpc_completion_queue_create_for_pluck(NULL);
+    cq   = grpc_completion_queue_create_for_pluck(NULL);
     call = grpc_channel_create_call(channel, NULL, GRPC_PROPAGATE_DEFAULTS, cq,
                                     grpc_slice_from_static_string(method), NULL, deadline, NULL);
     if (call == NULL) {
@@ -372,18 +391,18 @@ eep_status_t eep_rpc_unary(grpc_channel *channel, const char *method,
     grpc_metadata_array_init(&initial_md);
     grpc_metadata_array_init(&trailing_md);
     memset(ops, 0, sizeof(ops));
-    ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
-    ops[1].op = GRPC_OP_SEND_MESSAGE;
-    ops[1].data.send_message.send_message = send_buf;
-    ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
-    ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
+    ops[0].op                                               = GRPC_OP_SEND_INITIAL_METADATA;
+    ops[1].op                                               = GRPC_OP_SEND_MESSAGE;
+    ops[1].data.send_message.send_message                   = send_buf;
+    ops[2].op                                               = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+    ops[3].op                                               = GRPC_OP_RECV_INITIAL_METADATA;
     ops[3].data.recv_initial_metadata.recv_initial_metadata = &initial_md;
-    ops[4].op = GRPC_OP_RECV_MESSAGE;
-    ops[4].data.recv_message.recv_message = &recv_buf;
-    ops[5].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
-    ops[5].data.recv_status_on_client.trailing_metadata = &trailing_md;
-    ops[5].data.recv_status_on_client.status = &code;
-    ops[5].data.recv_status_on_client.status_details = &details;
+    ops[4].op                                               = GRPC_OP_RECV_MESSAGE;
+    ops[4].data.recv_message.recv_message                   = &recv_buf;
+    ops[5].op                                               = GRPC_OP_RECV_STATUS_ON_CLIENT;
+    ops[5].data.recv_status_on_client.trailing_metadata     = &trailing_md;
+    ops[5].data.recv_status_on_client.status                = &code;
+    ops[5].data.recv_status_on_client.status_details        = &details;
     err = grpc_call_start_batch(call, ops, 6, &tag, NULL);
     if (err != GRPC_CALL_OK) {
         status = eep_status_from_grpc_call(err, method);
@@ -405,7 +424,7 @@ eep_status_t eep_rpc_unary(grpc_channel *channel, const char *method,
     } else if (recv_buf == NULL) {
         snprintf(result_p->details, sizeof(result_p->details), "no response message");
         result_p->code = GRPC_STATUS_INTERNAL;
-        status = EEP_ERR_RPC;
+        status         = EEP_ERR_RPC;
     } else {
         status = eep_rpc_unpack(recv_buf, response_desc, response_p);
         if (status != EEP_OK) {

@@ -49,7 +49,7 @@ typedef struct {
  * @return EEP_OK, EEP_ERR_INVALID_ARG (no target), EEP_ERR_IO (a TLS file unreadable).
  */
 eep_status_t eep_rpc_channel_create(const eep_rpc_channel_params_t *params,
-                                    grpc_channel **channel_p);
+                                    grpc_channel                  **channel_p);
 void         eep_rpc_channel_destroy(grpc_channel *channel);
 
 /** Map a gRPC status code, without logging (for retry decisions). */
@@ -101,7 +101,7 @@ typedef struct {
  * @param [out] result_p       gRPC's code and details (always written).
  */
 eep_status_t eep_rpc_unary(grpc_channel *channel, const char *method,
-                           const ProtobufCMessage *request,
+                           const ProtobufCMessage           *request,
                            const ProtobufCMessageDescriptor *response_desc, gpr_timespec deadline,
                            ProtobufCMessage **response_p, eep_rpc_result_t *result_p);
 
@@ -126,7 +126,7 @@ typedef struct {
  * dead peer).  @p owner is returned by eep_rpc_stream_owner().
  */
 eep_status_t eep_rpc_stream_create(grpc_channel *channel, grpc_completion_queue *cq,
-                                   const char *method,
+                                   const char                       *method,
                                    const ProtobufCMessageDescriptor *response_desc, void *owner,
                                    eep_rpc_stream_t **stream_p);
 

@@ -61,23 +61,23 @@ static eep_status_t eep_rpc_stream_post(eep_rpc_stream_t *stream, eep_rpc_op_kin
         ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
         break;
     case EEP_RPC_OP_SEND:
-        ops[n].op = GRPC_OP_SEND_MESSAGE;
+        ops[n].op                               = GRPC_OP_SEND_MESSAGE;
         ops[n++].data.send_message.send_message = stream->send_buf;
         break;
     case EEP_RPC_OP_RECV:
         if (!stream->got_initial_md) {
             stream->got_initial_md = 1;
-            ops[n].op = GRPC_OP_RECV_INITIAL_METADATA;
+            ops[n].op              = GRPC_OP_RECV_INITIAL_METADATA;
             ops[n++].data.recv_initial_metadata.recv_initial_metadata = &stream->initial_md;
         }
-        ops[n].op = GRPC_OP_RECV_MESSAGE;
+        ops[n].op                               = GRPC_OP_RECV_MESSAGE;
         ops[n++].data.recv_message.recv_message = &stream->recv_buf;
         break;
     case EEP_RPC_OP_STATUS:
-        ops[n].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+        ops[n].op                                           = GRPC_OP_RECV_STATUS_ON_CLIENT;
         ops[n].data.recv_status_on_client.trailing_metadata = &stream->trailing_md;
-        ops[n].data.recv_status_on_client.status = &stream->code;
-        ops[n++].data.recv_status_on_client.status_details = &stream->details;
+        ops[n].data.recv_status_on_client.status            = &stream->code;
+        ops[n++].data.recv_status_on_client.status_details  = &stream->details;
         break;
     default:
         return EEP_ERR_INTERNAL;
@@ -92,7 +92,7 @@ static eep_status_t eep_rpc_stream_post(eep_rpc_stream_t *stream, eep_rpc_op_kin
 }
 
 eep_status_t eep_rpc_stream_create(grpc_channel *channel, grpc_completion_queue *cq,
-                                   const char *method,
+                                   const char                       *method,
                                    const ProtobufCMessageDescriptor *response_desc, void *owner,
                                    eep_rpc_stream_t **stream_p)
 {
@@ -190,11 +190,11 @@ void *eep_rpc_stream_owner(const eep_rpc_stream_t *stream)
 void eep_rpc_stream_event(void *tag, int ok, eep_rpc_stream_t **stream_p,
                           eep_rpc_stream_event_t *event_p)
 {
-    eep_rpc_op_t     *op = tag;
+    eep_rpc_op_t     *op     = tag;
     eep_rpc_stream_t *stream = op->stream;
 
     memset(event_p, 0, sizeof(*event_p));
-    *stream_p = stream;
+    *stream_p                 = stream;
     stream->pending[op->kind] = 0;
     stream->npending--;
     switch (op->kind) {
@@ -206,7 +206,7 @@ void eep_rpc_stream_event(void *tag, int ok, eep_rpc_stream_t **stream_p,
     case EEP_RPC_OP_SEND:
         grpc_byte_buffer_destroy(stream->send_buf);
         stream->send_buf = NULL;
-        event_p->sent = 1;
+        event_p->sent    = 1;
         if (!ok) {
             grpc_call_cancel(stream->call, NULL);
         }
@@ -220,8 +220,7 @@ void eep_rpc_stream_event(void *tag, int ok, eep_rpc_stream_t **stream_p,
             }
             grpc_byte_buffer_destroy(stream->recv_buf);
             stream->recv_buf = NULL;
-            if (!stream->recv_ended &&
-                eep_rpc_stream_post(stream, EEP_RPC_OP_RECV) != EEP_OK) {
+            if (!stream->recv_ended && eep_rpc_stream_post(stream, EEP_RPC_OP_RECV) != EEP_OK) {
                 grpc_call_cancel(stream->call, NULL);
                 stream->recv_ended = 1;
             }
@@ -236,9 +235,9 @@ void eep_rpc_stream_event(void *tag, int ok, eep_rpc_stream_t **stream_p,
         break;
     }
     if (stream->status_in && stream->npending == 0 && !stream->closed_sent) {
-        stream->closed_sent    = 1;
-        event_p->closed        = 1;
-        event_p->result.code   = stream->code;
+        stream->closed_sent  = 1;
+        event_p->closed      = 1;
+        event_p->result.code = stream->code;
         {
             size_t len = GRPC_SLICE_LENGTH(stream->details);
 

@@ -26,11 +26,11 @@
 #define EEP_RPC_MAX_QUEUED  256 /* stream messages waiting for a slow client before we give up */
 
 typedef enum {
-    EEP_RPC_TAG_REQUEST,   /* a registered method's call arrived */
-    EEP_RPC_TAG_UNKNOWN,   /* an unregistered method's call arrived */
-    EEP_RPC_TAG_SEND,      /* a stream message went out */
-    EEP_RPC_TAG_FINAL,     /* the status batch completed */
-    EEP_RPC_TAG_CLOSE,     /* RECV_CLOSE_ON_SERVER completed */
+    EEP_RPC_TAG_REQUEST, /* a registered method's call arrived */
+    EEP_RPC_TAG_UNKNOWN, /* an unregistered method's call arrived */
+    EEP_RPC_TAG_SEND,    /* a stream message went out */
+    EEP_RPC_TAG_FINAL,   /* the status batch completed */
+    EEP_RPC_TAG_CLOSE,   /* RECV_CLOSE_ON_SERVER completed */
     EEP_RPC_TAG_SHUTDOWN,
 } eep_rpc_tag_type_t;
 
@@ -55,44 +55,44 @@ typedef struct {
 } eep_rpc_method_t;
 
 struct eep_rpc_call {
-    eep_rpc_server_t    *server;
-    grpc_call           *call;
-    int                  method;        /* -1: unknown method */
-    gpr_timespec         deadline;
-    grpc_metadata_array  request_md;
-    grpc_call_details    details;       /* unknown methods */
-    grpc_byte_buffer    *payload;
-    int                  outstanding;   /* batches in flight */
-    int                  ended;         /* status batch started or client gone */
-    int                  owner_holds;   /* the owner may still use it */
-    int                  md_sent;
-    int                  sending;
-    int                  finish_pending; /* status queued behind messages */
-    int                  final_code;
-    char                *final_msg;
-    int                  cancelled;     /* RECV_CLOSE_ON_SERVER result */
-    eep_rpc_msg_t       *head, *tail;
-    size_t               n_queued;
+    eep_rpc_server_t     *server;
+    grpc_call            *call;
+    int                   method; /* -1: unknown method */
+    gpr_timespec          deadline;
+    grpc_metadata_array   request_md;
+    grpc_call_details     details; /* unknown methods */
+    grpc_byte_buffer     *payload;
+    int                   outstanding; /* batches in flight */
+    int                   ended;       /* status batch started or client gone */
+    int                   owner_holds; /* the owner may still use it */
+    int                   md_sent;
+    int                   sending;
+    int                   finish_pending; /* status queued behind messages */
+    int                   final_code;
+    char                 *final_msg;
+    int                   cancelled; /* RECV_CLOSE_ON_SERVER result */
+    eep_rpc_msg_t        *head, *tail;
+    size_t                n_queued;
     eep_rpc_closed_func_t closed;
-    void                *closed_arg;
-    char                 peer[96];
-    eep_rpc_tag_t        tag_request, tag_send, tag_final, tag_close;
-    struct eep_rpc_call *prev, *next;  /* server's live list */
+    void                 *closed_arg;
+    char                  peer[96];
+    eep_rpc_tag_t         tag_request, tag_send, tag_final, tag_close;
+    struct eep_rpc_call  *prev, *next; /* server's live list */
 };
 
 struct eep_rpc_server {
-    grpc_server            *server;
-    grpc_completion_queue  *cq;
+    grpc_server             *server;
+    grpc_completion_queue   *cq;
     grpc_server_credentials *creds;
-    eep_rpc_method_t        methods[EEP_RPC_MAX_METHODS];
-    int                     n_methods;
-    char                    listen[256];
-    size_t                  max_message;
-    int                     started;
-    int                     shutting_down;
-    eep_rpc_call_t         *unknown_pending;
-    eep_rpc_call_t         *live;
-    eep_rpc_tag_t           tag_shutdown;
+    eep_rpc_method_t         methods[EEP_RPC_MAX_METHODS];
+    int                      n_methods;
+    char                     listen[256];
+    size_t                   max_message;
+    int                      started;
+    int                      shutting_down;
+    eep_rpc_call_t          *unknown_pending;
+    eep_rpc_call_t          *live;
+    eep_rpc_tag_t            tag_shutdown;
 };
 
 /* grpc_call_error is translated by rpc_client's one wrapper (it logs gRPC's code). */
@@ -145,9 +145,9 @@ static eep_rpc_call_t *eep_rpc_call_new(eep_rpc_server_t *server, int method)
     grpc_call_details_init(&call->details);
     call->tag_request = (eep_rpc_tag_t){ method < 0 ? EEP_RPC_TAG_UNKNOWN : EEP_RPC_TAG_REQUEST,
                                          call, method };
-    call->tag_send    = (eep_rpc_tag_t){ EEP_RPC_TAG_SEND, call, method };
-    call->tag_final   = (eep_rpc_tag_t){ EEP_RPC_TAG_FINAL, call, method };
-    call->tag_close   = (eep_rpc_tag_t){ EEP_RPC_TAG_CLOSE, call, method };
+    call->tag_send  = (eep_rpc_tag_t){ EEP_RPC_TAG_SEND, call, method };
+    call->tag_final = (eep_rpc_tag_t){ EEP_RPC_TAG_FINAL, call, method };
+    call->tag_close = (eep_rpc_tag_t){ EEP_RPC_TAG_CLOSE, call, method };
     return call;
 }
 
@@ -189,8 +189,8 @@ static void eep_rpc_call_maybe_free(eep_rpc_call_t *call)
 
 static eep_status_t eep_rpc_request_next(eep_rpc_server_t *server, int method)
 {
-    eep_rpc_call_t  *call;
-    grpc_call_error  err;
+    eep_rpc_call_t *call;
+    grpc_call_error err;
 
     if (server->shutting_down) {
         return EEP_OK;
@@ -200,10 +200,9 @@ static eep_status_t eep_rpc_request_next(eep_rpc_server_t *server, int method)
         return EEP_ERR_NO_MEMORY;
     }
     if (method >= 0) {
-        err = grpc_server_request_registered_call(server->server, server->methods[method].handle,
-                                                  &call->call, &call->deadline, &call->request_md,
-                                                  &call->payload, server->cq, server->cq,
-                                                  &call->tag_request);
+        err = grpc_server_request_registered_call(
+            server->server, server->methods[method].handle, &call->call, &call->deadline,
+            &call->request_md, &call->payload, server->cq, server->cq, &call->tag_request);
         server->methods[method].pending = call;
     } else {
         err = grpc_server_request_call(server->server, &call->call, &call->details,
@@ -224,7 +223,7 @@ static eep_status_t eep_rpc_request_next(eep_rpc_server_t *server, int method)
 }
 
 eep_status_t eep_rpc_server_create(const eep_rpc_server_params_t *params,
-                                   eep_rpc_server_t **server_p)
+                                   eep_rpc_server_t             **server_p)
 {
     eep_rpc_server_t *server;
     char             *cert = NULL, *key = NULL, *ca = NULL;
@@ -246,8 +245,7 @@ eep_status_t eep_rpc_server_create(const eep_rpc_server_params_t *params,
 
         cert = eep_rpc_read_file(params->tls_cert);
         key  = params->tls_key != NULL ? eep_rpc_read_file(params->tls_key) : NULL;
-        ca   = params->tls_ca != NULL && params->tls_ca[0] ? eep_rpc_read_file(params->tls_ca)
-                                                           : NULL;
+        ca = params->tls_ca != NULL && params->tls_ca[0] ? eep_rpc_read_file(params->tls_ca) : NULL;
         if (cert == NULL || key == NULL || ca == NULL) {
             eep_error(EEP_SUBSYS_RPC, "tls needs a readable certificate, key and client ca");
             status = EEP_ERR_INVALID_ARG;
@@ -258,7 +256,7 @@ eep_status_t eep_rpc_server_create(const eep_rpc_server_params_t *params,
         /* Request a certificate and verify it if presented: read-only calls stay open to
          * clients without one; mutating calls check eep_rpc_call_authenticated(). */
         server->creds = grpc_ssl_server_credentials_create_ex(
-                ca, &pair, 1, GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY, NULL);
+            ca, &pair, 1, GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY, NULL);
     } else {
         server->creds = grpc_insecure_server_credentials_create();
     }
@@ -289,7 +287,7 @@ eep_status_t eep_rpc_server_create(const eep_rpc_server_params_t *params,
     server->cq = grpc_completion_queue_create_for_next(NULL);
     grpc_server_register_completion_queue(server->server, server->cq, NULL);
     server->tag_shutdown.type = EEP_RPC_TAG_SHUTDOWN;
-    *server_p = server;
+    *server_p                 = server;
     return EEP_OK;
 
 err_free_pem:
@@ -394,11 +392,10 @@ static eep_status_t eep_rpc_start_final(eep_rpc_call_t *call)
         n++;
         call->md_sent = 1;
     }
-    details                                              = grpc_slice_from_copied_string(
-            call->final_msg != NULL ? call->final_msg : "");
-    ops[n].op                                            = GRPC_OP_SEND_STATUS_FROM_SERVER;
-    ops[n].data.send_status_from_server.status           = (grpc_status_code)call->final_code;
-    ops[n].data.send_status_from_server.status_details   = &details;
+    details   = grpc_slice_from_copied_string(call->final_msg != NULL ? call->final_msg : "");
+    ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+    ops[n].data.send_status_from_server.status         = (grpc_status_code)call->final_code;
+    ops[n].data.send_status_from_server.status_details = &details;
     ops[n].data.send_status_from_server.trailing_metadata_count = 0;
     n++;
     err = grpc_call_start_batch(call->call, ops, n, &call->tag_final, NULL);
@@ -425,7 +422,7 @@ static eep_status_t eep_rpc_send_next(eep_rpc_call_t *call)
         ops[n++].op   = GRPC_OP_SEND_INITIAL_METADATA;
         call->md_sent = 1;
     }
-    ops[n].op                   = GRPC_OP_SEND_MESSAGE;
+    ops[n].op                             = GRPC_OP_SEND_MESSAGE;
     ops[n].data.send_message.send_message = m->bb;
     n++;
     err = grpc_call_start_batch(call->call, ops, n, &call->tag_send, NULL);
@@ -571,12 +568,12 @@ const char *eep_rpc_call_peer(const eep_rpc_call_t *call)
 
 static void eep_rpc_on_request(eep_rpc_server_t *server, eep_rpc_call_t *call, int ok)
 {
-    eep_rpc_method_t    *m = call->method >= 0 ? &server->methods[call->method] : NULL;
+    eep_rpc_method_t       *m = call->method >= 0 ? &server->methods[call->method] : NULL;
     grpc_byte_buffer_reader reader;
-    grpc_slice           slice = grpc_empty_slice();
-    int                  have_payload = 0;
-    grpc_op              op;
-    grpc_call_error      err;
+    grpc_slice              slice        = grpc_empty_slice();
+    int                     have_payload = 0;
+    grpc_op                 op;
+    grpc_call_error         err;
 
     if (m != NULL) {
         m->pending = NULL;
@@ -593,7 +590,7 @@ static void eep_rpc_on_request(eep_rpc_server_t *server, eep_rpc_call_t *call, i
     call->owner_holds = 1;
     /* Learn when the call is over (client cancel, deadline, or our status). */
     memset(&op, 0, sizeof(op));
-    op.op                                 = GRPC_OP_RECV_CLOSE_ON_SERVER;
+    op.op                                  = GRPC_OP_RECV_CLOSE_ON_SERVER;
     op.data.recv_close_on_server.cancelled = &call->cancelled;
     err = grpc_call_start_batch(call->call, &op, 1, &call->tag_close, NULL);
     if (eep_rpc_check(err, "grpc_call_start_batch(recv close)") != EEP_OK) {

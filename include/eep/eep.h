@@ -37,7 +37,7 @@ typedef enum {
 } eep_bootstrap_kind_t;
 
 typedef struct {
-    size_t               size;       /* sizeof(eep_bootstrap_params_t) */
+    size_t               size; /* sizeof(eep_bootstrap_params_t) */
     eep_bootstrap_kind_t kind;
     int                  rank;       /* -1: EEP_RANK */
     int                  nranks;     /* 0: EEP_WORLD_SIZE */
@@ -94,14 +94,14 @@ typedef struct {
 
 /* What a runtime found, for tests and tools. */
 typedef struct {
-    int    rank, nranks;       /* world */
-    int    lsa_rank, lsa_size; /* NVLink (scale-up) team */
+    int    rank, nranks;         /* world */
+    int    lsa_rank, lsa_size;   /* NVLink (scale-up) team */
     int    rail_rank, rail_size; /* scale-out team: same local index on every node */
-    int    device;             /* CUDA ordinal in use */
-    int    gin;                /* GIN is in use (scale-out barrier through GIN signals) */
-    int    gin_probed;         /* a GIN probe ran (on a throw-away split) */
+    int    device;               /* CUDA ordinal in use */
+    int    gin;                  /* GIN is in use (scale-out barrier through GIN signals) */
+    int    gin_probed;           /* a GIN probe ran (on a throw-away split) */
     size_t window_bytes;
-    size_t workspace_bytes;    /* bytes at the start of the window used by the workspace */
+    size_t workspace_bytes; /* bytes at the start of the window used by the workspace */
     int    timeout_ms;
 } eep_runtime_info_t;
 
@@ -161,7 +161,7 @@ eep_status_t eep_runtime_stream_query(eep_runtime_t *rt, void *stream);
  *         EEP_ERR_ABORTED after an abort, EEP_ERR_PEER_TIMEOUT, ...; EEP_ERR_INVALID_ARG for a
  *         NULL @p rt.
  */
-eep_status_t eep_runtime_stream_wait(eep_runtime_t *rt, void *stream,
+eep_status_t eep_runtime_stream_wait(eep_runtime_t *rt, void              *stream,
                                      int (*should_abort)(void *ctx), void *ctx);
 
 /**
@@ -194,16 +194,16 @@ typedef enum {
 } eep_barrier_mode_t;
 
 typedef struct {
-    size_t             size;       /* sizeof(eep_barrier_opts_t) */
+    size_t             size; /* sizeof(eep_barrier_opts_t) */
     eep_barrier_mode_t mode;
     int                timeout_ms; /* 0: the runtime's default */
     unsigned           iterations; /* barriers in this one launch; 0 means 1 (benchmarks) */
     /* Test hooks: spin this long before arriving (a late rank), and record %globaltimer at
        arrival and exit of each iteration into stamps[2 * i], stamps[2 * i + 1] (device memory,
        2 * iterations entries), or NULL. */
-    uint64_t           delay_ns;
-    uint64_t          *stamps;
-    uint64_t          *cycles;     /* clock64() at each exit, iterations entries, or NULL */
+    uint64_t  delay_ns;
+    uint64_t *stamps;
+    uint64_t *cycles; /* clock64() at each exit, iterations entries, or NULL */
 } eep_barrier_opts_t;
 
 /**

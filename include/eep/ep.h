@@ -19,8 +19,9 @@
  * separate notify kernel.  Each kernel sends one point-to-point handshake word from every rank to
  * every peer, tagged with the call's sequence number (a dispatch's count word, a combine's start
  * word: what keeps buffer reuse safe), and every record it moves carries the same tag, so data is
- * consumed as it lands, without an "all done" signal.  Host synchronisations: CPU_SYNC 1 (dispatch waits for the counts, not for the data),
- * NO_CPU_SYNC 0, CACHED 0.  docs/dispatch.md explains why this is enough.
+ * consumed as it lands, without an "all done" signal.  Host synchronisations: CPU_SYNC 1
+ * (dispatch waits for the counts, not for the data), NO_CPU_SYNC 0, CACHED 0.  docs/dispatch.md
+ * explains why this is enough.
  *
  * Threading: calls on one runtime are serialised by the caller (one stream per runtime, like NCCL
  * collectives on one communicator); every rank of the runtime must make the same sequence of
@@ -48,11 +49,11 @@ typedef struct eep_runtime eep_runtime_t;
 typedef struct eep_ep_handle eep_ep_handle_t;
 
 /* Limits checked on the host before any launch. */
-#define EEP_EP_MAX_TOPK          32   /* K: one lane per top-k entry */
+#define EEP_EP_MAX_TOPK          32 /* K: one lane per top-k entry */
 #define EEP_EP_MAX_EXPERTS       2048
-#define EEP_EP_MAX_LOCAL_EXPERTS 256  /* num_experts / world */
-#define EEP_EP_FP8_BLOCK         128  /* channels per fp8 scale */
-#define EEP_EP_PTR_ALIGN         16   /* bytes; every tensor pointer */
+#define EEP_EP_MAX_LOCAL_EXPERTS 256 /* num_experts / world */
+#define EEP_EP_FP8_BLOCK         128 /* channels per fp8 scale */
+#define EEP_EP_PTR_ALIGN         16  /* bytes; every tensor pointer */
 
 typedef enum {
     EEP_DTYPE_BF16     = 0, /* 2 bytes, x as given */
@@ -71,7 +72,7 @@ typedef enum {
      * *num_recv_rows_p and host_expert_counts, gets the outputs (alloc callback, or the caller's
      * buffers checked against the exact size) and enqueues the copy that fills them.
      */
-    EEP_EP_MODE_CPU_SYNC    = 0,
+    EEP_EP_MODE_CPU_SYNC = 0,
     /*
      * No host wait.  Outputs must hold the worst case (eep_ep_recv_rows_max()); the real counts
      * and offsets stay on the GPU (recv_expert_counts, recv_expert_offsets).  Rows past
@@ -83,7 +84,7 @@ typedef enum {
      * Reuse the layout of *handle_p (same topk_idx as the dispatch that made it): no count
      * exchange, no host wait, only data moves.  Graph-capturable.
      */
-    EEP_EP_MODE_CACHED      = 2,
+    EEP_EP_MODE_CACHED = 2,
 } eep_ep_mode_t;
 
 /*
@@ -99,12 +100,12 @@ typedef struct {
     size_t size; /* sizeof(eep_dispatch_args_t): lets the struct grow */
 
     /* ---- inputs (device memory, 16-byte aligned, row-major, contiguous) ---- */
-    const void       *x;              /* [num_tokens, hidden] bf16 or fp8 e4m3 */
-    const float      *x_scales;       /* [num_tokens, hidden / 128]; fp8 only, else NULL */
+    const void       *x;        /* [num_tokens, hidden] bf16 or fp8 e4m3 */
+    const float      *x_scales; /* [num_tokens, hidden / 128]; fp8 only, else NULL */
     eep_dtype_t       dtype;
-    const void       *topk_idx;       /* [num_tokens, num_topk] global expert ids; -1 = none */
+    const void       *topk_idx; /* [num_tokens, num_topk] global expert ids; -1 = none */
     eep_index_dtype_t topk_idx_dtype;
-    const float      *topk_weights;   /* [num_tokens, num_topk] */
+    const float      *topk_weights; /* [num_tokens, num_topk] */
 
     /* ---- shape: identical on every rank except num_tokens ---- */
     int num_tokens;          /* T of this call, 0 <= T <= max_tokens_per_rank */
@@ -115,7 +116,7 @@ typedef struct {
     int max_tokens_per_rank; /* sizes every buffer; the same on every rank and every call */
 
     eep_ep_mode_t mode;
-    int           num_sms;   /* 0: the bandwidth model (or EEP_EP_NUM_SMS); else this many */
+    int           num_sms; /* 0: the bandwidth model (or EEP_EP_NUM_SMS); else this many */
 
     /* ---- outputs (device memory, 16-byte aligned) ---- */
     /*
@@ -124,15 +125,15 @@ typedef struct {
      * before the copy is enqueued (EEP_ERR_INVALID_ARG naming recv_capacity if too small).
      */
     int64_t  recv_capacity;
-    void    *recv_x;               /* [rows, hidden], dtype of x */
-    float   *recv_x_scales;        /* [rows, hidden / 128]; fp8 only, else NULL */
-    int32_t *recv_topk_idx;        /* [rows, num_topk]: local expert id (0..El-1) or -1 */
-    float   *recv_topk_weights;    /* [rows, num_topk]: the weight where recv_topk_idx >= 0, else 0 */
-    int32_t *recv_expert_counts;   /* [El] real (unpadded) rows per local expert, GPU */
-    int32_t *recv_expert_offsets;  /* [El + 1] exclusive prefix sums of padded counts, GPU */
+    void    *recv_x;             /* [rows, hidden], dtype of x */
+    float   *recv_x_scales;      /* [rows, hidden / 128]; fp8 only, else NULL */
+    int32_t *recv_topk_idx;      /* [rows, num_topk]: local expert id (0..El-1) or -1 */
+    float   *recv_topk_weights;  /* [rows, num_topk]: the weight where recv_topk_idx >= 0, else 0 */
+    int32_t *recv_expert_counts; /* [El] real (unpadded) rows per local expert, GPU */
+    int32_t *recv_expert_offsets; /* [El + 1] exclusive prefix sums of padded counts, GPU */
 
     /* CPU_SYNC only */
-    eep_ep_alloc_func_t alloc;     /* NULL: use the buffers above; else fills them */
+    eep_ep_alloc_func_t alloc; /* NULL: use the buffers above; else fills them */
     void               *alloc_arg;
     int32_t            *host_expert_counts; /* [El] host memory, real counts, or NULL */
     int64_t            *num_recv_rows_p;    /* host: padded total rows (exact in CPU_SYNC,
@@ -177,7 +178,8 @@ eep_status_t eep_dispatch(eep_runtime_t *rt, const eep_dispatch_args_t *args,
 /**
  * The reverse of the dispatch that made @p handle.  For each of its tokens t, on the rank that
  * sent t: out[t] = bf16( sum over ranks r ascending of float(p_r) ), where, on rank r,
- * p_r = bf16( sum over top-k lanes k ascending with expert k on r of w[t][k] * float(y[row(t, k)]) ),
+ * p_r = bf16( sum over top-k lanes k ascending with expert k on r of
+ *             w[t][k] * float(y[row(t, k)]) ),
  * every sum accumulated in fp32 from 0 with fmaf (partial) and plain adds (total), every bf16
  * rounding to nearest even.  The order is fixed, so the result is bitwise reproducible.  A token
  * with no expert gives zeros.
@@ -191,8 +193,8 @@ eep_status_t eep_dispatch(eep_runtime_t *rt, const eep_dispatch_args_t *args,
  * @return EEP_OK once enqueued; EEP_ERR_INVALID_ARG (NULL/misaligned pointer, foreign handle),
  *         EEP_ERR_STALE_EPOCH (handle from an older membership epoch).
  */
-eep_status_t eep_combine(eep_runtime_t *rt, const void *y, const eep_ep_handle_t *handle,
-                         void *out, void *stream);
+eep_status_t eep_combine(eep_runtime_t *rt, const void *y, const eep_ep_handle_t *handle, void *out,
+                         void *stream);
 
 /**
  * Destroy a handle and the device memory it holds; NULL is a no-op.  The stream work that uses it

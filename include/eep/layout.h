@@ -19,7 +19,7 @@
 #if defined(__CUDACC_RTC__)
 #define EEP_LAYOUT_OFFSET(_type, _field, _off) EEP_LAYOUT_ASSERT(1, "")
 #else
-#define EEP_LAYOUT_OFFSET(_type, _field, _off)                                                 \
+#define EEP_LAYOUT_OFFSET(_type, _field, _off)                                                     \
     EEP_LAYOUT_ASSERT(__builtin_offsetof(_type, _field) == (_off), #_type "." #_field " offset")
 #endif
 
@@ -33,12 +33,13 @@
 #define EEP_FAULT_MAX_RECORDS 16
 
 /* Where a device wait gave up (eep_fault_record_t.phase). */
-#define EEP_PHASE_NONE            0
-#define EEP_PHASE_BARRIER_LSA     1 /* scale-up (NVLink, LSA stores) barrier */
-#define EEP_PHASE_BARRIER_GIN     2 /* scale-out (GIN signals, rail team) barrier */
-#define EEP_PHASE_EP_DISPATCH     3 /* dispatch: waiting for a peer's counts or data */
-#define EEP_PHASE_EP_COMBINE      4 /* combine: waiting for a peer's partials */
-#define EEP_PHASE_EP_BAD_EXPERT   5 /* dispatch: bad expert id; peer -1, expected = token,
+#define EEP_PHASE_NONE        0
+#define EEP_PHASE_BARRIER_LSA 1 /* scale-up (NVLink, LSA stores) barrier */
+#define EEP_PHASE_BARRIER_GIN 2 /* scale-out (GIN signals, rail team) barrier */
+#define EEP_PHASE_EP_DISPATCH 3 /* dispatch: waiting for a peer's counts or data */
+#define EEP_PHASE_EP_COMBINE  4 /* combine: waiting for a peer's partials */
+#define EEP_PHASE_EP_BAD_EXPERT                                                                    \
+    5 /* dispatch: bad expert id; peer -1, expected = token,
                                        observed = the id (as unsigned 64-bit) */
 
 /* Why the abort flag is up (eep_fault_page_t.abort_flag; 0 is "not raised"). */
@@ -48,14 +49,14 @@
 #define EEP_ABORT_FAULT   3u /* a kernel found bad input (see the records): EEP_ERR_DEVICE_FAULT */
 
 typedef struct eep_fault_record {
-    unsigned int       valid;       /* written last (1) once the other fields are visible */
-    int                phase;       /* EEP_PHASE_* */
-    int                rank;        /* world rank that recorded it */
-    int                peer;        /* world rank suspected of not arriving, -1 unknown */
-    unsigned long long expected;    /* value waited for */
-    unsigned long long observed;    /* value seen when the deadline passed */
-    unsigned long long time_ns;     /* %globaltimer when it gave up */
-    unsigned long long waited_ns;   /* how long it had waited */
+    unsigned int       valid;     /* written last (1) once the other fields are visible */
+    int                phase;     /* EEP_PHASE_* */
+    int                rank;      /* world rank that recorded it */
+    int                peer;      /* world rank suspected of not arriving, -1 unknown */
+    unsigned long long expected;  /* value waited for */
+    unsigned long long observed;  /* value seen when the deadline passed */
+    unsigned long long time_ns;   /* %globaltimer when it gave up */
+    unsigned long long waited_ns; /* how long it had waited */
 } eep_fault_record_t;
 
 typedef struct eep_fault_page {
@@ -78,11 +79,11 @@ EEP_LAYOUT_ASSERT(sizeof(eep_fault_page_t) == 64 + 48 * EEP_FAULT_MAX_RECORDS, "
 /* Workspace: the first bytes of the symmetric window.  Offsets are computed by the host       */
 /* (eep_workspace_layout) and handed to kernels; these are the fixed limits and alignments.    */
 
-#define EEP_MAX_LSA_RANKS     128   /* NVLink domain size the scale-up barrier supports */
-#define EEP_MAX_RANKS         1024
-#define EEP_WS_ALIGN          128   /* every region starts on its own cache line */
-#define EEP_WS_DATA_ALIGN     4096  /* the data area after the workspace */
-#define EEP_WS_COUNTERS       64    /* u64 counters reserved for kernels (monotonic) */
+#define EEP_MAX_LSA_RANKS 128 /* NVLink domain size the scale-up barrier supports */
+#define EEP_MAX_RANKS     1024
+#define EEP_WS_ALIGN      128  /* every region starts on its own cache line */
+#define EEP_WS_DATA_ALIGN 4096 /* the data area after the workspace */
+#define EEP_WS_COUNTERS   64   /* u64 counters reserved for kernels (monotonic) */
 
 /*
  * The devcomm is NCCL's ncclDevComm (200 bytes, 8-byte aligned in 2.28.9), carried by the C side

@@ -14,38 +14,38 @@ extern "C" {
 #endif
 
 typedef enum {
-    EEP_OK                      = 0,
-    EEP_INPROGRESS              = 1,
+    EEP_OK         = 0,
+    EEP_INPROGRESS = 1,
 
     /* -1 .. -19: the caller's mistake; nothing is broken, fix the call. */
-    EEP_ERR_INVALID_ARG         = -1,
-    EEP_ERR_UNSUPPORTED         = -2,
-    EEP_ERR_VERSION_MISMATCH    = -3,
-    EEP_ERR_BUSY                = -4,
-    EEP_ERR_NOT_FOUND           = -5,
-    EEP_ERR_EXISTS              = -6,
-    EEP_ERR_STALE_EPOCH         = -7,
+    EEP_ERR_INVALID_ARG      = -1,
+    EEP_ERR_UNSUPPORTED      = -2,
+    EEP_ERR_VERSION_MISMATCH = -3,
+    EEP_ERR_BUSY             = -4,
+    EEP_ERR_NOT_FOUND        = -5,
+    EEP_ERR_EXISTS           = -6,
+    EEP_ERR_STALE_EPOCH      = -7,
 
     /* -20 .. -39: a local resource ran out or failed; retry or free something. */
-    EEP_ERR_NO_MEMORY           = -20,
-    EEP_ERR_NO_RESOURCE         = -21,
-    EEP_ERR_IO                  = -22,
-    EEP_ERR_JIT                 = -23,
-    EEP_ERR_TIMEOUT             = -24,
+    EEP_ERR_NO_MEMORY   = -20,
+    EEP_ERR_NO_RESOURCE = -21,
+    EEP_ERR_IO          = -22,
+    EEP_ERR_JIT         = -23,
+    EEP_ERR_TIMEOUT     = -24,
 
     /* -40 .. -59: one peer is lost or unresponsive; survivors shrink and go on. */
-    EEP_ERR_PEER_TIMEOUT        = -40,
-    EEP_ERR_PEER_LOST           = -41,
+    EEP_ERR_PEER_TIMEOUT = -40,
+    EEP_ERR_PEER_LOST    = -41,
 
     /* -60 .. -79: the rank group is unusable; rebuild it from a new membership view. */
-    EEP_ERR_GROUP_LOST          = -60,
-    EEP_ERR_ABORTED             = -61,
+    EEP_ERR_GROUP_LOST = -60,
+    EEP_ERR_ABORTED    = -61,
 
     /* -80 .. -99: this rank's own GPU or its libraries failed. */
-    EEP_ERR_NO_DEVICE           = -80,
-    EEP_ERR_CUDA                = -81,
-    EEP_ERR_NCCL                = -82,
-    EEP_ERR_DEVICE_FAULT        = -83,
+    EEP_ERR_NO_DEVICE    = -80,
+    EEP_ERR_CUDA         = -81,
+    EEP_ERR_NCCL         = -82,
+    EEP_ERR_DEVICE_FAULT = -83,
 
     /* -100 .. -119: the control plane (etcd, eepd, gRPC) cannot be reached or refused us. */
     EEP_ERR_CONTROL_UNAVAILABLE = -100,
@@ -56,7 +56,7 @@ typedef enum {
     EEP_ERR_PERMISSION          = -105,
 
     /* -120: a bug in ElasticEP itself. */
-    EEP_ERR_INTERNAL            = -120,
+    EEP_ERR_INTERNAL = -120,
 } eep_status_t;
 
 /* How much an error breaks; the ranges above. */

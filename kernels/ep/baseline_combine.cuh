@@ -18,16 +18,16 @@
 /* One block per received row (grid-stride). */
 __device__ void eep_bl_reduce_body(const eep_bl_reduce_params_t &p)
 {
-    const eep_bl_shape_t &s = p.s;
-    const eep_bl_wire_t  &w = p.w;
+    const eep_bl_shape_t &s    = p.s;
+    const eep_bl_wire_t  &w    = p.w;
     const int             vecs = s.hidden / 8;
 
     for (int i = blockIdx.x; i < p.num_recv; i += gridDim.x) {
         const unsigned char *row = (const unsigned char *)p.recv_buf +
                                    (unsigned long long)i * w.token_bytes;
-        const float *wts = (const float *)(row + w.meta_off) + s.num_topk;
+        const float *wts    = (const float *)(row + w.meta_off) + s.num_topk;
         const int   *row_of = (const int *)p.row_of + (long long)i * s.num_topk;
-        uint4       *dst = (uint4 *)((unsigned short *)p.send_buf + (long long)i * s.hidden);
+        uint4       *dst    = (uint4 *)((unsigned short *)p.send_buf + (long long)i * s.hidden);
 
         for (int v = threadIdx.x; v < vecs; v += blockDim.x) {
             float acc[8] = { 0, 0, 0, 0, 0, 0, 0, 0 };
@@ -39,8 +39,8 @@ __device__ void eep_bl_reduce_body(const eep_bl_reduce_params_t &p)
                     continue;
                 }
                 float y[8];
-                eep_bf16x8_unpack(((const uint4 *)((const unsigned short *)p.y +
-                                                (long long)r * s.hidden))[v], y);
+                eep_bf16x8_unpack(
+                    ((const uint4 *)((const unsigned short *)p.y + (long long)r * s.hidden))[v], y);
                 for (int j = 0; j < 8; j++) {
                     acc[j] = eep_fma(wts[k], y[j], acc[j]);
                 }
@@ -53,7 +53,7 @@ __device__ void eep_bl_reduce_body(const eep_bl_reduce_params_t &p)
 /* One block per token (grid-stride). */
 __device__ void eep_bl_sum_body(const eep_bl_sum_params_t &p)
 {
-    const eep_bl_shape_t &s = p.s;
+    const eep_bl_shape_t &s    = p.s;
     const int             vecs = s.hidden / 8;
 
     for (int t = blockIdx.x; t < s.num_tokens; t += gridDim.x) {
@@ -70,8 +70,8 @@ __device__ void eep_bl_sum_body(const eep_bl_sum_params_t &p)
                 long long r = (long long)((const int *)p.send_offsets)[d] + pos[d];
                 float     y[8];
 
-                eep_bf16x8_unpack(((const uint4 *)((const unsigned short *)p.recv_buf +
-                                                r * s.hidden))[v], y);
+                eep_bf16x8_unpack(
+                    ((const uint4 *)((const unsigned short *)p.recv_buf + r * s.hidden))[v], y);
                 for (int j = 0; j < 8; j++) {
                     acc[j] = eep_add(acc[j], y[j]);
                 }

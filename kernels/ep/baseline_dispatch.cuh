@@ -68,15 +68,15 @@ __device__ void eep_bl_route_body(const eep_bl_route_params_t &p)
 
     for (int t = blockIdx.x * blockDim.x + threadIdx.x; t < s.num_tokens;
          t += gridDim.x * blockDim.x) {
-        unsigned long long mask = 0;
-        int                bad = 0;
+        unsigned long long mask   = 0;
+        int                bad    = 0;
         long long          bad_id = 0;
 
         for (int k = 0; k < s.num_topk && !bad; k++) {
             long long e = eep_bl_load_id<IdxBits>(p.topk_idx, (long long)t * s.num_topk + k);
 
             if (e < -1 || e >= s.num_experts) {
-                bad = 1;
+                bad    = 1;
                 bad_id = e;
                 break;
             }
@@ -85,7 +85,7 @@ __device__ void eep_bl_route_body(const eep_bl_route_params_t &p)
             }
             for (int j = 0; j < k; j++) {
                 if (eep_bl_load_id<IdxBits>(p.topk_idx, (long long)t * s.num_topk + j) == e) {
-                    bad = 1;
+                    bad    = 1;
                     bad_id = e;
                 }
             }
@@ -106,9 +106,9 @@ __device__ void eep_bl_route_body(const eep_bl_route_params_t &p)
 /* One block of EEP_BL_SCAN_THREADS threads. */
 __device__ void eep_bl_scan_body(const eep_bl_scan_params_t &p)
 {
-    const eep_bl_shape_t     &s = p.s;
+    const eep_bl_shape_t     &s    = p.s;
     const unsigned long long *mask = (const unsigned long long *)p.dst_mask;
-    int                      *pos = (int *)p.send_pos;
+    int                      *pos  = (int *)p.send_pos;
     __shared__ int            counts[EEP_BL_MAX_WORLD];
 
     for (int d = 0; d < s.world; d++) {
@@ -165,11 +165,11 @@ __device__ __forceinline__ void eep_bl_copy4(void *dst, const void *src, unsigne
 template <int IdxBits>
 __device__ void eep_bl_pack_body(const eep_bl_pack_params_t &p)
 {
-    const eep_bl_shape_t &s = p.s;
-    const eep_bl_wire_t  &w = p.w;
-    const unsigned        lane = threadIdx.x & 31u;
+    const eep_bl_shape_t &s      = p.s;
+    const eep_bl_wire_t  &w      = p.w;
+    const unsigned        lane   = threadIdx.x & 31u;
     const long long       nwarps = (long long)gridDim.x * (blockDim.x >> 5);
-    const long long       pairs = (long long)s.num_tokens * s.world;
+    const long long       pairs  = (long long)s.num_tokens * s.world;
 
     for (long long q = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); q < pairs;
          q += nwarps) {
@@ -181,7 +181,7 @@ __device__ void eep_bl_pack_body(const eep_bl_pack_params_t &p)
         }
         unsigned char *row = (unsigned char *)p.send_buf +
                              (unsigned long long)(((const int *)p.send_offsets)[d] + pos) *
-                             w.token_bytes;
+                                 w.token_bytes;
 
         eep_bl_copy16(row, (const unsigned char *)p.x + (unsigned long long)t * w.hidden_bytes,
                       w.hidden_bytes, lane, 32);
@@ -205,10 +205,10 @@ __device__ void eep_bl_pack_body(const eep_bl_pack_params_t &p)
 /* One block per local expert (gridDim.x == El), EEP_BL_SCAN_THREADS threads. */
 __device__ void eep_bl_expert_scan_body(const eep_bl_expert_scan_params_t &p)
 {
-    const eep_bl_shape_t &s = p.s;
-    const eep_bl_wire_t  &w = p.w;
-    const int             e = blockIdx.x;
-    const int             gid = s.rank * s.num_local + e;
+    const eep_bl_shape_t &s       = p.s;
+    const eep_bl_wire_t  &w       = p.w;
+    const int             e       = blockIdx.x;
+    const int             gid     = s.rank * s.num_local + e;
     int                   running = 0;
 
     for (int base = 0; base < p.num_recv; base += blockDim.x) {
@@ -240,8 +240,8 @@ __device__ void eep_bl_offsets_body(const eep_bl_offsets_params_t &p)
 {
     if (blockIdx.x == 0 && threadIdx.x == 0) {
         const int *counts = (const int *)p.expert_counts;
-        int       *off = (int *)p.expert_offsets;
-        const int  a = p.s.alignment;
+        int       *off    = (int *)p.expert_offsets;
+        const int  a      = p.s.alignment;
 
         off[0] = 0;
         for (int e = 0; e < p.s.num_local; e++) {
@@ -253,14 +253,13 @@ __device__ void eep_bl_offsets_body(const eep_bl_offsets_params_t &p)
 /* One warp per received row. */
 __device__ void eep_bl_unpack_body(const eep_bl_unpack_params_t &p)
 {
-    const eep_bl_shape_t &s = p.s;
-    const eep_bl_wire_t  &w = p.w;
-    const unsigned        lane = threadIdx.x & 31u;
+    const eep_bl_shape_t &s      = p.s;
+    const eep_bl_wire_t  &w      = p.w;
+    const unsigned        lane   = threadIdx.x & 31u;
     const int             nwarps = gridDim.x * (blockDim.x >> 5);
-    const int             lo = s.rank * s.num_local;
+    const int             lo     = s.rank * s.num_local;
 
-    for (int i = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); i < p.num_recv;
-         i += nwarps) {
+    for (int i = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); i < p.num_recv; i += nwarps) {
         const unsigned char *row = (const unsigned char *)p.recv_buf +
                                    (unsigned long long)i * w.token_bytes;
         const int   *ids = (const int *)(row + w.meta_off);
@@ -285,10 +284,10 @@ __device__ void eep_bl_unpack_body(const eep_bl_unpack_params_t &p)
                              row + w.scale_off, w.scale_bytes, lane, 32);
             }
             for (int j = (int)lane; j < s.num_topk; j += 32) {
-                int  g = ids[j];
+                int  g     = ids[j];
                 bool local = g >= lo && g < lo + s.num_local;
 
-                ((int *)p.recv_topk_idx)[out * s.num_topk + j]     = local ? g - lo : -1;
+                ((int *)p.recv_topk_idx)[out * s.num_topk + j]       = local ? g - lo : -1;
                 ((float *)p.recv_topk_weights)[out * s.num_topk + j] = local ? wts[j] : 0.0f;
             }
             if (lane == 0) {
@@ -304,9 +303,8 @@ __device__ void eep_bl_pad_body(const eep_bl_pad_params_t &p)
     const eep_bl_shape_t &s = p.s;
     const eep_bl_wire_t  &w = p.w;
     const int             e = blockIdx.x;
-    const int             first = ((const int *)p.expert_offsets)[e] +
-                                  ((const int *)p.expert_counts)[e];
-    const int             end = ((const int *)p.expert_offsets)[e + 1];
+    const int first = ((const int *)p.expert_offsets)[e] + ((const int *)p.expert_counts)[e];
+    const int end   = ((const int *)p.expert_offsets)[e + 1];
 
     for (long long r = first; r < end; r++) {
         uint4 *x4 = (uint4 *)((unsigned char *)p.recv_x + r * w.hidden_bytes);

@@ -19,7 +19,7 @@
 #define EEP_BL_ASSERT(_cond, _msg) _Static_assert(_cond, _msg)
 #endif
 
-#define EEP_BL_MAX_WORLD   64  /* destination masks are 64-bit */
+#define EEP_BL_MAX_WORLD    64 /* destination masks are 64-bit */
 #define EEP_BL_SCAN_THREADS 1024
 
 /* The wire record of one token (elastic/ep_layout.h, eep_ep_wire_t), as the kernels need it. */
@@ -27,20 +27,20 @@ typedef struct eep_bl_wire {
     unsigned int token_bytes;
     unsigned int hidden_bytes; /* a multiple of 16 */
     unsigned int scale_off;
-    unsigned int scale_bytes;  /* a multiple of 4 (0 for bf16) */
-    unsigned int meta_off;     /* K int32 global ids, K float weights, int32 source token */
+    unsigned int scale_bytes; /* a multiple of 4 (0 for bf16) */
+    unsigned int meta_off;    /* K int32 global ids, K float weights, int32 source token */
     unsigned int pad;
 } eep_bl_wire_t;
 
 /* Shape and identity, common to every kernel. */
 typedef struct eep_bl_shape {
     int rank, world;
-    int num_tokens;   /* this rank's T */
+    int num_tokens; /* this rank's T */
     int max_tokens;
     int hidden;
     int num_topk;
     int num_experts;
-    int num_local;    /* El */
+    int num_local; /* El */
     int alignment;
     int pad;
 } eep_bl_shape_t;
@@ -48,9 +48,9 @@ typedef struct eep_bl_shape {
 /* route: per token, the mask of destination ranks; bad ids flagged (token dropped). */
 typedef struct eep_bl_route_params {
     eep_bl_shape_t     s;
-    unsigned long long topk_idx;  /* [T, K] int32 or int64 (template IdxBits) */
-    unsigned long long dst_mask;  /* out [T] u64 */
-    unsigned long long bad;       /* out int[2] {token, id}, first bad token; host sets -1 */
+    unsigned long long topk_idx; /* [T, K] int32 or int64 (template IdxBits) */
+    unsigned long long dst_mask; /* out [T] u64 */
+    unsigned long long bad;      /* out int[2] {token, id}, first bad token; host sets -1 */
 } eep_bl_route_params_t;
 
 /* scan (one block): position of each token in each destination's segment, counts, offsets. */
@@ -79,12 +79,12 @@ typedef struct eep_bl_pack_params {
 typedef struct eep_bl_expert_scan_params {
     eep_bl_shape_t     s;
     eep_bl_wire_t      w;
-    unsigned long long recv_buf;     /* rows of token_bytes, source-major, token order inside */
-    int                num_recv;     /* rows in recv_buf */
+    unsigned long long recv_buf; /* rows of token_bytes, source-major, token order inside */
+    int                num_recv; /* rows in recv_buf */
     int                pad;
-    unsigned long long lane_pos;     /* out [num_recv, K] int32: position in the lane's expert
+    unsigned long long lane_pos;      /* out [num_recv, K] int32: position in the lane's expert
                                         group (written only for local lanes) */
-    unsigned long long expert_counts;/* out [El] int32 */
+    unsigned long long expert_counts; /* out [El] int32 */
 } eep_bl_expert_scan_params_t;
 
 /* offsets (one thread): exclusive prefix sums of the padded counts. */
@@ -101,13 +101,13 @@ typedef struct eep_bl_unpack_params {
     unsigned long long recv_buf;
     int                num_recv;
     int                pad;
-    unsigned long long lane_pos;       /* [num_recv, K] */
-    unsigned long long expert_offsets; /* [El + 1] */
-    unsigned long long recv_x;         /* out [rows, hidden_bytes] */
-    unsigned long long recv_x_scales;  /* out [rows, scale_bytes], or 0 */
-    unsigned long long recv_topk_idx;  /* out [rows, K] int32 local ids */
+    unsigned long long lane_pos;          /* [num_recv, K] */
+    unsigned long long expert_offsets;    /* [El + 1] */
+    unsigned long long recv_x;            /* out [rows, hidden_bytes] */
+    unsigned long long recv_x_scales;     /* out [rows, scale_bytes], or 0 */
+    unsigned long long recv_topk_idx;     /* out [rows, K] int32 local ids */
     unsigned long long recv_topk_weights; /* out [rows, K] float */
-    unsigned long long row_of;         /* out [num_recv, K] int32: expert-major row, -1 */
+    unsigned long long row_of;            /* out [num_recv, K] int32: expert-major row, -1 */
 } eep_bl_unpack_params_t;
 
 /* pad (one block per local expert): zero the padding rows of each group. */
@@ -126,12 +126,12 @@ typedef struct eep_bl_pad_params {
 typedef struct eep_bl_reduce_params {
     eep_bl_shape_t     s;
     eep_bl_wire_t      w;
-    unsigned long long recv_buf;  /* dispatch's receive buffer: ids and weights per row */
+    unsigned long long recv_buf; /* dispatch's receive buffer: ids and weights per row */
     int                num_recv;
     int                pad;
-    unsigned long long row_of;    /* [num_recv, K] */
-    unsigned long long y;         /* [rows, hidden] bf16 expert outputs */
-    unsigned long long send_buf;  /* out [num_recv, hidden] bf16, same order as recv_buf */
+    unsigned long long row_of;   /* [num_recv, K] */
+    unsigned long long y;        /* [rows, hidden] bf16 expert outputs */
+    unsigned long long send_buf; /* out [num_recv, hidden] bf16, same order as recv_buf */
 } eep_bl_reduce_params_t;
 
 /* combine_sum (one block per token): sum the partials in rank order, bf16 out. */

@@ -39,9 +39,8 @@
  * Every lane of the warp calls it (it shuffles with the full mask).
  */
 template <int U, int G, typename Vec>
-__device__ __forceinline__ void eep_epc_weighted(const eep_epk_params_t &p, int my_row,
-                                                 float my_w, unsigned rows_mask, Vec vec,
-                                                 uint4 (&part)[U])
+__device__ __forceinline__ void eep_epc_weighted(const eep_epk_params_t &p, int my_row, float my_w,
+                                                 unsigned rows_mask, Vec vec, uint4 (&part)[U])
 {
     float    acc[U][8];
     unsigned m = rows_mask;
@@ -110,23 +109,21 @@ __device__ __forceinline__ void eep_epc_weighted(const eep_epk_params_t &p, int 
  * @return the row.
  */
 template <bool LL>
-__device__ __forceinline__ unsigned char *eep_epc_partial(const eep_epk_params_t &p,
-                                                          unsigned char *const *peer_base,
-                                                          unsigned long long region0, int s,
-                                                          int i, int b, int e,
-                                                          unsigned long long seq, unsigned lane)
+__device__ __forceinline__ unsigned char *
+eep_epc_partial(const eep_epk_params_t &p, unsigned char *const *peer_base,
+                unsigned long long region0, int s, int i, int b, int e, unsigned long long seq,
+                unsigned lane)
 {
     const int K = EEP_EPK_K(p), vecs = EEP_EPK_H(p) / 8;
 
-    const long long rec = (long long)s * p.max_tokens + i;
-    const int       tok = ((const int *)p.h_recv_tok)[rec];
-    const int       ord = ((const int *)p.h_recv_ord)[rec];
-    const int       my_row = (int)lane < K ? ((const int *)p.h_recv_rows)[rec * K + lane] : -1;
-    const float     my_w = (int)lane < K ? ((const float *)p.h_recv_w)[rec * K + lane] : 0.0f;
+    const long long rec       = (long long)s * p.max_tokens + i;
+    const int       tok       = ((const int *)p.h_recv_tok)[rec];
+    const int       ord       = ((const int *)p.h_recv_ord)[rec];
+    const int       my_row    = (int)lane < K ? ((const int *)p.h_recv_rows)[rec * K + lane] : -1;
+    const float     my_w      = (int)lane < K ? ((const float *)p.h_recv_w)[rec * K + lane] : 0.0f;
     const unsigned  rows_mask = __ballot_sync(0xffffffffu, my_row >= 0);
-    unsigned char  *dst_row = peer_base[s] + region0 +
-                              (unsigned long long)ord * p.crecv_region +
-                              (unsigned long long)tok * p.crecv_row;
+    unsigned char  *dst_row   = peer_base[s] + region0 + (unsigned long long)ord * p.crecv_region +
+                             (unsigned long long)tok * p.crecv_row;
 
     /* 2 vectors per lane (LL: 2 x 4 lines) x up to 4 top-k rows in flight (8 loads) a round;
        every lane runs every round (the body shuffles with the full mask, LL stores meet): a
@@ -145,8 +142,8 @@ __device__ __forceinline__ unsigned char *eep_epc_partial(const eep_epk_params_t
                 vv[u]   = b0 + 32 * u + (int)lane < e ? b0 + 32 * u + (int)lane : -1;
             }
         }
-        eep_epc_weighted<2, 4>(p, my_row, my_w, rows_mask, [&vv](int u) { return vv[u]; },
-                               part);
+        eep_epc_weighted<2, 4>(
+            p, my_row, my_w, rows_mask, [&vv](int u) { return vv[u]; }, part);
 #pragma unroll
         for (int u = 0; u < 2; u++) {
             if (LL) {
@@ -253,8 +250,8 @@ __device__ __forceinline__ bool eep_epc_sum_lines(const eep_epk_params_t &p, con
             }
         }
         if (k.jl >= 0) {
-            eep_epc_weighted<2, 4>(p, k.my_row, k.my_w, k.rows_mask,
-                                   [&vv](int u) { return vv[u]; }, own);
+            eep_epc_weighted<2, 4>(
+                p, k.my_row, k.my_w, k.rows_mask, [&vv](int u) { return vv[u]; }, own);
         }
         for (int j = 0; j < k.n; j++) {
             uint4 pv[2];
@@ -267,17 +264,18 @@ __device__ __forceinline__ bool eep_epc_sum_lines(const eep_epk_params_t &p, con
             } else {
                 unsigned char *row = k.rows + (unsigned long long)j * p.crecv_region;
 
-                if (!eep_warp_wait_geq(w, [&] {
-                                           unsigned long long f = ~0ull;
+                if (!eep_warp_wait_geq(
+                        w,
+                        [&] {
+                            unsigned long long f = ~0ull;
 #pragma unroll
-                                           for (int u = 0; u < 2; u++) {
-                                               f = min(f, eep_ll_load(
-                                                              eep_ll_slot(row, line[u], lane),
-                                                              pv[u], line[u] < e, lane));
-                                           }
-                                           return f;
-                                       }, seq, EEP_PHASE_EP_COMBINE,
-                                       eep_epc_region_source(k.dm, j))) {
+                            for (int u = 0; u < 2; u++) {
+                                f = min(f, eep_ll_load(eep_ll_slot(row, line[u], lane), pv[u],
+                                                       line[u] < e, lane));
+                            }
+                            return f;
+                        },
+                        seq, EEP_PHASE_EP_COMBINE, eep_epc_region_source(k.dm, j))) {
                     return false;
                 }
             }
@@ -311,26 +309,28 @@ __device__ __forceinline__ bool eep_epc_sum_rows(const eep_epk_params_t &p, cons
         float     acc[4][8];
 
         if (k.jl >= 0) {
-            eep_epc_weighted<4, 2>(p, k.my_row, k.my_w, k.rows_mask, [v0, e](int u) {
-                                       return v0 + 32 * u < e ? v0 + 32 * u : -1;
-                                   }, own);
+            eep_epc_weighted<4, 2>(
+                p, k.my_row, k.my_w, k.rows_mask,
+                [v0, e](int u) { return v0 + 32 * u < e ? v0 + 32 * u : -1; }, own);
         }
         if (!waited) {
             int ok = 1;
 
             if ((int)lane < k.n && (int)lane != k.jl) {
-                const unsigned long long *tag = (const unsigned long long *)(
-                    k.rows + (unsigned long long)lane * p.crecv_region +
-                    (unsigned long long)EEP_EPK_H(p) * 2);
-                unsigned polls = 0;
+                const unsigned char      *row = k.rows + (unsigned long long)lane * p.crecv_region;
+                const unsigned char      *tag_at = row + (unsigned long long)EEP_EPK_H(p) * 2;
+                const unsigned long long *tag    = (const unsigned long long *)tag_at;
+                unsigned                  polls  = 0;
 
-                ok = eep_wait_geq(w, [&p, tag, &polls] {
-                                      if (polls++ > 64) {
-                                          __nanosleep(64);
-                                      }
-                                      return eep_epk_ld_relaxed(p, tag);
-                                  }, seq, EEP_PHASE_EP_COMBINE,
-                                  eep_epc_region_source(k.dm, (int)lane));
+                ok = eep_wait_geq(
+                    w,
+                    [&p, tag, &polls] {
+                        if (polls++ > 64) {
+                            __nanosleep(64);
+                        }
+                        return eep_epk_ld_relaxed(p, tag);
+                    },
+                    seq, EEP_PHASE_EP_COMBINE, eep_epc_region_source(k.dm, (int)lane));
                 if (ok) {
                     eep_epk_fence_acquire(p); /* the warp follows through the __syncwarp */
                 }
@@ -381,16 +381,16 @@ __device__ __forceinline__ void eep_epc_body(const eep_epk_params_t &p)
     __shared__ int                rec_base[EEP_EPK_MAX_WORLD + 1];
     __shared__ unsigned char     *peer_base[EEP_EPK_MAX_WORLD];
 
-    const int           W = EEP_EPK_W(p), vecs = EEP_EPK_H(p) / 8;
-    const unsigned      lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
-    const int           gwarps = gridDim.x * EEP_EPK_WARPS;
+    const int      W = EEP_EPK_W(p), vecs = EEP_EPK_H(p) / 8;
+    const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+    const int      gwarps = gridDim.x * EEP_EPK_WARPS;
 
     if (threadIdx.x == 0) {
         block_failed = 0;
-        sh_seq = eep_epk_begin(p, EEP_EPK_CTL_CSEQ, EEP_EPK_CTL_CWORK);
+        sh_seq       = eep_epk_begin(p, EEP_EPK_CTL_CSEQ, EEP_EPK_CTL_CWORK);
     }
     if (threadIdx.x < 32) { /* records per source, prefix by a warp scan (W <= 32) */
-        const int n = (int)lane < W ? ((const int *)p.h_recv_n)[lane] : 0;
+        const int n    = (int)lane < W ? ((const int *)p.h_recv_n)[lane] : 0;
         const int incl = eep_epk_warp_incl_scan(n, lane);
 
         if ((int)lane < W) {
@@ -404,17 +404,18 @@ __device__ __forceinline__ void eep_epc_body(const eep_epk_params_t &p)
         peer_base[d] = eep_epk_peer(p, 0, d);
     }
     __syncthreads();
-    const unsigned long long seq = sh_seq;
-    const int                parity = (int)(seq & 1ull);
-    const unsigned long long region0 =
-        p.crecv_off + (unsigned long long)parity * p.crecv_regions * p.crecv_region;
+    const unsigned long long seq     = sh_seq;
+    const int                parity  = (int)(seq & 1ull);
+    const unsigned long long region0 = p.crecv_off + (unsigned long long)parity * p.crecv_regions *
+                                                         p.crecv_region;
 
     eep_epk_stamp(p, 0);
     /* The handshake word, to every peer. */
     if (blockIdx.x == 0 && (int)threadIdx.x < W) {
-        unsigned long long *slot = (unsigned long long *)(
-            peer_base[threadIdx.x] + p.counts_off +
-            ((unsigned long long)p.rank * 2 + parity) * p.slot_bytes);
+        unsigned long long *slot = (unsigned long long *)(peer_base[threadIdx.x] + p.counts_off +
+                                                          ((unsigned long long)p.rank * 2 +
+                                                           parity) *
+                                                              p.slot_bytes);
         eep_epk_st_release(p, slot + EEP_EPK_SLOT_CDONE, (seq << 32) | 1ull);
     }
 
@@ -430,31 +431,29 @@ __device__ __forceinline__ void eep_epc_body(const eep_epk_params_t &p)
        record r (before this rank's) or r + nl (after them).  Few records (decode): every record
        here, since the source side's warps come to their tokens only after their records, and
        computing the own partial there put ~2 us on the critical path. */
-    const int  units = LL ? eep_ll_lines(vecs) : vecs;
+    const int units = LL ? eep_ll_lines(vecs) : vecs;
     /* One rank (a survivor after a shrink to itself): every token's only partial is its own,
        so the source side sums its rows straight into out, at any size (no partial written,
        no line flags or tags waited for). */
     const bool own_at_source = W == 1 || eep_epc_split(rec_base[W], (int)gridDim.x) == 1;
-    const int  lb = rec_base[p.rank];
-    const int  nl = own_at_source ? rec_base[p.rank + 1] - lb : 0;
-    const int  recs = rec_base[W] - nl;
-    const int split = eep_epc_split(recs, (int)gridDim.x);
+    const int  lb            = rec_base[p.rank];
+    const int  nl            = own_at_source ? rec_base[p.rank + 1] - lb : 0;
+    const int  recs          = rec_base[W] - nl;
+    const int  split         = eep_epc_split(recs, (int)gridDim.x);
     if (split > 1) {
         const int groups = EEP_EPK_WARPS / split, g = (int)warp / split, gw = (int)warp % split;
         const int per_round = (int)gridDim.x * groups;
 
         /* LL groups go on alone; else the block meets once per round of records */
-        for (int q0 = (int)blockIdx.x * groups; LL ? q0 + g < recs : q0 < recs;
-             q0 += per_round) {
-            const int      q = q0 + g < lb ? q0 + g : q0 + g + nl;
+        for (int q0 = (int)blockIdx.x * groups; LL ? q0 + g < recs : q0 < recs; q0 += per_round) {
+            const int      q   = q0 + g < lb ? q0 + g : q0 + g + nl;
             unsigned char *row = nullptr;
 
             if (q0 + g < recs) {
                 const int s = eep_epc_source(rec_base, q);
 
                 row = eep_epc_partial<LL>(p, peer_base, region0, s, q - rec_base[s],
-                                          units * gw / split, units * (gw + 1) / split, seq,
-                                          lane);
+                                          units * gw / split, units * (gw + 1) / split, seq, lane);
                 if (!LL) {
                     eep_epk_fence_release(p);
                 }
@@ -470,9 +469,9 @@ __device__ __forceinline__ void eep_epc_body(const eep_epk_params_t &p)
     }
     /* Expert side: records taken dynamically (this parity's counter, zeroed by the previous
        call); plain rows: one system fence per 4 records of a warp, then their tags. */
-    unsigned int  *work = (unsigned int *)(p.ctl + EEP_EPK_CTL_CWORK) + parity;
+    unsigned int  *work         = (unsigned int *)(p.ctl + EEP_EPK_CTL_CWORK) + parity;
     unsigned char *done_rows[4] = { nullptr, nullptr, nullptr, nullptr };
-    int            ndone = 0;
+    int            ndone        = 0;
     for (; split == 1;) {
         int q = 0;
 
@@ -483,8 +482,8 @@ __device__ __forceinline__ void eep_epc_body(const eep_epk_params_t &p)
         if (q >= recs) {
             break;
         }
-        q = q < lb ? q : q + nl;
-        const int      s = eep_epc_source(rec_base, q);
+        q                  = q < lb ? q : q + nl;
+        const int      s   = eep_epc_source(rec_base, q);
         unsigned char *row = eep_epc_partial<LL>(p, peer_base, region0, s, q - rec_base[s], 0,
                                                  units, seq, lane);
         if (!LL) {
@@ -513,12 +512,12 @@ __device__ __forceinline__ void eep_epc_body(const eep_epk_params_t &p)
        handle's record of the token at its slot) when own_at_source, the others as they land
        (after the own partial, so that it overlaps their flight); partials in region order j =
        destination ranks ascending, as the contract fixes. */
-    const eep_wait_ctx w = eep_epk_wait_ctx(p, &block_failed);
+    const eep_wait_ctx w      = eep_epk_wait_ctx(p, &block_failed);
     const int          tsplit = eep_epc_split(p.num_tokens, (int)gridDim.x);
-    const int          gwarp = (int)blockIdx.x * EEP_EPK_WARPS + (int)warp;
-    const int          tb = units * (gwarp % tsplit) / tsplit;
-    const int          te = units * (gwarp % tsplit + 1) / tsplit;
-    const int          K = EEP_EPK_K(p);
+    const int          gwarp  = (int)blockIdx.x * EEP_EPK_WARPS + (int)warp;
+    const int          tb     = units * (gwarp % tsplit) / tsplit;
+    const int          te     = units * (gwarp % tsplit + 1) / tsplit;
+    const int          K      = EEP_EPK_K(p);
     for (int t = gwarp / tsplit; t < p.num_tokens && tb < te; t += gwarps / tsplit) {
         const int    *slots = (const int *)p.h_send_slot + (long long)t * W;
         eep_epc_token k;
@@ -529,8 +528,7 @@ __device__ __forceinline__ void eep_epc_body(const eep_epk_params_t &p)
         }
         k.dm = __reduce_or_sync(0xffffffffu, k.dm);
         k.n  = __popc(k.dm);
-        k.jl = own_at_source && ((k.dm >> p.rank) & 1u) ?
-               __popc(k.dm & ((1u << p.rank) - 1u)) : -1;
+        k.jl = own_at_source && ((k.dm >> p.rank) & 1u) ? __popc(k.dm & ((1u << p.rank) - 1u)) : -1;
         k.my_row = -1;
         k.my_w   = 0.0f;
         if (k.jl >= 0 && (int)lane < K) {
@@ -540,10 +538,10 @@ __device__ __forceinline__ void eep_epc_body(const eep_epk_params_t &p)
             k.my_w   = ((const float *)p.h_recv_w)[rec * K + lane];
         }
         k.rows_mask = __ballot_sync(0xffffffffu, k.my_row >= 0);
-        k.out  = (uint4 *)((unsigned short *)p.out + (long long)t * EEP_EPK_H(p));
-        k.rows = peer_base[p.rank] + region0 + (unsigned long long)t * p.crecv_row;
-        if (!(LL ? eep_epc_sum_lines(p, w, k, tb, te, seq, lane) :
-                   eep_epc_sum_rows(p, w, k, tb, te, seq, lane))) {
+        k.out       = (uint4 *)((unsigned short *)p.out + (long long)t * EEP_EPK_H(p));
+        k.rows      = peer_base[p.rank] + region0 + (unsigned long long)t * p.crecv_row;
+        if (!(LL ? eep_epc_sum_lines(p, w, k, tb, te, seq, lane)
+                 : eep_epc_sum_rows(p, w, k, tb, te, seq, lane))) {
             break;
         }
     }
@@ -566,7 +564,7 @@ __device__ void eep_ep_combine_body(const eep_epk_params_t &p)
 {
     const unsigned long long began = eep_epk_launch_began(p);
 
-    eep_grid_dep_wait();   /* launched early (PDL): the previous kernel is done and visible */
+    eep_grid_dep_wait(); /* launched early (PDL): the previous kernel is done and visible */
     eep_epk_launch_stamp(p, began);
     eep_grid_dep_launch(); /* the next kernel may take SMs as this one's blocks leave */
     if (EEP_EPK_LINES(p) & EEP_EPK_LINES_COMBINE) {

@@ -59,7 +59,6 @@
 #include "../../barrier/impl/bounded_wait.cuh"
 #include "ll_line.cuh"
 
-
 /* At most this many top-k ids (T * K) a call, every sending block and the counter count the
    tokens they need themselves instead of exchanging chunk counts (decode sizes).  A define, so a
    test can move it. */
@@ -94,7 +93,7 @@ __device__ __forceinline__ unsigned long long eep_epk_launch_began(const eep_epk
 }
 
 __device__ __forceinline__ void eep_epk_launch_stamp(const eep_epk_params_t &p,
-                                                     unsigned long long began)
+                                                     unsigned long long      began)
 {
     if (p.trace != 0 && threadIdx.x == 0 && blockIdx.x < EEP_EPK_TRACE_BLOCKS) {
         unsigned long long *t = (unsigned long long *)p.trace + EEP_EPK_TRACE_LAUNCH +
@@ -132,8 +131,8 @@ __device__ __forceinline__ void eep_epk_lane_topk(const eep_epk_params_t &p, int
 /* Route one token whose K ids come from get(k): its destination mask; or bad (an id outside
    [-1, E) or repeated in the token: mask 0, *bad_id_p the offending id). */
 template <typename GetId>
-__device__ __forceinline__ unsigned eep_epk_route_ids(GetId get, int K, int E, int El,
-                                                      bool *bad_p, long long *bad_id_p)
+__device__ __forceinline__ unsigned eep_epk_route_ids(GetId get, int K, int E, int El, bool *bad_p,
+                                                      long long *bad_id_p)
 {
     unsigned mask = 0;
 
@@ -142,7 +141,7 @@ __device__ __forceinline__ unsigned eep_epk_route_ids(GetId get, int K, int E, i
         const long long e = get(k);
 
         if (e < -1 || e >= E) {
-            *bad_p = true;
+            *bad_p    = true;
             *bad_id_p = e;
             return 0;
         }
@@ -151,7 +150,7 @@ __device__ __forceinline__ unsigned eep_epk_route_ids(GetId get, int K, int E, i
         }
         for (int j = 0; j < k; j++) {
             if (get(j) == e) {
-                *bad_p = true;
+                *bad_p    = true;
                 *bad_id_p = e;
                 return 0;
             }
@@ -178,7 +177,7 @@ __device__ __noinline__ void eep_epk_fault_bad(const eep_epk_params_t &p, int t,
     unsigned int slot = atomicAdd(p.fault_claim, 1u);
 
     if (slot < EEP_FAULT_MAX_RECORDS) {
-        volatile eep_fault_record_t *r = &p.fault->records[slot];
+        volatile eep_fault_record_t *r   = &p.fault->records[slot];
         unsigned long long           now = eep_globaltimer();
 
         r->phase     = EEP_PHASE_EP_BAD_EXPERT;
@@ -189,7 +188,7 @@ __device__ __noinline__ void eep_epk_fault_bad(const eep_epk_params_t &p, int t,
         r->time_ns   = now;
         r->waited_ns = 0;
         __threadfence_system();
-        r->valid = 1u;
+        r->valid                                     = 1u;
         *(volatile unsigned int *)&p.fault->nrecords = slot + 1u;
     }
     __threadfence_system();
@@ -218,14 +217,14 @@ __device__ __forceinline__ void eep_epk_fence_acquire(const eep_epk_params_t &p)
     }
 }
 
-__device__ __forceinline__ unsigned long long eep_epk_ld_relaxed(const eep_epk_params_t &p,
+__device__ __forceinline__ unsigned long long eep_epk_ld_relaxed(const eep_epk_params_t   &p,
                                                                  const unsigned long long *w)
 {
     return EEP_EPK_W(p) == 1 ? eep_ld_relaxed_gpu(w) : eep_ld_relaxed_sys(w);
 }
 
-__device__ __forceinline__ void eep_epk_st_release(const eep_epk_params_t &p,
-                                                   unsigned long long *w, unsigned long long v)
+__device__ __forceinline__ void eep_epk_st_release(const eep_epk_params_t &p, unsigned long long *w,
+                                                   unsigned long long v)
 {
     if (EEP_EPK_W(p) == 1) {
         eep_st_release_gpu(w, v);
@@ -272,7 +271,7 @@ __device__ __forceinline__ unsigned eep_epk_round_mask(const int *mw, int E, int
 
 /* The bounded-wait context of an EP kernel's waits (barrier/impl/bounded_wait.cuh). */
 __device__ __forceinline__ eep_wait_ctx eep_epk_wait_ctx(const eep_epk_params_t &p,
-                                                         int *block_failed)
+                                                         int                    *block_failed)
 {
     eep_wait_ctx w;
 
@@ -288,24 +287,29 @@ __device__ __forceinline__ eep_wait_ctx eep_epk_wait_ctx(const eep_epk_params_t 
 /* Wait, by the first world threads of the block (no block sync), until word @p idx of every
    peer's slot carries @p seq. */
 __device__ __forceinline__ void eep_epk_wait_slot_words(const eep_epk_params_t &p,
-                                                        const unsigned char *my_counts,
-                                                        int parity, int idx,
-                                                        unsigned long long seq, int phase,
+                                                        const unsigned char *my_counts, int parity,
+                                                        int idx, unsigned long long seq, int phase,
                                                         int *block_failed)
 {
     const eep_wait_ctx w = eep_epk_wait_ctx(p, block_failed);
     if ((int)threadIdx.x < EEP_EPK_W(p)) {
-        const unsigned long long *word = (const unsigned long long *)(
-            my_counts + ((unsigned long long)threadIdx.x * 2 + parity) * p.slot_bytes) + idx;
+        const unsigned long long
+            *word = (const unsigned long long *)(my_counts +
+                                                 ((unsigned long long)threadIdx.x * 2 + parity) *
+                                                     p.slot_bytes) +
+                    idx;
         /* Back off between polls: every block waits here, and a grid of tight .sys-scope
            spinners slowed the blocks still copying (time grew with the SM count). */
         unsigned polls = 0;
-        if (eep_wait_geq(w, [&p, word, &polls] {
-                             if (polls++ != 0) {
-                                 __nanosleep(128);
-                             }
-                             return eep_epk_ld_relaxed(p, word);
-                         }, seq << 32, phase, (int)threadIdx.x)) {
+        if (eep_wait_geq(
+                w,
+                [&p, word, &polls] {
+                    if (polls++ != 0) {
+                        __nanosleep(128);
+                    }
+                    return eep_epk_ld_relaxed(p, word);
+                },
+                seq << 32, phase, (int)threadIdx.x)) {
             eep_epk_fence_acquire(p); /* a caller that reads on syncs the block after this */
         }
     }
@@ -343,12 +347,12 @@ __device__ __forceinline__ unsigned eep_epk_units(const eep_epk_params_t &p)
 
 /* Shared state of the expanders (the copy from received records to expert-major rows). */
 struct eep_epk_copy_smem {
-    int n[EEP_EPK_MAX_WORLD];        /* records from each source */
+    int n[EEP_EPK_MAX_WORLD]; /* records from each source */
     int rec_base[EEP_EPK_MAX_WORLD + 1];
     int counts[256];
     int offsets[257];
-    int pad_base[257];               /* padding rows of experts < e */
-    int warp_off[8], warp_pad[8];    /* eep_epk_layout_scan: per-warp totals (El <= 256) */
+    int pad_base[257];            /* padding rows of experts < e */
+    int warp_off[8], warp_pad[8]; /* eep_epk_layout_scan: per-warp totals (El <= 256) */
 };
 /* eep_epk_layout_scan: a warp for each 32 of 256 local experts, and one more for the sources */
 static_assert(EEP_EPK_WARPS > 256 / 32, "eep_epk_layout_scan needs 9 warps a block");
@@ -377,7 +381,7 @@ __device__ __forceinline__ void eep_epk_layout_scan(eep_epk_copy_smem &sm, int E
 {
     const unsigned lane = threadIdx.x & 31u;
     const int      warp = (int)(threadIdx.x >> 5), NW = (El + 31) / 32;
-    const int      e = (int)threadIdx.x;
+    const int      e        = (int)threadIdx.x;
     int            excl_off = 0, excl_pad = 0;
 
     if (warp < NW) {
@@ -385,24 +389,24 @@ __device__ __forceinline__ void eep_epk_layout_scan(eep_epk_copy_smem &sm, int E
         int       a;
 
         if (with_offsets) {
-            a = e < El ? (c + alignment - 1) / alignment * alignment : 0;
+            a              = e < El ? (c + alignment - 1) / alignment * alignment : 0;
             const int incl = eep_epk_warp_incl_scan(a, lane);
-            excl_off = incl - a;
+            excl_off       = incl - a;
             if (lane == 31) {
                 sm.warp_off[warp] = incl;
             }
         } else {
             a = e < El ? sm.offsets[e + 1] - sm.offsets[e] : 0;
         }
-        const int pad = a - c;
+        const int pad    = a - c;
         const int incl_p = eep_epk_warp_incl_scan(pad, lane);
-        excl_pad = incl_p - pad;
+        excl_pad         = incl_p - pad;
         if (lane == 31) {
             sm.warp_pad[warp] = incl_p;
         }
     }
     if (warp == NW) { /* a warp without experts: the sources */
-        const int n = (int)lane < W ? sm.n[lane] : 0;
+        const int n      = (int)lane < W ? sm.n[lane] : 0;
         const int incl_n = eep_epk_warp_incl_scan(n, lane);
         if ((int)lane < W) {
             sm.rec_base[lane] = incl_n - n;
@@ -449,16 +453,15 @@ __device__ void eep_epk_expand(const eep_epk_params_t &p, unsigned long long seq
     const int            parity = (int)(seq & 1ull);
     const int            El = p.num_local, K = EEP_EPK_K(p), lo = p.rank * El;
     const unsigned       lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
-    unsigned char       *mine = eep_epk_peer(p, 0, p.rank);
+    unsigned char       *mine      = eep_epk_peer(p, 0, p.rank);
     const unsigned char *my_counts = mine + p.counts_off;
 
     /* CACHED needs nothing from the peers to begin (the layout is the handle's, a record is
        read once its tag holds the sequence, this rank's tokens come from x): its blocks wait for
        the peers' count words last, which the parity argument (docs/dispatch.md, section 3)
        needs before the kernel ends.  Waiting first cost every cached call ~3.5 us at T 128. */
-    if (Mode != EEP_EPK_CACHED &&
-        !eep_epk_wait_slots(p, my_counts, parity, EEP_EPK_SLOT_TOKENS, seq, EEP_PHASE_EP_DISPATCH,
-                            block_failed)) {
+    if (Mode != EEP_EPK_CACHED && !eep_epk_wait_slots(p, my_counts, parity, EEP_EPK_SLOT_TOKENS,
+                                                      seq, EEP_PHASE_EP_DISPATCH, block_failed)) {
         return;
     }
     eep_epk_stamp(p, 3);
@@ -475,8 +478,9 @@ __device__ void eep_epk_expand(const eep_epk_params_t &p, unsigned long long seq
         }
     } else {
         for (int s = threadIdx.x; s < EEP_EPK_W(p); s += blockDim.x) {
-            const unsigned long long *slot = (const unsigned long long *)(
-                my_counts + ((unsigned long long)s * 2 + parity) * p.slot_bytes);
+            const unsigned long long *slot =
+                (const unsigned long long *)(my_counts +
+                                             ((unsigned long long)s * 2 + parity) * p.slot_bytes);
             sm.n[s] = (int)(unsigned)(slot[EEP_EPK_SLOT_TOKENS] & 0xffffffffull);
         }
         for (int e = threadIdx.x; e < El; e += blockDim.x) {
@@ -484,8 +488,9 @@ __device__ void eep_epk_expand(const eep_epk_params_t &p, unsigned long long seq
 
 #pragma unroll 8
             for (int s = 0; s < EEP_EPK_W(p); s++) {
-                const unsigned long long *slot = (const unsigned long long *)(
-                    my_counts + ((unsigned long long)s * 2 + parity) * p.slot_bytes);
+                const unsigned long long *slot =
+                    (const unsigned long long *)(my_counts + ((unsigned long long)s * 2 + parity) *
+                                                                 p.slot_bytes);
                 src_prefix[s * El + e] = running;
                 running += (int)(unsigned)(slot[EEP_EPK_SLOT_COUNTS + e] & 0xffffffffull);
             }
@@ -537,8 +542,7 @@ __device__ void eep_epk_expand(const eep_epk_params_t &p, unsigned long long seq
             }
         }
         const long long r = sm.offsets[e] + sm.counts[e] + (j - sm.pad_base[e]);
-        uint4          *x4 = (uint4 *)((unsigned char *)p.recv_x +
-                                       (unsigned long long)r * EEP_EPK_HB(p));
+        uint4 *x4 = (uint4 *)((unsigned char *)p.recv_x + (unsigned long long)r * EEP_EPK_HB(p));
 
         for (unsigned v = lane; v < (p.skip_pad_x ? 0u : EEP_EPK_HB(p) / 16); v += 32) {
             x4[v] = make_uint4(0, 0, 0, 0);
@@ -569,13 +573,13 @@ __device__ void eep_epk_expand(const eep_epk_params_t &p, unsigned long long seq
        one rank, T 128, 14 pieces a record, pair 25.7 -> 25.1 us with one_each below; two ranks
        at T 128 have ~8 warps a record either way). */
     const int     total = sm.rec_base[EEP_EPK_W(p)];
-    const int     CHK = max(1, min(16, total > 0 ? gwarps / total : 1));
-    const int     span = max_n * EEP_EPK_W(p) * CHK;
-    unsigned int *work = (unsigned int *)(p.ctl + EEP_EPK_CTL_DWORK) + parity;
+    const int     CHK   = max(1, min(16, total > 0 ? gwarps / total : 1));
+    const int     span  = max_n * EEP_EPK_W(p) * CHK;
+    unsigned int *work  = (unsigned int *)(p.ctl + EEP_EPK_CTL_DWORK) + parity;
     /* No more pieces than warps (decode): warp gw takes piece gw, no counter (every warp would
        otherwise take one same-address atomic, then a second to learn that nothing is left; a
        dynamic share with 16 pieces gained about half as much). */
-    const bool    one_each = span <= gwarps;
+    const bool one_each = span <= gwarps;
     for (int it = 0;; it++) {
         int q = 0;
 
@@ -598,21 +602,25 @@ __device__ void eep_epk_expand(const eep_epk_params_t &p, unsigned long long seq
             continue;
         }
         const long long      rec = (long long)s * p.max_tokens + i;
-        const unsigned char *row =
-            mine + p.drecv_off + (unsigned long long)(parity * EEP_EPK_W(p) + s) * p.drecv_region +
-            (unsigned long long)i * p.token_bytes;
+        const unsigned char *row = mine + p.drecv_off +
+                                   (unsigned long long)(parity * EEP_EPK_W(p) + s) *
+                                       p.drecv_region +
+                                   (unsigned long long)i * p.token_bytes;
         const unsigned long long *tag = (const unsigned long long *)(row + p.tag_off);
-        int                  ok = 1;
+        int                       ok  = 1;
 
         if (lane == 0) {
             unsigned polls = 0;
 
-            ok = eep_wait_geq(w, [&p, tag, &polls] {
-                                  if (polls++ > 64) {
-                                      __nanosleep(64);
-                                  }
-                                  return eep_epk_ld_relaxed(p, tag);
-                              }, seq, EEP_PHASE_EP_DISPATCH, s);
+            ok = eep_wait_geq(
+                w,
+                [&p, tag, &polls] {
+                    if (polls++ > 64) {
+                        __nanosleep(64);
+                    }
+                    return eep_epk_ld_relaxed(p, tag);
+                },
+                seq, EEP_PHASE_EP_DISPATCH, s);
             if (ok) {
                 eep_epk_fence_acquire(p);
             }
@@ -622,27 +630,27 @@ __device__ void eep_epk_expand(const eep_epk_params_t &p, unsigned long long seq
         }
         __syncwarp(); /* orders every lane's reads of the record after lane 0's acquire */
 
-        const int   *ids = (const int *)(row + p.meta_off);
-        const float *wts = (const float *)(ids + K);
-        const int   *pos = ids + 2 * K + 1;
+        const int   *ids   = (const int *)(row + p.meta_off);
+        const float *wts   = (const float *)(ids + K);
+        const int   *pos   = ids + 2 * K + 1;
         int          my_id = -1, my_row = -1, my_local = 0;
         float        my_w = 0.0f;
 
         if ((int)lane < K) {
-            my_id = ids[lane];
-            my_w  = wts[lane];
+            my_id    = ids[lane];
+            my_w     = wts[lane];
             my_local = my_id >= lo && my_id < lo + El;
             if (my_local) {
                 const int e = my_id - lo;
 
-                my_row = Mode == EEP_EPK_CACHED ?
-                         ((const int *)p.h_recv_rows)[rec * K + lane] :
-                         sm.offsets[e] + src_prefix[s * El + e] + pos[lane];
+                my_row = Mode == EEP_EPK_CACHED
+                             ? ((const int *)p.h_recv_rows)[rec * K + lane]
+                             : sm.offsets[e] + src_prefix[s * El + e] + pos[lane];
             }
         }
         /* Handle: rows and weights per lane, token, ordinal among the token's ranks. */
         unsigned dst_bit = ((int)lane < K && my_id >= 0) ? 1u << (unsigned)(my_id / El) : 0u;
-        unsigned dmask = __reduce_or_sync(0xffffffffu, dst_bit);
+        unsigned dmask   = __reduce_or_sync(0xffffffffu, dst_bit);
         if ((int)lane < K && c == 0) {
             if (Mode != EEP_EPK_CACHED) {
                 ((int *)p.h_recv_rows)[rec * K + lane] = my_row;
@@ -655,25 +663,26 @@ __device__ void eep_epk_expand(const eep_epk_params_t &p, unsigned long long seq
         }
         /* A remote record's hidden bytes and scales came with it; this rank's own tokens are
            read from x (their records carry the metadata only). */
-        const long long      t_src = ids[2 * K];
-        const bool           local = s == p.rank;
-        const unsigned char *data = local ? (const unsigned char *)p.x +
-                                            (unsigned long long)t_src * EEP_EPK_HB(p) : row;
+        const long long      t_src  = ids[2 * K];
+        const bool           local  = s == p.rank;
+        const unsigned char *data   = local ? (const unsigned char *)p.x +
+                                                (unsigned long long)t_src * EEP_EPK_HB(p)
+                                            : row;
         const unsigned char *scales = local ? (const unsigned char *)p.x_scales +
-                                              (unsigned long long)t_src * p.scale_bytes :
-                                              row + p.scale_off;
+                                                  (unsigned long long)t_src * p.scale_bytes
+                                            : row + p.scale_off;
         {
             const uint4   *s4 = (const uint4 *)data;
             const int      nv = (int)(EEP_EPK_HB(p) / 16);
             const unsigned nu = eep_epk_units<LL>(p);
             /* piece c of CHK: units [ub, ue) (lines, or vectors) */
-            const unsigned ub = (unsigned)((unsigned long long)nu * c / CHK);
-            const unsigned ue = (unsigned)((unsigned long long)nu * (c + 1) / CHK);
+            const unsigned ub        = (unsigned)((unsigned long long)nu * c / CHK);
+            const unsigned ue        = (unsigned)((unsigned long long)nu * (c + 1) / CHK);
             unsigned       rows_mask = __ballot_sync(0xffffffffu, my_row >= 0);
             /* a flagged record's lines (8 x 4 a round), or a plain one's (or x's) vectors (8 per
                lane a round) */
-            const bool     lines = LL && !local;
-            auto           vec = [&](unsigned b0, int u) {
+            const bool lines = LL && !local;
+            auto       vec   = [&](unsigned b0, int u) {
                 if (lines) { /* 8 x 4 lines a round */
                     const int line = eep_ll_round_line((int)b0, u, lane);
                     return line < (int)ue ? eep_ll_vector(line, lane, nv) : -1;
@@ -691,19 +700,21 @@ __device__ void eep_epk_expand(const eep_epk_params_t &p, unsigned long long seq
                 uint4 r8[8];
 
                 if (lines) {
-                    if (!eep_warp_wait_geq(w, [&] {
-                                               unsigned long long f = ~0ull;
+                    if (!eep_warp_wait_geq(
+                            w,
+                            [&] {
+                                unsigned long long f = ~0ull;
 #pragma unroll
-                                               for (int u = 0; u < 8; u++) {
-                                                   const int line =
-                                                       eep_ll_round_line((int)b0, u, lane);
-                                                   f = min(f, eep_ll_load(
-                                                                  eep_ll_slot((unsigned char *)row,
-                                                                              line, lane),
-                                                                  r8[u], line < (int)ue, lane));
-                                               }
-                                               return f;
-                                           }, seq, EEP_PHASE_EP_DISPATCH, s)) {
+                                for (int u = 0; u < 8; u++) {
+                                    const int    line = eep_ll_round_line((int)b0, u, lane);
+                                    const uint4 *slot = eep_ll_slot((unsigned char *)row, line,
+                                                                    lane);
+
+                                    f = min(f, eep_ll_load(slot, r8[u], line < (int)ue, lane));
+                                }
+                                return f;
+                            },
+                            seq, EEP_PHASE_EP_DISPATCH, s)) {
                         return;
                     }
                 } else {
@@ -715,9 +726,9 @@ __device__ void eep_epk_expand(const eep_epk_params_t &p, unsigned long long seq
                     }
                 }
                 for (unsigned m = rows_mask; m != 0; m &= m - 1) {
-                    const int r = __shfl_sync(0xffffffffu, my_row, __ffs(m) - 1);
+                    const int r  = __shfl_sync(0xffffffffu, my_row, __ffs(m) - 1);
                     uint4    *d4 = (uint4 *)((unsigned char *)p.recv_x +
-                                             (unsigned long long)r * EEP_EPK_HB(p));
+                                          (unsigned long long)r * EEP_EPK_HB(p));
 #pragma unroll
                     for (int u = 0; u < 8; u++) {
                         if (vec(b0, u) >= 0) {
@@ -731,13 +742,13 @@ __device__ void eep_epk_expand(const eep_epk_params_t &p, unsigned long long seq
 
                 if (p.scale_bytes != 0) {
                     eep_epk_copy4((unsigned char *)p.recv_x_scales +
-                                  (unsigned long long)r * p.scale_bytes, scales,
-                                  p.scale_bytes, lane, 32);
+                                      (unsigned long long)r * p.scale_bytes,
+                                  scales, p.scale_bytes, lane, 32);
                 }
                 if ((int)lane < K) {
                     ((int *)p.recv_topk_idx)[(long long)r * K + lane] = my_local ? my_id - lo : -1;
-                    ((float *)p.recv_topk_weights)[(long long)r * K + lane] =
-                        my_local ? my_w : 0.0f;
+                    ((float *)p.recv_topk_weights)[(long long)r * K + lane] = my_local ? my_w
+                                                                                       : 0.0f;
                 }
             }
         }
@@ -751,28 +762,28 @@ __device__ void eep_epk_expand(const eep_epk_params_t &p, unsigned long long seq
 
 /* The scales (not to this rank) and the metadata of token @p t to every destination in @p dm. */
 template <typename SlotOf>
-__device__ __forceinline__ void eep_epk_send_meta(const eep_epk_params_t &p,
-                                                  unsigned char *const *peer_base,
-                                                  unsigned long long my_region, int t,
-                                                  unsigned dm, SlotOf slot_of, int my_id,
-                                                  float my_w, int my_pos, unsigned lane)
+__device__ __forceinline__ void
+eep_epk_send_meta(const eep_epk_params_t &p, unsigned char *const *peer_base,
+                  unsigned long long my_region, int t, unsigned dm, SlotOf slot_of, int my_id,
+                  float my_w, int my_pos, unsigned lane)
 {
     const int K = EEP_EPK_K(p);
 
     for (unsigned m = dm; m != 0; m &= m - 1) {
-        const int      d = __ffs(m) - 1;
+        const int      d   = __ffs(m) - 1;
         unsigned char *rec = peer_base[d] + my_region +
                              (unsigned long long)slot_of(d) * p.token_bytes;
 
         if (p.scale_bytes != 0 && d != p.rank) {
-            eep_epk_copy4(rec + p.scale_off, (const unsigned char *)p.x_scales +
-                          (unsigned long long)t * p.scale_bytes, p.scale_bytes, lane, 32);
+            eep_epk_copy4(rec + p.scale_off,
+                          (const unsigned char *)p.x_scales + (unsigned long long)t * p.scale_bytes,
+                          p.scale_bytes, lane, 32);
         }
         int   *ids = (int *)(rec + p.meta_off);
         float *wts = (float *)(ids + K);
         if ((int)lane < K) {
-            ids[lane] = my_id;
-            wts[lane] = my_w;
+            ids[lane]             = my_id;
+            wts[lane]             = my_w;
             ids[2 * K + 1 + lane] = my_pos;
         }
         if (lane == 0) {
@@ -783,18 +794,18 @@ __device__ __forceinline__ void eep_epk_send_meta(const eep_epk_params_t &p,
 
 /* The tags of one token's records (after the warp's system fence). */
 template <typename SlotOf>
-__device__ __forceinline__ void eep_epk_send_tags(const eep_epk_params_t &p,
-                                                  unsigned char *const *peer_base,
-                                                  unsigned long long my_region, unsigned dm,
-                                                  SlotOf slot_of, unsigned long long seq,
-                                                  unsigned lane)
+__device__ __forceinline__ void
+eep_epk_send_tags(const eep_epk_params_t &p, unsigned char *const *peer_base,
+                  unsigned long long my_region, unsigned dm, SlotOf slot_of, unsigned long long seq,
+                  unsigned lane)
 {
     for (unsigned m = dm; m != 0; m &= m - 1) {
         const int d = __ffs(m) - 1;
 
         if ((int)lane == d % 32) {
             eep_epk_tag_store(peer_base[d] + my_region +
-                              (unsigned long long)slot_of(d) * p.token_bytes, p.tag_off, seq);
+                                  (unsigned long long)slot_of(d) * p.token_bytes,
+                              p.tag_off, seq);
         }
     }
 }
@@ -812,18 +823,16 @@ __device__ __forceinline__ void eep_epk_send_tags(const eep_epk_params_t &p,
  * wait for those before they know the rows), then the lines.
  */
 template <bool LL, typename SlotOf>
-__device__ __forceinline__ void eep_epk_send_token(const eep_epk_params_t &p,
-                                                   unsigned char *const *peer_base,
-                                                   unsigned long long my_region, int t,
-                                                   unsigned dm, SlotOf slot_of, int my_id,
-                                                   float my_w, int my_pos, unsigned lane,
-                                                   unsigned ub, unsigned ue, bool meta,
-                                                   unsigned long long seq)
+__device__ __forceinline__ void
+eep_epk_send_token(const eep_epk_params_t &p, unsigned char *const *peer_base,
+                   unsigned long long my_region, int t, unsigned dm, SlotOf slot_of, int my_id,
+                   float my_w, int my_pos, unsigned lane, unsigned ub, unsigned ue, bool meta,
+                   unsigned long long seq)
 {
-    const uint4   *s4 = (const uint4 *)((const unsigned char *)p.x +
-                                        (unsigned long long)t * EEP_EPK_HB(p));
+    const uint4   *s4     = (const uint4 *)((const unsigned char *)p.x +
+                                      (unsigned long long)t * EEP_EPK_HB(p));
     const unsigned remote = dm & ~(1u << (unsigned)p.rank);
-    const int      nv = (int)(EEP_EPK_HB(p) / 16u);
+    const int      nv     = (int)(EEP_EPK_HB(p) / 16u);
 
     if (LL && meta) {
         eep_epk_send_meta(p, peer_base, my_region, t, dm, slot_of, my_id, my_w, my_pos, lane);
@@ -835,15 +844,14 @@ __device__ __forceinline__ void eep_epk_send_token(const eep_epk_params_t &p,
     /* 8 vectors per lane a round (LL: 8 x 4 lines; every lane runs every round, the line
        stores meet) */
     constexpr int UN = 8;
-    for (unsigned b0 = ub; remote != 0 && b0 < ue;
-         b0 += LL ? UN * EEP_LL_WARP_LINES : 32u * UN) {
+    for (unsigned b0 = ub; remote != 0 && b0 < ue; b0 += LL ? UN * EEP_LL_WARP_LINES : 32u * UN) {
         uint4 r[UN];
 #pragma unroll
         for (int u = 0; u < UN; u++) {
             const int line = eep_ll_round_line((int)b0, u, lane);
-            const int v = LL ? (line < (int)ue ? eep_ll_vector(line, lane, nv) : -1) :
-                               ((int)(b0 + lane) + 32 * u < (int)ue ? (int)(b0 + lane) + 32 * u :
-                                                                      -1);
+            const int v    = LL ? (line < (int)ue ? eep_ll_vector(line, lane, nv) : -1)
+                                : ((int)(b0 + lane) + 32 * u < (int)ue ? (int)(b0 + lane) + 32 * u
+                                                                       : -1);
             if (v >= 0) {
                 r[u] = s4[v];
             } else if (LL) {
@@ -851,7 +859,7 @@ __device__ __forceinline__ void eep_epk_send_token(const eep_epk_params_t &p,
             }
         }
         for (unsigned m = remote; m != 0; m &= m - 1) {
-            const int      d = __ffs(m) - 1;
+            const int      d   = __ffs(m) - 1;
             unsigned char *rec = peer_base[d] + my_region +
                                  (unsigned long long)slot_of(d) * p.token_bytes;
 #pragma unroll
@@ -881,11 +889,10 @@ __device__ __forceinline__ int eep_epk_pieces(int n)
 /* This warp sent one of a token's @p P pieces: fence it; the warp that finishes the token's last
    piece (@p done, shared, counts them) stores the token's tags. */
 template <typename SlotOf>
-__device__ __forceinline__ void eep_epk_piece_sent(const eep_epk_params_t &p,
-                                                   unsigned char *const *peer_base,
-                                                   unsigned long long my_region, unsigned dm,
-                                                   SlotOf slot_of, unsigned long long seq,
-                                                   unsigned lane, int *done, int P)
+__device__ __forceinline__ void
+eep_epk_piece_sent(const eep_epk_params_t &p, unsigned char *const *peer_base,
+                   unsigned long long my_region, unsigned dm, SlotOf slot_of,
+                   unsigned long long seq, unsigned lane, int *done, int P)
 {
     int last = 0;
 
@@ -912,8 +919,8 @@ __device__ __forceinline__ unsigned long long eep_epk_begin(const eep_epk_params
                                                             unsigned word_off, unsigned work_off)
 {
     unsigned long long      *word = (unsigned long long *)(p.ctl + word_off);
-    const unsigned long long old = atomicAdd(word, 1ull);
-    const unsigned long long seq = (old >> 32) + 1ull;
+    const unsigned long long old  = atomicAdd(word, 1ull);
+    const unsigned long long seq  = (old >> 32) + 1ull;
 
     if ((unsigned)(old & 0xffffffffull) == gridDim.x - 1u) {
         const unsigned other = (unsigned)((seq & 1ull) ^ 1ull);
@@ -968,10 +975,10 @@ __device__ __forceinline__ int eep_epk_group_lanes(int K)
 __device__ __forceinline__ bool eep_epk_group_route(const int *tid, bool on, unsigned k, int El,
                                                     int G, int *e_p, unsigned *m_p)
 {
-    const unsigned lane = threadIdx.x & 31u;
+    const unsigned lane  = threadIdx.x & 31u;
     const unsigned gmask = (G == 32 ? 0xffffffffu : ((1u << G) - 1u)) << (lane - k);
-    const int      e = on ? tid[k] : -1;
-    bool           bad = on && e < -1;
+    const int      e     = on ? tid[k] : -1;
+    bool           bad   = on && e < -1;
     unsigned       m;
 
     for (int i = 0; on && e >= 0 && i < (int)k; i++) {
@@ -1002,16 +1009,16 @@ __device__ __forceinline__ unsigned eep_epk_route_warp(const eep_epk_params_t &p
                                                        int nt, int t0, int *mw, unsigned lane)
 {
     const int      K = EEP_EPK_K(p), G = eep_epk_group_lanes(K);
-    const int      TPW = 32 / G; /* tokens a pass */
-    const unsigned k = lane % (unsigned)G;
+    const int      TPW  = 32 / G; /* tokens a pass */
+    const unsigned k    = lane % (unsigned)G;
     unsigned       mine = 0;
 
     for (int q0 = 0; q0 < nt; q0 += TPW) {
         const int  q = q0 + (int)(lane / (unsigned)G);
         int        e;
         unsigned   m;
-        const bool bad = eep_epk_group_route(ids + q * K, q < nt && (int)k < K, k, p.num_local,
-                                             G, &e, &m);
+        const bool bad = eep_epk_group_route(ids + q * K, q < nt && (int)k < K, k, p.num_local, G,
+                                             &e, &m);
 
         if (!bad && e >= 0) {
             atomicOr(&mw[e], (int)(1u << (unsigned)q));
@@ -1049,9 +1056,9 @@ __device__ void eep_epk_count(const eep_epk_params_t &p, int t_begin, int t_end,
                               int *stage, int stage_ints)
 {
     const int      E = p.num_experts, K = EEP_EPK_K(p), El = p.num_local, W = EEP_EPK_W(p);
-    const int      CH = max(1, min(1024, stage_ints / K));
-    const int      G = eep_epk_group_lanes(K);
-    const int      TPW = 32 / G; /* tokens per warp and pass */
+    const int      CH   = max(1, min(1024, stage_ints / K));
+    const int      G    = eep_epk_group_lanes(K);
+    const int      TPW  = 32 / G; /* tokens per warp and pass */
     const unsigned lane = threadIdx.x & 31u, k = lane % (unsigned)G;
 
     for (int j = threadIdx.x; j < E + W; j += blockDim.x) {
@@ -1067,8 +1074,8 @@ __device__ void eep_epk_count(const eep_epk_params_t &p, int t_begin, int t_end,
             const int  j = j0 + (int)(threadIdx.x >> 5) * TPW + (int)(lane / (unsigned)G);
             int        e;
             unsigned   m;
-            const bool bad = eep_epk_group_route(stage + j * K, j < n && (int)k < K, k, El, G,
-                                                 &e, &m);
+            const bool bad = eep_epk_group_route(stage + j * K, j < n && (int)k < K, k, El, G, &e,
+                                                 &m);
 
             if (!bad && e >= 0) {
                 atomicAdd(&base[e], 1);
@@ -1119,15 +1126,18 @@ __device__ __forceinline__ void eep_epk_chunk_sum(const eep_epk_params_t &p, int
     }
     __syncthreads();
     if ((int)threadIdx.x < nb) {
-        const unsigned long long *flag = (const unsigned long long *)p.chunk_flags + threadIdx.x;
-        const eep_wait_ctx        w = eep_epk_wait_ctx(p, &failed);
+        const unsigned long long *flag  = (const unsigned long long *)p.chunk_flags + threadIdx.x;
+        const eep_wait_ctx        w     = eep_epk_wait_ctx(p, &failed);
         unsigned                  polls = 0;
-        (void)eep_wait_geq(w, [flag, &polls] {
-                               if (polls++ > 16) {
-                                   __nanosleep(32);
-                               }
-                               return eep_ld_acquire_gpu(flag);
-                           }, seq, EEP_PHASE_EP_DISPATCH, p.rank);
+        (void)eep_wait_geq(
+            w,
+            [flag, &polls] {
+                if (polls++ > 16) {
+                    __nanosleep(32);
+                }
+                return eep_ld_acquire_gpu(flag);
+            },
+            seq, EEP_PHASE_EP_DISPATCH, p.rank);
     }
     __syncthreads();
     for (int j = threadIdx.x; j < NC; j += blockDim.x) {
@@ -1158,8 +1168,9 @@ __device__ void eep_epk_publish(const eep_epk_params_t &p, unsigned long long se
         int running = 0;
 
         for (int s = 0; s < W; s++) {
-            const unsigned long long *slot = (const unsigned long long *)(
-                my_counts + ((unsigned long long)s * 2 + parity) * p.slot_bytes);
+            const unsigned long long *slot =
+                (const unsigned long long *)(my_counts +
+                                             ((unsigned long long)s * 2 + parity) * p.slot_bytes);
             running += (int)(unsigned)(slot[EEP_EPK_SLOT_COUNTS + e] & 0xffffffffull);
         }
         csm.counts[e] = running;
@@ -1204,28 +1215,28 @@ __device__ __forceinline__ void eep_epk_dispatch(const eep_epk_params_t &p)
     static_assert(Mode >= 0 && Mode <= 2, "Mode: 0 CPU_SYNC, 1 NO_CPU_SYNC, 2 CACHED");
     static_assert(Phase == 0 || (Phase == 1 && Mode == EEP_EPK_CPU_SYNC), "Phase 1: CPU_SYNC copy");
     EEP_EPK_DYN_SMEM(dyn);
-    __shared__ int               block_failed;
+    __shared__ int                block_failed;
     __shared__ unsigned long long sh_seq;
     __shared__ eep_epk_copy_smem  csm;
     __shared__ unsigned char     *peer_base[EEP_EPK_MAX_WORLD];
 
-    const int      E = p.num_experts, W = EEP_EPK_W(p), El = p.num_local, K = EEP_EPK_K(p);
-    const int      NC = E + W; /* counters: experts, then destinations */
-    const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+    const int           E = p.num_experts, W = EEP_EPK_W(p), El = p.num_local, K = EEP_EPK_K(p);
+    const int           NC   = E + W; /* counters: experts, then destinations */
+    const unsigned      lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
     unsigned long long *ctl_seq = (unsigned long long *)(p.ctl + EEP_EPK_CTL_DSEQ);
 
     if (threadIdx.x == 0) {
         block_failed = 0;
         /* Phase 0 takes the next sequence (eep_epk_begin); Phase 1 (CPU_SYNC's copy, after
            Phase 0 ended) reuses it. */
-        sh_seq = Phase == 0 ? eep_epk_begin(p, EEP_EPK_CTL_DSEQ, EEP_EPK_CTL_DWORK) :
-                              *(volatile unsigned long long *)ctl_seq >> 32;
+        sh_seq = Phase == 0 ? eep_epk_begin(p, EEP_EPK_CTL_DSEQ, EEP_EPK_CTL_DWORK)
+                            : *(volatile unsigned long long *)ctl_seq >> 32;
     }
     for (int d = threadIdx.x; d < W; d += blockDim.x) {
         peer_base[d] = eep_epk_peer(p, 0, d);
     }
     __syncthreads();
-    const unsigned long long seq = sh_seq;
+    const unsigned long long seq    = sh_seq;
     const int                parity = (int)(seq & 1ull);
 
     eep_epk_stamp(p, 0);
@@ -1235,13 +1246,13 @@ __device__ __forceinline__ void eep_epk_dispatch(const eep_epk_params_t &p)
         return;
     }
 
-    const int T = p.num_tokens, G = gridDim.x, S = p.send_blocks;
+    const int                T = p.num_tokens, G = gridDim.x, S = p.send_blocks;
     const unsigned long long my_region = p.drecv_off +
                                          (unsigned long long)(parity * W + p.rank) * p.drecv_region;
 
     if ((int)blockIdx.x < S) {
-        const int C = (T + S - 1) / S;
-        const int t0 = min(T, (int)blockIdx.x * C), t1 = min(T, t0 + C);
+        const int      C  = (T + S - 1) / S;
+        const int      t0 = min(T, (int)blockIdx.x * C), t1 = min(T, t0 + C);
         __shared__ int piece_done[EEP_EPK_WARPS / 2]; /* pieces sent, per token of a split send */
 
         if (Mode == EEP_EPK_CACHED) {
@@ -1250,7 +1261,7 @@ __device__ __forceinline__ void eep_epk_dispatch(const eep_epk_params_t &p)
                the tags (as in the counted path below); else one warp per token, one fence per
                4 tokens of a warp. */
             const int      nt = t1 - t0;
-            const int      P = eep_epk_pieces(nt);
+            const int      P  = eep_epk_pieces(nt);
             const unsigned nu = eep_epk_units<LL>(p); /* lines, or vectors */
 
             if (P > 1) {
@@ -1261,8 +1272,8 @@ __device__ __forceinline__ void eep_epk_dispatch(const eep_epk_params_t &p)
             }
             for (int it = (int)warp; P > 1 && it < nt * P; it += EEP_EPK_WARPS) {
                 const int      q = it / P, c = it % P, t = t0 + q;
-                const int     *slots = (const int *)p.h_send_slot + (long long)t * W;
-                const unsigned dm = eep_epk_slot_mask(slots, W);
+                const int     *slots   = (const int *)p.h_send_slot + (long long)t * W;
+                const unsigned dm      = eep_epk_slot_mask(slots, W);
                 auto           slot_of = [slots](int d) { return slots[d]; };
                 int            my_id;
                 float          my_w;
@@ -1279,19 +1290,19 @@ __device__ __forceinline__ void eep_epk_dispatch(const eep_epk_params_t &p)
             }
             for (int t4 = t0 + (int)warp; P == 1 && t4 < t1; t4 += 4 * EEP_EPK_WARPS) {
                 for (int j = 0; j < 4; j++) {
-                    const int  t = t4 + j * EEP_EPK_WARPS;
+                    const int t = t4 + j * EEP_EPK_WARPS;
                     if (t >= t1) {
                         break;
                     }
                     const int     *slots = (const int *)p.h_send_slot + (long long)t * W;
-                    const unsigned dm = eep_epk_slot_mask(slots, W);
+                    const unsigned dm    = eep_epk_slot_mask(slots, W);
                     int            my_id;
                     float          my_w;
 
                     eep_epk_lane_topk<IdxBits>(p, t, lane, &my_id, &my_w);
-                    eep_epk_send_token<LL>(p, peer_base, my_region, t, dm,
-                                           [slots](int d) { return slots[d]; }, my_id, my_w, -1,
-                                           lane, 0u, nu, true, seq);
+                    eep_epk_send_token<LL>(
+                        p, peer_base, my_region, t, dm, [slots](int d) { return slots[d]; }, my_id,
+                        my_w, -1, lane, 0u, nu, true, seq);
                 }
                 if (LL) {
                     continue; /* the records' tags went with their metadata */
@@ -1299,20 +1310,21 @@ __device__ __forceinline__ void eep_epk_dispatch(const eep_epk_params_t &p)
                 eep_epk_fence_release(p);
                 __syncwarp();
                 for (int j = 0; j < 4; j++) {
-                    const int  t = t4 + j * EEP_EPK_WARPS;
+                    const int t = t4 + j * EEP_EPK_WARPS;
                     if (t >= t1) {
                         break;
                     }
                     const int *slots = (const int *)p.h_send_slot + (long long)t * W;
 
-                    eep_epk_send_tags(p, peer_base, my_region, eep_epk_slot_mask(slots, W),
-                                      [slots](int d) { return slots[d]; }, seq, lane);
+                    eep_epk_send_tags(
+                        p, peer_base, my_region, eep_epk_slot_mask(slots, W),
+                        [slots](int d) { return slots[d]; }, seq, lane);
                 }
             }
         } else {
-            int *base   = dyn;                        /* [NC] running counts before the round */
-            int *masks  = base + NC;                  /* [scan_warps][NC] lane bits */
-            int *prefix = masks + p.scan_warps * NC;  /* [scan_warps][NC] counts before the warp */
+            int *base    = dyn;                       /* [NC] running counts before the round */
+            int *masks   = base + NC;                 /* [scan_warps][NC] lane bits */
+            int *prefix  = masks + p.scan_warps * NC; /* [scan_warps][NC] counts before the warp */
             const int SW = p.scan_warps, R = SW * 32;
 
             /* 1. counts of this chunk, published for the others (and the counter); the counts
@@ -1346,9 +1358,9 @@ __device__ __forceinline__ void eep_epk_dispatch(const eep_epk_params_t &p)
                 }
                 __syncthreads();
                 if ((int)warp < SWu) {
-                    const int t = r0 + (int)warp * 32 + (int)lane;
+                    const int t  = r0 + (int)warp * 32 + (int)lane;
                     int      *mw = masks + warp * NC;
-                    unsigned  m = 0;
+                    unsigned  m  = 0;
 
                     if (staged) {
                         m = eep_epk_route_warp<IdxBits>(p, prefix + (int)warp * 32 * K,
@@ -1393,8 +1405,8 @@ __device__ __forceinline__ void eep_epk_dispatch(const eep_epk_params_t &p)
                 /* send: one warp per token of the round; a short round (decode) splits each
                    token into P pieces of its hidden bytes, one warp each, and the warp that
                    finishes a token's last piece stores its tags */
-                const int nr = min(R, t1 - r0);
-                const int P = eep_epk_pieces(nr);
+                const int      nr = min(R, t1 - r0);
+                const int      P  = eep_epk_pieces(nr);
                 const unsigned nu = eep_epk_units<LL>(p);
                 for (int it = (int)warp; it < nr * P; it += EEP_EPK_WARPS) {
                     const int      q = it / P, c = it % P;
@@ -1403,7 +1415,7 @@ __device__ __forceinline__ void eep_epk_dispatch(const eep_epk_params_t &p)
                     const int     *mw = masks + w * NC, *pw = prefix + w * NC;
                     int           *slots = (int *)p.h_send_slot + (long long)t * W;
                     int            my_id = -1, my_pos = -1;
-                    float          my_w = 0.0f;
+                    float          my_w    = 0.0f;
                     auto           slot_of = [mw, pw, lt, E](int d) {
                         return pw[E + d] + __popc((unsigned)mw[E + d] & lt);
                     };
@@ -1423,8 +1435,8 @@ __device__ __forceinline__ void eep_epk_dispatch(const eep_epk_params_t &p)
                     }
                     eep_epk_send_token<LL>(p, peer_base, my_region, t, dm, slot_of, my_id, my_w,
                                            my_pos, lane, (unsigned)((unsigned long long)nu * c / P),
-                                           (unsigned)((unsigned long long)nu * (c + 1) / P),
-                                           c == 0, seq);
+                                           (unsigned)((unsigned long long)nu * (c + 1) / P), c == 0,
+                                           seq);
                     if (P > 1 && !LL) {
                         eep_epk_piece_sent(p, peer_base, my_region, dm, slot_of, seq, lane,
                                            &piece_done[q], P);
@@ -1439,11 +1451,12 @@ __device__ __forceinline__ void eep_epk_dispatch(const eep_epk_params_t &p)
                         const unsigned l = (unsigned)(q & 31), lt = (1u << l) - 1u;
                         const int     *mw = masks + w * NC, *pw = prefix + w * NC;
 
-                        eep_epk_send_tags(p, peer_base, my_region,
-                                          eep_epk_round_mask(mw, E, W, l),
-                                          [mw, pw, lt, E](int d) {
-                                              return pw[E + d] + __popc((unsigned)mw[E + d] & lt);
-                                          }, seq, lane);
+                        eep_epk_send_tags(
+                            p, peer_base, my_region, eep_epk_round_mask(mw, E, W, l),
+                            [mw, pw, lt, E](int d) {
+                                return pw[E + d] + __popc((unsigned)mw[E + d] & lt);
+                            },
+                            seq, lane);
                     }
                 }
                 __syncthreads();
@@ -1462,9 +1475,10 @@ __device__ __forceinline__ void eep_epk_dispatch(const eep_epk_params_t &p)
             }
             eep_epk_stamp(p, 1);
             for (int d = 0; d < W; d++) {
-                unsigned long long *slot = (unsigned long long *)(
-                    peer_base[d] + p.counts_off + ((unsigned long long)p.rank * 2 + parity) *
-                                                  p.slot_bytes);
+                unsigned long long *slot = (unsigned long long *)(peer_base[d] + p.counts_off +
+                                                                  ((unsigned long long)p.rank * 2 +
+                                                                   parity) *
+                                                                      p.slot_bytes);
                 for (int e = threadIdx.x; e < El; e += blockDim.x) {
                     slot[EEP_EPK_SLOT_COUNTS + e] = (seq << 32) | (unsigned)base[d * El + e];
                 }
@@ -1472,10 +1486,11 @@ __device__ __forceinline__ void eep_epk_dispatch(const eep_epk_params_t &p)
             __syncthreads();
         }
         if ((int)threadIdx.x < W) {
-            const int           d = threadIdx.x;
-            unsigned long long *slot = (unsigned long long *)(
-                peer_base[d] + p.counts_off + ((unsigned long long)p.rank * 2 + parity) *
-                                              p.slot_bytes);
+            const int           d    = threadIdx.x;
+            unsigned long long *slot = (unsigned long long *)(peer_base[d] + p.counts_off +
+                                                              ((unsigned long long)p.rank * 2 +
+                                                               parity) *
+                                                                  p.slot_bytes);
             /* a release store: after the __syncthreads, it orders every count word above */
             eep_epk_st_release(p, slot + EEP_EPK_SLOT_TOKENS,
                                (seq << 32) | (Mode != EEP_EPK_CACHED ? (unsigned)base[E + d] : 0u));
@@ -1500,7 +1515,7 @@ __device__ void eep_ep_dispatch_body(const eep_epk_params_t &p)
 {
     const unsigned long long began = eep_epk_launch_began(p);
 
-    eep_grid_dep_wait();   /* launched early (PDL): the previous kernel is done and visible */
+    eep_grid_dep_wait(); /* launched early (PDL): the previous kernel is done and visible */
     eep_epk_launch_stamp(p, began);
     eep_grid_dep_launch(); /* the next kernel may take SMs as this one's blocks leave */
     if (EEP_EPK_LINES(p) & EEP_EPK_LINES_DISPATCH) {

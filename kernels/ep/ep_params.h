@@ -11,15 +11,16 @@
 
 #include "../../include/eep/layout.h"
 
-#define EEP_EPK_MAX_WORLD  32   /* destination masks are 32-bit (direct mode, one NVLink domain) */
-#define EEP_EPK_THREADS    512  /* threads per block of every kernel */
-#define EEP_EPK_WARPS      (EEP_EPK_THREADS / 32)
-#define EEP_EPK_TRACE_BLOCKS 1024 /* time stamps (EEP_EP_TRACE): blocks x 8 phases */
+/* destination masks are 32-bit (direct mode, one NVLink domain) */
+#define EEP_EPK_MAX_WORLD       32
+#define EEP_EPK_THREADS         512 /* threads per block of every kernel */
+#define EEP_EPK_WARPS           (EEP_EPK_THREADS / 32)
+#define EEP_EPK_TRACE_BLOCKS    1024 /* time stamps (EEP_EP_TRACE): blocks x 8 phases */
 /* after the phases: blocks x {began, left griddepcontrol.wait} (u64 index of the first) */
-#define EEP_EPK_TRACE_LAUNCH (EEP_EPK_TRACE_BLOCKS * 8)
-#define EEP_EPK_TRACE_WORDS  (EEP_EPK_TRACE_BLOCKS * 10)
+#define EEP_EPK_TRACE_LAUNCH    (EEP_EPK_TRACE_BLOCKS * 8)
+#define EEP_EPK_TRACE_WORDS     (EEP_EPK_TRACE_BLOCKS * 10)
 #define EEP_EPK_MAX_SEND_BLOCKS 256 /* dispatch sending blocks (chunk count scratch) */
-#define EEP_EPK_MAX_COUNTERS (2048 + EEP_EPK_MAX_WORLD) /* experts + destinations */
+#define EEP_EPK_MAX_COUNTERS    (2048 + EEP_EPK_MAX_WORLD) /* experts + destinations */
 
 /*
  * The JIT's per-shape variant: elastic/ep.c compiles each (top-k, ranks, hidden) with these fixed
@@ -43,13 +44,13 @@
    with a tag otherwise. */
 #define EEP_EPK_LINES_DISPATCH 1 /* the dispatch records' hidden bytes */
 #define EEP_EPK_LINES_COMBINE  2 /* the combine's partials */
-#ifndef EEP_EPK_FIXED_LINES /* the mask fixed at JIT time; -1: p.lines */
+#ifndef EEP_EPK_FIXED_LINES      /* the mask fixed at JIT time; -1: p.lines */
 #define EEP_EPK_FIXED_LINES -1
 #endif
-#define EEP_EPK_K(p)  (EEP_EPK_FIXED_K > 0 ? EEP_EPK_FIXED_K : (p).num_topk)
-#define EEP_EPK_W(p)  (EEP_EPK_FIXED_W > 0 ? EEP_EPK_FIXED_W : (p).world)
-#define EEP_EPK_H(p)  (EEP_EPK_FIXED_H > 0 ? EEP_EPK_FIXED_H : (p).hidden)
-#define EEP_EPK_HB(p) (EEP_EPK_FIXED_HB > 0 ? (unsigned)EEP_EPK_FIXED_HB : (p).hidden_bytes)
+#define EEP_EPK_K(p)     (EEP_EPK_FIXED_K > 0 ? EEP_EPK_FIXED_K : (p).num_topk)
+#define EEP_EPK_W(p)     (EEP_EPK_FIXED_W > 0 ? EEP_EPK_FIXED_W : (p).world)
+#define EEP_EPK_H(p)     (EEP_EPK_FIXED_H > 0 ? EEP_EPK_FIXED_H : (p).hidden)
+#define EEP_EPK_HB(p)    (EEP_EPK_FIXED_HB > 0 ? (unsigned)EEP_EPK_FIXED_HB : (p).hidden_bytes)
 #define EEP_EPK_LINES(p) (EEP_EPK_FIXED_LINES >= 0 ? EEP_EPK_FIXED_LINES : (p).lines)
 
 /* Kernel modes (template argument Mode): the values of eep_ep_mode_t. */
@@ -58,71 +59,71 @@
 #define EEP_EPK_CACHED      2
 
 /* Words of one count slot (peer, parity), each (sequence << 32) | value. */
-#define EEP_EPK_SLOT_TOKENS 0  /* tokens the peer sends me */
-#define EEP_EPK_SLOT_DDONE  1  /* unused since records carry tags */
-#define EEP_EPK_SLOT_CDONE  2  /* the peer started this combine (its partials carry tags) */
-#define EEP_EPK_SLOT_COUNTS 3  /* El words: rows for my local expert e */
+#define EEP_EPK_SLOT_TOKENS 0 /* tokens the peer sends me */
+#define EEP_EPK_SLOT_DDONE  1 /* unused since records carry tags */
+#define EEP_EPK_SLOT_CDONE  2 /* the peer started this combine (its partials carry tags) */
+#define EEP_EPK_SLOT_COUNTS 3 /* El words: rows for my local expert e */
 
 /* Local control words (in this rank's allocator region, >= 256 bytes, zeroed with the window):
    the device-side call counters, each with the count of the current launch's blocks started in
    its low half (eep_epk_begin; a replayed CUDA graph still advances the sequence), and
    per-parity work counters (bytes 0-7 and 24-31 unused). */
-#define EEP_EPK_CTL_DSEQ   8   /* u64: (dispatch sequence << 32) | dispatch blocks started */
-#define EEP_EPK_CTL_CSEQ   16  /* u64: (combine sequence << 32) | combine blocks started */
-#define EEP_EPK_CTL_DWORK  32  /* u32[2], by parity: next received record a dispatch copier takes */
-#define EEP_EPK_CTL_CWORK  40  /* u32[2], by parity: next record the combine's expert side takes */
+#define EEP_EPK_CTL_DSEQ  8  /* u64: (dispatch sequence << 32) | dispatch blocks started */
+#define EEP_EPK_CTL_CSEQ  16 /* u64: (combine sequence << 32) | combine blocks started */
+#define EEP_EPK_CTL_DWORK 32 /* u32[2], by parity: next received record a dispatch copier takes */
+#define EEP_EPK_CTL_CWORK 40 /* u32[2], by parity: next record the combine's expert side takes */
 
 typedef struct eep_epk_params {
     /* identity and shape */
     int rank, world;
-    int num_tokens;        /* this rank's T (dispatch), or of the handle's dispatch (combine) */
+    int num_tokens; /* this rank's T (dispatch), or of the handle's dispatch (combine) */
     int max_tokens;
     int hidden;
     int num_topk;
     int num_experts;
-    int num_local;         /* El */
+    int num_local; /* El */
     int alignment;
-    int scan_warps;        /* warps that build the per-expert order masks (smem bound) */
+    int scan_warps; /* warps that build the per-expert order masks (smem bound) */
     /* wire record: [hidden][scales][meta: K ids, K weights, token, K positions, u64 tag] */
     unsigned int token_bytes, hidden_bytes, scale_off, scale_bytes, meta_off, tag_off;
 
     /* runtime */
-    void               *window;        /* ncclWindow_t */
-    eep_fault_page_t   *fault;
-    unsigned int       *fault_claim;
-    unsigned long long  timeout_ns;
-    unsigned long long  ctl;           /* device address of the local control words */
-    unsigned long long  counts_off;    /* window offset: world x 2 count slots */
-    unsigned long long  slot_bytes;
-    unsigned long long  drecv_off;     /* window offset: 2 parities x world regions */
-    unsigned long long  drecv_region;  /* max_tokens * token_bytes */
-    unsigned long long  crecv_off;     /* window offset: 2 parities x min(world, K) regions */
-    unsigned long long  crecv_region;  /* max_tokens * crecv_row */
-    int                 crecv_regions; /* min(world, K) */
-    int                 send_blocks;   /* dispatch: blocks [0, send_blocks) send, the rest copy */
-    unsigned long long  crecv_row;     /* combine row: 128-byte lines, or hidden * 2 + a 16-byte tag */
-    unsigned long long  trace;         /* 0, or u64 [EEP_EPK_TRACE_WORDS]: time stamps */
-    unsigned long long  chunk_totals;  /* int [EEP_EPK_MAX_SEND_BLOCKS][NC]: each sender's counts */
-    unsigned long long  chunk_flags;   /* u64 [EEP_EPK_MAX_SEND_BLOCKS]: = sequence once written */
-    int                 skip_pad_x;    /* 1: padding rows get ids -1 and weights 0 only */
-    int                 lines;         /* EEP_EPK_LINES_*: which transfers are flagged lines */
+    void              *window; /* ncclWindow_t */
+    eep_fault_page_t  *fault;
+    unsigned int      *fault_claim;
+    unsigned long long timeout_ns;
+    unsigned long long ctl;        /* device address of the local control words */
+    unsigned long long counts_off; /* window offset: world x 2 count slots */
+    unsigned long long slot_bytes;
+    unsigned long long drecv_off;     /* window offset: 2 parities x world regions */
+    unsigned long long drecv_region;  /* max_tokens * token_bytes */
+    unsigned long long crecv_off;     /* window offset: 2 parities x min(world, K) regions */
+    unsigned long long crecv_region;  /* max_tokens * crecv_row */
+    int                crecv_regions; /* min(world, K) */
+    int                send_blocks;   /* dispatch: blocks [0, send_blocks) send, the rest copy */
+    unsigned long long crecv_row; /* combine row: 128-byte lines, or hidden * 2 + a 16-byte tag */
+    unsigned long long trace;     /* 0, or u64 [EEP_EPK_TRACE_WORDS]: time stamps */
+    unsigned long long chunk_totals; /* int [EEP_EPK_MAX_SEND_BLOCKS][NC]: each sender's counts */
+    unsigned long long chunk_flags;  /* u64 [EEP_EPK_MAX_SEND_BLOCKS]: = sequence once written */
+    int                skip_pad_x;   /* 1: padding rows get ids -1 and weights 0 only */
+    int                lines;        /* EEP_EPK_LINES_*: which transfers are flagged lines */
 
     /* dispatch inputs */
     unsigned long long x, x_scales, topk_idx, topk_weights;
     /* dispatch outputs (user) */
     unsigned long long recv_x, recv_x_scales, recv_topk_idx, recv_topk_weights;
     unsigned long long recv_counts, recv_offsets;
-    unsigned long long host_mirror;    /* CPU_SYNC: device address of pinned u64[El + 2] */
+    unsigned long long host_mirror; /* CPU_SYNC: device address of pinned u64[El + 2] */
 
     /* handle arrays (device) */
-    unsigned long long h_counts;       /* [El] */
-    unsigned long long h_offsets;      /* [El + 1] */
-    unsigned long long h_send_slot;    /* [max_tokens, world] slot in each destination, -1 */
-    unsigned long long h_recv_n;       /* [world] records received from each source */
-    unsigned long long h_recv_tok;     /* [world * max_tokens] source token of each record */
-    unsigned long long h_recv_ord;     /* [world * max_tokens] my ordinal among its destinations */
-    unsigned long long h_recv_rows;    /* [world * max_tokens, K] row per lane, -1 */
-    unsigned long long h_recv_w;       /* [world * max_tokens, K] weight per lane, 0 */
+    unsigned long long h_counts;    /* [El] */
+    unsigned long long h_offsets;   /* [El + 1] */
+    unsigned long long h_send_slot; /* [max_tokens, world] slot in each destination, -1 */
+    unsigned long long h_recv_n;    /* [world] records received from each source */
+    unsigned long long h_recv_tok;  /* [world * max_tokens] source token of each record */
+    unsigned long long h_recv_ord;  /* [world * max_tokens] my ordinal among its destinations */
+    unsigned long long h_recv_rows; /* [world * max_tokens, K] row per lane, -1 */
+    unsigned long long h_recv_w;    /* [world * max_tokens, K] weight per lane, 0 */
 
     /* combine */
     unsigned long long y, out;

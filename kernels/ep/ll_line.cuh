@@ -74,8 +74,8 @@ __device__ __forceinline__ void eep_ll_store(uint4 *slot, uint4 v, unsigned long
 
 /* Load the slot at @p slot into @p v when @p active; @return the line's flag on the flag lane,
    ~0 on the others (and on inactive lanes), so that only flag lanes can hold a wait. */
-__device__ __forceinline__ unsigned long long eep_ll_load(const uint4 *slot, uint4 &v,
-                                                          bool active, unsigned lane)
+__device__ __forceinline__ unsigned long long eep_ll_load(const uint4 *slot, uint4 &v, bool active,
+                                                          unsigned lane)
 {
     if (!active) {
         return ~0ull;
@@ -90,7 +90,7 @@ __device__ __forceinline__ unsigned long long eep_ll_load(const uint4 *slot, uin
 __device__ __forceinline__ void eep_ll_store(uint4 *slot, uint4 v, unsigned long long flag,
                                              bool active, unsigned lane)
 {
-    unsigned long long *w = (unsigned long long *)slot;
+    unsigned long long *w  = (unsigned long long *)slot;
     unsigned long long  lo = ((unsigned long long)v.y << 32) | v.x;
     unsigned long long  hi = ((unsigned long long)v.w << 32) | v.z;
 
@@ -105,15 +105,15 @@ __device__ __forceinline__ void eep_ll_store(uint4 *slot, uint4 v, unsigned long
     }
 }
 
-__device__ __forceinline__ unsigned long long eep_ll_load(const uint4 *slot, uint4 &v,
-                                                          bool active, unsigned lane)
+__device__ __forceinline__ unsigned long long eep_ll_load(const uint4 *slot, uint4 &v, bool active,
+                                                          unsigned lane)
 {
-    const unsigned long long *w = (const unsigned long long *)slot;
+    const unsigned long long *w    = (const unsigned long long *)slot;
     unsigned long long        flag = ~0ull, lo = 0, hi = 0;
 
     if (active && (lane & 7u) == 7u) {
-        hi = __atomic_load_n(&w[1], __ATOMIC_ACQUIRE);
-        lo = __atomic_load_n(&w[0], __ATOMIC_RELAXED);
+        hi   = __atomic_load_n(&w[1], __ATOMIC_ACQUIRE);
+        lo   = __atomic_load_n(&w[0], __ATOMIC_RELAXED);
         flag = hi;
     }
     __syncwarp();

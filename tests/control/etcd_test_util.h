@@ -41,12 +41,12 @@ static inline void etcd_test_group_stop(eep_test_etcd_t *etcd, int up)
 }
 
 /* In a test: skip, with the reason, when the group has no etcd (@p up from the group start). */
-#define NEED_ETCD(up)                                                 \
-    do {                                                              \
-        if (!(up)) {                                                  \
-            printf("skip: no etcd binary (install etcd-server)\n");   \
-            skip();                                                   \
-        }                                                             \
+#define NEED_ETCD(up)                                                                              \
+    do {                                                                                           \
+        if (!(up)) {                                                                               \
+            printf("skip: no etcd binary (install etcd-server)\n");                                \
+            skip();                                                                                \
+        }                                                                                          \
     } while (0)
 
 /* A client on @p endpoints with the deadline @p timeout_ms and 1 s keepalive pings. */
@@ -111,8 +111,8 @@ static inline void collector_func(const eep_etcd_event_t *events, size_t count, 
         c->ev[c->n].type = events[i].type;
         snprintf(c->ev[c->n].key, sizeof(c->ev[c->n].key), "%.*s", (int)events[i].kv.key_len,
                  (const char *)events[i].kv.key);
-        snprintf(c->ev[c->n].value, sizeof(c->ev[c->n].value), "%.*s",
-                 (int)events[i].kv.value_len, (const char *)events[i].kv.value);
+        snprintf(c->ev[c->n].value, sizeof(c->ev[c->n].value), "%.*s", (int)events[i].kv.value_len,
+                 (const char *)events[i].kv.value);
         c->ev[c->n].mod_revision = events[i].kv.mod_revision;
         c->ev[c->n].at_ms        = test_now_ms();
         c->n++;
@@ -139,8 +139,8 @@ static inline void collector_dump(collector_t *c, const char *when)
     printf("%d event(s) %s:\n", c->n, when);
     for (i = 0; i < c->n; i++) {
         printf("  [%d] %s %s=%s mod_revision %lld, arrived at %lld ms\n", i,
-               c->ev[i].type == EEP_ETCD_EVENT_PUT ? "put" : "delete", c->ev[i].key,
-               c->ev[i].value, (long long)c->ev[i].mod_revision, (long long)c->ev[i].at_ms);
+               c->ev[i].type == EEP_ETCD_EVENT_PUT ? "put" : "delete", c->ev[i].key, c->ev[i].value,
+               (long long)c->ev[i].mod_revision, (long long)c->ev[i].at_ms);
     }
     pthread_mutex_unlock(&c->mu);
 }

@@ -189,7 +189,7 @@ static void test_lease_lost_rejoins_as_new_member(void **state)
     uint64_t          epoch;
     int64_t           end;
     eep_status_t      status = EEP_INPROGRESS;
-    int               lost = 0;
+    int               lost   = 0;
 
     (void)state;
     NEED_ETCD(g_up);
@@ -205,8 +205,8 @@ static void test_lease_lost_rejoins_as_new_member(void **state)
     ep.size      = sizeof(ep);
     ep.endpoints = g_etcd.endpoints;
     assert_int_equal(eep_etcd_create(&ep, &etcd), EEP_OK);
-    assert_int_equal(eep_etcd_lease_revoke(etcd, (int64_t)strtoull(strrchr(before, '-') + 1,
-                                                                     NULL, 16)), EEP_OK);
+    assert_int_equal(
+        eep_etcd_lease_revoke(etcd, (int64_t)strtoull(strrchr(before, '-') + 1, NULL, 16)), EEP_OK);
     eep_etcd_destroy(etcd);
     end = test_now_ms() + 10000;
     while (test_now_ms() < end && !lost) {
@@ -252,8 +252,8 @@ static void test_fault_report_evicts_suspect(void **state)
     v = wait_view(a, 2, 10000);
     eep_agent_view_free(wait_view(b, 2, 10000));
     assert_int_equal(eep_agent_member_id(b, idb, sizeof(idb)), EEP_OK);
-    assert_int_equal(eep_agent_report_fault(a, idb, 1 - v->my_rank, v->epoch, "combine",
-                                            "timeout"), EEP_OK);
+    assert_int_equal(eep_agent_report_fault(a, idb, 1 - v->my_rank, v->epoch, "combine", "timeout"),
+                     EEP_OK);
     assert_int_equal(eep_agent_report_fault(a, "../leader", 0, v->epoch, "x", NULL),
                      EEP_ERR_INVALID_ARG);
     eep_agent_view_free(v);
@@ -304,8 +304,8 @@ static void test_leave_is_immediate(void **state)
 static void test_nics_and_bad_args(void **state)
 {
     char             **names = NULL;
-    size_t             n = 99, i;
-    eep_agent_t       *a = NULL;
+    size_t             n     = 99, i;
+    eep_agent_t       *a     = NULL;
     eep_agent_params_t p;
 
     (void)state;

@@ -33,9 +33,9 @@
 #include "tests/control/etcd_test_util.h"
 #include "tests/control/support/etcd_server.h"
 
-#define MAX_RANKS      6
-#define N_RANKS        4
-#define N_ROUNDS       12
+#define MAX_RANKS       6
+#define N_RANKS         4
+#define N_ROUNDS        12
 #define MISSING_WAIT_MS 1500
 
 static eep_test_etcd_t g_etcd;
@@ -47,8 +47,20 @@ static eepd_t         *g_child_eepd;
 
 /* Child exit codes, so that a failure says what went wrong. */
 enum {
-    RC_OK = 0, RC_JOIN = 10, RC_NO_VIEW, RC_REFUSAL, RC_CREATE, RC_ALLGATHER, RC_BYTES, RC_BCAST,
-    RC_BARRIER, RC_NOT_TIMEOUT, RC_TOO_SLOW, RC_MISSING, RC_KEYS_LEFT, RC_ETCD,
+    RC_OK   = 0,
+    RC_JOIN = 10,
+    RC_NO_VIEW,
+    RC_REFUSAL,
+    RC_CREATE,
+    RC_ALLGATHER,
+    RC_BYTES,
+    RC_BCAST,
+    RC_BARRIER,
+    RC_NOT_TIMEOUT,
+    RC_TOO_SLOW,
+    RC_MISSING,
+    RC_KEYS_LEFT,
+    RC_ETCD,
 };
 
 static void sleep_ms(int ms)
@@ -122,14 +134,14 @@ static eep_agent_view_t *child_wait_view(eep_agent_t *a, uint32_t n, int timeout
 static int child_check_refusal(eep_agent_t *a, eep_agent_view_t *v)
 {
     eep_agent_bootstrap_params_t p;
-    eep_bootstrap_t             *bs = NULL;
+    eep_bootstrap_t             *bs   = NULL;
     int                          mine = v->my_rank, rc = RC_OK;
 
     memset(&p, 0, sizeof(p));
-    p.size  = sizeof(p);
-    p.agent = a;
-    p.view  = v;
-    p.job   = g_job;
+    p.size     = sizeof(p);
+    p.agent    = a;
+    p.view     = v;
+    p.job      = g_job;
     v->my_rank = -1;
     if (eep_agent_bootstrap_create(&p, &bs) != EEP_ERR_INVALID_ARG || bs != NULL) {
         rc = RC_REFUSAL;
@@ -139,7 +151,7 @@ static int child_check_refusal(eep_agent_t *a, eep_agent_view_t *v)
         rc = RC_REFUSAL;
     }
     v->my_rank = mine;
-    p.job = "a/b";
+    p.job      = "a/b";
     if (eep_agent_bootstrap_create(&p, &bs) != EEP_ERR_INVALID_ARG || bs != NULL) {
         rc = RC_REFUSAL;
     }
@@ -191,8 +203,8 @@ static int child_rounds(eep_bootstrap_t *bs, uint64_t epoch, int rank, int n)
         for (p = 0; p < n && rc == RC_OK; p++) {
             for (i = 0; i < len; i++) {
                 if (all[(size_t)p * len + i] != pattern(epoch, p, r, i)) {
-                    fprintf(stderr, "rank %d: round %d byte %zu of peer %d is %u\n", rank, r, i,
-                            p, all[(size_t)p * len + i]);
+                    fprintf(stderr, "rank %d: round %d byte %zu of peer %d is %u\n", rank, r, i, p,
+                            all[(size_t)p * len + i]);
                     rc = RC_BYTES;
                     break;
                 }
@@ -285,8 +297,8 @@ static int child_rank(int n, int absent_rank, int hold_fd)
     t0     = test_now_ms();
     status = eep_bootstrap_barrier(bs);
     waited = test_now_ms() - t0;
-    fprintf(stderr, "rank %d: barrier without rank %d: %s after %lld ms\n", v->my_rank,
-            absent_rank, eep_status_name(status), (long long)waited);
+    fprintf(stderr, "rank %d: barrier without rank %d: %s after %lld ms\n", v->my_rank, absent_rank,
+            eep_status_name(status), (long long)waited);
     if (status != EEP_ERR_TIMEOUT) {
         rc = RC_NOT_TIMEOUT;
     } else if (waited < MISSING_WAIT_MS - 50 || waited > MISSING_WAIT_MS + 3000) {
@@ -368,7 +380,7 @@ static pid_t spawn(const char *name, int n, int absent_rank, int hold[2], int ke
  */
 static int reap_until(pid_t *pids, int n, int *rcs, int want, int timeout_ms, int kill_rest)
 {
-    int64_t end = test_now_ms() + timeout_ms;
+    int64_t end  = test_now_ms() + timeout_ms;
     int     done = 0, i, st;
 
     for (i = 0; i < n; i++) {

@@ -95,7 +95,7 @@ static void test_member_id_checked(void **state)
                      EEP_RPC_INVALID_ARGUMENT);
     memset(longid, 'a', sizeof(longid) - 1);
     longid[sizeof(longid) - 1] = '\0';
-    n = pack_member_req(longid, buf);
+    n                          = pack_member_req(longid, buf);
     assert_int_equal(eepd_api_handle(eepd, EEPD_M_UNCORDON, NULL, buf, n, 0),
                      EEP_RPC_INVALID_ARGUMENT);
     /* A good id, but no etcd here. */
@@ -106,19 +106,18 @@ static void test_member_id_checked(void **state)
 
 static void test_tls_requires_certificate(void **state)
 {
-    eepd_t *eepd = make_eepd(1, 1);
-    uint8_t buf[64];
-    size_t  n = pack_member_req("host-1-abc", buf);
+    eepd_t                     *eepd = make_eepd(1, 1);
+    uint8_t                     buf[64];
+    size_t                      n   = pack_member_req("host-1-abc", buf);
     Eep__V1__InjectFaultRequest inj = EEP__V1__INJECT_FAULT_REQUEST__INIT;
-    uint8_t ibuf[64];
-    size_t  in;
+    uint8_t                     ibuf[64];
+    size_t                      in;
 
     (void)state;
     inj.kind   = EEP__V1__FAULT_KIND__FAULT_EVICT;
     inj.member = "host-1-abc";
     in         = eep__v1__inject_fault_request__pack(&inj, ibuf);
-    assert_int_equal(eepd_api_handle(eepd, EEPD_M_DRAIN, NULL, buf, n, 0),
-                     EEP_RPC_UNAUTHENTICATED);
+    assert_int_equal(eepd_api_handle(eepd, EEPD_M_DRAIN, NULL, buf, n, 0), EEP_RPC_UNAUTHENTICATED);
     assert_int_equal(eepd_api_handle(eepd, EEPD_M_INJECT_FAULT, NULL, ibuf, in, 0),
                      EEP_RPC_UNAUTHENTICATED);
     /* Authenticated: past the check (and then no etcd). */
@@ -130,7 +129,7 @@ static void test_tls_requires_certificate(void **state)
 
 static void test_injection_disabled(void **state)
 {
-    eepd_t *eepd = make_eepd(0, 0);
+    eepd_t *eepd   = make_eepd(0, 0);
     uint8_t buf[8] = { 0 };
 
     (void)state;
@@ -142,10 +141,8 @@ static void test_injection_disabled(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_valid_reads),
-        cmocka_unit_test(test_garbage_and_oversized),
-        cmocka_unit_test(test_member_id_checked),
-        cmocka_unit_test(test_tls_requires_certificate),
+        cmocka_unit_test(test_valid_reads),        cmocka_unit_test(test_garbage_and_oversized),
+        cmocka_unit_test(test_member_id_checked),  cmocka_unit_test(test_tls_requires_certificate),
         cmocka_unit_test(test_injection_disabled),
     };
 

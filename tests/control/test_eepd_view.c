@@ -15,9 +15,12 @@
 static void test_order_survivors_keep_order_joiners_append(void **state)
 {
     /* Current view: c, a, b.  a died, d and e joined (e registered first). */
-    const char      *cur[] = { "c", "a", "b" };
+    const char      *cur[]   = { "c", "a", "b" };
     eepd_candidate_t cands[] = {
-        { "b", 10, 1 }, { "d", 40, 1 }, { "c", 5, 1 }, { "e", 30, 1 },
+        { "b", 10, 1 },
+        { "d", 40, 1 },
+        { "c", 5, 1 },
+        { "e", 30, 1 },
     };
     size_t order[4], n = 99;
 
@@ -32,9 +35,12 @@ static void test_order_survivors_keep_order_joiners_append(void **state)
 
 static void test_order_ineligible_and_max(void **state)
 {
-    const char      *cur[] = { "a", "b" };
+    const char      *cur[]   = { "a", "b" };
     eepd_candidate_t cands[] = {
-        { "a", 1, 0 }, { "b", 2, 1 }, { "x", 3, 1 }, { "y", 4, 1 },
+        { "a", 1, 0 },
+        { "b", 2, 1 },
+        { "x", 3, 1 },
+        { "y", 4, 1 },
     };
     size_t order[4], n = 0;
 

@@ -55,8 +55,8 @@ static void test_bad_arguments(void **state)
     eep_etcd_t       *client = NULL;
     eep_etcd_range_t  range;
     eep_etcd_watch_t *watch = NULL;
-    eep_etcd_cmp_t    cmp = { .key = NULL };
-    eep_etcd_op_t     op = { .type = EEP_ETCD_OP_PUT, .key = "/t/x" };
+    eep_etcd_cmp_t    cmp   = { .key = NULL };
+    eep_etcd_op_t     op    = { .type = EEP_ETCD_OP_PUT, .key = "/t/x" };
     int64_t           lease;
     uint8_t           v = 1;
 
@@ -191,12 +191,17 @@ static void test_txn_compare_and_swap(void **state)
     client = connect_to(g_etcd.endpoints, 3000);
     assert_int_equal(eep_etcd_put(client, "/t/txn/k", (const uint8_t *)"v1", 2, 0, &rev), EEP_OK);
     {
-        eep_etcd_cmp_t cmp = { .key = "/t/txn/k", .target = EEP_ETCD_CMP_MOD,
-                               .op = EEP_ETCD_EQUAL, .number = rev };
-        eep_etcd_op_t  ok_op = { .type = EEP_ETCD_OP_PUT, .key = "/t/txn/k",
-                                 .value = (const uint8_t *)"v2", .value_len = 2 };
-        eep_etcd_op_t  bad_op = { .type = EEP_ETCD_OP_PUT, .key = "/t/txn/lost",
-                                  .value = (const uint8_t *)"x", .value_len = 1 };
+        eep_etcd_cmp_t cmp = {
+            .key = "/t/txn/k", .target = EEP_ETCD_CMP_MOD, .op = EEP_ETCD_EQUAL, .number = rev
+        };
+        eep_etcd_op_t ok_op  = { .type      = EEP_ETCD_OP_PUT,
+                                 .key       = "/t/txn/k",
+                                 .value     = (const uint8_t *)"v2",
+                                 .value_len = 2 };
+        eep_etcd_op_t bad_op = { .type      = EEP_ETCD_OP_PUT,
+                                 .key       = "/t/txn/lost",
+                                 .value     = (const uint8_t *)"x",
+                                 .value_len = 1 };
 
         /* The compare holds: the success branch runs. */
         assert_int_equal(eep_etcd_txn(client, &cmp, 1, &ok_op, 1, &bad_op, 1, &succeeded, &rev2),
@@ -218,15 +223,20 @@ static void test_txn_compare_and_swap(void **state)
     eep_etcd_range_free(&r);
     {
         /* Create-if-absent (version == 0), value compare, delete-by-prefix op. */
-        eep_etcd_cmp_t absent = { .key = "/t/txn/new", .target = EEP_ETCD_CMP_VERSION,
-                                  .op = EEP_ETCD_EQUAL, .number = 0 };
-        eep_etcd_cmp_t value = { .key = "/t/txn/k", .target = EEP_ETCD_CMP_VALUE,
-                                 .op = EEP_ETCD_EQUAL, .value = (const uint8_t *)"v2",
+        eep_etcd_cmp_t absent = {
+            .key = "/t/txn/new", .target = EEP_ETCD_CMP_VERSION, .op = EEP_ETCD_EQUAL, .number = 0
+        };
+        eep_etcd_cmp_t value = { .key       = "/t/txn/k",
+                                 .target    = EEP_ETCD_CMP_VALUE,
+                                 .op        = EEP_ETCD_EQUAL,
+                                 .value     = (const uint8_t *)"v2",
                                  .value_len = 2 };
         eep_etcd_cmp_t both[2];
-        eep_etcd_op_t  create = { .type = EEP_ETCD_OP_PUT, .key = "/t/txn/new",
-                                  .value = (const uint8_t *)"n", .value_len = 1 };
-        eep_etcd_op_t  wipe = { .type = EEP_ETCD_OP_DELETE, .key = "/t/txn/", .prefix = 1 };
+        eep_etcd_op_t  create = { .type      = EEP_ETCD_OP_PUT,
+                                  .key       = "/t/txn/new",
+                                  .value     = (const uint8_t *)"n",
+                                  .value_len = 1 };
+        eep_etcd_op_t  wipe   = { .type = EEP_ETCD_OP_DELETE, .key = "/t/txn/", .prefix = 1 };
 
         assert_int_equal(eep_etcd_txn(client, &absent, 1, &create, 1, NULL, 0, &succeeded, NULL),
                          EEP_OK);
@@ -234,8 +244,8 @@ static void test_txn_compare_and_swap(void **state)
         assert_int_equal(eep_etcd_txn(client, &absent, 1, &create, 1, NULL, 0, &succeeded, NULL),
                          EEP_OK);
         assert_int_equal(succeeded, 0);
-        both[0] = value;
-        both[1] = absent;
+        both[0]    = value;
+        both[1]    = absent;
         both[1].op = EEP_ETCD_NOT_EQUAL;
         assert_int_equal(eep_etcd_txn(client, both, 2, &wipe, 1, NULL, 0, &succeeded, NULL),
                          EEP_OK);
@@ -288,8 +298,7 @@ static void test_lease_keepalive_and_revoke(void **state)
     usleep(300 * 1000);
     assert_int_equal(lost_calls(&lost), 0);
     /* A lease etcd no longer has cannot be kept alive. */
-    assert_int_equal(eep_etcd_lease_keepalive(client, lease, lost_func, &lost),
-                     EEP_ERR_LEASE_LOST);
+    assert_int_equal(eep_etcd_lease_keepalive(client, lease, lost_func, &lost), EEP_ERR_LEASE_LOST);
     eep_etcd_destroy(client);
 }
 
@@ -354,8 +363,8 @@ static void test_watch_puts_and_deletes_in_order(void **state)
         assert_true(c.ev[i].mod_revision > c.ev[i - 1].mod_revision);
     }
     /* A watch from a past revision replays the same history. */
-    assert_int_equal(eep_etcd_watch_create(client, "/t/w/", 1, first, collector_func, &h,
-                                           &replay), EEP_OK);
+    assert_int_equal(eep_etcd_watch_create(client, "/t/w/", 1, first, collector_func, &h, &replay),
+                     EEP_OK);
     assert_int_equal(collector_wait(&h, 4, 3000), 4);
     for (i = 0; i < 4; i++) {
         assert_int_equal(h.ev[i].mod_revision, c.ev[i].mod_revision);
@@ -392,8 +401,10 @@ static void test_watch_from_compacted_revision(void **state)
     assert_int_equal(eep_etcd_put(client, "/t/cmp/k", (const uint8_t *)"1", 1, 0, &rev1), EEP_OK);
     put_str(client, "/t/cmp/k", "2", 0);
     assert_int_equal(eep_etcd_put(client, "/t/cmp/k", (const uint8_t *)"3", 1, 0, &rev3), EEP_OK);
-    snprintf(cmd, sizeof(cmd), "ETCDCTL_API=3 /usr/bin/etcdctl --endpoints=%s compact %lld "
-             ">/dev/null", g_etcd.endpoints, (long long)rev3);
+    snprintf(cmd, sizeof(cmd),
+             "ETCDCTL_API=3 /usr/bin/etcdctl --endpoints=%s compact %lld "
+             ">/dev/null",
+             g_etcd.endpoints, (long long)rev3);
     assert_int_equal(system(cmd), 0);
     /* etcd acknowledges the watch before it finds the revision compacted, so the error comes
      * either from the create or, right after, through the callback. */
@@ -413,8 +424,8 @@ static void test_watch_from_compacted_revision(void **state)
         assert_int_equal(status, EEP_ERR_ETCD);
         assert_null(watch);
     }
-    assert_int_equal(eep_etcd_watch_create(client, "/t/cmp/k", 0, rev3, collector_func, &c,
-                                           &watch), EEP_OK);
+    assert_int_equal(eep_etcd_watch_create(client, "/t/cmp/k", 0, rev3, collector_func, &c, &watch),
+                     EEP_OK);
     assert_int_equal(collector_wait(&c, 1, 3000), 1);
     assert_string_equal(c.ev[0].value, "3");
     eep_etcd_watch_cancel(watch);
@@ -436,7 +447,7 @@ static void test_dead_endpoint_fails_within_deadline(void **state)
     collector_init(&c);
     snprintf(ep, sizeof(ep), "127.0.0.1:%d", eep_test_free_port());
     client = connect_to(ep, 800);
-    start = test_now_ms();
+    start  = test_now_ms();
     assert_int_equal(eep_etcd_put(client, "/t/dead", (const uint8_t *)"x", 1, 0, NULL),
                      EEP_ERR_CONTROL_UNAVAILABLE);
     took = test_now_ms() - start;

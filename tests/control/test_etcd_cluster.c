@@ -64,7 +64,7 @@ static void test_failover_when_first_member_dies(void **state)
     assert_string_equal(c.ev[2].key, "/t/c/c");
 
     /* A client that starts on the dead member. */
-    late = connect_to(etcd.endpoints, 3000);
+    late  = connect_to(etcd.endpoints, 3000);
     start = test_now_ms();
     assert_int_equal(eep_etcd_put(late, "/t/c/d", (const uint8_t *)"4", 1, 0, NULL), EEP_OK);
     printf("a new client's first put (dead first endpoint) took %lld ms\n",

@@ -55,8 +55,7 @@ static void test_mutual_tls(void **state)
 
     assert_int_equal(connect_tls(&etcd, etcd.ca_file, etcd.cert_file, etcd.key_file, &client),
                      EEP_OK);
-    assert_int_equal(eep_etcd_put(client, "/t/tls", (const uint8_t *)"secure", 6, 0, NULL),
-                     EEP_OK);
+    assert_int_equal(eep_etcd_put(client, "/t/tls", (const uint8_t *)"secure", 6, 0, NULL), EEP_OK);
     assert_int_equal(eep_etcd_range(client, "/t/tls", 0, &r), EEP_OK);
     assert_int_equal(r.count, 1);
     assert_string_equal((const char *)r.kvs[0].value, "secure");

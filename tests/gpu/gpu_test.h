@@ -20,32 +20,32 @@ static int gpu_test_failures;
 static int gpu_test_rank = -1;
 
 /* Every macro evaluates its condition exactly once (they wrap calls with side effects). */
-#define GPU_CHECK(_cond, ...)                                                                     \
-    do {                                                                                          \
-        if (!(_cond)) {                                                                           \
-            printf("FAIL [rank %d] %s:%d: %s: ", gpu_test_rank, __FILE__, __LINE__, #_cond);      \
-            printf(__VA_ARGS__);                                                                  \
-            printf("\n");                                                                         \
-            fflush(stdout);                                                                       \
-            gpu_test_failures++;                                                                  \
-        }                                                                                         \
+#define GPU_CHECK(_cond, ...)                                                                      \
+    do {                                                                                           \
+        if (!(_cond)) {                                                                            \
+            printf("FAIL [rank %d] %s:%d: %s: ", gpu_test_rank, __FILE__, __LINE__, #_cond);       \
+            printf(__VA_ARGS__);                                                                   \
+            printf("\n");                                                                          \
+            fflush(stdout);                                                                        \
+            gpu_test_failures++;                                                                   \
+        }                                                                                          \
     } while (0)
 
 /* A check after which the test cannot go on. */
-#define GPU_REQUIRE(_cond, ...)                                                                   \
-    do {                                                                                          \
-        int _gpu_ok = !!(_cond);                                                                  \
-        GPU_CHECK(_gpu_ok, __VA_ARGS__);                                                          \
-        if (!_gpu_ok) {                                                                           \
-            printf("FAIL [rank %d]: %s\n", gpu_test_rank, #_cond);                                \
-            exit(1);                                                                              \
-        }                                                                                         \
+#define GPU_REQUIRE(_cond, ...)                                                                    \
+    do {                                                                                           \
+        int _gpu_ok = !!(_cond);                                                                   \
+        GPU_CHECK(_gpu_ok, __VA_ARGS__);                                                           \
+        if (!_gpu_ok) {                                                                            \
+            printf("FAIL [rank %d]: %s\n", gpu_test_rank, #_cond);                                 \
+            exit(1);                                                                               \
+        }                                                                                          \
     } while (0)
 
-#define GPU_OK(_expr)                                                                             \
-    do {                                                                                          \
-        eep_status_t _gpu_status = (_expr);                                                       \
-        GPU_REQUIRE(_gpu_status == EEP_OK, "%s: %s", #_expr, eep_status_name(_gpu_status));       \
+#define GPU_OK(_expr)                                                                              \
+    do {                                                                                           \
+        eep_status_t _gpu_status = (_expr);                                                        \
+        GPU_REQUIRE(_gpu_status == EEP_OK, "%s: %s", #_expr, eep_status_name(_gpu_status));        \
     } while (0)
 
 static inline double gpu_test_now_ms(void)
@@ -84,7 +84,7 @@ static inline eep_runtime_t *gpu_test_runtime(eep_bootstrap_t *bs, void *comm)
     p.bootstrap = bs;
     p.nccl_comm = comm;
     p.device    = -1;
-    status = eep_runtime_create(&p, &rt);
+    status      = eep_runtime_create(&p, &rt);
     if (status == EEP_ERR_NO_DEVICE) {
         printf("SKIP: no GPU\n");
         exit(77);

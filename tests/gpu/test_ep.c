@@ -19,11 +19,11 @@
 #include "eep/ep.h"
 #include "tests/gpu/gpu_test.h"
 
-#define T_MAX   256
-#define HIDDEN  2048
-#define TOPK    8
-#define EXPERTS 256
-#define ALIGN   16
+#define T_MAX      256
+#define HIDDEN     2048
+#define TOPK       8
+#define EXPERTS    256
+#define ALIGN      16
 #define TIMEOUT_MS 1500
 
 typedef CUresult (*begin_capture_fn)(CUstream, CUstreamCaptureMode);
@@ -50,10 +50,10 @@ static uint64_t rng_next(uint64_t *s)
 
 static void make_inputs(const eep_cuda_sym_t *cu, const bufs_t *b, int rank, int bad_token)
 {
-    uint16_t *x = malloc((size_t)T_MAX * HIDDEN * 2);
+    uint16_t *x   = malloc((size_t)T_MAX * HIDDEN * 2);
     int32_t  *idx = malloc((size_t)T_MAX * TOPK * 4);
-    float    *w = malloc((size_t)T_MAX * TOPK * 4);
-    uint64_t  s = 0x9e3779b97f4a7c15ull ^ (uint64_t)(rank + 1);
+    float    *w   = malloc((size_t)T_MAX * TOPK * 4);
+    uint64_t  s   = 0x9e3779b97f4a7c15ull ^ (uint64_t)(rank + 1);
     int       t, k, j;
 
     for (size_t i = 0; i < (size_t)T_MAX * HIDDEN; i++) {
@@ -64,7 +64,7 @@ static void make_inputs(const eep_cuda_sym_t *cu, const bufs_t *b, int rank, int
             int e, dup;
 
             do {
-                e = (int)(rng_next(&s) % EXPERTS);
+                e   = (int)(rng_next(&s) % EXPERTS);
                 dup = 0;
                 for (j = 0; j < k; j++) {
                     dup |= idx[t * TOPK + j] == e;
@@ -123,12 +123,12 @@ int main(void)
     const eep_cuda_sym_t *cu;
     eep_runtime_params_t  rp;
     eep_runtime_t        *rt = NULL;
-    eep_ep_handle_t      *h = NULL;
+    eep_ep_handle_t      *h  = NULL;
     eep_dispatch_args_t   a;
     bufs_t                b;
-    CUstream              st = NULL;
-    void                 *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
-    int                   rank = gpu_test_rank, i;
+    CUstream              st        = NULL;
+    void                 *lib       = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+    int                   rank      = gpu_test_rank, i;
     size_t                out_bytes = (size_t)T_MAX * HIDDEN * 2;
     uint16_t             *eager = malloc(out_bytes), *again = malloc(out_bytes);
 
@@ -165,14 +165,14 @@ int main(void)
     GPU_OK(eep_runtime_sync(rt, st));
     GPU_OK(eep_status_from_cu(cu->cuMemcpyDtoH(eager, b.out, out_bytes), "DtoH"));
     {
-        begin_capture_fn begin = (begin_capture_fn)drv(lib, "cuStreamBeginCapture_v2");
-        end_capture_fn   end = (end_capture_fn)drv(lib, "cuStreamEndCapture");
-        instantiate_fn   inst = (instantiate_fn)drv(lib, "cuGraphInstantiateWithFlags");
+        begin_capture_fn begin  = (begin_capture_fn)drv(lib, "cuStreamBeginCapture_v2");
+        end_capture_fn   end    = (end_capture_fn)drv(lib, "cuStreamEndCapture");
+        instantiate_fn   inst   = (instantiate_fn)drv(lib, "cuGraphInstantiateWithFlags");
         graph_launch_fn  launch = (graph_launch_fn)drv(lib, "cuGraphLaunch");
-        get_nodes_fn     nodes = (get_nodes_fn)drv(lib, "cuGraphGetNodes");
-        node_type_fn     type = (node_type_fn)drv(lib, "cuGraphNodeGetType");
-        CUgraph          g = NULL;
-        CUgraphExec      ge = NULL;
+        get_nodes_fn     nodes  = (get_nodes_fn)drv(lib, "cuGraphGetNodes");
+        node_type_fn     type   = (node_type_fn)drv(lib, "cuGraphNodeGetType");
+        CUgraph          g      = NULL;
+        CUgraphExec      ge     = NULL;
         CUgraphNode      list[16];
         size_t           n = 16, kernels = 0;
 
@@ -187,8 +187,7 @@ int main(void)
             GPU_OK(eep_status_from_cu(type(list[i], &ty), "node type"));
             kernels += ty == CU_GRAPH_NODE_TYPE_KERNEL;
         }
-        printf("graph of one NO_CPU_SYNC dispatch + combine: %zu nodes, %zu kernels\n", n,
-               kernels);
+        printf("graph of one NO_CPU_SYNC dispatch + combine: %zu nodes, %zu kernels\n", n, kernels);
         GPU_CHECK(n == 2 && kernels == 2, "graph has %zu nodes, %zu kernels (want 2, 2)", n,
                   kernels);
         {
@@ -197,28 +196,30 @@ int main(void)
             get_edges_fn    edges = (get_edges_fn)dlsym(lib, "cuGraphGetEdges_v2");
             CUgraphNode     from[4], to[4];
             CUgraphEdgeData data[4];
-            size_t          ne = 4;
+            size_t          ne    = 4;
             int             major = 0;
-            const char     *pdl = getenv("EEP_EP_PDL");
+            const char     *pdl   = getenv("EEP_EP_PDL");
             CUdevice        dev;
 
             GPU_OK(eep_status_from_cu(cu->cuCtxGetDevice(&dev), "current device"));
-            GPU_OK(eep_status_from_cu(cu->cuDeviceGetAttribute(
-                       &major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev),
-                       "compute capability"));
+            GPU_OK(eep_status_from_cu(
+                cu->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev),
+                "compute capability"));
             if (edges != NULL && major >= 9 && (pdl == NULL || strcmp(pdl, "0") != 0)) {
                 memset(data, 0, sizeof(data));
                 GPU_OK(eep_status_from_cu(edges(g, from, to, data, &ne), "graph edges"));
                 printf("graph edge dispatch -> combine: %zu edge(s), type %d (%s)\n", ne,
                        ne == 1 ? (int)data[0].type : -1,
-                       ne == 1 && data[0].type == CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC ?
-                           "programmatic dependent launch" : "full completion");
+                       ne == 1 && data[0].type == CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC
+                           ? "programmatic dependent launch"
+                           : "full completion");
                 GPU_CHECK(ne == 1 && data[0].type == CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC,
                           "want one programmatic edge (EEP_EP_PDL)");
             } else {
-                printf("graph edge type not checked: %s\n", edges == NULL ?
-                       "the driver has no cuGraphGetEdges_v2" : major < 9 ?
-                       "PDL needs sm_90" : "EEP_EP_PDL=0");
+                printf("graph edge type not checked: %s\n",
+                       edges == NULL ? "the driver has no cuGraphGetEdges_v2"
+                       : major < 9   ? "PDL needs sm_90"
+                                     : "EEP_EP_PDL=0");
             }
         }
         GPU_OK(eep_status_from_cu(inst(&ge, g, 0), "instantiate"));
@@ -255,11 +256,11 @@ int main(void)
             GPU_CHECK(status == EEP_ERR_DEVICE_FAULT, "bad id: got %s", eep_status_name(status));
             GPU_REQUIRE(eep_runtime_fault(rt, &rec) == EEP_OK, "no fault record");
             GPU_CHECK(rec.phase == EEP_PHASE_EP_BAD_EXPERT && rec.expected == 37 &&
-                      rec.observed == (unsigned long long)(EXPERTS + 743) && rec.peer == -1,
+                          rec.observed == (unsigned long long)(EXPERTS + 743) && rec.peer == -1,
                       "record: phase %d token %llu id %llu peer %d", rec.phase, rec.expected,
                       rec.observed, rec.peer);
-            printf("bad expert: %s, record names token %llu, id %llu\n",
-                   eep_status_name(status), rec.expected, rec.observed);
+            printf("bad expert: %s, record names token %llu, id %llu\n", eep_status_name(status),
+                   rec.expected, rec.observed);
             GPU_OK(eep_runtime_clear_fault(rt));
             make_inputs(cu, &b, rank, -1);
         } else {
@@ -282,7 +283,7 @@ int main(void)
 
         GPU_OK(eep_dispatch(rt, &a, &h, st));
         status = eep_runtime_sync(rt, st);
-        ms = gpu_test_now_ms() - t0;
+        ms     = gpu_test_now_ms() - t0;
         GPU_CHECK(status == EEP_ERR_PEER_TIMEOUT, "silent peer: got %s", eep_status_name(status));
         GPU_CHECK(ms < TIMEOUT_MS * 3.0, "silent peer: %.0f ms", ms);
         {

@@ -20,7 +20,7 @@ typedef struct {
 static void run_probe_kernel(const eep_cuda_sym_t *cu)
 {
     eep_jit_t         *jit = NULL;
-    eep_jit_kernel_t  *k = NULL;
+    eep_jit_kernel_t  *k   = NULL;
     eep_jit_spec_t     spec;
     eep_probe_params_t p;
     CUdeviceptr        d;
@@ -55,9 +55,9 @@ static void run_probe_kernel(const eep_cuda_sym_t *cu)
 
 int main(void)
 {
-    eep_bootstrap_t      *bs = gpu_test_bootstrap("test_fault", 2);
-    eep_runtime_t        *rt = gpu_test_runtime(bs, NULL);
-    const eep_cuda_sym_t *cu = gpu_test_cu();
+    eep_bootstrap_t      *bs     = gpu_test_bootstrap("test_fault", 2);
+    eep_runtime_t        *rt     = gpu_test_runtime(bs, NULL);
+    const eep_cuda_sym_t *cu     = gpu_test_cu();
     int                   absent = eep_bootstrap_nranks(bs) - 1;
     eep_barrier_mode_t    mode;
 
@@ -80,28 +80,34 @@ int main(void)
             o.size       = sizeof(o);
             o.mode       = mode;
             o.timeout_ms = TIMEOUT_MS;
-            t0 = gpu_test_now_ms();
-            status = eep_barrier_ex(rt, &o, NULL);
+            t0           = gpu_test_now_ms();
+            status       = eep_barrier_ex(rt, &o, NULL);
             GPU_CHECK(status == EEP_OK, "%s: launch: %s", name, eep_status_name(status));
             status = eep_runtime_sync(rt, NULL);
-            ms = gpu_test_now_ms() - t0;
+            ms     = gpu_test_now_ms() - t0;
             printf("%s: rank %d missing: %s after %.1f ms (deadline %d ms)\n", name, absent,
                    eep_status_name(status), ms, TIMEOUT_MS);
             GPU_CHECK(status == EEP_ERR_PEER_TIMEOUT, "%s: status %s", name,
                       eep_status_name(status));
-            GPU_CHECK(ms >= TIMEOUT_MS * 0.99 && ms <= TIMEOUT_MS * 1.10, "%s: reported after "
-                      "%.1f ms, deadline %d ms", name, ms, TIMEOUT_MS);
+            GPU_CHECK(ms >= TIMEOUT_MS * 0.99 && ms <= TIMEOUT_MS * 1.10,
+                      "%s: reported after "
+                      "%.1f ms, deadline %d ms",
+                      name, ms, TIMEOUT_MS);
             GPU_REQUIRE(eep_runtime_fault(rt, &rec) == EEP_OK, "%s: no fault record", name);
             printf("%s: record: phase %d rank %d peer %d expected %llu observed %llu waited "
-                   "%.1f ms\n", name, rec.phase, rec.rank, rec.peer, rec.expected, rec.observed,
+                   "%.1f ms\n",
+                   name, rec.phase, rec.rank, rec.peer, rec.expected, rec.observed,
                    (double)rec.waited_ns / 1e6);
             GPU_CHECK(rec.peer == absent, "%s: record names peer %d, not %d", name, rec.peer,
                       absent);
             GPU_CHECK(rec.rank == gpu_test_rank && rec.phase == EEP_PHASE_BARRIER_LSA &&
-                      rec.observed < rec.expected, "%s: record fields", name);
+                          rec.observed < rec.expected,
+                      "%s: record fields", name);
             /* With the flag up, a barrier returns the fault at once instead of launching. */
-            GPU_CHECK(eep_barrier(rt, mode, NULL) == EEP_ERR_PEER_TIMEOUT, "%s: barrier after "
-                      "the fault", name);
+            GPU_CHECK(eep_barrier(rt, mode, NULL) == EEP_ERR_PEER_TIMEOUT,
+                      "%s: barrier after "
+                      "the fault",
+                      name);
             run_probe_kernel(cu);
             GPU_OK(eep_runtime_clear_fault(rt));
             GPU_CHECK(eep_poll(rt) == EEP_OK, "%s: poll after clear", name);

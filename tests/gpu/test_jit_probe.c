@@ -17,15 +17,15 @@
 
 /* gpu_test.h's GPU_REQUIRE/GPU_OK evaluate their argument twice (the check, then the exit test),
    so every call with a side effect goes through a variable here. */
-#define PROBE_OK(_expr)                                                                     \
-    do {                                                                                    \
-        eep_status_t _s = (_expr);                                                          \
-        GPU_REQUIRE(_s == EEP_OK, "%s: %s", #_expr, eep_status_name(_s));                   \
+#define PROBE_OK(_expr)                                                                            \
+    do {                                                                                           \
+        eep_status_t _s = (_expr);                                                                 \
+        GPU_REQUIRE(_s == EEP_OK, "%s: %s", #_expr, eep_status_name(_s));                          \
     } while (0)
-#define PROBE_CU(_expr)                                                                     \
-    do {                                                                                    \
-        CUresult _r = (_expr);                                                              \
-        GPU_REQUIRE(_r == CUDA_SUCCESS, "%s: cuda %d", #_expr, (int)_r);                    \
+#define PROBE_CU(_expr)                                                                            \
+    do {                                                                                           \
+        CUresult _r = (_expr);                                                                     \
+        GPU_REQUIRE(_r == CUDA_SUCCESS, "%s: cuda %d", #_expr, (int)_r);                           \
     } while (0)
 
 /* Host mirrors of the probes' parameter structs; eep_jit_launch checks their size against the
@@ -48,16 +48,22 @@ typedef struct {
 
 int main(void)
 {
-    eep_jit_spec_t lsa = { .size = sizeof(lsa), .header = "kernels/probe/lsa_probe.cuh",
-                           .function = "eep_lsa_probe_body", .template_args = "2",
-                           .param_type = "eep_lsa_probe_params_t", .launch_bounds = 128,
-                           .backend = EEP_JIT_BACKEND_NVRTC };
-    eep_jit_spec_t gin = { .size = sizeof(gin), .header = "kernels/probe/gin_probe.cuh",
-                           .function = "eep_gin_probe_body", .template_args = "0",
-                           .param_type = "eep_gin_probe_params_t", .needs_gin = 1 };
-    eep_bootstrap_t        *bs = gpu_test_bootstrap("test_jit_probe", 1);
-    eep_runtime_t          *rt = gpu_test_runtime(bs, NULL);
-    const eep_cuda_sym_t   *cu = gpu_test_cu();
+    eep_jit_spec_t          lsa = { .size          = sizeof(lsa),
+                                    .header        = "kernels/probe/lsa_probe.cuh",
+                                    .function      = "eep_lsa_probe_body",
+                                    .template_args = "2",
+                                    .param_type    = "eep_lsa_probe_params_t",
+                                    .launch_bounds = 128,
+                                    .backend       = EEP_JIT_BACKEND_NVRTC };
+    eep_jit_spec_t          gin = { .size          = sizeof(gin),
+                                    .header        = "kernels/probe/gin_probe.cuh",
+                                    .function      = "eep_gin_probe_body",
+                                    .template_args = "0",
+                                    .param_type    = "eep_gin_probe_params_t",
+                                    .needs_gin     = 1 };
+    eep_bootstrap_t        *bs  = gpu_test_bootstrap("test_jit_probe", 1);
+    eep_runtime_t          *rt  = gpu_test_runtime(bs, NULL);
+    const eep_cuda_sym_t   *cu  = gpu_test_cu();
     eep_runtime_info_t      info;
     eep_jit_params_t        jp;
     eep_jit_kernel_t       *kl = NULL, *kg = NULL;
@@ -92,7 +98,7 @@ int main(void)
 
     PROBE_CU(cu->cuMemsetD32((CUdeviceptr)rt->buf + offset, 0xdeadbeefu, 1024));
     PROBE_CU(cu->cuCtxSynchronize());
-    t0 = gpu_test_now_ms();
+    t0     = gpu_test_now_ms();
     status = eep_jit_get_kernel(jit, &lsa, &kl);
     GPU_REQUIRE(status == EEP_OK, "lsa probe: %s: %s", eep_status_name(status), eep_jit_last_log());
     printf("lsa probe (nvrtc) ready in %.0f ms\n", gpu_test_now_ms() - t0);
@@ -119,7 +125,7 @@ int main(void)
     printf("lsa probe: %d slot(s) correct across %d LSA rank(s)\n", info.lsa_size - bad,
            info.lsa_size);
 
-    t0 = gpu_test_now_ms();
+    t0     = gpu_test_now_ms();
     status = eep_jit_get_kernel(jit, &gin, &kg);
     GPU_REQUIRE(status == EEP_OK, "gin probe: %s: %s", eep_status_name(status), eep_jit_last_log());
     printf("gin probe (nvcc) ready in %.0f ms\n", gpu_test_now_ms() - t0);
@@ -141,7 +147,7 @@ int main(void)
     if (gpu_test_rank == 0) {
         char cmd[300];
 
-        int  ret;
+        int ret;
 
         snprintf(cmd, sizeof(cmd), "rm -rf '%s'", cache);
         ret = system(cmd);

@@ -31,9 +31,9 @@ int main(void)
     /* 1. Plain create: single node, so the NVLink team is the world and there is no GIN. */
     rt = gpu_test_runtime(bs, NULL);
     GPU_OK(eep_runtime_query(rt, &info));
-    printf("rank %d/%d device %d lsa %d/%d rail %d/%d gin %d workspace %zu window %zu\n",
-           info.rank, info.nranks, info.device, info.lsa_rank, info.lsa_size, info.rail_rank,
-           info.rail_size, info.gin, info.workspace_bytes, info.window_bytes);
+    printf("rank %d/%d device %d lsa %d/%d rail %d/%d gin %d workspace %zu window %zu\n", info.rank,
+           info.nranks, info.device, info.lsa_rank, info.lsa_size, info.rail_rank, info.rail_size,
+           info.gin, info.workspace_bytes, info.window_bytes);
     GPU_CHECK(info.nranks == nranks && info.rank == gpu_test_rank, "rank/size");
     GPU_CHECK(info.lsa_size == nranks && info.rail_size == 1, "one NVLink domain");
     GPU_CHECK(info.gin == 0 && info.gin_probed == 0, "no GIN probe on one node by default");
@@ -66,12 +66,12 @@ int main(void)
 
     /* 4. Adopt a caller's communicator (blocking, made with plain NCCL calls). */
     {
-        ncclUniqueId id;
-        ncclComm_t   comm = NULL;
-        const eep_cuda_sym_t *cu = gpu_test_cu();
-        CUdevice     dev;
-        CUcontext    ctx;
-        int          count = 0;
+        ncclUniqueId          id;
+        ncclComm_t            comm = NULL;
+        const eep_cuda_sym_t *cu   = gpu_test_cu();
+        CUdevice              dev;
+        CUcontext             ctx;
+        int                   count = 0;
 
         memset(&id, 0, sizeof(id));
         if (gpu_test_rank == 0) {

@@ -21,7 +21,7 @@
 #define __CUDACC__ 1
 #define __device__
 #define __forceinline__ inline
-#define __shared__ static
+#define __shared__      static
 
 struct eep_shim_dim3 {
     unsigned x = 0, y = 0, z = 0;
@@ -41,7 +41,7 @@ struct eep_shim_warp {
     std::unique_ptr<std::barrier<>> bar;
     int                             vals[32];
 };
-inline std::barrier<>             *eep_shim_block_bar;
+inline std::barrier<>            *eep_shim_block_bar;
 inline std::vector<eep_shim_warp> eep_shim_warps;
 
 inline void __syncthreads()

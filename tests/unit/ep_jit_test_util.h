@@ -21,9 +21,8 @@ static inline void ep_jit_compile_check(eep_jit_t *jit, const eep_jit_spec_t *sp
     eep_status_t   status = eep_jit_compile(jit, spec, &info);
 
     if (status != EEP_OK) {
-        fail_msg("%s<%s>: %s\n%s", spec->function,
-                 spec->template_args ? spec->template_args : "", eep_status_string(status),
-                 eep_jit_last_log());
+        fail_msg("%s<%s>: %s\n%s", spec->function, spec->template_args ? spec->template_args : "",
+                 eep_status_string(status), eep_jit_last_log());
     }
     /* A second compile is a cache hit. */
     assert_int_equal(eep_jit_compile(jit, spec, &info), EEP_OK);

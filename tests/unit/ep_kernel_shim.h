@@ -27,12 +27,12 @@
 #include <sched.h>
 #include <unistd.h>
 
-#define __CUDACC__ 1
+#define __CUDACC__        1
 #define EEP_EPK_EMULATION 1
 #define __device__
 #define __forceinline__ inline
-#define __noinline__ __attribute__((noinline))
-#define __shared__ static
+#define __noinline__    __attribute__((noinline))
+#define __shared__      static
 
 using std::max;
 using std::min;
@@ -65,11 +65,11 @@ inline int            *eep_shim_dyn; /* dynamic shared memory of this block */
 /* Test hook of kernels/ep/dispatch.cuh: the senders of rank eep_shim_slow_rank sleep 200 ms before
    each token's bytes, so that the other ranks' copies meet records that have not landed yet. */
 inline int eep_shim_slow_rank = -1;
-#define EEP_EPK_TEST_SEND_DELAY(p)                \
-    do {                                          \
-        if ((p).rank == eep_shim_slow_rank) {     \
-            usleep(200000);                       \
-        }                                         \
+#define EEP_EPK_TEST_SEND_DELAY(p)                                                                 \
+    do {                                                                                           \
+        if ((p).rank == eep_shim_slow_rank) {                                                      \
+            usleep(200000);                                                                        \
+        }                                                                                          \
     } while (0)
 
 inline unsigned long long eep_shim_now_ns()

@@ -69,8 +69,8 @@ uint8_t eep_ref_f32_to_e4m3(float f)
         r = nearbyintf(ldexpf(a, 9)); /* default rounding mode: to nearest even */
         return sign | (uint8_t)r;     /* r == 8 encodes 2^-6 (exponent 1, mantissa 0): right */
     }
-    frexpf(a, &exp); /* a = m * 2^exp, m in [0.5, 1) */
-    exp -= 1;        /* a = 1.xxx * 2^exp */
+    frexpf(a, &exp);                    /* a = m * 2^exp, m in [0.5, 1) */
+    exp -= 1;                           /* a = 1.xxx * 2^exp */
     r = nearbyintf(ldexpf(a, 3 - exp)); /* in [8, 16] */
     if (r >= 16.0f) {
         r = 8.0f;
@@ -166,8 +166,8 @@ static int gen_num_tokens(const eep_ep_shape_t *s, const eep_ref_gen_t *gen, int
 }
 
 /* K distinct experts (or -1) for one token. */
-static void gen_topk(const eep_ep_shape_t *s, const eep_ref_gen_t *gen, int masked,
-                     uint64_t *st, int64_t *idx, float *w)
+static void gen_topk(const eep_ep_shape_t *s, const eep_ref_gen_t *gen, int masked, uint64_t *st,
+                     int64_t *idx, float *w)
 {
     int k, j;
 
@@ -199,9 +199,9 @@ static void gen_topk(const eep_ep_shape_t *s, const eep_ref_gen_t *gen, int mask
 eep_status_t eep_ref_input_generate(const eep_ep_shape_t *s, const eep_ref_gen_t *gen, int rank,
                                     eep_ref_input_t *in_p)
 {
-    eep_ref_input_t in = { 0 };
+    eep_ref_input_t in   = { 0 };
     size_t          elem = eep_ep_elem_bytes(s->dtype);
-    uint16_t       *row = NULL;
+    uint16_t       *row  = NULL;
     uint64_t        st;
     int             t, h, fp8 = s->dtype == EEP_DTYPE_FP8_E4M3;
 
@@ -215,7 +215,9 @@ eep_status_t eep_ref_input_generate(const eep_ep_shape_t *s, const eep_ref_gen_t
     in.topk_idx     = malloc((size_t)in.num_tokens * (size_t)s->num_topk * sizeof(int64_t) + 1);
     in.topk_weights = malloc((size_t)in.num_tokens * (size_t)s->num_topk * sizeof(float) + 1);
     in.x_scales     = fp8 ? malloc((size_t)in.num_tokens * (size_t)(s->hidden / EEP_EP_FP8_BLOCK) *
-                                   sizeof(float) + 1) : NULL;
+                                       sizeof(float) +
+                                   1)
+                          : NULL;
     row             = malloc((size_t)s->hidden * sizeof(uint16_t));
     if (in.x == NULL || in.topk_idx == NULL || in.topk_weights == NULL || row == NULL ||
         (fp8 && in.x_scales == NULL)) {
@@ -322,13 +324,13 @@ static int lane_of(const eep_ep_shape_t *s, const eep_ref_input_t *in, int t, in
 static eep_status_t dispatch_one(const eep_ep_shape_t *s, const eep_ref_input_t *inputs, int dst,
                                  eep_ref_recv_t *out)
 {
-    eep_ref_recv_t r = { 0 };
+    eep_ref_recv_t r         = { 0 };
     size_t         row_bytes = (size_t)s->hidden * eep_ep_elem_bytes(s->dtype);
-    size_t         nsc = s->dtype == EEP_DTYPE_FP8_E4M3 ? (size_t)(s->hidden / EEP_EP_FP8_BLOCK) : 0;
-    size_t         K = (size_t)s->num_topk;
-    int            El = eep_ep_local_experts(s);
-    int            e, src, t, k;
-    int64_t        row, rows;
+    size_t  nsc = s->dtype == EEP_DTYPE_FP8_E4M3 ? (size_t)(s->hidden / EEP_EP_FP8_BLOCK) : 0;
+    size_t  K   = (size_t)s->num_topk;
+    int     El  = eep_ep_local_experts(s);
+    int     e, src, t, k;
+    int64_t row, rows;
 
     r.num_local      = El;
     r.expert_counts  = calloc((size_t)El, sizeof(int32_t));
@@ -351,8 +353,8 @@ static eep_status_t dispatch_one(const eep_ep_shape_t *s, const eep_ref_input_t 
             r.tokens_from[src] += hit;
         }
     }
-    rows       = eep_ep_expert_offsets(r.expert_counts, El, s->alignment, r.expert_offsets);
-    r.num_rows = rows;
+    rows           = eep_ep_expert_offsets(r.expert_counts, El, s->alignment, r.expert_offsets);
+    r.num_rows     = rows;
     r.x            = calloc((size_t)rows * row_bytes + 1, 1);
     r.x_scales     = nsc ? calloc((size_t)rows * nsc + 1, sizeof(float)) : NULL;
     r.topk_idx     = malloc(((size_t)rows * K + 1) * sizeof(int32_t));

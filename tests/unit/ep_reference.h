@@ -81,9 +81,9 @@ void eep_ref_gen_init(eep_ref_gen_t *gen, uint64_t seed);
  * own rank's inputs and still agree with a reference built from all of them.
  * @return EEP_OK, EEP_ERR_INVALID_ARG (bad shape), EEP_ERR_NO_MEMORY.
  */
-eep_status_t eep_ref_input_generate(const eep_ep_shape_t *shape, const eep_ref_gen_t *gen,
-                                    int rank, eep_ref_input_t *input_p);
-void eep_ref_input_free(eep_ref_input_t *input);
+eep_status_t eep_ref_input_generate(const eep_ep_shape_t *shape, const eep_ref_gen_t *gen, int rank,
+                                    eep_ref_input_t *input_p);
+void         eep_ref_input_free(eep_ref_input_t *input);
 
 /** Copy [T, K] int64 ids into int32 (for EEP_INDEX_INT32 inputs). */
 void eep_ref_topk_to_i32(const eep_ref_input_t *input, int num_topk, int32_t *out);
@@ -91,18 +91,18 @@ void eep_ref_topk_to_i32(const eep_ref_input_t *input, int num_topk, int32_t *ou
 /* ---- dispatch ---- */
 
 typedef struct {
-    int      num_local;       /* El */
-    int64_t  num_rows;        /* padded total = expert_offsets[El] */
-    int32_t *expert_counts;   /* [El] real rows */
-    int64_t *expert_offsets;  /* [El + 1] */
-    int32_t *tokens_from;     /* [world] distinct tokens received from each source rank */
-    uint8_t *x;               /* [num_rows, hidden * elem] */
-    float   *x_scales;        /* [num_rows, hidden / 128], fp8 only */
-    int32_t *topk_idx;        /* [num_rows, K] local ids or -1 */
-    float   *topk_weights;    /* [num_rows, K] */
-    int32_t *src_rank;        /* [num_rows]; -1 on padding rows */
-    int32_t *src_token;       /* [num_rows]; -1 on padding rows */
-    int32_t *src_lane;        /* [num_rows] the top-k lane of this row's expert; -1 padding */
+    int      num_local;      /* El */
+    int64_t  num_rows;       /* padded total = expert_offsets[El] */
+    int32_t *expert_counts;  /* [El] real rows */
+    int64_t *expert_offsets; /* [El + 1] */
+    int32_t *tokens_from;    /* [world] distinct tokens received from each source rank */
+    uint8_t *x;              /* [num_rows, hidden * elem] */
+    float   *x_scales;       /* [num_rows, hidden / 128], fp8 only */
+    int32_t *topk_idx;       /* [num_rows, K] local ids or -1 */
+    float   *topk_weights;   /* [num_rows, K] */
+    int32_t *src_rank;       /* [num_rows]; -1 on padding rows */
+    int32_t *src_token;      /* [num_rows]; -1 on padding rows */
+    int32_t *src_lane;       /* [num_rows] the top-k lane of this row's expert; -1 padding */
 } eep_ref_recv_t;
 
 /**
@@ -115,7 +115,7 @@ typedef struct {
  */
 eep_status_t eep_ref_dispatch(const eep_ep_shape_t *shape, const eep_ref_input_t *inputs,
                               eep_ref_recv_t *recv, int *bad_rank_p, int *bad_token_p);
-void eep_ref_recv_free(eep_ref_recv_t *recv);
+void         eep_ref_recv_free(eep_ref_recv_t *recv);
 
 /* ---- combine ---- */
 

@@ -61,10 +61,10 @@ static void compile(const char *header, const char *function, const char *args, 
     spec.launch_bounds = EEP_BARRIER_MAX_THREADS;
     spec.needs_gin     = gin;
     spec.defines       = gin ? "EEP_BARRIER_GIN=1" : NULL;
-    status = eep_jit_compile(jit, &spec, &info);
+    status             = eep_jit_compile(jit, &spec, &info);
     if (status != EEP_OK) {
-        fail_msg("%s<%s> did not compile: %s\n%s", function, args ? args : "", eep_status_name(status),
-                 eep_jit_last_log());
+        fail_msg("%s<%s> did not compile: %s\n%s", function, args ? args : "",
+                 eep_status_name(status), eep_jit_last_log());
     }
     assert_int_equal(info.backend, want);
 }
@@ -72,10 +72,8 @@ static void compile(const char *header, const char *function, const char *args, 
 static void test_lsa_variants_nvrtc(void **state)
 {
     (void)state;
-    compile("barrier/barrier_kernel.cuh", "eep_barrier_body", "0, false", 0,
-            EEP_JIT_BACKEND_NVRTC);
-    compile("barrier/barrier_kernel.cuh", "eep_barrier_body", "1, false", 0,
-            EEP_JIT_BACKEND_NVRTC);
+    compile("barrier/barrier_kernel.cuh", "eep_barrier_body", "0, false", 0, EEP_JIT_BACKEND_NVRTC);
+    compile("barrier/barrier_kernel.cuh", "eep_barrier_body", "1, false", 0, EEP_JIT_BACKEND_NVRTC);
 }
 
 static void test_gin_variants_nvcc(void **state)

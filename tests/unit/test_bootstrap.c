@@ -48,7 +48,7 @@ static int free_port(void)
 {
     struct sockaddr_in a;
     socklen_t          len = sizeof(a);
-    int                fd = socket(AF_INET, SOCK_STREAM, 0), port;
+    int                fd  = socket(AF_INET, SOCK_STREAM, 0), port;
 
     memset(&a, 0, sizeof(a));
     a.sin_family      = AF_INET;
@@ -208,8 +208,8 @@ static void test_missing_rank_times_out(void **state)
     snprintf(addr, sizeof(addr), "127.0.0.1:%d", free_port());
     p.kind    = EEP_BOOTSTRAP_TCP;
     p.address = addr;
-    t0 = now_ms();
-    bs = NULL;
+    t0        = now_ms();
+    bs        = NULL;
     assert_int_equal(eep_bootstrap_create(&p, &bs), EEP_ERR_TIMEOUT);
     assert_null(bs);
     assert_true(now_ms() - t0 >= 290 && now_ms() - t0 < 3000);
@@ -222,7 +222,7 @@ static void test_bad_arguments(void **state)
 {
     eep_bootstrap_params_t p;
     eep_bootstrap_t       *bs = NULL;
-    int                    x = 0;
+    int                    x  = 0;
 
     (void)state;
     assert_int_equal(eep_bootstrap_create(NULL, NULL), EEP_ERR_INVALID_ARG);

@@ -33,12 +33,15 @@ static const eep_knob_t test_knobs[] = {
       EEP_KNOB_STARTUP, 0, 0 },
     { "EEP_TEST_RATIO", "0.5", "a double", EEP_KNOB_DOUBLE, offsetof(test_config_t, ratio),
       EEP_KNOB_STARTUP, 0, 0 },
-    { "EEP_TEST_NAME", "default-name", "a string", EEP_KNOB_STRING,
-      offsetof(test_config_t, name), EEP_KNOB_STARTUP, 0, 0 },
+    { "EEP_TEST_NAME", "default-name", "a string", EEP_KNOB_STRING, offsetof(test_config_t, name),
+      EEP_KNOB_STARTUP, 0, 0 },
 };
 
 static const eep_knob_table_t test_table = {
-    .module = "test", .knobs = test_knobs, .count = 5, .struct_size = sizeof(test_config_t),
+    .module      = "test",
+    .knobs       = test_knobs,
+    .count       = 5,
+    .struct_size = sizeof(test_config_t),
 };
 
 static int  hook_warnings, hook_errors;
@@ -63,7 +66,7 @@ static int setup(void **state)
     unsetenv("EEP_TEST_NAME");
     unsetenv("EEP_CONFIG_FILE");
     hook_warnings = hook_errors = 0;
-    hook_last[0] = '\0';
+    hook_last[0]                = '\0';
     eep_log_set_level(EEP_LOG_LEVEL_WARN);
     eep_log_set_hook(hook, NULL);
     return 0;
@@ -103,11 +106,12 @@ static void test_environment_values(void **state)
 /* Each bad value is refused with an error naming the knob and the value. */
 static void test_bad_values_name_the_knob(void **state)
 {
-    static const struct { const char *name, *value; } bad[] = {
-        { "EEP_TEST_FLAG", "maybe" },  { "EEP_TEST_COUNT", "12abc" },
-        { "EEP_TEST_COUNT", "0" },     { "EEP_TEST_COUNT", "101" },
-        { "EEP_TEST_BYTES", "-1" },    { "EEP_TEST_BYTES", "5T" },
-        { "EEP_TEST_BYTES", "" },      { "EEP_TEST_RATIO", "half" },
+    static const struct {
+        const char *name, *value;
+    } bad[] = {
+        { "EEP_TEST_FLAG", "maybe" }, { "EEP_TEST_COUNT", "12abc" }, { "EEP_TEST_COUNT", "0" },
+        { "EEP_TEST_COUNT", "101" },  { "EEP_TEST_BYTES", "-1" },    { "EEP_TEST_BYTES", "5T" },
+        { "EEP_TEST_BYTES", "" },     { "EEP_TEST_RATIO", "half" },
     };
     test_config_t cfg;
     size_t        i;
@@ -154,9 +158,9 @@ static void test_config_file_precedence(void **state)
     setenv("EEP_CONFIG_FILE", path, 1);
     setenv("EEP_TEST_COUNT", "9", 1);
     assert_int_equal(eep_config_load(&test_table, &cfg), EEP_OK);
-    assert_int_equal(cfg.count, 9);                       /* environment */
-    assert_string_equal(cfg.name, "from-file-later");     /* file */
-    assert_int_equal(cfg.bytes, 4096);                    /* default */
+    assert_int_equal(cfg.count, 9);                   /* environment */
+    assert_string_equal(cfg.name, "from-file-later"); /* file */
+    assert_int_equal(cfg.bytes, 4096);                /* default */
     unlink(path);
 }
 

@@ -36,7 +36,8 @@ static void hook_reset(void)
 static int find_loaded(struct dl_phdr_info *info, size_t size, void *arg)
 {
     (void)size;
-    if (strstr(info->dlpi_name, "libcuda.so") != NULL || strstr(info->dlpi_name, "libnvrtc") != NULL) {
+    if (strstr(info->dlpi_name, "libcuda.so") != NULL ||
+        strstr(info->dlpi_name, "libnvrtc") != NULL) {
         *(int *)arg = 1;
     }
     return 0;
@@ -106,7 +107,7 @@ static void test_no_nvrtc(void **state)
 /* The CUDA toolkit is installed wherever ElasticEP builds, so NVRTC loads without a GPU. */
 static void test_nvrtc_loads(void **state)
 {
-    const eep_cuda_sym_t *sym = NULL;
+    const eep_cuda_sym_t *sym   = NULL;
     int                   major = 0, minor = 0;
 
     (void)state;
@@ -135,7 +136,8 @@ static void test_cu_translation(void **state)
     assert_int_equal(eep_status_from_cu(CUDA_ERROR_LAUNCH_FAILED, "k"), EEP_ERR_DEVICE_FAULT);
     assert_int_equal(eep_status_from_cu(CUDA_ERROR_NO_BINARY_FOR_GPU, "load"), EEP_ERR_JIT);
     assert_int_equal(eep_status_from_cu(CUDA_ERROR_INVALID_VALUE, "v"), EEP_ERR_INVALID_ARG);
-    assert_int_equal(eep_status_from_cu(CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, "l"), EEP_ERR_NO_RESOURCE);
+    assert_int_equal(eep_status_from_cu(CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, "l"),
+                     EEP_ERR_NO_RESOURCE);
     assert_int_equal(eep_status_from_cu(CUDA_ERROR_UNKNOWN, "u"), EEP_ERR_CUDA);
     assert_int_equal(hook_errors, 8);
 }
@@ -165,7 +167,7 @@ static void test_real_driver(void **state)
     const eep_cuda_sym_t *sym = NULL;
     eep_status_t          status;
     int                   count = 0;
-    unsigned int          word = 0;
+    unsigned int          word  = 0;
     CUdeviceptr           d;
     CUcontext             ctx;
     CUdevice              dev;
@@ -208,12 +210,9 @@ static void test_real_driver(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_not_linked),
-        cmocka_unit_test(test_no_driver),
-        cmocka_unit_test(test_no_nvrtc),
-        cmocka_unit_test(test_nvrtc_loads),
-        cmocka_unit_test(test_cu_translation),
-        cmocka_unit_test(test_nvrtc_translation),
+        cmocka_unit_test(test_not_linked),     cmocka_unit_test(test_no_driver),
+        cmocka_unit_test(test_no_nvrtc),       cmocka_unit_test(test_nvrtc_loads),
+        cmocka_unit_test(test_cu_translation), cmocka_unit_test(test_nvrtc_translation),
         cmocka_unit_test(test_real_driver),
     };
 

@@ -71,16 +71,16 @@ static eep_ep_handle_t *make_handle(const void *rt, uint64_t epoch, const eep_di
     eep_ep_handle_t *h = NULL;
 
     assert_int_equal(eep_ep_handle_create(rt, epoch, 1, &h), EEP_OK);
-    h->shape.world      = 4;
-    h->shape.max_tokens = a->max_tokens_per_rank;
-    h->shape.hidden     = a->hidden;
-    h->shape.num_topk   = a->num_topk;
+    h->shape.world       = 4;
+    h->shape.max_tokens  = a->max_tokens_per_rank;
+    h->shape.hidden      = a->hidden;
+    h->shape.num_topk    = a->num_topk;
     h->shape.num_experts = a->num_experts;
-    h->shape.alignment  = a->expert_alignment;
-    h->shape.dtype      = a->dtype;
-    h->num_tokens       = a->num_tokens;
-    h->num_recv_rows    = a->recv_capacity;
-    h->has_layout       = 1;
+    h->shape.alignment   = a->expert_alignment;
+    h->shape.dtype       = a->dtype;
+    h->num_tokens        = a->num_tokens;
+    h->num_recv_rows     = a->recv_capacity;
+    h->has_layout        = 1;
     return h;
 }
 
@@ -258,7 +258,7 @@ static void test_tokens_topk_experts_alignment(void **state)
     expect_fail(&a, NULL, EEP_ERR_INVALID_ARG, "num_experts");
     a.num_experts = 4 * (EEP_EP_MAX_LOCAL_EXPERTS + 1);
     expect_fail(&a, NULL, EEP_ERR_INVALID_ARG, "num_experts");
-    a.num_experts = 4;    /* fewer experts than K = 8 */
+    a.num_experts = 4; /* fewer experts than K = 8 */
     expect_fail(&a, NULL, EEP_ERR_INVALID_ARG, "num_experts");
 
     valid_args(&a);
@@ -367,8 +367,7 @@ static void test_combine(void **state)
     h = make_handle(&rt_a, world4.epoch, &a);
     assert_int_equal(eep_ep_combine_args_check(DEV(0x1000), h, DEV(0x2000), &world4), EEP_OK);
     last_msg[0] = '\0';
-    assert_int_equal(eep_ep_combine_args_check(NULL, h, DEV(0x2000), &world4),
-                     EEP_ERR_INVALID_ARG);
+    assert_int_equal(eep_ep_combine_args_check(NULL, h, DEV(0x2000), &world4), EEP_ERR_INVALID_ARG);
     assert_non_null(strstr(last_msg, "argument y:"));
     assert_int_equal(eep_ep_combine_args_check(DEV(0x1000), h, DEV(0x2004), &world4),
                      EEP_ERR_INVALID_ARG);
@@ -402,13 +401,13 @@ static void test_public_entry_points(void **state)
     memset(&rt, 0, sizeof(rt));
     memset(&page, 0, sizeof(page));
     rt.fault_host = &page;
-    rt.rank   = 1;
-    rt.nranks = 4;
+    rt.rank       = 1;
+    rt.nranks     = 4;
     valid_args(&a);
     assert_int_equal(eep_dispatch(NULL, &a, &h, NULL), EEP_ERR_INVALID_ARG);
     assert_int_equal(eep_dispatch(&rt, &a, NULL, NULL), EEP_ERR_INVALID_ARG);
     a.num_experts = 258; /* not divisible by the runtime's 4 ranks */
-    last_msg[0] = '\0';
+    last_msg[0]   = '\0';
     assert_int_equal(eep_dispatch(&rt, &a, &h, NULL), EEP_ERR_INVALID_ARG);
     assert_non_null(strstr(last_msg, "num_experts"));
     /* Valid arguments on a runtime with no GPU (or, with a driver, not in direct mode): refused

@@ -38,7 +38,7 @@ static char cache_dir[] = "/tmp/eep-test-ep-jit-XXXXXX";
 static void test_compile_all(void **state)
 {
     eep_jit_params_t params = { .size = sizeof(params), .cache_dir = cache_dir };
-    eep_jit_t       *jit = NULL;
+    eep_jit_t       *jit    = NULL;
     size_t           i;
     int              w;
 
@@ -47,11 +47,13 @@ static void test_compile_all(void **state)
     for (i = 0; i < sizeof(kernels) / sizeof(kernels[0]); i++) {
         for (w = 0; w < (kernels[i].templated ? 2 : 1); w++) {
             eep_jit_spec_t spec = {
-                .size = sizeof(spec), .header = kernels[i].header,
-                .function = kernels[i].function,
+                .size          = sizeof(spec),
+                .header        = kernels[i].header,
+                .function      = kernels[i].function,
                 .template_args = kernels[i].templated ? (w == 0 ? "32" : "64") : NULL,
-                .param_type = kernels[i].param_type, .launch_bounds = kernels[i].threads,
-                .backend = EEP_JIT_BACKEND_NVRTC,
+                .param_type    = kernels[i].param_type,
+                .launch_bounds = kernels[i].threads,
+                .backend       = EEP_JIT_BACKEND_NVRTC,
             };
 
             ep_jit_compile_check(jit, &spec, NULL);
@@ -63,7 +65,7 @@ static void test_compile_all(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = { cmocka_unit_test(test_compile_all) };
-    int                     rc = ep_jit_test_begin(cache_dir);
+    int                     rc      = ep_jit_test_begin(cache_dir);
 
     if (rc >= 0) {
         return rc;

@@ -27,11 +27,11 @@ static char cache_dir[] = "/tmp/eep-test-ep-jit2-XXXXXX";
 
 /* CUDA ELF: the section of per-function attributes, and the attribute that holds a function's
    stack frame bytes ({symbol index, bytes}, format EIFMT_SVAL) */
-#define NV_INFO_SECTION   ".nv.info"
-#define NV_EIFMT_NVAL     0x01
-#define NV_EIFMT_BVAL     0x02
-#define NV_EIFMT_HVAL     0x03
-#define NV_EIATTR_FRAME   0x11
+#define NV_INFO_SECTION ".nv.info"
+#define NV_EIFMT_NVAL   0x01
+#define NV_EIFMT_BVAL   0x02
+#define NV_EIFMT_HVAL   0x03
+#define NV_EIATTR_FRAME 0x11
 
 /* The stack frame of the entry point of @p cubin, in bytes; -1 when it cannot be read. */
 static long entry_frame_bytes(const unsigned char *elf, size_t size)
@@ -51,8 +51,8 @@ static long entry_frame_bytes(const unsigned char *elf, size_t size)
     for (i = 0; i < eh->e_shnum; i++) {
         if (sh[i].sh_type == SHT_SYMTAB) {
             symtab = &sh[i];
-        } else if (strcmp((const char *)elf + names->sh_offset + sh[i].sh_name,
-                          NV_INFO_SECTION) == 0) {
+        } else if (strcmp((const char *)elf + names->sh_offset + sh[i].sh_name, NV_INFO_SECTION) ==
+                   0) {
             info = &sh[i];
         }
     }
@@ -73,9 +73,9 @@ static long entry_frame_bytes(const unsigned char *elf, size_t size)
         }
         memcpy(&len, elf + o + 2, sizeof(len));
         if (attr == NV_EIATTR_FRAME && len == 8) {
-            uint32_t          sym, bytes;
-            const Elf64_Sym  *st;
-            const char       *strtab;
+            uint32_t         sym, bytes;
+            const Elf64_Sym *st;
+            const char      *strtab;
 
             memcpy(&sym, elf + o + 4, 4);
             memcpy(&bytes, elf + o + 8, 4);
@@ -95,14 +95,14 @@ static long entry_frame_bytes(const unsigned char *elf, size_t size)
 static void compile_one(eep_jit_t *jit, int combine, int idx_bits, int mode, int phase,
                         const eep_ep_shape_t *shape)
 {
-    static const eep_ep_shape_t any = { .world = 2, .hidden = 7168, .num_topk = 8,
-                                        .dtype = EEP_DTYPE_BF16 };
+    static const eep_ep_shape_t any = {
+        .world = 2, .hidden = 7168, .num_topk = 8, .dtype = EEP_DTYPE_BF16
+    };
     eep_ep_kernel_names_t names;
     eep_jit_spec_t        spec;
     eep_jit_info_t        info;
 
-    eep_ep_kernel_spec(combine, idx_bits, mode, phase, shape != NULL ? shape : &any, &names,
-                       &spec);
+    eep_ep_kernel_spec(combine, idx_bits, mode, phase, shape != NULL ? shape : &any, &names, &spec);
     if (shape == NULL) {
         spec.defines = NULL;
     }
@@ -114,7 +114,7 @@ static void compile_one(eep_jit_t *jit, int combine, int idx_bits, int mode, int
            non-inlined fault reports by reference), and the kernel's blocks begin microseconds
            late.  The frame is then larger than the struct. */
         void  *cubin = NULL;
-        size_t size = 0;
+        size_t size  = 0;
         long   frame;
 
         assert_int_equal(eep_jit_cache_read(info.path, &cubin, &size), EEP_OK);
@@ -132,15 +132,18 @@ static void test_compile_all(void **state)
     /* { index bits, mode, phase }: every dispatch variant elastic/ep.c launches */
     static const int variants[][3] = { { 32, 0, 0 }, { 32, 0, 1 }, { 64, 0, 0 }, { 64, 0, 1 },
                                        { 32, 1, 0 }, { 64, 1, 0 }, { 32, 2, 0 }, { 64, 2, 0 } };
-    static const eep_ep_shape_t bf16_k8_w2 = { .world = 2, .hidden = 7168, .num_topk = 8,
-                                               .dtype = EEP_DTYPE_BF16 };
-    static const eep_ep_shape_t fp8_k6_w8 = { .world = 8, .hidden = 4096, .num_topk = 6,
-                                              .dtype = EEP_DTYPE_FP8_E4M3 };
+    static const eep_ep_shape_t bf16_k8_w2 = {
+        .world = 2, .hidden = 7168, .num_topk = 8, .dtype = EEP_DTYPE_BF16
+    };
+    static const eep_ep_shape_t fp8_k6_w8 = {
+        .world = 8, .hidden = 4096, .num_topk = 6, .dtype = EEP_DTYPE_FP8_E4M3
+    };
     /* 32 ranks: the most direct mode takes (per-rank arrays and shared memory grow with it) */
-    static const eep_ep_shape_t bf16_k8_w32 = { .world = 32, .hidden = 7168, .num_topk = 8,
-                                                .dtype = EEP_DTYPE_BF16 };
+    static const eep_ep_shape_t bf16_k8_w32 = {
+        .world = 32, .hidden = 7168, .num_topk = 8, .dtype = EEP_DTYPE_BF16
+    };
     eep_jit_params_t params = { .size = sizeof(params), .cache_dir = cache_dir };
-    eep_jit_t       *jit = NULL;
+    eep_jit_t       *jit    = NULL;
     size_t           i;
 
     (void)state;
@@ -168,9 +171,13 @@ static void test_compile_all(void **state)
 static void test_shrink_prefetch(void **state)
 {
     eep_jit_params_t         params = { .size = sizeof(params), .cache_dir = cache_dir };
-    eep_ep_shape_t           shape = { .world = 3, .max_tokens = 128, .hidden = 2048,
-                                       .num_topk = 6, .num_experts = 48, .alignment = 16,
-                                       .dtype = EEP_DTYPE_BF16 };
+    eep_ep_shape_t           shape  = { .world       = 3,
+                                        .max_tokens  = 128,
+                                        .hidden      = 2048,
+                                        .num_topk    = 6,
+                                        .num_experts = 48,
+                                        .alignment   = 16,
+                                        .dtype       = EEP_DTYPE_BF16 };
     eep_ep_kernel_names_t    names;
     eep_jit_spec_t           spec;
     eep_jit_prefetch_stats_t stats;
@@ -188,7 +195,7 @@ static void test_shrink_prefetch(void **state)
     eep_jit_prefetch_wait(jit, &stats);
     assert_int_equal(stats.done, 2);
     assert_int_equal(stats.failed, 0);
-    runs = eep_jit_compiler_runs();
+    runs        = eep_jit_compiler_runs();
     shape.world = 2;
     for (combine = 0; combine < 2; combine++) {
         eep_ep_kernel_spec(combine, 32, EEP_EPK_NO_CPU_SYNC, 0, &shape, &names, &spec);
@@ -208,7 +215,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = { cmocka_unit_test(test_compile_all),
                                         cmocka_unit_test(test_shrink_prefetch) };
-    int                     rc = ep_jit_test_begin(cache_dir);
+    int                     rc      = ep_jit_test_begin(cache_dir);
 
     if (rc >= 0) {
         return rc;

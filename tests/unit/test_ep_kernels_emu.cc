@@ -94,10 +94,10 @@ static void run_block(body_fn fn, const eep_epk_params_t &p, unsigned b, unsigne
     pthread_t         th[EEP_EPK_THREADS];
     pthread_attr_t    attr;
 
-    blockIdx.x  = b;
-    gridDim.x   = G;
-    blockDim.x  = EEP_EPK_THREADS;
-    eep_shim_dyn = (int *)calloc(dyn / 4 + 1, 4);
+    blockIdx.x         = b;
+    gridDim.x          = G;
+    blockDim.x         = EEP_EPK_THREADS;
+    eep_shim_dyn       = (int *)calloc(dyn / 4 + 1, 4);
     eep_shim_block_bar = new std::barrier<>(EEP_EPK_THREADS);
     for (int w = 0; w < EEP_EPK_WARPS; w++) {
         eep_shim_warps[w].bar = new std::barrier<>(32);
@@ -121,7 +121,7 @@ static bool launch(body_fn fn, eep_epk_params_t *p, unsigned G, size_t dyn, cons
 {
     std::vector<pid_t> pids;
     time_t             start = time(NULL);
-    bool               ok = true;
+    bool               ok    = true;
 
     fflush(stdout);
     for (int r = 0; r < nranks; r++) {
@@ -186,7 +186,7 @@ static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, i
         g_skipped++;
         return 0;
     }
-    if (experts_per_rank * W < EEP_EPK_FIXED_K) { /* one rank, K 8: 4 experts cannot hold */
+    if (experts_per_rank * W < EEP_EPK_FIXED_K) {   /* one rank, K 8: 4 experts cannot hold */
         experts_per_rank = 2 * EEP_EPK_FIXED_K / W; /* a token's ids */
     }
     g_cases++;
@@ -200,9 +200,9 @@ static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, i
     s.alignment   = 4;
     s.dtype       = dtype;
 
-    const int      El = eep_ep_local_experts(&s), K = s.num_topk, H = s.hidden, T = s.max_tokens;
-    const int      NC = s.num_experts + W, S = 2, X = 1, G = S + X;
-    const int64_t  rows = eep_ep_rows_max(&s);
+    const int     El = eep_ep_local_experts(&s), K = s.num_topk, H = s.hidden, T = s.max_tokens;
+    const int     NC = s.num_experts + W, S = 2, X = 1, G = S + X;
+    const int64_t rows = eep_ep_rows_max(&s);
     eep_ep_buffer_sizes_t z;
     eep_ep_wire_t         wire;
     eep_ref_gen_t         gen;
@@ -236,12 +236,12 @@ static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, i
     for (int r = 0; r < W; r++) {
         win->base[r] = (unsigned char *)shm_alloc(z.total_bytes);
     }
-    const int sw = 2; /* order-mask warps: a small budget, like a large E would give */
+    const int    sw  = 2; /* order-mask warps: a small budget, like a large E would give */
     const size_t dyn = (size_t)(1 + 2 * sw) * NC * 4;
     std::vector<uint16_t *> out(W), out_ref(W), y(W);
     for (int r = 0; r < W; r++) {
-        eep_epk_params_t &q = p[r];
-        const int         n = in[r].num_tokens;
+        eep_epk_params_t &q   = p[r];
+        const int         n   = in[r].num_tokens;
         int32_t          *ids = (int32_t *)shm_alloc((size_t)T * K * 4 + 4);
 
         eep_ref_topk_to_i32(&in[r], K, ids);
@@ -256,46 +256,46 @@ static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, i
             printf("%s: eep_ep_params_layout failed\n", name);
             return 1;
         }
-        q.num_tokens = n;
-        q.scan_warps = sw;
-        q.window = win;
-        q.fault = (eep_fault_page_t *)shm_alloc(sizeof(eep_fault_page_t));
+        q.num_tokens  = n;
+        q.scan_warps  = sw;
+        q.window      = win;
+        q.fault       = (eep_fault_page_t *)shm_alloc(sizeof(eep_fault_page_t));
         q.fault_claim = (unsigned int *)shm_alloc(4);
-        q.timeout_ns = (fault == FAULT_SILENT_PEER || fault == FAULT_DUP_ID ? 2ull : 200ull) *
+        q.timeout_ns  = (fault == FAULT_SILENT_PEER || fault == FAULT_DUP_ID ? 2ull : 200ull) *
                        1000000000ull;
         q.send_blocks = S;
-        q.skip_pad_x = fault == SKIP_PADDING_X;
-        q.x = U(shm_alloc(wire.hidden_bytes * T));
+        q.skip_pad_x  = fault == SKIP_PADDING_X;
+        q.x           = U(shm_alloc(wire.hidden_bytes * T));
         memcpy((void *)q.x, in[r].x, wire.hidden_bytes * n);
         if (wire.scale_bytes != 0) {
             q.x_scales = U(shm_alloc(wire.scale_bytes * T));
             memcpy((void *)q.x_scales, in[r].x_scales, wire.scale_bytes * n);
             q.recv_x_scales = U(shm_alloc(wire.scale_bytes * rows));
         }
-        q.host_mirror = U(shm_alloc((size_t)(El + 2) * 8));
-        q.topk_idx = U(ids);
+        q.host_mirror  = U(shm_alloc((size_t)(El + 2) * 8));
+        q.topk_idx     = U(ids);
         q.topk_weights = U(shm_alloc((size_t)T * K * 4));
         memcpy((void *)q.topk_weights, in[r].topk_weights, (size_t)n * K * 4);
-        q.recv_x = U(shm_alloc(wire.hidden_bytes * rows));
-        q.recv_topk_idx = U(shm_alloc((size_t)rows * K * 4));
+        q.recv_x            = U(shm_alloc(wire.hidden_bytes * rows));
+        q.recv_topk_idx     = U(shm_alloc((size_t)rows * K * 4));
         q.recv_topk_weights = U(shm_alloc((size_t)rows * K * 4));
-        q.recv_counts = U(shm_alloc((size_t)El * 4));
-        q.recv_offsets = U(shm_alloc((size_t)(El + 1) * 4));
-        q.h_counts = U(shm_alloc((size_t)El * 4));
-        q.h_offsets = U(shm_alloc((size_t)(El + 1) * 4));
-        q.h_send_slot = U(shm_alloc((size_t)T * W * 4));
-        q.h_recv_n = U(shm_alloc((size_t)W * 4));
-        q.h_recv_tok = U(shm_alloc((size_t)W * T * 4));
-        q.h_recv_ord = U(shm_alloc((size_t)W * T * 4));
-        q.h_recv_rows = U(shm_alloc((size_t)W * T * K * 4));
-        q.h_recv_w = U(shm_alloc((size_t)W * T * K * 4));
-        q.chunk_totals = U(shm_alloc((size_t)EEP_EPK_MAX_SEND_BLOCKS * NC * 4));
-        q.chunk_flags = U(shm_alloc((size_t)EEP_EPK_MAX_SEND_BLOCKS * 8));
-        y[r] = (uint16_t *)shm_alloc((size_t)rows * H * 2);
-        q.y = U(y[r]);
-        out[r] = (uint16_t *)shm_alloc((size_t)T * H * 2);
-        q.out = U(out[r]);
-        out_ref[r] = (uint16_t *)calloc((size_t)T * H, 2);
+        q.recv_counts       = U(shm_alloc((size_t)El * 4));
+        q.recv_offsets      = U(shm_alloc((size_t)(El + 1) * 4));
+        q.h_counts          = U(shm_alloc((size_t)El * 4));
+        q.h_offsets         = U(shm_alloc((size_t)(El + 1) * 4));
+        q.h_send_slot       = U(shm_alloc((size_t)T * W * 4));
+        q.h_recv_n          = U(shm_alloc((size_t)W * 4));
+        q.h_recv_tok        = U(shm_alloc((size_t)W * T * 4));
+        q.h_recv_ord        = U(shm_alloc((size_t)W * T * 4));
+        q.h_recv_rows       = U(shm_alloc((size_t)W * T * K * 4));
+        q.h_recv_w          = U(shm_alloc((size_t)W * T * K * 4));
+        q.chunk_totals      = U(shm_alloc((size_t)EEP_EPK_MAX_SEND_BLOCKS * NC * 4));
+        q.chunk_flags       = U(shm_alloc((size_t)EEP_EPK_MAX_SEND_BLOCKS * 8));
+        y[r]                = (uint16_t *)shm_alloc((size_t)rows * H * 2);
+        q.y                 = U(y[r]);
+        out[r]              = (uint16_t *)shm_alloc((size_t)T * H * 2);
+        q.out               = U(out[r]);
+        out_ref[r]          = (uint16_t *)calloc((size_t)T * H, 2);
     }
     /* combine: y from (rank, row, channel, pair), so that a combine that read an earlier pair's
        partials (a sequence or parity that did not advance) gives wrong sums; padding rows NaN
@@ -304,10 +304,10 @@ static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, i
         for (int r = 0; r < W; r++) {
             for (int64_t row = 0; row < rows; row++) {
                 for (int h = 0; h < H; h++) {
-                    float v = (float)((r * 131 + row * 17 + h * 7 + pair * 29) % 97) / 32.0f -
-                              1.5f;
-                    y[r][row * H + h] = row < rr[r].num_rows && rr[r].src_rank[row] >= 0 ?
-                                        eep_ref_f32_to_bf16(v) : 0x7fc0;
+                    float v = (float)((r * 131 + row * 17 + h * 7 + pair * 29) % 97) / 32.0f - 1.5f;
+                    y[r][row * H + h] = row < rr[r].num_rows && rr[r].src_rank[row] >= 0
+                                            ? eep_ref_f32_to_bf16(v)
+                                            : 0x7fc0;
                 }
             }
         }
@@ -322,10 +322,10 @@ static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, i
         /* One dispatch: rank 1 never runs (silent peer: every wait of rank 0 must give up at
            its 2 s deadline, recording peer 1), or both run with a bad id on rank 0 (the token is
            dropped and recorded; nothing hangs). */
-        const int                 nr = fault == FAULT_SILENT_PEER ? 1 : W;
-        const eep_fault_page_t   *f = p[0].fault;
-        const unsigned long long  t0 = eep_shim_now_ns();
-        bool                      ok;
+        const int                nr = fault == FAULT_SILENT_PEER ? 1 : W;
+        const eep_fault_page_t  *f  = p[0].fault;
+        const unsigned long long t0 = eep_shim_now_ns();
+        bool                     ok;
 
         ok = launch(eep_ep_dispatch_body<32, EEP_EPK_NO_CPU_SYNC, 0>, p, G, dyn, name, nr);
         check(ok, "the launch ends", 0, -1);
@@ -344,7 +344,7 @@ static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, i
             check(f->nrecords >= 1 && f->records[0].phase == EEP_PHASE_EP_BAD_EXPERT,
                   "bad-expert record", 0, f->nrecords);
             check(f->records[0].expected == 3 &&
-                  f->records[0].observed == (fault == FAULT_DUP_ID ? 1 : BAD_ID),
+                      f->records[0].observed == (fault == FAULT_DUP_ID ? 1 : BAD_ID),
                   "record names token 3 and its bad id", 0, (long long)f->records[0].expected);
             /* every block drops the token alike (senders, the counter's count, the copy
                blocks' layout): nothing waits for a record that never comes */
@@ -359,8 +359,9 @@ static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, i
         return g_errors == before ? 0 : 1;
     }
     for (int pair = 0; pair < pairs; pair++) {
-        const int dmode = mode == EEP_EPK_CPU_SYNC ? EEP_EPK_CPU_SYNC :
-                          pair > 0 && mode == EEP_EPK_CACHED ? EEP_EPK_CACHED : EEP_EPK_NO_CPU_SYNC;
+        const int dmode = mode == EEP_EPK_CPU_SYNC             ? EEP_EPK_CPU_SYNC
+                          : pair > 0 && mode == EEP_EPK_CACHED ? EEP_EPK_CACHED
+                                                               : EEP_EPK_NO_CPU_SYNC;
         char      what[96];
 
         /* x, its scales and the top-k weights change with every pair (the routing does not, so
@@ -379,13 +380,11 @@ static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, i
                 x[i] = (uint8_t)(x[i] ^ (uint8_t)(0x5a + pair));
             }
             memcpy((void *)p[r].x, in[r].x, wire.hidden_bytes * in[r].num_tokens);
-            for (size_t i = 0; sc != NULL && i < wire.scale_bytes * (size_t)in[r].num_tokens;
-                 i++) {
+            for (size_t i = 0; sc != NULL && i < wire.scale_bytes * (size_t)in[r].num_tokens; i++) {
                 sc[i] = (uint8_t)(sc[i] ^ (uint8_t)(0x21 + pair));
             }
             if (sc != NULL) {
-                memcpy((void *)p[r].x_scales, in[r].x_scales,
-                       wire.scale_bytes * in[r].num_tokens);
+                memcpy((void *)p[r].x_scales, in[r].x_scales, wire.scale_bytes * in[r].num_tokens);
             }
             eep_ref_recv_free(&rr[r]);
         }
@@ -421,18 +420,18 @@ static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, i
             if (!launch(eep_ep_dispatch_body<32, EEP_EPK_CPU_SYNC, 1>, p, X, dyn, what)) {
                 return 1;
             }
-        } else if (!launch(dmode == EEP_EPK_CACHED ?
-                               eep_ep_dispatch_body<32, EEP_EPK_CACHED, 0> :
-                               eep_ep_dispatch_body<32, EEP_EPK_NO_CPU_SYNC, 0>,
+        } else if (!launch(dmode == EEP_EPK_CACHED
+                               ? eep_ep_dispatch_body<32, EEP_EPK_CACHED, 0>
+                               : eep_ep_dispatch_body<32, EEP_EPK_NO_CPU_SYNC, 0>,
                            p, G, dyn, what)) {
             return 1;
         }
         for (int r = 0; r < W; r++) {
             const int32_t *cnt = (const int32_t *)p[r].recv_counts;
             const int32_t *off = (const int32_t *)p[r].recv_offsets;
-            const uint8_t *rx = (const uint8_t *)p[r].recv_x;
-            const int32_t *ri = (const int32_t *)p[r].recv_topk_idx;
-            const float   *rw = (const float *)p[r].recv_topk_weights;
+            const uint8_t *rx  = (const uint8_t *)p[r].recv_x;
+            const int32_t *ri  = (const int32_t *)p[r].recv_topk_idx;
+            const float   *rw  = (const float *)p[r].recv_topk_weights;
 
             check(p[r].fault->abort_flag == 0, "no fault raised", r, -1);
             for (int e = 0; e <= El; e++) {
@@ -445,17 +444,19 @@ static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, i
                 if (fault == SKIP_PADDING_X && rr[r].src_rank[row] < 0) {
                     /* a padding row's x keeps the poison; its ids and weights are still set */
                     check(rx[row * wire.hidden_bytes] == 0xa5 &&
-                          rx[(row + 1) * wire.hidden_bytes - 1] == 0xa5, "padding x untouched",
-                          r, row);
+                              rx[(row + 1) * wire.hidden_bytes - 1] == 0xa5,
+                          "padding x untouched", r, row);
                 } else {
                     check(memcmp(rx + row * wire.hidden_bytes, rr[r].x + row * wire.hidden_bytes,
-                                 wire.hidden_bytes) == 0, "row bytes", r, row);
+                                 wire.hidden_bytes) == 0,
+                          "row bytes", r, row);
                 }
                 if (wire.scale_bytes != 0 &&
                     (fault != SKIP_PADDING_X || rr[r].src_rank[row] >= 0)) {
                     check(memcmp((const uint8_t *)p[r].recv_x_scales + row * wire.scale_bytes,
                                  (const uint8_t *)rr[r].x_scales + row * wire.scale_bytes,
-                                 wire.scale_bytes) == 0, "row scales", r, row);
+                                 wire.scale_bytes) == 0,
+                          "row scales", r, row);
                 }
                 for (int k = 0; k < K; k++) {
                     check(ri[row * K + k] == rr[r].topk_idx[row * K + k], "row ids", r, row);
@@ -475,7 +476,7 @@ static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, i
                 const uint64_t seq = (uint64_t)pair + 1;
                 const uint8_t *rec = win->base[r] + p[r].drecv_off +
                                      ((seq & 1) * W + src) * p[r].drecv_region;
-                uint64_t       tag, flag;
+                uint64_t tag, flag;
 
                 if (src == r || rn[src] == 0) {
                     continue; /* this rank's records are metadata only */
@@ -521,8 +522,8 @@ int main(void)
     /* 8 ranks with 1025-token buffers (the plain-records cases) need more than 64 MB; pages
        are only backed once touched */
     g_size = 512u << 20;
-    g_mem = (unsigned char *)mmap(NULL, g_size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
-                                  -1, 0);
+    g_mem  = (unsigned char *)mmap(NULL, g_size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+                                   -1, 0);
     if (g_mem == MAP_FAILED) {
         perror("mmap");
         return 1;
@@ -534,16 +535,15 @@ int main(void)
     fails += run_case("cpu-sync fp8, slow sender", EEP_EPK_CPU_SYNC, EEP_DTYPE_FP8_E4M3, 0, 3);
     eep_shim_slow_rank = -1;
     fails += run_case("no-cpu-sync bf16, 2 tokens", EEP_EPK_NO_CPU_SYNC, EEP_DTYPE_BF16, 2, 3);
-    fails += run_case("silent peer", EEP_EPK_NO_CPU_SYNC, EEP_DTYPE_BF16, 0, 1,
-                      FAULT_SILENT_PEER);
+    fails += run_case("silent peer", EEP_EPK_NO_CPU_SYNC, EEP_DTYPE_BF16, 0, 1, FAULT_SILENT_PEER);
     fails += run_case("bad expert id", EEP_EPK_NO_CPU_SYNC, EEP_DTYPE_BF16, 0, 1, FAULT_BAD_ID);
     fails += run_case("expert id twice in a token", EEP_EPK_NO_CPU_SYNC, EEP_DTYPE_BF16, 0, 1,
                       FAULT_DUP_ID);
     fails += run_case("skip padding x", EEP_EPK_NO_CPU_SYNC, EEP_DTYPE_BF16, 0, 2, SKIP_PADDING_X);
     fails += run_case("masked lanes (30% -1)", EEP_EPK_NO_CPU_SYNC, EEP_DTYPE_BF16, 0, 2,
                       FAULT_NONE, GATING_MASKED);
-    fails += run_case("hotspot: every token to expert 0 only", EEP_EPK_CPU_SYNC,
-                      EEP_DTYPE_FP8_E4M3, 0, 2, FAULT_NONE, GATING_HOTSPOT);
+    fails += run_case("hotspot: every token to expert 0 only", EEP_EPK_CPU_SYNC, EEP_DTYPE_FP8_E4M3,
+                      0, 2, FAULT_NONE, GATING_HOTSPOT);
     fails += run_case("silent rank 1", EEP_EPK_CACHED, EEP_DTYPE_BF16, 0, 2, FAULT_NONE,
                       GATING_SILENT_RANK);
     /* 40 tokens: 20 a sending block, past the decode-size splits (one warp a token in the
@@ -552,8 +552,8 @@ int main(void)
                       GATING_BALANCED, 40);
     /* 72 experts a rank: the copy blocks' layout (offsets, padding rows) spans three warps of
        32 experts, the last one partly; every other case has 4 */
-    fails += run_case("no-cpu-sync bf16, 72 experts a rank", EEP_EPK_NO_CPU_SYNC, EEP_DTYPE_BF16,
-                      0, 2, FAULT_NONE, GATING_BALANCED, 40, 72);
+    fails += run_case("no-cpu-sync bf16, 72 experts a rank", EEP_EPK_NO_CPU_SYNC, EEP_DTYPE_BF16, 0,
+                      2, FAULT_NONE, GATING_BALANCED, 40, 72);
     fails += run_case("cached bf16, 72 experts a rank", EEP_EPK_CACHED, EEP_DTYPE_BF16, 0, 2,
                       FAULT_NONE, GATING_BALANCED, 40, 72);
     fails += run_case("cpu-sync bf16, 72 experts a rank", EEP_EPK_CPU_SYNC, EEP_DTYPE_BF16, 0, 2,
@@ -567,8 +567,8 @@ int main(void)
                       FAULT_NONE, GATING_BALANCED, 40, staged);
     fails += run_case("bad expert id, staged ids", EEP_EPK_NO_CPU_SYNC, EEP_DTYPE_BF16, 0, 1,
                       FAULT_BAD_ID, GATING_BALANCED, 8, staged);
-    fails += run_case("expert id twice in a token, staged ids", EEP_EPK_NO_CPU_SYNC,
-                      EEP_DTYPE_BF16, 0, 1, FAULT_DUP_ID, GATING_BALANCED, 8, staged);
+    fails += run_case("expert id twice in a token, staged ids", EEP_EPK_NO_CPU_SYNC, EEP_DTYPE_BF16,
+                      0, 1, FAULT_DUP_ID, GATING_BALANCED, 8, staged);
     /* Buffers past EEP_EP_COMBINE_LINES_MAX_TOKENS: the combine's plain rows with tags (the
        cases above have flagged lines both ways), at decode size and past the splits; past
        EEP_EP_DISPATCH_LINES_MAX_TOKENS the dispatch's records are plain too */

@@ -19,8 +19,13 @@
 static eep_ep_shape_t shape(int world, int T, int H, int K, int E, int align, eep_dtype_t dt)
 {
     eep_ep_shape_t s = {
-        .world = world, .max_tokens = T, .hidden = H, .num_topk = K, .num_experts = E,
-        .alignment = align, .dtype = dt,
+        .world       = world,
+        .max_tokens  = T,
+        .hidden      = H,
+        .num_topk    = K,
+        .num_experts = E,
+        .alignment   = align,
+        .dtype       = dt,
     };
 
     return s;
@@ -171,8 +176,7 @@ static void test_buffer_sizes(void **state)
    compiles the ones in use. */
 static void test_combine_lines(void **state)
 {
-    eep_ep_shape_t        s = shape(2, EEP_EP_COMBINE_LINES_MAX_TOKENS, 7168, 8, 256, 1,
-                                    EEP_DTYPE_BF16);
+    eep_ep_shape_t s = shape(2, EEP_EP_COMBINE_LINES_MAX_TOKENS, 7168, 8, 256, 1, EEP_DTYPE_BF16);
     eep_ep_buffer_sizes_t z;
     eep_ep_wire_t         w;
     eep_ep_kernel_names_t names;
@@ -305,7 +309,7 @@ static void test_sm_model(void **state)
     m.device_sms = 4;
     assert_int_equal(eep_ep_sm_model_run(&m, NULL), 1);
     m.device_sms = 132;
-    m.margin = 0.5;
+    m.margin     = 0.5;
     assert_int_equal(eep_ep_sm_model_run(&m, NULL), -1);
 }
 
@@ -361,16 +365,11 @@ static void test_pick_sms(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_shape_check),
-        cmocka_unit_test(test_wire_layout),
-        cmocka_unit_test(test_offsets),
-        cmocka_unit_test(test_rows_max_is_tight),
-        cmocka_unit_test(test_buffer_sizes),
-        cmocka_unit_test(test_combine_lines),
-        cmocka_unit_test(test_layout_equal),
-        cmocka_unit_test(test_expected_groups),
-        cmocka_unit_test(test_sm_model),
-        cmocka_unit_test(test_knobs_table),
+        cmocka_unit_test(test_shape_check),  cmocka_unit_test(test_wire_layout),
+        cmocka_unit_test(test_offsets),      cmocka_unit_test(test_rows_max_is_tight),
+        cmocka_unit_test(test_buffer_sizes), cmocka_unit_test(test_combine_lines),
+        cmocka_unit_test(test_layout_equal), cmocka_unit_test(test_expected_groups),
+        cmocka_unit_test(test_sm_model),     cmocka_unit_test(test_knobs_table),
         cmocka_unit_test(test_pick_sms),
     };
 

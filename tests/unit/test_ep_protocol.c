@@ -27,7 +27,6 @@
 #include <string.h>
 #include <cmocka.h>
 
-
 #define WORLD 4
 #define CALLS 3000
 #define KINDS 2 /* dispatch, combine */
@@ -38,12 +37,12 @@ typedef struct {
 } rank_mem_t;
 
 typedef struct {
-    rank_mem_t       mem[WORLD];
-    int              parities;    /* 2: the protocol; 1: the broken variant */
-    unsigned char    kinds[CALLS];
-    unsigned char    carries[CALLS][WORLD][WORLD]; /* [call][from][to]: data this call */
-    _Atomic int64_t  violations;
-    _Atomic int      timeouts;
+    rank_mem_t      mem[WORLD];
+    int             parities; /* 2: the protocol; 1: the broken variant */
+    unsigned char   kinds[CALLS];
+    unsigned char   carries[CALLS][WORLD][WORLD]; /* [call][from][to]: data this call */
+    _Atomic int64_t violations;
+    _Atomic int     timeouts;
 } world_t;
 
 typedef struct {
@@ -73,15 +72,15 @@ static void spin(uint64_t *st, int max)
 
 static void *rank_main(void *p)
 {
-    arg_t    *a = p;
-    world_t  *w = a->w;
-    int       me = a->rank, i, peer;
-    uint64_t  seq[KINDS] = { 0, 0 };
-    uint64_t  st = 0x1234u + (uint64_t)me * 77u;
+    arg_t   *a          = p;
+    world_t *w          = a->w;
+    int      me         = a->rank, i, peer;
+    uint64_t seq[KINDS] = { 0, 0 };
+    uint64_t st         = 0x1234u + (uint64_t)me * 77u;
 
     for (i = 0; i < CALLS; i++) {
-        int      k = w->kinds[i];
-        uint64_t n = ++seq[k];
+        int      k   = w->kinds[i];
+        uint64_t n   = ++seq[k];
         int      par = (int)(n % (uint64_t)w->parities);
 
         /* Producer: the handshake word, then data where this call carries some. */
@@ -129,7 +128,8 @@ static void *rank_main(void *p)
             uint64_t got;
 
             while ((got = atomic_load_explicit(&w->mem[me].hello[k][par][peer],
-                                               memory_order_acquire) >> 32) < n) {
+                                               memory_order_acquire) >>
+                          32) < n) {
                 if (++tries > 50000000L) {
                     atomic_fetch_add(&w->timeouts, 1);
                     return NULL;

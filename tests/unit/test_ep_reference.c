@@ -70,16 +70,16 @@ static void test_e4m3_known_values(void **state)
     assert_int_equal(eep_ref_f32_to_e4m3(-448.0f), 0xfe);
     assert_int_equal(eep_ref_f32_to_e4m3(0.0f), 0x00);
     assert_int_equal(eep_ref_f32_to_e4m3(-0.0f), 0x80);
-    assert_int_equal(eep_ref_f32_to_e4m3(0x1p-6f), 0x08);  /* smallest normal */
-    assert_int_equal(eep_ref_f32_to_e4m3(0x1p-9f), 0x01);  /* smallest subnormal */
-    assert_int_equal(eep_ref_f32_to_e4m3(0x7p-9f), 0x07);  /* largest subnormal */
+    assert_int_equal(eep_ref_f32_to_e4m3(0x1p-6f), 0x08);        /* smallest normal */
+    assert_int_equal(eep_ref_f32_to_e4m3(0x1p-9f), 0x01);        /* smallest subnormal */
+    assert_int_equal(eep_ref_f32_to_e4m3(0x7p-9f), 0x07);        /* largest subnormal */
     assert_int_equal(eep_ref_f32_to_e4m3(0.5f * 0x1p-9f), 0x00); /* tie -> even (0) */
     assert_int_equal(eep_ref_f32_to_e4m3(1.5f * 0x1p-9f), 0x02); /* tie -> even (2) */
-    assert_int_equal(eep_ref_f32_to_e4m3(1.0625f), 0x38);  /* tie between 1 and 1.125 */
-    assert_int_equal(eep_ref_f32_to_e4m3(1.1875f), 0x3a);  /* tie between 1.125 and 1.25 */
-    assert_int_equal(eep_ref_f32_to_e4m3(15.5f), 0x58);    /* tie 15 (0x57) / 16 (0x58): even */
-    assert_int_equal(eep_ref_f32_to_e4m3(0.1f), 0x1d);     /* 0.1015625 */
-    assert_int_equal(eep_ref_f32_to_e4m3(464.0f), 0x7e);   /* saturating, never NaN */
+    assert_int_equal(eep_ref_f32_to_e4m3(1.0625f), 0x38);        /* tie between 1 and 1.125 */
+    assert_int_equal(eep_ref_f32_to_e4m3(1.1875f), 0x3a);        /* tie between 1.125 and 1.25 */
+    assert_int_equal(eep_ref_f32_to_e4m3(15.5f), 0x58);  /* tie 15 (0x57) / 16 (0x58): even */
+    assert_int_equal(eep_ref_f32_to_e4m3(0.1f), 0x1d);   /* 0.1015625 */
+    assert_int_equal(eep_ref_f32_to_e4m3(464.0f), 0x7e); /* saturating, never NaN */
     assert_int_equal(eep_ref_f32_to_e4m3(1e6f), 0x7e);
     assert_int_equal(eep_ref_f32_to_e4m3(INFINITY), 0x7e);
     assert_int_equal(eep_ref_f32_to_e4m3(-INFINITY), 0xfe);
@@ -126,7 +126,7 @@ static void test_quantize_row(void **state)
 
     (void)state;
     for (i = 0; i < 128; i++) {
-        x[i] = eep_ref_f32_to_bf16((float)(i - 64) / 16.0f); /* amax 4 */
+        x[i]       = eep_ref_f32_to_bf16((float)(i - 64) / 16.0f); /* amax 4 */
         x[128 + i] = 0;
     }
     eep_ref_quantize_row(x, 256, q, sc);
@@ -155,8 +155,8 @@ typedef struct {
 
 static const ep_case_t cases[] = {
     { "bf16 H2048 K8", 4, 48, 2048, 8, 256, 128, EEP_DTYPE_BF16, 0, -1, 0, -1, -1, 1, 0 },
-    { "fp8 H7168 K6 masked", 4, 24, 7168, 6, 256, 32, EEP_DTYPE_FP8_E4M3, 0.25, -1, 0, -1, -1,
-      0, 0 },
+    { "fp8 H7168 K6 masked", 4, 24, 7168, 6, 256, 32, EEP_DTYPE_FP8_E4M3, 0.25, -1, 0, -1, -1, 0,
+      0 },
     { "bf16 H4096 K1", 8, 32, 4096, 1, 256, 1, EEP_DTYPE_BF16, 0, -1, 0, -1, -1, 0, 0 },
     { "hotspot only", 4, 40, 2048, 8, 256, 16, EEP_DTYPE_BF16, 0, 77, 1, -1, -1, 0, 0 },
     { "hotspot + random", 8, 16, 2048, 6, 256, 8, EEP_DTYPE_FP8_E4M3, 0, 3, 0, -1, -1, 0, 0 },
@@ -180,9 +180,13 @@ static void world_make(const ep_case_t *c, uint64_t seed, ep_world_t *w)
     eep_ref_gen_t gen;
     int           r;
 
-    w->s = (eep_ep_shape_t){ .world = c->world, .max_tokens = c->T, .hidden = c->H,
-                             .num_topk = c->K, .num_experts = c->E, .alignment = c->align,
-                             .dtype = c->dtype };
+    w->s = (eep_ep_shape_t){ .world       = c->world,
+                             .max_tokens  = c->T,
+                             .hidden      = c->H,
+                             .num_topk    = c->K,
+                             .num_experts = c->E,
+                             .alignment   = c->align,
+                             .dtype       = c->dtype };
     eep_ref_gen_init(&gen, seed);
     gen.masked_fraction = c->masked;
     gen.hotspot_expert  = c->hotspot;
@@ -191,8 +195,8 @@ static void world_make(const ep_case_t *c, uint64_t seed, ep_world_t *w)
     gen.masked_rank     = c->masked_rank;
     gen.tokens_mode     = c->tokens_mode;
     gen.num_tokens      = c->num_tokens;
-    w->in   = calloc((size_t)c->world, sizeof(*w->in));
-    w->recv = calloc((size_t)c->world, sizeof(*w->recv));
+    w->in               = calloc((size_t)c->world, sizeof(*w->in));
+    w->recv             = calloc((size_t)c->world, sizeof(*w->recv));
     assert_non_null(w->in);
     assert_non_null(w->recv);
     for (r = 0; r < c->world; r++) {
@@ -216,11 +220,11 @@ static void world_free(ep_world_t *w)
 /* Check rank dst's received layout against the inputs, token by token. */
 static void check_recv(const ep_world_t *w, int dst)
 {
-    const eep_ep_shape_t *s = &w->s;
-    const eep_ref_recv_t *r = &w->recv[dst];
+    const eep_ep_shape_t *s  = &w->s;
+    const eep_ref_recv_t *r  = &w->recv[dst];
     int                   El = eep_ep_local_experts(s), K = s->num_topk, e, src, t, k;
     size_t                row_bytes = (size_t)s->hidden * eep_ep_elem_bytes(s->dtype);
-    size_t                nsc = s->dtype == EEP_DTYPE_FP8_E4M3 ? (size_t)s->hidden / 128 : 0;
+    size_t                nsc       = s->dtype == EEP_DTYPE_FP8_E4M3 ? (size_t)s->hidden / 128 : 0;
     int64_t               row, total = 0, seen_rows = 0;
     int64_t               pairs_expected = 0;
     int32_t              *seen;
@@ -252,8 +256,9 @@ static void check_recv(const ep_world_t *w, int dst)
                 continue;
             }
             if (row > r->expert_offsets[e]) {
-                int64_t prev = (int64_t)r->src_rank[row - 1] * s->max_tokens + r->src_token[row - 1];
-                int64_t cur  = (int64_t)r->src_rank[row] * s->max_tokens + r->src_token[row];
+                int64_t prev = (int64_t)r->src_rank[row - 1] * s->max_tokens +
+                               r->src_token[row - 1];
+                int64_t cur = (int64_t)r->src_rank[row] * s->max_tokens + r->src_token[row];
 
                 assert_true(cur > prev);
             }
@@ -292,7 +297,8 @@ static void check_recv(const ep_world_t *w, int dst)
     for (row = 0; row < r->num_rows; row++) {
         if (r->src_rank[row] >= 0) {
             seen[((size_t)r->src_rank[row] * (size_t)s->max_tokens + (size_t)r->src_token[row]) *
-                 (size_t)K + (size_t)r->src_lane[row]]++;
+                     (size_t)K +
+                 (size_t)r->src_lane[row]]++;
         }
     }
     for (src = 0; src < s->world; src++) {
@@ -304,8 +310,8 @@ static void check_recv(const ep_world_t *w, int dst)
             for (k = 0; k < K; k++) {
                 int64_t g    = w->in[src].topk_idx[(size_t)t * K + k];
                 int     mine = g >= (int64_t)dst * El && g < (int64_t)(dst + 1) * El;
-                int32_t n    = seen[((size_t)src * (size_t)s->max_tokens + (size_t)t) * (size_t)K +
-                                    (size_t)k];
+                int32_t n =
+                    seen[((size_t)src * (size_t)s->max_tokens + (size_t)t) * (size_t)K + (size_t)k];
 
                 assert_int_equal(n, mine ? 1 : 0);
                 pairs_expected += mine;
@@ -349,8 +355,8 @@ static void test_dispatch_invariants(void **state)
             }
         }
         assert_int_equal(sent, received);
-        printf("%-22s world %d: %lld (token, expert) pairs, rank 0 gets %lld rows\n",
-               cases[c].name, w.s.world, (long long)sent, (long long)w.recv[0].num_rows);
+        printf("%-22s world %d: %lld (token, expert) pairs, rank 0 gets %lld rows\n", cases[c].name,
+               w.s.world, (long long)sent, (long long)w.recv[0].num_rows);
         world_free(&w);
     }
 }
@@ -367,7 +373,8 @@ static void test_special_cases(void **state)
         for (e = 0; e < w.recv[r].num_local; e++) {
             int gid = r * w.recv[r].num_local + e;
 
-            assert_int_equal(w.recv[r].expert_counts[e], gid == 77 ? w.s.world * w.s.max_tokens : 0);
+            assert_int_equal(w.recv[r].expert_counts[e],
+                             gid == 77 ? w.s.world * w.s.max_tokens : 0);
         }
     }
     world_free(&w);
@@ -434,7 +441,7 @@ static void test_bad_expert_ids(void **state)
     in[1].topk_idx[5 * 4 + 2] = -2;
     assert_int_equal(eep_ref_dispatch(&s, in, recv, &bad_rank, &bad_token), EEP_ERR_INVALID_ARG);
     in[1].topk_idx[5 * 4 + 2] = -1;
-    in[0].topk_idx[3 * 4 + 1] = in[0].topk_idx[3 * 4 + 3] = 9; /* twice in one token */
+    in[0].topk_idx[3 * 4 + 1] = in[0].topk_idx[3 * 4 + 3] = 9;  /* twice in one token */
     in[0].topk_idx[3 * 4 + 0] = in[0].topk_idx[3 * 4 + 2] = -1; /* -1 twice is fine */
     assert_int_equal(eep_ref_dispatch(&s, in, recv, &bad_rank, &bad_token), EEP_ERR_INVALID_ARG);
     assert_int_equal(bad_rank, 0);
@@ -502,7 +509,7 @@ static uint16_t expected_const(const ep_world_t *w, int src, int t, float c)
 
     for (r = 0; r < w->s.world; r++) {
         float partial = 0.0f;
-        int   hit = 0;
+        int   hit     = 0;
 
         for (k = 0; k < K; k++) {
             int64_t g = w->in[src].topk_idx[(size_t)t * K + k];
@@ -575,8 +582,7 @@ static void test_combine_identity_experts(void **state)
     out  = make_out(&w);
     out2 = make_out(&w);
     assert_int_equal(eep_ref_combine(&w.s, w.in, w.recv, (const uint16_t *const *)y, out), EEP_OK);
-    assert_int_equal(eep_ref_combine(&w.s, w.in, w.recv, (const uint16_t *const *)y, out2),
-                     EEP_OK);
+    assert_int_equal(eep_ref_combine(&w.s, w.in, w.recv, (const uint16_t *const *)y, out2), EEP_OK);
     for (r = 0; r < w.s.world; r++) {
         assert_memory_equal(out[r], out2[r],
                             (size_t)w.in[r].num_tokens * (size_t)w.s.hidden * sizeof(uint16_t));
@@ -589,8 +595,8 @@ static void test_combine_identity_experts(void **state)
                 }
             }
             for (h = 0; h < w.s.hidden; h++) {
-                const uint16_t *xs = (const uint16_t *)w.in[r].x;
-                double          x = eep_ref_bf16_to_f32(xs[(size_t)t * w.s.hidden + h]);
+                const uint16_t *xs  = (const uint16_t *)w.in[r].x;
+                double          x   = eep_ref_bf16_to_f32(xs[(size_t)t * w.s.hidden + h]);
                 double          got = eep_ref_bf16_to_f32(out[r][(size_t)t * w.s.hidden + h]);
 
                 /* Up to K + 1 bf16 roundings of magnitude <= |x| * wsum. */
@@ -608,7 +614,7 @@ static void test_combine_identity_experts(void **state)
    with bf16 partials; any other order gives a different bf16 result. */
 static void test_combine_order_is_lane_then_rank(void **state)
 {
-    eep_ep_shape_t  s = { 2, 1, 8, 3, 4, 1, EEP_DTYPE_BF16 };
+    eep_ep_shape_t  s     = { 2, 1, 8, 3, 4, 1, EEP_DTYPE_BF16 };
     eep_ref_input_t in[2] = { { 0 }, { 0 } };
     eep_ref_recv_t  recv[2];
     uint16_t        x[8] = { 0 }, y0[16], y1[16], o0[8], o1[1];

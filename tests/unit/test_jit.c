@@ -22,25 +22,33 @@
 #include "test_jit_util.h"
 
 static const eep_jit_spec_t lsa_spec = {
-    .size = sizeof(eep_jit_spec_t), .header = "kernels/probe/lsa_probe.cuh",
-    .function = "eep_lsa_probe_body", .template_args = "1",
-    .param_type = "eep_lsa_probe_params_t", .launch_bounds = 256,
+    .size          = sizeof(eep_jit_spec_t),
+    .header        = "kernels/probe/lsa_probe.cuh",
+    .function      = "eep_lsa_probe_body",
+    .template_args = "1",
+    .param_type    = "eep_lsa_probe_params_t",
+    .launch_bounds = 256,
 };
 static const eep_jit_spec_t gin_spec = {
-    .size = sizeof(eep_jit_spec_t), .header = "kernels/probe/gin_probe.cuh",
-    .function = "eep_gin_probe_body", .template_args = "0",
-    .param_type = "eep_gin_probe_params_t", .needs_gin = 1,
+    .size          = sizeof(eep_jit_spec_t),
+    .header        = "kernels/probe/gin_probe.cuh",
+    .function      = "eep_gin_probe_body",
+    .template_args = "0",
+    .param_type    = "eep_gin_probe_params_t",
+    .needs_gin     = 1,
 };
 static const eep_jit_spec_t fill_spec = {
-    .size = sizeof(eep_jit_spec_t), .header = "kernels/probe/fill_probe.cuh",
-    .function = "eep_fill_probe_body", .template_args = "3u",
-    .param_type = "eep_fill_probe_params_t",
+    .size          = sizeof(eep_jit_spec_t),
+    .header        = "kernels/probe/fill_probe.cuh",
+    .function      = "eep_fill_probe_body",
+    .template_args = "3u",
+    .param_type    = "eep_fill_probe_params_t",
 };
 
 static eep_jit_t *make_jit(const char *cache)
 {
     eep_jit_params_t params = { .size = sizeof(params), .cache_dir = cache };
-    eep_jit_t       *jit = NULL;
+    eep_jit_t       *jit    = NULL;
 
     assert_int_equal(eep_jit_create(&params, &jit), EEP_OK);
     return jit;
@@ -49,7 +57,7 @@ static eep_jit_t *make_jit(const char *cache)
 /* A shell script that counts its runs in <dir>/nvcc.count and then runs the real nvcc. */
 static void make_counting_nvcc(const char *dir, char *path_p, size_t len)
 {
-    char text[8192];
+    char       text[8192];
     eep_jit_t *jit = make_jit(dir);
 
     assert_true(jit->nvcc[0] != '\0'); /* the toolkit's nvcc, found from the baked default */
@@ -82,7 +90,7 @@ static int count_lines(const char *dir, const char *name)
 static void check_entry(const char *path, uint8_t digest_p[EEP_SHA256_BYTES])
 {
     void  *cubin = NULL;
-    size_t size = 0;
+    size_t size  = 0;
 
     assert_int_equal(eep_jit_cache_read(path, &cubin, &size), EEP_OK);
     assert_true(size > 64);
@@ -125,9 +133,9 @@ static void test_lsa_nvrtc_cold_then_warm(void **state)
     pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
-        eep_jit_info_t info;
-        unsigned long  before = eep_jit_compiler_runs();
-        eep_jit_t     *child = NULL;
+        eep_jit_info_t   info;
+        unsigned long    before = eep_jit_compiler_runs();
+        eep_jit_t       *child  = NULL;
         eep_jit_params_t params = { .size = sizeof(params), .cache_dir = cache };
 
         if (eep_jit_create(&params, &child) != EEP_OK ||
@@ -135,7 +143,9 @@ static void test_lsa_nvrtc_cold_then_warm(void **state)
             _exit(2);
         }
         _exit(info.cache_hit == 1 && eep_jit_compiler_runs() == before &&
-              strcmp(info.key, cold.key) == 0 ? 0 : 3);
+                      strcmp(info.key, cold.key) == 0
+                  ? 0
+                  : 3);
     }
     assert_int_equal(waitpid(pid, &wstatus, 0), pid);
     assert_true(WIFEXITED(wstatus));
@@ -156,10 +166,11 @@ static int warm_child(const char *cache)
 {
     eep_jit_params_t params = { .size = sizeof(params), .cache_dir = cache };
     eep_jit_info_t   info;
-    eep_jit_t       *jit = NULL;
+    eep_jit_t       *jit   = NULL;
     int              nvrtc = 0;
 
-    if (eep_jit_create(&params, &jit) != EEP_OK || eep_jit_compile(jit, &lsa_spec, &info) != EEP_OK) {
+    if (eep_jit_create(&params, &jit) != EEP_OK ||
+        eep_jit_compile(jit, &lsa_spec, &info) != EEP_OK) {
         return 2;
     }
     dl_iterate_phdr(find_nvrtc, &nvrtc);
@@ -171,7 +182,7 @@ static int warm_child(const char *cache)
 
 static void test_warm_start_fresh_process(void **state)
 {
-    char          *cache = jt_mkdtemp("jit-fresh");
+    char          *cache  = jt_mkdtemp("jit-fresh");
     char          *argv[] = { "test_jit", "--warm-child", cache, NULL };
     eep_jit_info_t cold;
     eep_jit_t     *jit = make_jit(cache);
@@ -221,9 +232,9 @@ static void test_gin_nvcc(void **state)
 /* Four processes ask for one key at the same instant: one compiles, three wait and read it. */
 static void test_four_processes_one_compile(void **state)
 {
-    char    *cache = jt_mkdtemp("jit-race"), wrapper[4096];
-    int      go[2], res[2], i, wstatus, compiled = 0, hits = 0;
-    pid_t    pids[4];
+    char *cache = jt_mkdtemp("jit-race"), wrapper[4096];
+    int   go[2], res[2], i, wstatus, compiled = 0, hits = 0;
+    pid_t pids[4];
     struct {
         int     status, cache_hit;
         uint8_t digest[EEP_SHA256_BYTES];
@@ -238,7 +249,7 @@ static void test_four_processes_one_compile(void **state)
         pids[i] = fork();
         assert_true(pids[i] >= 0);
         if (pids[i] == 0) {
-            eep_jit_spec_t   spec = fill_spec;
+            eep_jit_spec_t   spec   = fill_spec;
             eep_jit_params_t params = { .size = sizeof(params), .cache_dir = cache };
             eep_jit_info_t   info;
             eep_jit_t       *jit = NULL;
@@ -248,7 +259,7 @@ static void test_four_processes_one_compile(void **state)
             close(res[0]);
             memset(&r[0], 0, sizeof(r[0]));
             spec.backend = EEP_JIT_BACKEND_NVCC;
-            r[0].status = eep_jit_create(&params, &jit);
+            r[0].status  = eep_jit_create(&params, &jit);
             if (read(go[0], &c, 1) < 0) { /* returns 0 when the parent closes: all start together */
                 _exit(4);
             }
@@ -348,17 +359,21 @@ static void test_flipped_bit_rebuilt(void **state)
 
 static void syntax_error(eep_jit_backend_t backend)
 {
-    char          *root = jt_mkdtemp("jit-bad-root"), *cache = jt_mkdtemp("jit-bad");
+    char            *root = jt_mkdtemp("jit-bad-root"), *cache = jt_mkdtemp("jit-bad");
     eep_jit_params_t params = { .size = sizeof(params), .cache_dir = cache, .source_root = root };
-    eep_jit_spec_t spec = { .size = sizeof(spec), .header = "bad/bad.cuh", .function = "bad_body",
-                            .param_type = "bad_params_t", .backend = backend };
-    eep_jit_info_t info;
-    eep_jit_t     *jit;
-    char           path[4096];
+    eep_jit_spec_t   spec   = { .size       = sizeof(spec),
+                                .header     = "bad/bad.cuh",
+                                .function   = "bad_body",
+                                .param_type = "bad_params_t",
+                                .backend    = backend };
+    eep_jit_info_t   info;
+    eep_jit_t       *jit;
+    char             path[4096];
 
-    jt_write(root, "bad/bad.cuh", "#pragma once\ntypedef struct { int *out; } bad_params_t;\n"
-                                  "__device__ void bad_body(const bad_params_t &p)\n"
-                                  "{\n    int eep_oops = ;\n    p.out[0] = eep_oops;\n}\n");
+    jt_write(root, "bad/bad.cuh",
+             "#pragma once\ntypedef struct { int *out; } bad_params_t;\n"
+             "__device__ void bad_body(const bad_params_t &p)\n"
+             "{\n    int eep_oops = ;\n    p.out[0] = eep_oops;\n}\n");
     assert_int_equal(eep_jit_create(&params, &jit), EEP_OK);
     jt_hook_reset();
     memset(&info, 0x5a, sizeof(info));
@@ -410,16 +425,19 @@ static void test_keep_source(void **state)
  * checked (EEP_ERR_INVALID_ARG naming them), and a spec of the size before the field has none. */
 static void test_defines(void **state)
 {
-    char          *root = jt_mkdtemp("jit-def-root"), *cache = jt_mkdtemp("jit-def");
+    char            *root = jt_mkdtemp("jit-def-root"), *cache = jt_mkdtemp("jit-def");
     eep_jit_params_t params = { .size = sizeof(params), .cache_dir = cache, .source_root = root };
-    eep_jit_spec_t spec = { .size = sizeof(spec), .header = "def/def.cuh", .function = "def_body",
-                            .param_type = "def_params_t", .backend = EEP_JIT_BACKEND_NVRTC };
-    static const char *const bad[] = { "1A=3", "A=", "A=b;c", "A=\"x\"", "A=1\n#include <x>",
+    eep_jit_spec_t   spec   = { .size       = sizeof(spec),
+                                .header     = "def/def.cuh",
+                                .function   = "def_body",
+                                .param_type = "def_params_t",
+                                .backend    = EEP_JIT_BACKEND_NVRTC };
+    static const char *const bad[] = { "1A=3",   "A=", "A=b;c", "A=\"x\"", "A=1\n#include <x>",
                                        "A(x)=x", "=3" };
-    eep_jit_info_t info;
-    eep_jit_t     *jit;
-    char           key3[sizeof(info.key)];
-    size_t         i;
+    eep_jit_info_t           info;
+    eep_jit_t               *jit;
+    char                     key3[sizeof(info.key)];
+    size_t                   i;
 
     (void)state;
     jt_write(root, "def/def.cuh",
@@ -479,8 +497,8 @@ static void test_pch_same_cubin(void **state)
 
     (void)state;
     first.backend = second.backend = EEP_JIT_BACKEND_NVRTC;
-    second.template_args = "7u";
-    jit = make_jit(with);
+    second.template_args           = "7u";
+    jit                            = make_jit(with);
     assert_int_equal(eep_jit_compile(jit, &first, &a), EEP_OK);
     assert_int_equal(eep_jit_compile(jit, &second, &a), EEP_OK);
     eep_jit_destroy(jit);
@@ -495,8 +513,8 @@ static void test_pch_same_cubin(void **state)
     assert_string_equal(a.key, b.key); /* PCH is not in the key: it does not shape the cubin */
     {
         /* the saved prefix is in this process's folder, not in /tmp at large */
-        const char *tmp = getenv("TMPDIR") != NULL && getenv("TMPDIR")[0] == '/' ?
-                          getenv("TMPDIR") : "/tmp";
+        const char *tmp = getenv("TMPDIR") != NULL && getenv("TMPDIR")[0] == '/' ? getenv("TMPDIR")
+                                                                                 : "/tmp";
         char        cmd[4096 + 128];
 
         snprintf(cmd, sizeof(cmd), "ls '%s/eep-pch-%u/%d/' | grep -q '\\.pch$'", tmp,
@@ -517,7 +535,7 @@ static void test_pch_same_cubin(void **state)
 static void test_prefetch(void **state)
 {
     char                    *cache = jt_mkdtemp("jit-pre");
-    eep_jit_t               *jit = make_jit(cache);
+    eep_jit_t               *jit   = make_jit(cache);
     eep_jit_spec_t           spec = fill_spec, bad = fill_spec;
     eep_jit_prefetch_stats_t stats;
     eep_jit_info_t           info;
@@ -525,11 +543,11 @@ static void test_prefetch(void **state)
 
     (void)state;
     spec.template_args = "9u";
-    runs = eep_jit_compiler_runs();
+    runs               = eep_jit_compiler_runs();
     assert_int_equal(eep_jit_prefetch(jit, &spec), EEP_OK);
     assert_int_equal(eep_jit_prefetch(jit, &spec), EEP_OK); /* waiting already, or compiling */
     eep_jit_prefetch_wait(jit, &stats);
-    assert_int_equal(eep_jit_compiler_runs(), runs + 1);    /* once: the second was a hit */
+    assert_int_equal(eep_jit_compiler_runs(), runs + 1); /* once: the second was a hit */
     assert_true(stats.done >= 1);
     assert_int_equal(stats.failed, 0);
     assert_int_equal(eep_jit_compile(jit, &spec, &info), EEP_OK);
@@ -551,7 +569,7 @@ static void test_prefetch(void **state)
 static void test_prefetch_yields_to_foreground(void **state)
 {
     char                    *cache = jt_mkdtemp("jit-pre-quiet");
-    eep_jit_t               *jit = make_jit(cache);
+    eep_jit_t               *jit   = make_jit(cache);
     eep_jit_spec_t           fg = fill_spec, bg = fill_spec;
     eep_jit_prefetch_stats_t stats;
     eep_jit_info_t           info;
@@ -576,16 +594,20 @@ static void test_prefetch_yields_to_foreground(void **state)
 /* A spec that does not compile: prefetch accepts it, the worker logs a warning and counts it. */
 static void test_prefetch_failure_logged(void **state)
 {
-    char          *root = jt_mkdtemp("jit-pre-bad-root"), *cache = jt_mkdtemp("jit-pre-bad");
+    char            *root = jt_mkdtemp("jit-pre-bad-root"), *cache = jt_mkdtemp("jit-pre-bad");
     eep_jit_params_t params = { .size = sizeof(params), .cache_dir = cache, .source_root = root };
-    eep_jit_spec_t spec = { .size = sizeof(spec), .header = "bad/bad.cuh", .function = "bad_body",
-                            .param_type = "bad_params_t", .backend = EEP_JIT_BACKEND_NVRTC };
+    eep_jit_spec_t   spec   = { .size       = sizeof(spec),
+                                .header     = "bad/bad.cuh",
+                                .function   = "bad_body",
+                                .param_type = "bad_params_t",
+                                .backend    = EEP_JIT_BACKEND_NVRTC };
     eep_jit_prefetch_stats_t stats;
     eep_jit_t               *jit;
 
     (void)state;
-    jt_write(root, "bad/bad.cuh", "#pragma once\ntypedef struct { int *out; } bad_params_t;\n"
-                                  "__device__ void bad_body(const bad_params_t &p) { oops; }\n");
+    jt_write(root, "bad/bad.cuh",
+             "#pragma once\ntypedef struct { int *out; } bad_params_t;\n"
+             "__device__ void bad_body(const bad_params_t &p) { oops; }\n");
     assert_int_equal(eep_jit_create(&params, &jit), EEP_OK);
     jt_hook_reset();
     assert_int_equal(eep_jit_prefetch(jit, &spec), EEP_OK);
@@ -603,8 +625,8 @@ static void test_prefetch_failure_logged(void **state)
 static void test_prefetch_queue_bound(void **state)
 {
     char          *cache = jt_mkdtemp("jit-pre-full");
-    eep_jit_t     *jit = make_jit(cache);
-    eep_jit_spec_t spec = fill_spec;
+    eep_jit_t     *jit   = make_jit(cache);
+    eep_jit_spec_t spec  = fill_spec;
     char           targs[16];
     int            i, full = 0, queued = 0;
     unsigned long  runs = eep_jit_compiler_runs();
@@ -615,7 +637,7 @@ static void test_prefetch_queue_bound(void **state)
 
         snprintf(targs, sizeof(targs), "%du", 100 + i);
         spec.template_args = targs; /* copied by the prefetch */
-        status = eep_jit_prefetch(jit, &spec);
+        status             = eep_jit_prefetch(jit, &spec);
         assert_true(status == EEP_OK || status == EEP_ERR_NO_RESOURCE);
         queued += status == EEP_OK;
         full += status == EEP_ERR_NO_RESOURCE;
@@ -662,10 +684,10 @@ static void test_pch_sweep(void **state)
 
 static void test_no_driver(void **state)
 {
-    char             *cache = jt_mkdtemp("jit-nodev");
+    char             *cache  = jt_mkdtemp("jit-nodev");
     eep_jit_kernel_t *kernel = NULL;
-    eep_jit_t        *jit = make_jit(cache);
-    unsigned long     runs = eep_jit_compiler_runs();
+    eep_jit_t        *jit    = make_jit(cache);
+    unsigned long     runs   = eep_jit_compiler_runs();
 
     (void)state;
     eep_cuda_sym_test_override("libeep-no-such-cuda-driver.so.1", NULL);

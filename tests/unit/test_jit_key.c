@@ -58,19 +58,23 @@ static int teardown(void **state)
 
 static eep_jit_spec_t base_spec(void)
 {
-    eep_jit_spec_t spec = { .size = sizeof(spec), .header = "probe/top.cuh", .function = "k_body",
-                            .template_args = "3", .param_type = "k_params_t",
-                            .backend = EEP_JIT_BACKEND_NVRTC };
+    eep_jit_spec_t spec = { .size          = sizeof(spec),
+                            .header        = "probe/top.cuh",
+                            .function      = "k_body",
+                            .template_args = "3",
+                            .param_type    = "k_params_t",
+                            .backend       = EEP_JIT_BACKEND_NVRTC };
     return spec;
 }
 
 static void key_of(const char *src_root, const char *arch, const eep_jit_spec_t *spec,
                    char key_p[EEP_SHA256_HEX])
 {
-    eep_jit_params_t params = { .size = sizeof(params), .cache_dir = cache,
-                                .source_root = src_root, .arch = arch };
-    eep_jit_unit_t   unit;
-    eep_jit_t       *jit;
+    eep_jit_params_t params = {
+        .size = sizeof(params), .cache_dir = cache, .source_root = src_root, .arch = arch
+    };
+    eep_jit_unit_t unit;
+    eep_jit_t     *jit;
 
     assert_int_equal(eep_jit_create(&params, &jit), EEP_OK);
     assert_int_equal(eep_jit_unit_build(jit, spec, &unit), EEP_OK);
@@ -110,8 +114,9 @@ static void test_nested_header_change(void **state)
     assert_string_equal(k0, k1);
 
     /* the directly included header too */
-    jt_write(root, "probe/inc/mid.h", "#pragma once\n#include \"../deep/leaf.h\"\n#include <nccl.h>\n"
-                                      "typedef struct { int *out; } k_params_t;\n");
+    jt_write(root, "probe/inc/mid.h",
+             "#pragma once\n#include \"../deep/leaf.h\"\n#include <nccl.h>\n"
+             "typedef struct { int *out; } k_params_t;\n");
     key_of(root, NULL, &spec, k1);
     assert_string_not_equal(k0, k1);
     jt_write(root, "probe/inc/mid.h", mid_h);
@@ -141,12 +146,12 @@ static void test_every_input_counts(void **state)
     key_of(root, NULL, &spec, k1);
     assert_string_not_equal(k0, k1);
 
-    spec = base_spec();
+    spec             = base_spec();
     spec.extra_flags = "-DEXTRA=1";
     key_of(root, NULL, &spec, k1);
     assert_string_not_equal(k0, k1);
 
-    spec = base_spec();
+    spec               = base_spec();
     spec.launch_bounds = 128;
     key_of(root, NULL, &spec, k1);
     assert_string_not_equal(k0, k1);
@@ -163,9 +168,11 @@ static void test_every_input_counts(void **state)
 /* The real LSA probe keys (NCCL's headers are read, the toolkit's are not) in a few ms. */
 static void test_lsa_probe_key(void **state)
 {
-    eep_jit_spec_t spec = { .size = sizeof(spec), .header = "kernels/probe/lsa_probe.cuh",
-                            .function = "eep_lsa_probe_body", .template_args = "1",
-                            .param_type = "eep_lsa_probe_params_t" };
+    eep_jit_spec_t spec = { .size          = sizeof(spec),
+                            .header        = "kernels/probe/lsa_probe.cuh",
+                            .function      = "eep_lsa_probe_body",
+                            .template_args = "1",
+                            .param_type    = "eep_lsa_probe_params_t" };
     char           k0[EEP_SHA256_HEX], k1[EEP_SHA256_HEX];
 
     (void)state;
@@ -197,7 +204,7 @@ static void key_with(eep_jit_t *jit, const eep_jit_spec_t *spec, char key_p[EEP_
 static void test_memo_sees_edits(void **state)
 {
     eep_jit_params_t params = { .size = sizeof(params), .cache_dir = cache, .source_root = root };
-    eep_jit_spec_t   spec = base_spec();
+    eep_jit_spec_t   spec   = base_spec();
     char             k0[EEP_SHA256_HEX], k1[EEP_SHA256_HEX], path[4096];
     struct stat      st;
     eep_jit_t       *jit;
@@ -242,24 +249,24 @@ static void test_bad_specs(void **state)
     (void)state;
     assert_int_equal(eep_jit_create(&params, &jit), EEP_OK);
     jt_hook_reset();
-    spec = base_spec();
+    spec        = base_spec();
     spec.header = "../etc/passwd";
     assert_int_equal(eep_jit_unit_build(jit, &spec, &unit), EEP_ERR_INVALID_ARG);
     assert_non_null(strstr(jt_hook_last, "relative"));
-    spec = base_spec();
+    spec        = base_spec();
     spec.header = "probe/missing.cuh";
     assert_int_equal(eep_jit_unit_build(jit, &spec, &unit), EEP_ERR_INVALID_ARG);
     assert_non_null(strstr(jt_hook_last, "not found"));
-    spec = base_spec();
+    spec          = base_spec();
     spec.function = NULL;
     assert_int_equal(eep_jit_unit_build(jit, &spec, &unit), EEP_ERR_INVALID_ARG);
-    spec = base_spec();
+    spec               = base_spec();
     spec.template_args = "1>(p); } int x; template <int";
     assert_int_equal(eep_jit_unit_build(jit, &spec, &unit), EEP_ERR_INVALID_ARG);
-    spec = base_spec();
+    spec      = base_spec();
     spec.size = 8;
     assert_int_equal(eep_jit_unit_build(jit, &spec, &unit), EEP_ERR_INVALID_ARG);
-    spec = base_spec();
+    spec           = base_spec();
     spec.needs_gin = 1; /* forced NVRTC cannot do GIN */
     assert_int_equal(eep_jit_unit_build(jit, &spec, &unit), EEP_ERR_UNSUPPORTED);
     assert_non_null(strstr(jt_hook_last, "NVRTC"));
@@ -270,12 +277,9 @@ static void test_bad_specs(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_nested_header_change),
-        cmocka_unit_test(test_tree_copy_keys_the_same),
-        cmocka_unit_test(test_every_input_counts),
-        cmocka_unit_test(test_lsa_probe_key),
-        cmocka_unit_test(test_memo_sees_edits),
-        cmocka_unit_test(test_bad_specs),
+        cmocka_unit_test(test_nested_header_change), cmocka_unit_test(test_tree_copy_keys_the_same),
+        cmocka_unit_test(test_every_input_counts),   cmocka_unit_test(test_lsa_probe_key),
+        cmocka_unit_test(test_memo_sees_edits),      cmocka_unit_test(test_bad_specs),
     };
 
     eep_log_set_level(EEP_LOG_LEVEL_ERROR);

@@ -20,15 +20,24 @@
 
 static void test_fill_launch(void **state)
 {
-    eep_jit_spec_t fill = { .size = sizeof(fill), .header = "kernels/probe/fill_probe.cuh",
-                            .function = "eep_fill_probe_body", .template_args = "3u",
-                            .param_type = "eep_fill_probe_params_t", .launch_bounds = 256 };
-    eep_jit_spec_t lsa = { .size = sizeof(lsa), .header = "kernels/probe/lsa_probe.cuh",
-                           .function = "eep_lsa_probe_body", .template_args = "1",
-                           .param_type = "eep_lsa_probe_params_t", .launch_bounds = 256 };
-    eep_jit_spec_t gin = { .size = sizeof(gin), .header = "kernels/probe/gin_probe.cuh",
-                           .function = "eep_gin_probe_body", .template_args = "0",
-                           .param_type = "eep_gin_probe_params_t", .needs_gin = 1 };
+    eep_jit_spec_t          fill = { .size          = sizeof(fill),
+                                     .header        = "kernels/probe/fill_probe.cuh",
+                                     .function      = "eep_fill_probe_body",
+                                     .template_args = "3u",
+                                     .param_type    = "eep_fill_probe_params_t",
+                                     .launch_bounds = 256 };
+    eep_jit_spec_t          lsa  = { .size          = sizeof(lsa),
+                                     .header        = "kernels/probe/lsa_probe.cuh",
+                                     .function      = "eep_lsa_probe_body",
+                                     .template_args = "1",
+                                     .param_type    = "eep_lsa_probe_params_t",
+                                     .launch_bounds = 256 };
+    eep_jit_spec_t          gin  = { .size          = sizeof(gin),
+                                     .header        = "kernels/probe/gin_probe.cuh",
+                                     .function      = "eep_gin_probe_body",
+                                     .template_args = "0",
+                                     .param_type    = "eep_gin_probe_params_t",
+                                     .needs_gin     = 1 };
     const eep_cuda_sym_t   *cu;
     eep_fill_probe_params_t p;
     eep_jit_kernel_t       *k1 = NULL, *k2 = NULL, *kl = NULL, *kg = NULL;
@@ -67,7 +76,8 @@ static void test_fill_launch(void **state)
     p = (eep_fill_probe_params_t){ .out = d, .n = n, .seed = 7 };
     if (k1->param_size != 0) {
         assert_int_equal(k1->param_size, sizeof(p));
-        assert_int_equal(eep_jit_launch(k1, 1, 32, 0, NULL, &p, sizeof(p) - 4), EEP_ERR_INVALID_ARG);
+        assert_int_equal(eep_jit_launch(k1, 1, 32, 0, NULL, &p, sizeof(p) - 4),
+                         EEP_ERR_INVALID_ARG);
     }
     assert_int_equal(eep_jit_launch(k1, 132, 256, 0, NULL, &p, sizeof(p)), EEP_OK);
     assert_int_equal(cu->cuCtxSynchronize(), CUDA_SUCCESS);

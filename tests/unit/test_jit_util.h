@@ -16,7 +16,8 @@
 static int  jt_hook_errors, jt_hook_warns;
 static char jt_hook_last[8192];
 
-static inline void jt_hook(eep_log_level_t level, eep_log_subsys_t subsys, const char *msg, void *arg)
+static inline void jt_hook(eep_log_level_t level, eep_log_subsys_t subsys, const char *msg,
+                           void *arg)
 {
     (void)subsys;
     (void)arg;
@@ -30,7 +31,7 @@ static inline void jt_hook(eep_log_level_t level, eep_log_subsys_t subsys, const
 static inline void jt_hook_reset(void)
 {
     jt_hook_errors = jt_hook_warns = 0;
-    jt_hook_last[0] = '\0';
+    jt_hook_last[0]                = '\0';
 }
 
 /* Write @p text to dir/rel, creating parent folders. */
@@ -40,7 +41,8 @@ static inline void jt_write(const char *dir, const char *rel, const char *text)
     FILE *f;
 
     snprintf(path, sizeof(path), "%s/%s", dir, rel);
-    for (slash = strchr(path + strlen(dir) + 1, '/'); slash != NULL; slash = strchr(slash + 1, '/')) {
+    for (slash = strchr(path + strlen(dir) + 1, '/'); slash != NULL;
+         slash = strchr(slash + 1, '/')) {
         *slash = '\0';
         mkdir(path, 0755);
         *slash = '/';

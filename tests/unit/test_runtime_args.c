@@ -136,7 +136,7 @@ static void test_no_driver_is_no_device(void **state)
     eep_bootstrap_params_t bp;
     eep_runtime_params_t   p;
     eep_bootstrap_t       *bs;
-    eep_runtime_t         *rt = NULL;
+    eep_runtime_t         *rt    = NULL;
     char                   dir[] = "/tmp/eep-rtargs-XXXXXX";
     char                   cmd[64];
 

@@ -94,7 +94,7 @@ static void test_classes(void **state)
     }
 }
 
-static int hook_errors;
+static int  hook_errors;
 static char hook_last[512];
 
 static void count_hook(eep_log_level_t level, eep_log_subsys_t subsys, const char *msg, void *arg)

@@ -19,8 +19,8 @@ typedef struct {
     int          busy;
     int          queries;
     int          aborts;
-    int          abort_at;      /* should_abort says yes from this query on (0: never) */
-    int          abort_finish;  /* queries still busy after the abort */
+    int          abort_at;     /* should_abort says yes from this query on (0: never) */
+    int          abort_finish; /* queries still busy after the abort */
     eep_status_t final;
 } fake_stream_t;
 

@@ -31,7 +31,7 @@ const char *eep_test_etcd_binary(void)
 {
     static const char *const candidates[] = { "/usr/bin/etcd", "/usr/local/bin/etcd",
                                               "/usr/sbin/etcd" };
-    size_t i;
+    size_t                   i;
 
     for (i = 0; i < sizeof(candidates) / sizeof(candidates[0]); i++) {
         if (access(candidates[i], X_OK) == 0) {
@@ -100,7 +100,7 @@ static int eep_test_etcd_healthy(int port, int tls)
             total += (size_t)got;
         }
         buf[total] = '\0';
-        ok = strstr(buf, "\"health\":\"true\"") != NULL;
+        ok         = strstr(buf, "\"health\":\"true\"") != NULL;
     }
     close(fd);
     return ok;
@@ -143,15 +143,14 @@ static pid_t eep_test_etcd_spawn(eep_test_etcd_t *etcd, int i)
 #if !defined(__x86_64__) && !defined(__aarch64__)
     setenv("ETCD_UNSUPPORTED_ARCH", "1", 1);
 #endif
-    execl(etcd->binary, etcd->binary, "--name", name, "--data-dir", data,
-          "--listen-client-urls", client, "--advertise-client-urls", client,
-          "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-          "--initial-cluster", cluster, "--initial-cluster-state", "new",
-          "--initial-cluster-token", etcd->dir, "--heartbeat-interval", "50",
-          "--election-timeout", "500", "--grpc-keepalive-min-time", "500ms",
-          "--logger", "zap", "--log-level", "warn",
-          etcd->tls ? "--cert-file" : (char *)NULL, cert, "--key-file", key,
-          "--client-cert-auth", "--trusted-ca-file", etcd->ca_file, (char *)NULL);
+    execl(etcd->binary, etcd->binary, "--name", name, "--data-dir", data, "--listen-client-urls",
+          client, "--advertise-client-urls", client, "--listen-peer-urls", peer,
+          "--initial-advertise-peer-urls", peer, "--initial-cluster", cluster,
+          "--initial-cluster-state", "new", "--initial-cluster-token", etcd->dir,
+          "--heartbeat-interval", "50", "--election-timeout", "500", "--grpc-keepalive-min-time",
+          "500ms", "--logger", "zap", "--log-level", "warn",
+          etcd->tls ? "--cert-file" : (char *)NULL, cert, "--key-file", key, "--client-cert-auth",
+          "--trusted-ca-file", etcd->ca_file, (char *)NULL);
     fprintf(stderr, "exec %s: %s\n", etcd->binary, strerror(errno));
     _exit(127);
 }
@@ -303,7 +302,7 @@ static int eep_test_all_threads_stopped(pid_t pid)
         fclose(f);
         stat[got] = '\0';
         /* "TID (comm) S ...": the state follows the last ')' (comm may hold one). */
-        state = strrchr(stat, ')');
+        state   = strrchr(stat, ')');
         stopped = state != NULL && state[1] == ' ' && (state[2] == 'T' || state[2] == 't');
         seen++;
     }

@@ -14,14 +14,14 @@
 
 typedef struct {
     int   n;
-    char  dir[256];                    /* temp dir holding every member's data and log */
-    char  endpoints[256];              /* "127.0.0.1:c0,127.0.0.1:c1,..." */
+    char  dir[256];       /* temp dir holding every member's data and log */
+    char  endpoints[256]; /* "127.0.0.1:c0,127.0.0.1:c1,..." */
     int   client_port[EEP_TEST_ETCD_MAX];
     int   peer_port[EEP_TEST_ETCD_MAX];
-    pid_t pid[EEP_TEST_ETCD_MAX];      /* 0 when the member is down */
+    pid_t pid[EEP_TEST_ETCD_MAX]; /* 0 when the member is down */
     char  binary[256];
-    int   tls;                         /* clients must use TLS with a client certificate */
-    char  ca_file[320];                /* TLS: CA, and a client certificate and key it signed */
+    int   tls;          /* clients must use TLS with a client certificate */
+    char  ca_file[320]; /* TLS: CA, and a client certificate and key it signed */
     char  cert_file[320];
     char  key_file[320];
 } eep_test_etcd_t;
