@@ -5,7 +5,7 @@
 # Script tests (SCRIPT_TESTS) are executables: exit 0 passes, 77 skips, anything else fails.
 UNIT_TEST_SRCS := $(wildcard tests/unit/test_*.c)
 UNIT_TEST_BINS += $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(UNIT_TEST_SRCS))
-SCRIPT_TESTS   += tests/unit/test_layering.sh tests/unit/test_bench_args.sh
+SCRIPT_TESTS   += tests/unit/test_layering.sh tests/unit/test_bench_args.sh tests/unit/test_format.sh
 
 .PHONY: unit-tests
 unit-tests: $(UNIT_TEST_BINS)
