@@ -10,8 +10,9 @@
 #   jit    eep-jit-bench --gpu (cold/warm JIT, the EP pair per rank count, the shrink prefetch)
 #   membw  make bench-membw (per-SM HBM and NVLink copy rates)
 #   digest (alone) print the kernel sources' digest that a round's summary.txt shows, and stop
-#   trace  eep-bench ep --trace at 2 ranks: where the time goes (phase stamps per block group) at
-#          T 128 alignment 1 (no-cpu-sync, cached) and T 4096 (no-cpu-sync), bf16, H 7168, K 8
+#   trace  eep-bench ep --trace at 2 ranks (1 on a one-GPU machine): where the time goes (phase
+#          stamps per block group) at T 128 alignment 1 (no-cpu-sync, cached) and T 4096
+#          (no-cpu-sync), bf16, H 7168, K 8
 #
 # Example: run(command="scripts/gpu-round.sh check bench", kind="nvidia-h200-x2").  Each part's
 # wall time and exit status go to $OUT/summary.txt; its full output to $OUT/<part>.log.
@@ -34,6 +35,7 @@ fi
 echo "gpu-round $(date -u +%FT%TZ): ${ngpu} GPU(s), parts: ${parts[*]}, kernel sources $digest" \
     | tee "$out/summary.txt"
 [ "$ngpu" -ge 1 ] || { echo "no GPU visible" | tee -a "$out/summary.txt"; exit 1; }
+export trace_ranks=$(( ngpu < 2 ? ngpu : 2 ))
 # Each make target builds only what it needs (libeep, the GPU tests, eep-bench): the GPU machine
 # has no gRPC or etcd and no network to install them.
 export MAKEFLAGS="-j$(nproc)"
@@ -58,7 +60,7 @@ for part in "${parts[@]}"; do
     jit) run_part jit-bench sh -c 'make build/bin/eep-jit-bench && build/bin/eep-jit-bench --gpu' ;;
     membw) run_part membw make bench-membw ;;
     trace) run_part trace sh -c 'make build/bin/eep-bench &&
-        a="ep --nranks 2 --baseline nccl --experts 256 --hidden 7168 --topk 8" &&
+        a="ep --nranks $trace_ranks --baseline nccl --experts 256 --hidden 7168 --topk 8" &&
         a="$a --dtype bf16 --trace" &&
         for m in no-cpu-sync cached; do echo "== T 128 align 1 $m";
             build/bin/eep-bench $a --tokens 128 --align 1 --mode $m || exit 1; done &&
