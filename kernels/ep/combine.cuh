@@ -320,20 +320,10 @@ __device__ __forceinline__ bool eep_epc_sum_rows(const eep_epk_params_t &p, cons
                 const unsigned char      *row = k.rows + (unsigned long long)lane * p.crecv_region;
                 const unsigned char      *tag_at = row + (unsigned long long)EEP_EPK_H(p) * 2;
                 const unsigned long long *tag    = (const unsigned long long *)tag_at;
-                unsigned                  polls  = 0;
 
-                ok = eep_wait_geq(
-                    w,
-                    [&p, tag, &polls] {
-                        if (polls++ > 64) {
-                            __nanosleep(64);
-                        }
-                        return eep_epk_ld_relaxed(p, tag);
-                    },
-                    seq, EEP_PHASE_EP_COMBINE, eep_epc_region_source(k.dm, (int)lane));
-                if (ok) {
-                    eep_epk_fence_acquire(p); /* the warp follows through the __syncwarp */
-                }
+                /* the warp follows the acquire through the __syncwarp below */
+                ok = eep_epk_wait_tag(p, w, tag, seq, EEP_PHASE_EP_COMBINE,
+                                      eep_epc_region_source(k.dm, (int)lane));
             }
             if (__any_sync(0xffffffffu, !ok)) {
                 return false;

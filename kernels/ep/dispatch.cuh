@@ -335,6 +335,29 @@ __device__ __forceinline__ void eep_epk_tag_store(unsigned char *rec, unsigned t
     eep_st_relaxed_sys((unsigned long long *)(rec + tag_off), seq);
 }
 
+/* Wait until a record's tag @p tag reads @p seq (the poll backs off after 64 tries), then
+   acquire: the record's bytes, stored before the tag's release, are visible.  @return false
+   when the wait gave up (the fault is recorded; eep_wait_geq). */
+__device__ __forceinline__ int eep_epk_wait_tag(const eep_epk_params_t &p, const eep_wait_ctx &w,
+                                                const unsigned long long *tag,
+                                                unsigned long long seq, int phase, int peer)
+{
+    unsigned polls = 0;
+    auto     poll  = [&p, tag, &polls] {
+        if (polls++ > 64) {
+            __nanosleep(64);
+        }
+        return eep_epk_ld_relaxed(p, tag);
+    };
+
+    const int ok = eep_wait_geq(w, poll, seq, phase, peer);
+
+    if (ok) {
+        eep_epk_fence_acquire(p);
+    }
+    return ok;
+}
+
 /* Units of a token's hidden bytes that the senders and copiers split: flagged lines (LL), or
    16-byte vectors. */
 template <bool LL>
@@ -610,20 +633,7 @@ __device__ void eep_epk_expand(const eep_epk_params_t &p, unsigned long long seq
         int                       ok  = 1;
 
         if (lane == 0) {
-            unsigned polls = 0;
-
-            ok = eep_wait_geq(
-                w,
-                [&p, tag, &polls] {
-                    if (polls++ > 64) {
-                        __nanosleep(64);
-                    }
-                    return eep_epk_ld_relaxed(p, tag);
-                },
-                seq, EEP_PHASE_EP_DISPATCH, s);
-            if (ok) {
-                eep_epk_fence_acquire(p);
-            }
+            ok = eep_epk_wait_tag(p, w, tag, seq, EEP_PHASE_EP_DISPATCH, s);
         }
         if (!__shfl_sync(0xffffffffu, ok, 0)) {
             return;
