@@ -13,6 +13,12 @@
 #   trace  eep-bench ep --trace at 2 ranks (1 on a one-GPU machine): where the time goes (phase
 #          stamps per block group) at T 128 alignment 1 (no-cpu-sync, cached) and T 4096
 #          (no-cpu-sync), bf16, H 7168, K 8
+#   ncu    Nsight Compute on one rank's no-cpu-sync EP launches 3-6 (dispatches and combines:
+#          both kernels are eep_jit_entry with the same grid; a dispatch writes the rows, a
+#          combine reads them) at T 4096 and T 128 alignment 1, bf16: time, DRAM bytes,
+#          instructions, occupancy and the warp stall reasons per issued instruction.  ncu locks
+#          the SM clock at base and flushes the caches before each kernel, so its times exceed
+#          eager ones.
 #
 # Example: run(command="scripts/gpu-round.sh check bench", kind="nvidia-h200-x2").  Each part's
 # wall time and exit status go to $OUT/summary.txt; its full output to $OUT/<part>.log.
@@ -65,6 +71,17 @@ for part in "${parts[@]}"; do
         for m in no-cpu-sync cached; do echo "== T 128 align 1 $m";
             build/bin/eep-bench $a --tokens 128 --align 1 --mode $m || exit 1; done &&
         echo "== T 4096 no-cpu-sync" && build/bin/eep-bench $a --tokens 4096 --mode no-cpu-sync' ;;
-    *) echo "gpu-round.sh: unknown part '$part' (check, bench, jit, membw, trace)" >&2; exit 2 ;;
+    ncu) run_part ncu sh -c 'make build/bin/eep-bench &&
+        m="gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum" &&
+        m="$m,smsp__inst_executed.sum,sm__warps_active.avg.pct_of_peak_sustained_active" &&
+        m="$m,regex:smsp__average_warps_issue_stalled_.*_per_issue_active.ratio" &&
+        for t in 4096 128; do
+            echo "== T $t";
+            /usr/local/cuda/bin/ncu --target-processes all -k regex:eep_jit_entry \
+                --launch-skip 2 --launch-count 4 --metrics "$m" build/bin/eep-bench ep \
+                --nranks 1 --experts 256 --hidden 7168 --topk 8 --no-check --iters 3 \
+                --warmup 1 --tokens $t --align 1 --mode no-cpu-sync 2>&1 |
+                grep -E "^ +(eep_jit_entry|gpu__|dram__|smsp__|sm__)" || exit 1; done' ;;
+    *) echo "gpu-round.sh: unknown part '$part' (check, bench, jit, membw, trace, ncu)" >&2; exit 2 ;;
     esac
 done
