@@ -472,6 +472,49 @@ static void test_defines(void **state)
     jt_rm_rf(cache);
 }
 
+/*
+ * The unit's header comes from the source root even when the working directory holds a file of
+ * the same relative path.  NVRTC resolved the generated unit's quoted #include against the
+ * working directory before its -I paths, while the key hashed the root's file: a process
+ * started in another checkout compiled that checkout's kernels and cached them under the root's
+ * key (2026-12-01: every diagnostic tree run from the main checkout ran main's kernels).
+ */
+static void test_header_from_root_not_cwd(void **state)
+{
+    char            *root = jt_mkdtemp("jit-cwd-root"), *other = jt_mkdtemp("jit-cwd-other");
+    char            *cache  = jt_mkdtemp("jit-cwd");
+    eep_jit_params_t params = { .size = sizeof(params), .cache_dir = cache, .source_root = root };
+    eep_jit_spec_t   spec   = { .size       = sizeof(spec),
+                                .header     = "cwdp/cwdp.cuh",
+                                .function   = "cwdp_body",
+                                .param_type = "cwdp_params_t",
+                                .backend    = EEP_JIT_BACKEND_NVRTC };
+    eep_jit_info_t   info;
+    eep_jit_t       *jit;
+    eep_status_t     status;
+    char             cwd[4096];
+
+    (void)state;
+    jt_write(root, "cwdp/cwdp.cuh",
+             "#pragma once\ntypedef struct { int *out; } cwdp_params_t;\n"
+             "__device__ void cwdp_body(const cwdp_params_t &p) { p.out[0] = 1; }\n");
+    jt_write(other, "cwdp/cwdp.cuh",
+             "#error compiled from the working directory, not the source root\n");
+    assert_non_null(getcwd(cwd, sizeof(cwd)));
+    assert_int_equal(chdir(other), 0);
+    assert_int_equal(eep_jit_create(&params, &jit), EEP_OK);
+    status = eep_jit_compile(jit, &spec, &info);
+    assert_int_equal(chdir(cwd), 0);
+    if (status != EEP_OK) {
+        print_message("%s\n", eep_jit_last_log());
+    }
+    assert_int_equal(status, EEP_OK);
+    eep_jit_destroy(jit);
+    jt_rm_rf(root);
+    jt_rm_rf(other);
+    jt_rm_rf(cache);
+}
+
 /* Read a cache entry whole. */
 static void *read_entry(const char *path, size_t *size_p)
 {
@@ -727,6 +770,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_syntax_error_nvcc),
         cmocka_unit_test(test_keep_source),
         cmocka_unit_test(test_defines),
+        cmocka_unit_test(test_header_from_root_not_cwd),
         cmocka_unit_test(test_pch_same_cubin),
         cmocka_unit_test(test_pch_sweep),
         cmocka_unit_test(test_prefetch),
