@@ -118,15 +118,14 @@ void eep_ep_wire_layout(const eep_ep_shape_t *s, eep_ep_wire_t *wire_p)
 void eep_ep_record_layout(const eep_ep_shape_t *s, eep_ep_wire_t *wire_p)
 {
     eep_ep_wire_t w;
-    size_t        shift;
+    size_t        lines, shift;
 
     eep_ep_wire_layout(s, &w);
     if (eep_ep_lines(s) & EEP_EPK_LINES_DISPATCH) {
         /* the hidden bytes as flagged lines of 7 x 16 bytes (kernels/ep/ll_line.cuh), the record
            a whole number of lines so that every record starts on one */
-        shift = (w.hidden_bytes + EEP_EP_COMBINE_LINE_DATA - 1) / EEP_EP_COMBINE_LINE_DATA *
-                    EEP_EP_COMBINE_LINE_BYTES -
-                w.scale_off;
+        lines = (w.hidden_bytes + EEP_EP_COMBINE_LINE_DATA - 1) / EEP_EP_COMBINE_LINE_DATA;
+        shift = lines * EEP_EP_COMBINE_LINE_BYTES - w.scale_off;
         w.scale_off += shift;
         w.meta_off += shift;
         w.tag_off += shift;
@@ -185,7 +184,8 @@ eep_status_t eep_ep_buffer_sizes(const eep_ep_shape_t *s, eep_ep_buffer_sizes_t 
     }
     eep_ep_record_layout(s, &wire);
     count_words           = 3 + eep_ep_local_experts(s);
-    z.count_slot_bytes    = (size_t)eep_ep_align_up(count_words * 8, EEP_EP_COUNT_SLOT_ALIGN);
+    z.count_slot_bytes    = (size_t)eep_ep_align_up(count_words * (int64_t)sizeof(uint64_t),
+                                                    EEP_EP_COUNT_SLOT_ALIGN);
     z.counts_bytes        = (size_t)s->world * EEP_EP_PARITIES * z.count_slot_bytes;
     z.allocator_bytes     = (size_t)eep_ep_align_up((int64_t)s->world * 4, EEP_EP_REGION_ALIGN);
     z.dispatch_recv_bytes = (size_t)EEP_EP_PARITIES * (size_t)s->world * (size_t)s->max_tokens *
