@@ -29,7 +29,7 @@ fi
 if git rev-parse --is-inside-work-tree > /dev/null 2>&1; then
     files=$(git ls-files '*.c' '*.h' '*.cc' '*.cu' '*.cuh')
 else
-    files=$(find . -path ./build -prune -o -type f \
+    files=$(find . \( -path './build*' -o -path ./exp-trees \) -prune -o -type f \
             \( -name '*.c' -o -name '*.h' -o -name '*.cc' -o -name '*.cu' -o -name '*.cuh' \) -print)
 fi
 bad=""
