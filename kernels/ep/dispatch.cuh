@@ -594,11 +594,17 @@ __device__ void eep_epk_expand(const eep_epk_params_t &p, unsigned long long seq
     /* Few records (decode): each is split into up to 16 pieces of its hidden bytes, one warp
        each, so that a record is not copied to its rows by one warp alone (16 rather than 8:
        one rank, T 128, 14 pieces a record, pair 25.7 -> 25.1 us with one_each below; two ranks
-       at T 128 have ~8 warps a record either way). */
-    const int     total = sm.rec_base[EEP_EPK_W(p)];
-    const int     CHK   = max(1, min(16, total > 0 ? gwarps / total : 1));
-    const int     span  = max_n * EEP_EPK_W(p) * CHK;
-    unsigned int *work  = (unsigned int *)(p.ctl + EEP_EPK_CTL_DWORK) + parity;
+       at T 128 have ~8 warps a record either way).  Many records (prefill): a piece is at most
+       one round of the copy loop (256 vectors, or 32 lines), so that the last pieces taken end
+       soon after the others (a whole record is ~115 KB of row stores at K 8: one rank, T 4096,
+       bf16, the copy blocks ended 114-158 us with whole records; 4 pieces: dispatch 3-4 %
+       faster, every mode). */
+    const int      total  = sm.rec_base[EEP_EPK_W(p)];
+    const unsigned round  = LL ? 8u * EEP_LL_WARP_LINES : 32u * 8u; /* units of one round */
+    const int      rounds = (int)((eep_epk_units<LL>(p) + round - 1) / round);
+    const int      CHK    = max(min(rounds, 16), min(16, total > 0 ? gwarps / total : 1));
+    const int      span   = max_n * EEP_EPK_W(p) * CHK;
+    unsigned int  *work   = (unsigned int *)(p.ctl + EEP_EPK_CTL_DWORK) + parity;
     /* No more pieces than warps (decode): warp gw takes piece gw, no counter (every warp would
        otherwise take one same-address atomic, then a second to learn that nothing is left; a
        dynamic share with 16 pieces gained about half as much). */
