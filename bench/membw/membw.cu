@@ -7,7 +7,11 @@
  *   ldst  one warp per row, 16-byte loads (U in flight per lane) then stores;
  *   tma   one warp per row, cp.async.bulk global->shared (mbarrier), then one bulk store per
  *         destination row from shared memory;
- * each 1 -> 1 (a copy) and 1 -> 4 (the expert-major fan-out: one read, four row writes), local
+ *   st    ldst without the loads: zeros stored (the write ceiling, e.g. padding rows);
+ *   tma2  tma with two slots a warp (8 warps): a row's load overlaps the previous row's stores;
+ *   ldst32 ldst with 1024 threads a block (32 warps an SM instead of 16);
+ * each 1 -> 1 (a copy), 1 -> 4 and 1 -> 8 (the expert-major fan-out: one read, four or eight row
+ * writes: a token at two ranks and at one, K 8), local
  * (HBM to HBM) and remote (to the peer GPU over NVLink, both GPUs at once when there are two).
  *
  *   nvcc -O3 -arch=sm_90 -o build/bin/eep-membw bench/membw/membw.cu
@@ -27,7 +31,7 @@
     } while (0)
 
 struct Dsts {
-    uint4 *d[4];
+    uint4 *d[8];
 };
 
 __device__ __forceinline__ unsigned long long gtimer()
@@ -38,7 +42,7 @@ __device__ __forceinline__ unsigned long long gtimer()
 }
 
 /* @p stamps (or NULL): [2 * block] = the block's start, [2 * block + 1] its end (globaltimer). */
-template <int U>
+template <int U, bool Load>
 __global__ void k_ldst(const uint4 *src, Dsts dsts, int ndst, int rows, int row_vecs,
                        unsigned long long *stamps)
 {
@@ -55,7 +59,9 @@ __global__ void k_ldst(const uint4 *src, Dsts dsts, int ndst, int rows, int row_
             uint4 x[U];
 #pragma unroll
             for (int u = 0; u < U; u++) {
-                if (v0 + 32 * u < row_vecs) {
+                if (!Load) {
+                    x[u] = make_uint4(0, 0, 0, 0);
+                } else if (v0 + 32 * u < row_vecs) {
                     x[u] = s[v0 + 32 * u];
                 }
             }
@@ -137,6 +143,66 @@ __global__ void k_tma(const uint4 *src, Dsts dsts, int ndst, int rows, int row_b
     }
 }
 
+/* k_tma with two slots a warp (8 warps a block): the load of a warp's next row overlaps the bulk
+   stores of its current one, so an SM's write stream does not stop for each row's load. */
+__global__ void k_tma2(const uint4 *src, Dsts dsts, int ndst, int rows, int row_bytes, int warps)
+{
+    extern __shared__ __align__(128) unsigned char smem[];
+    __shared__ __align__(8) unsigned long long bar[32];
+    const int                                  lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int                                  nw = gridDim.x * warps;
+
+    if (warp >= warps || lane != 0) {
+        return;
+    }
+    unsigned char *slot[2] = { smem + (size_t)(2 * warp) * row_bytes,
+                               smem + (size_t)(2 * warp + 1) * row_bytes };
+    const unsigned mb[2]   = { smem_addr(&bar[2 * warp]), smem_addr(&bar[2 * warp + 1]) };
+    for (int i = 0; i < 2; i++) {
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(mb[i]));
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;");
+    unsigned phase[2] = { 0, 0 };
+    auto     load     = [&](int r, int b) {
+        const unsigned char *s = (const unsigned char *)src + (long long)r * row_bytes;
+        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(mb[b]),
+                     "r"(row_bytes)
+                     : "memory");
+        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes "
+                             "[%0], [%1], %2, [%3];" ::"r"(smem_addr(slot[b])),
+                     "l"(s), "r"(row_bytes), "r"(mb[b])
+                     : "memory");
+    };
+    int r = blockIdx.x * warps + warp, b = 0;
+    if (r < rows) {
+        load(r, 0);
+    }
+    for (; r < rows; r += nw, b ^= 1) {
+        /* the other slot's stores (the previous row) must have read it before it is refilled */
+        asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+        if (r + nw < rows) {
+            load(r + nw, b ^ 1);
+        }
+        unsigned done = 0;
+        while (!done) {
+            asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;"
+                         " selp.u32 %0, 1, 0, p; }"
+                         : "=r"(done)
+                         : "r"(mb[b]), "r"(phase[b])
+                         : "memory");
+        }
+        phase[b] ^= 1u;
+        for (int d = 0; d < ndst; d++) {
+            unsigned char *o = (unsigned char *)dsts.d[d] + (long long)r * row_bytes;
+            asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(o),
+                         "r"(smem_addr(slot[b])), "r"(row_bytes)
+                         : "memory");
+        }
+        asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+    }
+    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+}
+
 struct Side {
     int                 dev;
     uint4              *src;
@@ -148,7 +214,7 @@ struct Side {
 
 static int g_ndev;
 
-/* Run kind (0 ldst, 1 tma) on every side at once; return the slowest side's ms (min of reps).
+/* Run kind (0 ldst, 1 tma, 2 st, 3 tma2, 4 ldst32) on every side at once; return the slowest side's ms (min of reps).
    With @p span_us: also the slowest side's in-kernel span (first block start to last block end,
    globaltimer; ldst only), min of reps. */
 static float run(Side *sides, int nsides, int kind, int grid, int ndst, int rows, int row_bytes,
@@ -168,9 +234,20 @@ static float run(Side *sides, int nsides, int kind, int grid, int ndst, int rows
             Side *s = &sides[i];
             CHECK(cudaSetDevice(s->dev));
             CHECK(cudaEventRecord(s->e0, s->st));
-            if (kind == 0) {
-                k_ldst<8><<<grid, 512, 0, s->st>>>(s->src, s->dst, ndst, rows, row_bytes / 16,
-                                                   span_us != nullptr ? s->stamps : nullptr);
+            if (kind == 0 || kind == 2) {
+                auto k = kind == 0 ? k_ldst<8, true> : k_ldst<8, false>;
+                k<<<grid, 512, 0, s->st>>>(s->src, s->dst, ndst, rows, row_bytes / 16,
+                                           span_us != nullptr ? s->stamps : nullptr);
+            } else if (kind == 4) {
+                k_ldst<8, true>
+                    <<<grid, 1024, 0, s->st>>>(s->src, s->dst, ndst, rows, row_bytes / 16, nullptr);
+            } else if (kind == 3) {
+                const int    warps = slots / 2;
+                const size_t smem  = (size_t)2 * warps * row_bytes;
+                CHECK(cudaFuncSetAttribute(k_tma2, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           (int)smem));
+                k_tma2<<<grid, warps * 32, smem, s->st>>>(s->src, s->dst, ndst, rows, row_bytes,
+                                                          warps);
             } else {
                 const size_t smem = (size_t)slots * row_bytes;
                 CHECK(cudaFuncSetAttribute(k_tma, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -225,7 +302,7 @@ int main(int argc, char **argv)
     printf("devices %d, SMs %d, row %d B, rows %d (%.1f MB per copy)\n", g_ndev, sms, row_bytes,
            rows, bytes / 1e6);
     const int nd = g_ndev >= 2 ? 2 : 1;
-    uint4    *src[2], *dst[2][4];
+    uint4    *src[2], *dst[2][8];
     for (int d = 0; d < nd; d++) {
         CHECK(cudaSetDevice(d));
         if (nd == 2) {
@@ -233,7 +310,7 @@ int main(int argc, char **argv)
         }
         CHECK(cudaMalloc(&src[d], bytes));
         CHECK(cudaMemset(src[d], 0x5a, bytes));
-        for (int j = 0; j < 4; j++) {
+        for (int j = 0; j < 8; j++) {
             CHECK(cudaMalloc(&dst[d][j], bytes));
         }
     }
@@ -251,18 +328,20 @@ int main(int argc, char **argv)
            "GB/s written per GPU for grids 4 8 16 24 32 48 64 96 132");
     printf("\n");
     for (int remote = 0; remote <= (nd == 2 ? 1 : 0); remote++) {
-        for (int ndst = 1; ndst <= 4; ndst += 3) {
-            if (remote && ndst == 4) {
+        for (int ndst = 1; ndst <= 8; ndst = ndst == 1 ? 4 : ndst * 2) {
+            if (remote && ndst > 1) {
                 continue;
             }
-            for (int kind = 0; kind < 2; kind++) {
+            for (int kind = 0; kind < 5; kind++) {
                 for (int d = 0; d < nd; d++) {
-                    for (int j = 0; j < 4; j++) {
+                    for (int j = 0; j < 8; j++) {
                         sides[d].dst.d[j] = remote ? dst[1 - d][j] : dst[d][j];
                     }
                 }
-                printf("| %s 1->%d | %s |", remote ? "remote (both GPUs)" : "local", ndst,
-                       kind ? "tma" : "ldst");
+                static const char *const names[5] = { "ldst", "tma", "st", "tma2", "ldst32" };
+
+                printf("| %s %d->%d | %s |", remote ? "remote (both GPUs)" : "local",
+                       kind == 2 ? 0 : 1, ndst, names[kind]);
                 for (unsigned g = 0; g < sizeof grids / sizeof grids[0]; g++) {
                     if (grids[g] > sms) {
                         continue;
