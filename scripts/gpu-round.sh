@@ -11,8 +11,8 @@
 #   membw  make bench-membw (per-SM HBM and NVLink copy rates)
 #   digest (alone) print the kernel sources' digest that a round's summary.txt shows, and stop
 #   trace  eep-bench ep --trace at 2 ranks (1 on a one-GPU machine): where the time goes (phase
-#          stamps per block group) at T 128 alignment 1 (no-cpu-sync, cached) and T 4096
-#          (no-cpu-sync), bf16, H 7168, K 8
+#          stamps per block group) at T 128 alignment 1 and T 4096 alignment 1 and 128
+#          (no-cpu-sync, cached), bf16, H 7168, K 8
 #   ncu    Nsight Compute on one rank's no-cpu-sync EP launches 3-6 (dispatches and combines:
 #          both kernels are eep_jit_entry with the same grid; a dispatch writes the rows, a
 #          combine reads them) at T 4096 and T 128 alignment 1, bf16: time, DRAM bytes,
@@ -70,7 +70,8 @@ for part in "${parts[@]}"; do
         a="$a --dtype bf16 --trace" &&
         for m in no-cpu-sync cached; do echo "== T 128 align 1 $m";
             build/bin/eep-bench $a --tokens 128 --align 1 --mode $m || exit 1; done &&
-        echo "== T 4096 no-cpu-sync" && build/bin/eep-bench $a --tokens 4096 --mode no-cpu-sync' ;;
+        for al in 1 128; do for m in no-cpu-sync cached; do echo "== T 4096 align $al $m";
+            build/bin/eep-bench $a --tokens 4096 --align $al --mode $m || exit 1; done; done' ;;
     ncu) run_part ncu sh -c 'make build/bin/eep-bench &&
         m="gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum" &&
         m="$m,smsp__inst_executed.sum,sm__warps_active.avg.pct_of_peak_sustained_active" &&
