@@ -15,7 +15,8 @@
 # kernels are compiled from its sources (before 39cfc71 a binary started from the main checkout
 # compiled main's kernel header, whatever tree it came from).  Configs: the lines of
 # $AB_CONFIGS (eep-bench ep arguments), by default one rank's decode and prefill rows.  Logs and
-# ab.txt go to $OUT.  Check a candidate with `make gpu-check` before trusting its numbers; the
+# ab.txt go to $OUT; with AB_KEEP=1 every run's whole output too ($OUT/runs-TREE.txt, e.g. for
+# --trace).  Check a candidate with `make gpu-check` before trusting its numbers; the
 # runs here use --no-check unless a config says otherwise.  $AB_BENCH replaces each tree's
 # eep-bench (a stub, to try this script without a GPU).
 set -u
@@ -69,6 +70,8 @@ run)
                                                                   gsub(/ /, "", $12);
                                                                   print $10 " " $12; exit}')
                 echo "$t|$cfg|${pair:--}|${eager:-- -}" >>"$out/ab.txt"
+                [ -z "${AB_KEEP:-}" ] || { echo "== $t | $cfg | rep $rep"; echo "$res"; } \
+                    >>"$out/runs-$t.txt"
                 [ -n "$pair$eager" ] || echo "$res" | tail -5 >>"$out/errors-$t.txt"
             done <<<"$configs"
         done
