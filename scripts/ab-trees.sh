@@ -15,8 +15,9 @@
 # kernels are compiled from its sources (before 39cfc71 a binary started from the main checkout
 # compiled main's kernel header, whatever tree it came from).  Configs: the lines of
 # $AB_CONFIGS (eep-bench ep arguments), by default one rank's decode and prefill rows.  Logs and
-# ab.txt go to $OUT; with AB_KEEP=1 every run's whole output too ($OUT/runs-TREE.txt, e.g. for
-# --trace).  Check a candidate with `make gpu-check` before trusting its numbers; the
+# ab.txt go to $OUT; with AB_KEEP=1 every run's whole output too ($OUT/runs.txt, e.g. for
+# --trace).  Few files (the device tool brings back only so many): builds.log, runs.txt,
+# errors.txt, ab.txt, ab-summary.md.  Check a candidate with `make gpu-check` before trusting its numbers; the
 # runs here use --no-check unless a config says otherwise.  $AB_BENCH replaces each tree's
 # eep-bench (a stub, to try this script without a GPU).
 set -u
@@ -52,10 +53,13 @@ run)
     dir_of() { if [ "$1" = main ]; then echo "$root"; else echo "$root/exp-trees/$1"; fi; }
     jobs=$(( $(nproc) / $(echo $trees | wc -w) + 1 ))
     for t in $trees; do
-        (cd "$(dir_of "$t")" && make -j"$jobs" build/bin/eep-bench >"$out/build-$t.log" 2>&1 ||
-            echo "ab-trees.sh: $t does not build (log: build-$t.log)") &
+        (cd "$(dir_of "$t")" && make -j"$jobs" build/bin/eep-bench >"$out/build-$t.tmp" 2>&1 ||
+            echo "ab-trees.sh: $t does not build (its log is in builds.log)") &
     done
     wait
+    for t in $trees; do
+        { echo "== $t"; cat "$out/build-$t.tmp"; } >>"$out/builds.log" && rm -f "$out/build-$t.tmp"
+    done
     : >"$out/ab.txt"
     for rep in $(seq 1 "$reps"); do
         for t in $trees; do
@@ -71,8 +75,9 @@ run)
                                                                   print $10 " " $12; exit}')
                 echo "$t|$cfg|${pair:--}|${eager:-- -}" >>"$out/ab.txt"
                 [ -z "${AB_KEEP:-}" ] || { echo "== $t | $cfg | rep $rep"; echo "$res"; } \
-                    >>"$out/runs-$t.txt"
-                [ -n "$pair$eager" ] || echo "$res" | tail -5 >>"$out/errors-$t.txt"
+                    >>"$out/runs.txt"
+                [ -n "$pair$eager" ] || { echo "== $t | $cfg"; echo "$res" | tail -5; } \
+                    >>"$out/errors.txt"
             done <<<"$configs"
         done
     done
