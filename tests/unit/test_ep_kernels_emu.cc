@@ -535,6 +535,11 @@ int main(void)
     fails += run_case("no-cpu-sync bf16, slow sender", EEP_EPK_NO_CPU_SYNC, EEP_DTYPE_BF16, 0, 3);
     fails += run_case("cached bf16, slow sender", EEP_EPK_CACHED, EEP_DTYPE_BF16, 0, 3);
     fails += run_case("cpu-sync fp8, slow sender", EEP_EPK_CPU_SYNC, EEP_DTYPE_FP8_E4M3, 0, 3);
+    /* plain records: the metadata goes after the (slow) bytes, so a cached copy of a rank's own
+       record, which needs nothing from the senders for its rows, must still wait for the
+       record's tag before it writes the top-k ids and weights (they change every pair) */
+    fails += run_case("cached bf16, slow sender, plain records", EEP_EPK_CACHED, EEP_DTYPE_BF16, 40,
+                      3, FAULT_NONE, GATING_BALANCED, EEP_EP_DISPATCH_LINES_MAX_TOKENS + 1);
     eep_shim_slow_rank = -1;
     fails += run_case("no-cpu-sync bf16, 2 tokens", EEP_EPK_NO_CPU_SYNC, EEP_DTYPE_BF16, 2, 3);
     fails += run_case("silent peer", EEP_EPK_NO_CPU_SYNC, EEP_DTYPE_BF16, 0, 1, FAULT_SILENT_PEER);
