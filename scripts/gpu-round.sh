@@ -62,7 +62,11 @@ for part in "${parts[@]}"; do
     check) run_part gpu-check make gpu-check || exit 1 ;;
     bench)
         run_part bench-ep-modes make bench-ep-modes EEP_BENCH_NRANKS="$ngpu"
-        run_part bench-barrier make bench-barrier ;;
+        if [ "$ngpu" -ge 2 ]; then
+            run_part bench-barrier make bench-barrier
+        else
+            echo "bench-barrier: skipped (it needs 2 GPUs, have $ngpu)" | tee -a "$out/summary.txt"
+        fi ;;
     jit) run_part jit-bench sh -c 'make build/bin/eep-jit-bench && build/bin/eep-jit-bench --gpu' ;;
     membw) run_part membw make bench-membw ;;
     trace) run_part trace sh -c 'make build/bin/eep-bench &&
