@@ -600,8 +600,9 @@ __device__ void eep_epk_expand(const eep_epk_params_t &p, unsigned long long seq
        bf16, the copy blocks ended 114-158 us with whole records; 4 pieces: dispatch 3-4 %
        faster, every mode). */
     const int      total  = sm.rec_base[EEP_EPK_W(p)];
+    const unsigned nu     = eep_epk_units<LL>(p);                   /* lines, or vectors */
     const unsigned round  = LL ? 8u * EEP_LL_WARP_LINES : 32u * 8u; /* units of one round */
-    const int      rounds = (int)((eep_epk_units<LL>(p) + round - 1) / round);
+    const int      rounds = (int)((nu + round - 1) / round);
     const int      CHK    = max(min(rounds, 16), min(16, total > 0 ? gwarps / total : 1));
     const int      span   = max_n * EEP_EPK_W(p) * CHK;
     unsigned int  *work   = (unsigned int *)(p.ctl + EEP_EPK_CTL_DWORK) + parity;
@@ -688,9 +689,8 @@ __device__ void eep_epk_expand(const eep_epk_params_t &p, unsigned long long seq
                                                   (unsigned long long)t_src * p.scale_bytes
                                             : row + p.scale_off;
         {
-            const uint4   *s4 = (const uint4 *)data;
-            const int      nv = (int)(EEP_EPK_HB(p) / 16);
-            const unsigned nu = eep_epk_units<LL>(p);
+            const uint4 *s4 = (const uint4 *)data;
+            const int    nv = (int)(EEP_EPK_HB(p) / 16);
             /* piece c of CHK: units [ub, ue) (lines, or vectors) */
             const unsigned ub        = (unsigned)((unsigned long long)nu * c / CHK);
             const unsigned ue        = (unsigned)((unsigned long long)nu * (c + 1) / CHK);
