@@ -89,6 +89,50 @@ __device__ __forceinline__ unsigned smem_addr(const void *p)
     return (unsigned)__cvta_generic_to_shared(p);
 }
 
+/* The TMA steps of k_tma and k_tma2, by one lane: an mbarrier for one transfer at a time; a row
+   of @p bytes from global memory into a shared slot, completing on the mbarrier; the wait for
+   phase @p phase of it; one bulk store of the slot to row @p r of each destination. */
+__device__ __forceinline__ void mbar_init(unsigned mb)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(mb));
+    asm volatile("fence.mbarrier_init.release.cluster;");
+}
+
+__device__ __forceinline__ void bulk_load(unsigned char *slot, const void *src, int bytes,
+                                          unsigned mb)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(mb), "r"(bytes)
+                 : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes "
+                 "[%0], [%1], %2, [%3];" ::"r"(smem_addr(slot)),
+                 "l"(src), "r"(bytes), "r"(mb)
+                 : "memory");
+}
+
+__device__ __forceinline__ void mbar_wait(unsigned mb, unsigned phase)
+{
+    unsigned done = 0;
+    while (!done) {
+        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;"
+                     " selp.u32 %0, 1, 0, p; }"
+                     : "=r"(done)
+                     : "r"(mb), "r"(phase)
+                     : "memory");
+    }
+}
+
+__device__ __forceinline__ void bulk_store_rows(const unsigned char *slot, const Dsts &dsts,
+                                                int ndst, int r, int bytes)
+{
+    for (int d = 0; d < ndst; d++) {
+        unsigned char *o = (unsigned char *)dsts.d[d] + (long long)r * bytes;
+        asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(o),
+                     "r"(smem_addr(slot)), "r"(bytes)
+                     : "memory");
+    }
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+
 __global__ void k_tma(const uint4 *src, Dsts dsts, int ndst, int rows, int row_bytes, int slots)
 {
     extern __shared__ __align__(128) unsigned char smem[];
@@ -102,39 +146,18 @@ __global__ void k_tma(const uint4 *src, Dsts dsts, int ndst, int rows, int row_b
     unsigned char *slot = smem + (size_t)warp * row_bytes;
     const unsigned mb   = smem_addr(&bar[warp]);
     if (lane == 0) {
-        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(mb));
-        asm volatile("fence.mbarrier_init.release.cluster;");
+        mbar_init(mb);
     }
     __syncwarp();
     unsigned phase = 0;
     for (int r = blockIdx.x * slots + warp; r < rows; r += nw) {
         if (lane == 0) {
-            const unsigned char *s = (const unsigned char *)src + (long long)r * row_bytes;
             /* the slot may still be read by the previous stores */
             asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
-            asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(mb),
-                         "r"(row_bytes)
-                         : "memory");
-            asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes "
-                         "[%0], [%1], %2, [%3];" ::"r"(smem_addr(slot)),
-                         "l"(s), "r"(row_bytes), "r"(mb)
-                         : "memory");
-            unsigned done = 0;
-            while (!done) {
-                asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;"
-                             " selp.u32 %0, 1, 0, p; }"
-                             : "=r"(done)
-                             : "r"(mb), "r"(phase)
-                             : "memory");
-            }
+            bulk_load(slot, (const unsigned char *)src + (long long)r * row_bytes, row_bytes, mb);
+            mbar_wait(mb, phase);
             phase ^= 1u;
-            for (int d = 0; d < ndst; d++) {
-                unsigned char *o = (unsigned char *)dsts.d[d] + (long long)r * row_bytes;
-                asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(o),
-                             "r"(smem_addr(slot)), "r"(row_bytes)
-                             : "memory");
-            }
-            asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+            bulk_store_rows(slot, dsts, ndst, r, row_bytes);
         }
         __syncwarp();
     }
@@ -158,20 +181,11 @@ __global__ void k_tma2(const uint4 *src, Dsts dsts, int ndst, int rows, int row_
     unsigned char *slot[2] = { smem + (size_t)(2 * warp) * row_bytes,
                                smem + (size_t)(2 * warp + 1) * row_bytes };
     const unsigned mb[2]   = { smem_addr(&bar[2 * warp]), smem_addr(&bar[2 * warp + 1]) };
-    for (int i = 0; i < 2; i++) {
-        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(mb[i]));
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;");
+    mbar_init(mb[0]);
+    mbar_init(mb[1]);
     unsigned phase[2] = { 0, 0 };
     auto     load     = [&](int r, int b) {
-        const unsigned char *s = (const unsigned char *)src + (long long)r * row_bytes;
-        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(mb[b]),
-                     "r"(row_bytes)
-                     : "memory");
-        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes "
-                             "[%0], [%1], %2, [%3];" ::"r"(smem_addr(slot[b])),
-                     "l"(s), "r"(row_bytes), "r"(mb[b])
-                     : "memory");
+        bulk_load(slot[b], (const unsigned char *)src + (long long)r * row_bytes, row_bytes, mb[b]);
     };
     int r = blockIdx.x * warps + warp, b = 0;
     if (r < rows) {
@@ -183,22 +197,9 @@ __global__ void k_tma2(const uint4 *src, Dsts dsts, int ndst, int rows, int row_
         if (r + nw < rows) {
             load(r + nw, b ^ 1);
         }
-        unsigned done = 0;
-        while (!done) {
-            asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;"
-                         " selp.u32 %0, 1, 0, p; }"
-                         : "=r"(done)
-                         : "r"(mb[b]), "r"(phase[b])
-                         : "memory");
-        }
+        mbar_wait(mb[b], phase[b]);
         phase[b] ^= 1u;
-        for (int d = 0; d < ndst; d++) {
-            unsigned char *o = (unsigned char *)dsts.d[d] + (long long)r * row_bytes;
-            asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(o),
-                         "r"(smem_addr(slot[b])), "r"(row_bytes)
-                         : "memory");
-        }
-        asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+        bulk_store_rows(slot[b], dsts, ndst, r, row_bytes);
     }
     asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
 }
