@@ -1057,6 +1057,52 @@ __device__ __forceinline__ unsigned eep_epk_route_warp(const eep_epk_params_t &p
 }
 
 /*
+ * The decode-size order in one pass (eep_epk_dispatch, "one_pass"): tokens [0, @p n) from their
+ * staged ids (@p ids: token 0's K ids, then token 1's, ...; out-of-range ids staged as -2), routed
+ * by every warp of the block, a group of G lanes a token (eep_epk_group_route): each valid id
+ * sets bit t & 31 of its expert's mask in row t >> 5 of @p masks (NC = E + world ints a row,
+ * zeroed by the caller), and the token's first lane its destinations' bits.  A bad token sets
+ * nothing; it is reported when it is one of this block's own, [@p r0, @p r1).  So one pass over
+ * the block's own tokens and those before them gives both their counts and their order, where a
+ * count of the earlier tokens followed by a round over the own ones took two (each a staging of
+ * ids, a route and block syncs).  Every thread of the block calls this; the caller syncs after.
+ */
+template <int IdxBits>
+__device__ void eep_epk_route_block(const eep_epk_params_t &p, const int *ids, int n, int r0,
+                                    int r1, int *masks, int NC)
+{
+    const int      K = EEP_EPK_K(p), E = p.num_experts, G = eep_epk_group_lanes(K);
+    const int      TPW  = 32 / G; /* tokens a warp and pass */
+    const unsigned lane = threadIdx.x & 31u, k = lane % (unsigned)G;
+
+    for (int j0 = 0; j0 < n; j0 += (int)(blockDim.x / 32u) * TPW) {
+        const int  t  = j0 + (int)(threadIdx.x >> 5) * TPW + (int)(lane / (unsigned)G);
+        const bool on = t < n && (int)k < K;
+        int        e;
+        unsigned   m;
+        const bool bad = eep_epk_group_route(ids + (on ? t * K : 0), on, k, p.num_local, G, &e, &m);
+        int       *mw  = masks + (t >> 5) * NC;
+        const int  bit = (int)(1u << (unsigned)(t & 31));
+
+        if (!bad && e >= 0) {
+            atomicOr(&mw[e], bit);
+        }
+        if (t < n && k == 0 && !bad) {
+            for (unsigned dm = m; dm != 0; dm &= dm - 1) {
+                atomicOr(&mw[E + __ffs(dm) - 1], bit);
+            }
+        }
+        if (bad && k == 0 && t >= r0 && t < r1) {
+            bool      again;
+            long long bad_id = -1;
+
+            (void)eep_epk_route<IdxBits>(p, t, &again, &bad_id); /* the id, rare */
+            eep_epk_fault_bad(p, t, bad_id);
+        }
+    }
+}
+
+/*
  * Count, per global expert and per destination, the tokens in [t_begin, t_end) into @p base
  * (shared, NC = E + world counters, zeroed here first).  The ids go through shared memory
  * (@p stage, @p stage_ints) in chunks, loaded coalesced by the whole block: routing straight
@@ -1343,11 +1389,22 @@ __device__ __forceinline__ void eep_epk_dispatch(const eep_epk_params_t &p)
             int *prefix  = masks + p.scan_warps * NC; /* [scan_warps][NC] counts before the warp */
             const int SW = p.scan_warps, R = SW * 32;
 
+            /* Decode size, when every token's ids fit the staging area and the masks' rows:
+               one pass (eep_epk_route_block) over tokens [0, t1) orders the own ones and counts
+               the earlier ones at once, instead of a count of [0, t0), then a round.  The test is
+               the same in every block (a block that published its chunk counts would wait for
+               the earlier blocks' otherwise). */
+            const bool one_pass = T * K <= EEP_EPK_RECOUNT_MAX_IDS && T <= R && T * K <= SW * NC;
+
             /* 1. counts of this chunk, published for the others (and the counter); the counts
                before it are the sum over the earlier chunks' (counting [0, t0) itself cost the
                last block tens of us at T 4096).  Few ids (decode): the block counts [0, t0)
                itself, a few us less than the publish-and-sum round trips between blocks. */
-            if (T * K <= EEP_EPK_RECOUNT_MAX_IDS) {
+            if (one_pass) {
+                for (int j = threadIdx.x; j < NC; j += blockDim.x) {
+                    base[j] = 0;
+                }
+            } else if (T * K <= EEP_EPK_RECOUNT_MAX_IDS) {
                 eep_epk_count<IdxBits>(p, 0, t0, base, masks, 2 * SW * NC);
             } else {
                 eep_epk_count<IdxBits>(p, t0, t1, base, masks, 2 * SW * NC);
@@ -1361,19 +1418,23 @@ __device__ __forceinline__ void eep_epk_dispatch(const eep_epk_params_t &p)
                built) when they fit: routing from global memory is a chain of dependent loads */
             const bool staged = R * K <= SW * NC;
             for (int r0 = t0; r0 < t1; r0 += R) {
-                /* the warps this round's tokens need (a decode round of 8 tokens: 1 of 16) */
-                const int SWu = min(SW, (min(R, t1 - r0) + 31) / 32);
+                /* the masks' rows start at token m0: the round's first, or 0 in one pass */
+                const int m0 = one_pass ? 0 : r0;
+                /* the rows this round's tokens need (a decode round of 8 tokens: 1 of 16) */
+                const int SWu = min(SW, (min(R, t1 - m0) + 31) / 32);
                 for (int j = threadIdx.x; j < SWu * NC; j += blockDim.x) {
                     masks[j] = 0;
                 }
                 for (int j = threadIdx.x; j < EEP_EPK_WARPS / 2; j += blockDim.x) {
                     piece_done[j] = 0;
                 }
-                if (staged) {
-                    eep_epk_stage_ids<IdxBits>(p, r0, min(R, t1 - r0), prefix);
+                if (staged || one_pass) {
+                    eep_epk_stage_ids<IdxBits>(p, m0, min(R, t1 - m0), prefix);
                 }
                 __syncthreads();
-                if ((int)warp < SWu) {
+                if (one_pass) {
+                    eep_epk_route_block<IdxBits>(p, prefix, t1, t0, t1, masks, NC);
+                } else if ((int)warp < SWu) {
                     const int t  = r0 + (int)warp * 32 + (int)lane;
                     int      *mw = masks + warp * NC;
                     unsigned  m  = 0;
@@ -1426,8 +1487,8 @@ __device__ __forceinline__ void eep_epk_dispatch(const eep_epk_params_t &p)
                 const unsigned nu = eep_epk_units<LL>(p);
                 for (int it = (int)warp; it < nr * P; it += EEP_EPK_WARPS) {
                     const int      q = it / P, c = it % P;
-                    const int      t = r0 + q, w = q >> 5;
-                    const unsigned l = (unsigned)(q & 31), lt = (1u << l) - 1u;
+                    const int      t = r0 + q, w = (t - m0) >> 5;
+                    const unsigned l = (unsigned)((t - m0) & 31), lt = (1u << l) - 1u;
                     const int     *mw = masks + w * NC, *pw = prefix + w * NC;
                     int           *slots = (int *)p.h_send_slot + (long long)t * W;
                     int            my_id = -1, my_pos = -1;
@@ -1463,8 +1524,8 @@ __device__ __forceinline__ void eep_epk_dispatch(const eep_epk_params_t &p)
                     eep_epk_fence_release(p);
                     __syncwarp();
                     for (int q = (int)warp; q < nr; q += EEP_EPK_WARPS) {
-                        const int      w = q >> 5;
-                        const unsigned l = (unsigned)(q & 31), lt = (1u << l) - 1u;
+                        const int      w = (r0 + q - m0) >> 5;
+                        const unsigned l = (unsigned)((r0 + q - m0) & 31), lt = (1u << l) - 1u;
                         const int     *mw = masks + w * NC, *pw = prefix + w * NC;
 
                         eep_epk_send_tags(
