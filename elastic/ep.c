@@ -296,8 +296,8 @@ static eep_status_t eep_ep_handle_arrays(const eep_cuda_sym_t *cu, eep_ep_handle
 {
     const size_t El = (size_t)eep_ep_local_experts(s), W = (size_t)s->world;
     const size_t mt = (size_t)s->max_tokens, K = (size_t)s->num_topk;
-    const size_t sizes[8] = { El * 4,     (El + 1) * 4, mt * W * 4,     W * 4,
-                              W * mt * 4, W * mt * 4,   W * mt * K * 4, W * mt * K * 4 };
+    const size_t sizes[8] = { El * 4,     2 * (El + 1) * 4, mt * W * 4,     W * 4,
+                              W * mt * 4, W * mt * 4,       W * mt * K * 4, W * mt * K * 4 };
     size_t       offs[8], total = 0;
     CUdeviceptr  base = 0;
     eep_status_t status;

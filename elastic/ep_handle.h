@@ -31,7 +31,8 @@ struct eep_ep_handle {
 
     /* Device arrays, owned by the handle through release(). */
     int32_t *d_expert_counts;  /* [El] real rows per local expert */
-    int32_t *d_expert_offsets; /* [El + 1] exclusive prefix sums of padded counts */
+    int32_t *d_expert_offsets; /* [2 (El + 1)] exclusive prefix sums of padded counts, then of
+                                  padding rows (a cached dispatch's layout, read, not scanned) */
     int32_t *d_send_slot;      /* [max_tokens, world]: my slot in each destination's
                                       region, -1 where the token does not go (cached mode) */
     int32_t *d_row_src;        /* unused by the direct-mode kernels (NULL) */

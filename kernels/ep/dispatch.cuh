@@ -30,7 +30,9 @@
  * metadata go first, then one fence and the tags, then its hidden bytes as flagged lines (no
  * fence, no tag); in 5 a record's metadata is read once its tag holds the sequence, its lines
  * once their flags do.
- * CACHED skips 1, 2 and the counts of 4: slots and layout come from the handle.  CPU_SYNC: the
+ * CACHED skips 1, 2 and the counts of 4: slots and layout come from the handle (offsets and
+ * the padding rows' prefix: nothing is scanned; at decode size the records go before the
+ * padding rows).  CPU_SYNC: the
  * launch is senders + counter; the counter publishes the counts (device arrays and a host-mapped
  * mirror) and the host launches Phase 1 (the copy alone, on the copy blocks) once it has sized
  * the outputs.
@@ -371,14 +373,13 @@ __device__ __forceinline__ unsigned eep_epk_units(const eep_epk_params_t &p)
 /* Shared state of the expanders (the copy from received records to expert-major rows). */
 struct eep_epk_copy_smem {
     int n[EEP_EPK_MAX_WORLD]; /* records from each source */
-    int rec_base[EEP_EPK_MAX_WORLD + 1];
     int counts[256];
     int offsets[257];
     int pad_base[257];            /* padding rows of experts < e */
     int warp_off[8], warp_pad[8]; /* eep_epk_layout_scan: per-warp totals (El <= 256) */
 };
-/* eep_epk_layout_scan: a warp for each 32 of 256 local experts, and one more for the sources */
-static_assert(EEP_EPK_WARPS > 256 / 32, "eep_epk_layout_scan needs 9 warps a block");
+/* eep_epk_layout_scan: a warp for each 32 of 256 local experts */
+static_assert(EEP_EPK_WARPS >= 256 / 32, "eep_epk_layout_scan needs 8 warps a block");
 
 __device__ __forceinline__ int eep_epk_warp_incl_scan(int v, unsigned lane)
 {
@@ -392,15 +393,15 @@ __device__ __forceinline__ int eep_epk_warp_incl_scan(int v, unsigned lane)
 }
 
 /*
- * The block fills sm.offsets (when @p with_offsets; else they are already there), sm.pad_base
- * and sm.rec_base from sm.counts and sm.n: warp w scans experts [32w, 32w + 32) (padded sizes and
- * padding rows), the warps' totals meet in shared memory, then every expert adds the totals of
- * the warps before its own.  (One warp looping over 256 experts, 8 dependent scans, took
- * ~0.5 us on the copy blocks' path; a serial loop by one thread ~5 us.)  Every thread of the
- * block calls this; the caller syncs before and after.
+ * The block fills sm.offsets and sm.pad_base (the padding rows of experts < e) from sm.counts:
+ * warp w scans experts [32w, 32w + 32) (padded sizes and padding rows), the warps' totals meet
+ * in shared memory, then every expert adds the totals of the warps before its own.  (One warp
+ * looping over 256 experts, 8 dependent scans, took ~0.5 us on the copy blocks' path; a serial
+ * loop by one thread ~5 us; one warp with 8 experts a lane and one scan, ~0.5 us more than
+ * this at T 128, its 8 divisions by the alignment in a row.)  Every thread of the block calls
+ * this; the caller syncs before and after.
  */
-__device__ __forceinline__ void eep_epk_layout_scan(eep_epk_copy_smem &sm, int El, int W,
-                                                    int alignment, bool with_offsets)
+__device__ __forceinline__ void eep_epk_layout_scan(eep_epk_copy_smem &sm, int El, int alignment)
 {
     const unsigned lane = threadIdx.x & 31u;
     const int      warp = (int)(threadIdx.x >> 5), NW = (El + 31) / 32;
@@ -408,34 +409,17 @@ __device__ __forceinline__ void eep_epk_layout_scan(eep_epk_copy_smem &sm, int E
     int            excl_off = 0, excl_pad = 0;
 
     if (warp < NW) {
-        const int c = e < El ? sm.counts[e] : 0;
-        int       a;
-
-        if (with_offsets) {
-            a              = e < El ? (c + alignment - 1) / alignment * alignment : 0;
-            const int incl = eep_epk_warp_incl_scan(a, lane);
-            excl_off       = incl - a;
-            if (lane == 31) {
-                sm.warp_off[warp] = incl;
-            }
-        } else {
-            a = e < El ? sm.offsets[e + 1] - sm.offsets[e] : 0;
-        }
+        const int c      = e < El ? sm.counts[e] : 0;
+        const int a      = e < El ? (c + alignment - 1) / alignment * alignment : 0;
+        const int incl   = eep_epk_warp_incl_scan(a, lane);
         const int pad    = a - c;
         const int incl_p = eep_epk_warp_incl_scan(pad, lane);
-        excl_pad         = incl_p - pad;
+
+        excl_off = incl - a;
+        excl_pad = incl_p - pad;
         if (lane == 31) {
+            sm.warp_off[warp] = incl;
             sm.warp_pad[warp] = incl_p;
-        }
-    }
-    if (warp == NW) { /* a warp without experts: the sources */
-        const int n      = (int)lane < W ? sm.n[lane] : 0;
-        const int incl_n = eep_epk_warp_incl_scan(n, lane);
-        if ((int)lane < W) {
-            sm.rec_base[lane] = incl_n - n;
-        }
-        if (lane == 31) {
-            sm.rec_base[W] = incl_n;
         }
     }
     __syncthreads();
@@ -443,153 +427,47 @@ __device__ __forceinline__ void eep_epk_layout_scan(eep_epk_copy_smem &sm, int E
         int carry_off = 0, carry_pad = 0;
 
         for (int w = 0; w < warp; w++) {
-            carry_off += with_offsets ? sm.warp_off[w] : 0;
+            carry_off += sm.warp_off[w];
             carry_pad += sm.warp_pad[w];
         }
         if (e < El) {
-            if (with_offsets) {
-                sm.offsets[e] = carry_off + excl_off;
-            }
+            sm.offsets[e]  = carry_off + excl_off;
             sm.pad_base[e] = carry_pad + excl_pad;
         }
         if (e == El - 1) { /* the last warp: its totals end the arrays */
             sm.pad_base[El] = carry_pad + sm.warp_pad[warp];
-            if (with_offsets) {
-                sm.offsets[El] = carry_off + sm.warp_off[warp];
-            }
+            sm.offsets[El]  = carry_off + sm.warp_off[warp];
         }
     }
 }
 
 /*
- * The expanders: received records -> expert-major outputs (+ handle), padding rows zeroed.
- * Block @p xb of @p XB.  Waits for every peer's count word (also the call's handshake, see
- * docs/dispatch.md section 3), computes the layout, zeroes the padding rows, then takes records
- * one warp each and copies each as soon as its tag shows this call's sequence: rows are placed
- * while later records still travel, and no "all landed" signal is needed.
+ * The copy of received records to expert-major rows (eep_epk_expand; sm.n holds the records
+ * from each source, and, unless CACHED, sm.offsets the layout and @p src_prefix the rows of
+ * each expert from lower sources).  Warp by warp, no block sync.  @return false when a wait
+ * gave up (the fault is recorded; the warp copied no more).
  */
 template <int Mode, bool LL>
-__device__ void eep_epk_expand(const eep_epk_params_t &p, unsigned long long seq, int xb, int XB,
-                               int *src_prefix /* [world * El] shared */, eep_epk_copy_smem &sm,
-                               int *block_failed)
+__device__ __forceinline__ bool
+eep_epk_copy_records(const eep_epk_params_t &p, unsigned long long seq, int xb, int XB,
+                     const int *src_prefix, const eep_epk_copy_smem &sm, int *block_failed)
 {
     const int            parity = (int)(seq & 1ull);
     const int            El = p.num_local, K = EEP_EPK_K(p), lo = p.rank * El;
     const unsigned       lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
-    unsigned char       *mine      = eep_epk_peer(p, 0, p.rank);
-    const unsigned char *my_counts = mine + p.counts_off;
+    const unsigned char *mine   = eep_epk_peer(p, 0, p.rank);
+    const int            gwarps = XB * EEP_EPK_WARPS, gw = xb * EEP_EPK_WARPS + (int)warp;
 
-    /* CACHED needs nothing from the peers to begin (the layout is the handle's, a record is
-       read once its tag holds the sequence, this rank's tokens come from x): its blocks wait for
-       the peers' count words last, which the parity argument (docs/dispatch.md, section 3)
-       needs before the kernel ends.  Waiting first cost every cached call ~3.5 us at T 128. */
-    if (Mode != EEP_EPK_CACHED && !eep_epk_wait_slots(p, my_counts, parity, EEP_EPK_SLOT_TOKENS,
-                                                      seq, EEP_PHASE_EP_DISPATCH, block_failed)) {
-        return;
-    }
-    eep_epk_stamp(p, 3);
-    /* Counts and offsets: from the peers' slots, or the handle (CACHED). */
-    if (Mode == EEP_EPK_CACHED) {
-        for (int s = threadIdx.x; s < EEP_EPK_W(p); s += blockDim.x) {
-            sm.n[s] = ((const int *)p.h_recv_n)[s];
-        }
-        for (int e = threadIdx.x; e < El; e += blockDim.x) {
-            sm.counts[e] = ((const int *)p.h_counts)[e];
-        }
-        for (int e = threadIdx.x; e <= El; e += blockDim.x) {
-            sm.offsets[e] = ((const int *)p.h_offsets)[e];
-        }
-    } else {
-        for (int s = threadIdx.x; s < EEP_EPK_W(p); s += blockDim.x) {
-            const unsigned long long *slot =
-                (const unsigned long long *)(my_counts +
-                                             ((unsigned long long)s * 2 + parity) * p.slot_bytes);
-            sm.n[s] = (int)(unsigned)(slot[EEP_EPK_SLOT_TOKENS] & 0xffffffffull);
-        }
-        for (int e = threadIdx.x; e < El; e += blockDim.x) {
-            int running = 0;
-
-#pragma unroll 8
-            for (int s = 0; s < EEP_EPK_W(p); s++) {
-                const unsigned long long *slot =
-                    (const unsigned long long *)(my_counts + ((unsigned long long)s * 2 + parity) *
-                                                                 p.slot_bytes);
-                src_prefix[s * El + e] = running;
-                running += (int)(unsigned)(slot[EEP_EPK_SLOT_COUNTS + e] & 0xffffffffull);
-            }
-            sm.counts[e] = running;
-        }
-    }
-    __syncthreads();
-    eep_epk_layout_scan(sm, El, EEP_EPK_W(p), p.alignment, Mode != EEP_EPK_CACHED);
-    __syncthreads();
-    if (xb == 0) {
-        for (int e = threadIdx.x; e <= El; e += blockDim.x) {
-            if (e < El) {
-                ((int *)p.recv_counts)[e] = sm.counts[e];
-            }
-            ((int *)p.recv_offsets)[e] = sm.offsets[e];
-            if (Mode != EEP_EPK_CACHED) {
-                if (e < El) {
-                    ((int *)p.h_counts)[e] = sm.counts[e];
-                }
-                ((int *)p.h_offsets)[e] = sm.offsets[e];
-            }
-        }
-        if (Mode != EEP_EPK_CACHED) {
-            for (int s = threadIdx.x; s < EEP_EPK_W(p); s += blockDim.x) {
-                ((int *)p.h_recv_n)[s] = sm.n[s];
-            }
-        }
-    }
-
-    const int gwarps = XB * EEP_EPK_WARPS, gw = xb * EEP_EPK_WARPS + (int)warp;
-
-    eep_epk_stamp(p, 4);
-
-    /* Padding rows first (they need no data: the records keep arriving meanwhile), one warp per
-       row: x = 0, scales = 0 (unless skip_pad_x), ids = -1, weights = 0.  A row's expert by
-       binary search in pad_base from the previous row's (j only grows): a linear walk from
-       expert 0 cost ~60 us at one rank, T 128, 256 experts, alignment 128 (31744 rows). */
-    int e = 0; /* pad_base[e] <= j, for every j of this warp from here on */
-    for (int j = gw; j < sm.pad_base[El]; j += gwarps) {
-        int hi = El; /* pad_base[hi] > j */
-
-        while (hi - e > 1) {
-            const int mid = (e + hi) >> 1;
-
-            if (sm.pad_base[mid] <= j) {
-                e = mid;
-            } else {
-                hi = mid;
-            }
-        }
-        const long long r = sm.offsets[e] + sm.counts[e] + (j - sm.pad_base[e]);
-        uint4 *x4 = (uint4 *)((unsigned char *)p.recv_x + (unsigned long long)r * EEP_EPK_HB(p));
-
-        for (unsigned v = lane; v < (p.skip_pad_x ? 0u : EEP_EPK_HB(p) / 16); v += 32) {
-            x4[v] = make_uint4(0, 0, 0, 0);
-        }
-        for (unsigned v = lane; v < (p.skip_pad_x ? 0u : p.scale_bytes / 4); v += 32) {
-            ((unsigned int *)((unsigned char *)p.recv_x_scales +
-                              (unsigned long long)r * p.scale_bytes))[v] = 0;
-        }
-        for (int k = lane; k < K; k += 32) {
-            ((int *)p.recv_topk_idx)[r * K + k]       = -1;
-            ((float *)p.recv_topk_weights)[r * K + k] = 0.0f;
-        }
-    }
-
-    eep_epk_stamp(p, 5);
     /* Records: one warp each, sources interleaved so that the local records (which land first)
        do not all go to the first warps. */
     const eep_wait_ctx w = eep_epk_wait_ctx(p, block_failed);
     /* Taken dynamically (this parity's counter, zeroed by the previous call), in the order slot
        0 of every source, slot 1 of every source, ...: a warp that would wait for a late record
        does not hold back others behind a static share. */
-    int max_n = 0;
+    int max_n = 0, total = 0;
     for (int s = 0; s < EEP_EPK_W(p); s++) {
         max_n = max(max_n, sm.n[s]);
+        total += sm.n[s];
     }
     /* Few records (decode): each is split into up to 16 pieces of its hidden bytes, one warp
        each, so that a record is not copied to its rows by one warp alone (16 rather than 8:
@@ -599,7 +477,6 @@ __device__ void eep_epk_expand(const eep_epk_params_t &p, unsigned long long seq
        soon after the others (a whole record is ~115 KB of row stores at K 8: one rank, T 4096,
        bf16, the copy blocks ended 114-158 us with whole records; 4 pieces: dispatch 3-4 %
        faster, every mode). */
-    const int      total  = sm.rec_base[EEP_EPK_W(p)];
     const unsigned nu     = eep_epk_units<LL>(p);                   /* lines, or vectors */
     const unsigned round  = LL ? 8u * EEP_LL_WARP_LINES : 32u * 8u; /* units of one round */
     const int      rounds = (int)((nu + round - 1) / round);
@@ -643,7 +520,7 @@ __device__ void eep_epk_expand(const eep_epk_params_t &p, unsigned long long seq
             ok = eep_epk_wait_tag(p, w, tag, seq, EEP_PHASE_EP_DISPATCH, s);
         }
         if (!__shfl_sync(0xffffffffu, ok, 0)) {
-            return;
+            return false;
         }
         __syncwarp(); /* orders every lane's reads of the record after lane 0's acquire */
 
@@ -731,7 +608,7 @@ __device__ void eep_epk_expand(const eep_epk_params_t &p, unsigned long long seq
                                 return f;
                             },
                             seq, EEP_PHASE_EP_DISPATCH, s)) {
-                        return;
+                        return false;
                     }
                 } else {
 #pragma unroll
@@ -769,11 +646,155 @@ __device__ void eep_epk_expand(const eep_epk_params_t &p, unsigned long long seq
             }
         }
     }
+    return true;
+}
+
+/*
+ * The expanders: received records -> expert-major outputs (+ handle), padding rows zeroed.
+ * Block @p xb of @p XB.  Waits for every peer's count word (also the call's handshake, see
+ * docs/dispatch.md section 3), computes the layout, zeroes the padding rows, then takes records
+ * one warp each and copies each as soon as its tag shows this call's sequence: rows are placed
+ * while later records still travel, and no "all landed" signal is needed.
+ */
+template <int Mode, bool LL>
+__device__ void eep_epk_expand(const eep_epk_params_t &p, unsigned long long seq, int xb, int XB,
+                               int *src_prefix /* [world * El] shared */, eep_epk_copy_smem &sm,
+                               int *block_failed)
+{
+    const int            parity = (int)(seq & 1ull);
+    const int            El = p.num_local, K = EEP_EPK_K(p);
+    const unsigned       lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+    unsigned char       *mine      = eep_epk_peer(p, 0, p.rank);
+    const unsigned char *my_counts = mine + p.counts_off;
+
+    /* CACHED needs nothing from the peers to begin (the layout is the handle's, a record is
+       read once its tag holds the sequence, this rank's tokens come from x): its blocks wait for
+       the peers' count words last, which the parity argument (docs/dispatch.md, section 3)
+       needs before the kernel ends.  Waiting first cost every cached call ~3.5 us at T 128. */
+    if (Mode != EEP_EPK_CACHED && !eep_epk_wait_slots(p, my_counts, parity, EEP_EPK_SLOT_TOKENS,
+                                                      seq, EEP_PHASE_EP_DISPATCH, block_failed)) {
+        return;
+    }
+    eep_epk_stamp(p, 3);
+    /* Counts and offsets: from the peers' slots, or the handle (CACHED: the whole layout, the
+       padding rows' prefix included, so nothing is scanned: the scan took ~1.2 us at T 128).
+       A cached decode-size call (flagged records) copies its records before the padding rows,
+       their rows being the handle's; at prefill size the padding rows go first (records
+       first: one rank, T 4096 alignment 128, 207 -> 211 us). */
+    constexpr bool rows_first = Mode == EEP_EPK_CACHED && LL;
+    if (Mode == EEP_EPK_CACHED) {
+        for (int s = threadIdx.x; s < EEP_EPK_W(p); s += blockDim.x) {
+            sm.n[s] = ((const int *)p.h_recv_n)[s];
+        }
+        for (int e = threadIdx.x; e < El; e += blockDim.x) {
+            sm.counts[e] = ((const int *)p.h_counts)[e];
+        }
+        for (int e = threadIdx.x; e <= El; e += blockDim.x) {
+            sm.offsets[e]  = ((const int *)p.h_offsets)[e];
+            sm.pad_base[e] = ((const int *)p.h_offsets)[El + 1 + e];
+        }
+    } else {
+        for (int s = threadIdx.x; s < EEP_EPK_W(p); s += blockDim.x) {
+            const unsigned long long *slot =
+                (const unsigned long long *)(my_counts +
+                                             ((unsigned long long)s * 2 + parity) * p.slot_bytes);
+            sm.n[s] = (int)(unsigned)(slot[EEP_EPK_SLOT_TOKENS] & 0xffffffffull);
+        }
+        for (int e = threadIdx.x; e < El; e += blockDim.x) {
+            int running = 0;
+
+#pragma unroll 8
+            for (int s = 0; s < EEP_EPK_W(p); s++) {
+                const unsigned long long *slot =
+                    (const unsigned long long *)(my_counts + ((unsigned long long)s * 2 + parity) *
+                                                                 p.slot_bytes);
+                src_prefix[s * El + e] = running;
+                running += (int)(unsigned)(slot[EEP_EPK_SLOT_COUNTS + e] & 0xffffffffull);
+            }
+            sm.counts[e] = running;
+        }
+    }
+    __syncthreads();
+    if (Mode != EEP_EPK_CACHED) {
+        eep_epk_layout_scan(sm, El, p.alignment);
+        __syncthreads();
+    }
+    if (rows_first) {
+        if (!eep_epk_copy_records<Mode, LL>(p, seq, xb, XB, src_prefix, sm, block_failed)) {
+            return; /* no block sync follows */
+        }
+        eep_epk_stamp(p, 6);
+    }
+    if (xb == 0) {
+        for (int e = threadIdx.x; e <= El; e += blockDim.x) {
+            if (e < El) {
+                ((int *)p.recv_counts)[e] = sm.counts[e];
+            }
+            ((int *)p.recv_offsets)[e] = sm.offsets[e];
+            if (Mode != EEP_EPK_CACHED) {
+                if (e < El) {
+                    ((int *)p.h_counts)[e] = sm.counts[e];
+                }
+                ((int *)p.h_offsets)[e]          = sm.offsets[e];
+                ((int *)p.h_offsets)[El + 1 + e] = sm.pad_base[e];
+            }
+        }
+        if (Mode != EEP_EPK_CACHED) {
+            for (int s = threadIdx.x; s < EEP_EPK_W(p); s += blockDim.x) {
+                ((int *)p.h_recv_n)[s] = sm.n[s];
+            }
+        }
+    }
+
+    const int gwarps = XB * EEP_EPK_WARPS, gw = xb * EEP_EPK_WARPS + (int)warp;
+
+    eep_epk_stamp(p, 4);
+
+    /* Padding rows, before the records unless rows_first (they need no data: the records keep
+       arriving meanwhile), one warp per row: x = 0, scales = 0 (unless skip_pad_x), ids = -1, weights = 0.  A row's expert by
+       binary search in pad_base from the previous row's (j only grows): a linear walk from
+       expert 0 cost ~60 us at one rank, T 128, 256 experts, alignment 128 (31744 rows). */
+    int e = 0; /* pad_base[e] <= j, for every j of this warp from here on */
+    for (int j = gw; j < sm.pad_base[El]; j += gwarps) {
+        int hi = El; /* pad_base[hi] > j */
+
+        while (hi - e > 1) {
+            const int mid = (e + hi) >> 1;
+
+            if (sm.pad_base[mid] <= j) {
+                e = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        const long long r = sm.offsets[e] + sm.counts[e] + (j - sm.pad_base[e]);
+        uint4 *x4 = (uint4 *)((unsigned char *)p.recv_x + (unsigned long long)r * EEP_EPK_HB(p));
+
+        for (unsigned v = lane; v < (p.skip_pad_x ? 0u : EEP_EPK_HB(p) / 16); v += 32) {
+            x4[v] = make_uint4(0, 0, 0, 0);
+        }
+        for (unsigned v = lane; v < (p.skip_pad_x ? 0u : p.scale_bytes / 4); v += 32) {
+            ((unsigned int *)((unsigned char *)p.recv_x_scales +
+                              (unsigned long long)r * p.scale_bytes))[v] = 0;
+        }
+        for (int k = lane; k < K; k += 32) {
+            ((int *)p.recv_topk_idx)[r * K + k]       = -1;
+            ((float *)p.recv_topk_weights)[r * K + k] = 0.0f;
+        }
+    }
+
+    eep_epk_stamp(p, 5);
+    if (!rows_first &&
+        !eep_epk_copy_records<Mode, LL>(p, seq, xb, XB, src_prefix, sm, block_failed)) {
+        return;
+    }
     if (Mode == EEP_EPK_CACHED) { /* no block sync: nothing follows, and failed warps left */
         eep_epk_wait_slot_words(p, my_counts, parity, EEP_EPK_SLOT_TOKENS, seq,
                                 EEP_PHASE_EP_DISPATCH, block_failed);
     }
-    eep_epk_stamp(p, 6);
+    if (!rows_first) {
+        eep_epk_stamp(p, 6);
+    }
 }
 
 /* The scales (not to this rank) and the metadata of token @p t to every destination in @p dm. */
@@ -1237,11 +1258,8 @@ __device__ void eep_epk_publish(const eep_epk_params_t &p, unsigned long long se
         }
         csm.counts[e] = running;
     }
-    for (int s = threadIdx.x; s < W; s += blockDim.x) {
-        csm.n[s] = 0;
-    }
     __syncthreads();
-    eep_epk_layout_scan(csm, El, W, p.alignment, true);
+    eep_epk_layout_scan(csm, El, p.alignment);
     __syncthreads();
     {
         volatile unsigned long long *mirror = (volatile unsigned long long *)p.host_mirror;

@@ -117,7 +117,7 @@ typedef struct eep_epk_params {
 
     /* handle arrays (device) */
     unsigned long long h_counts;    /* [El] */
-    unsigned long long h_offsets;   /* [El + 1] */
+    unsigned long long h_offsets;   /* [2 (El + 1)]: offsets, then the padding rows before e */
     unsigned long long h_send_slot; /* [max_tokens, world] slot in each destination, -1 */
     unsigned long long h_recv_n;    /* [world] records received from each source */
     unsigned long long h_recv_tok;  /* [world * max_tokens] source token of each record */

@@ -290,7 +290,7 @@ static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, i
         q.recv_counts       = U(shm_alloc((size_t)El * 4));
         q.recv_offsets      = U(shm_alloc((size_t)(El + 1) * 4));
         q.h_counts          = U(shm_alloc((size_t)El * 4));
-        q.h_offsets         = U(shm_alloc((size_t)(El + 1) * 4));
+        q.h_offsets         = U(shm_alloc((size_t)(El + 1) * 8));
         q.h_send_slot       = U(shm_alloc((size_t)T * W * 4));
         q.h_recv_n          = U(shm_alloc((size_t)W * 4));
         q.h_recv_tok        = U(shm_alloc((size_t)W * T * 4));
@@ -335,7 +335,17 @@ static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, i
         const unsigned long long t0 = eep_shim_now_ns();
         bool                     ok;
 
-        ok = launch(eep_ep_dispatch_body<32, EEP_EPK_NO_CPU_SYNC, 0>, p, G, dyn, name, nr);
+        if (mode == EEP_EPK_CACHED) {
+            /* a cached dispatch whose peer is silent: the handle from a dispatch of every rank
+               first (a cached copy takes its rows from the handle before any record lands, and
+               its layout after them: a copy warp that gives up must not hang the block) */
+            ok = launch(eep_ep_dispatch_body<32, EEP_EPK_NO_CPU_SYNC, 0>, p, G, dyn, name, W);
+            check(ok && f->abort_flag == 0, "the handle's dispatch ends, no fault", 0,
+                  f->abort_flag);
+            ok = launch(eep_ep_dispatch_body<32, EEP_EPK_CACHED, 0>, p, G, dyn, name, nr);
+        } else {
+            ok = launch(eep_ep_dispatch_body<32, EEP_EPK_NO_CPU_SYNC, 0>, p, G, dyn, name, nr);
+        }
         check(ok, "the launch ends", 0, -1);
         if (fault == FAULT_SILENT_PEER) {
             const double s_waited = (double)(eep_shim_now_ns() - t0) / 1e9;
@@ -549,6 +559,8 @@ int main(void)
     eep_shim_slow_rank = -1;
     fails += run_case("no-cpu-sync bf16, 2 tokens", EEP_EPK_NO_CPU_SYNC, EEP_DTYPE_BF16, 2, 3);
     fails += run_case("silent peer", EEP_EPK_NO_CPU_SYNC, EEP_DTYPE_BF16, 0, 1, FAULT_SILENT_PEER);
+    fails += run_case("silent peer, cached", EEP_EPK_CACHED, EEP_DTYPE_BF16, 0, 1,
+                      FAULT_SILENT_PEER);
     fails += run_case("bad expert id", EEP_EPK_NO_CPU_SYNC, EEP_DTYPE_BF16, 0, 1, FAULT_BAD_ID);
     fails += run_case("expert id twice in a token", EEP_EPK_NO_CPU_SYNC, EEP_DTYPE_BF16, 0, 1,
                       FAULT_DUP_ID);
