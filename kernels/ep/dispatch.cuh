@@ -198,6 +198,18 @@ __device__ __noinline__ void eep_epk_fault_bad(const eep_epk_params_t &p, int t,
     __threadfence_system();
 }
 
+/* Token @p t found bad by a routing from staged ids (which keep no id): its offending id, found
+   again from the global ids (rare), recorded as eep_epk_fault_bad does. */
+template <int IdxBits>
+__device__ __noinline__ void eep_epk_fault_bad_token(const eep_epk_params_t &p, int t)
+{
+    bool      again;
+    long long bad_id = -1;
+
+    (void)eep_epk_route<IdxBits>(p, t, &again, &bad_id);
+    eep_epk_fault_bad(p, t, bad_id);
+}
+
 /* The scope of the kernels' flags and fences: the system's (peers on other GPUs, over NVLink),
    or the GPU's at one rank (EEP_EPK_W 1: every writer and reader on this GPU; MEMBAR.GPU
    instead of MEMBAR.SYS).  The JIT fixes W per variant, so the test folds away. */
@@ -751,9 +763,10 @@ __device__ void eep_epk_expand(const eep_epk_params_t &p, unsigned long long seq
     eep_epk_stamp(p, 4);
 
     /* Padding rows, before the records unless rows_first (they need no data: the records keep
-       arriving meanwhile), one warp per row: x = 0, scales = 0 (unless skip_pad_x), ids = -1, weights = 0.  A row's expert by
-       binary search in pad_base from the previous row's (j only grows): a linear walk from
-       expert 0 cost ~60 us at one rank, T 128, 256 experts, alignment 128 (31744 rows). */
+       arriving meanwhile), one warp per row: x = 0, scales = 0 (unless skip_pad_x), ids = -1,
+       weights = 0.  A row's expert by binary search in pad_base from the previous row's (j only
+       grows): a linear walk from expert 0 cost ~60 us at one rank, T 128, 256 experts,
+       alignment 128 (31744 rows). */
     int e = 0; /* pad_base[e] <= j, for every j of this warp from here on */
     for (int j = gw; j < sm.pad_base[El]; j += gwarps) {
         int hi = El; /* pad_base[hi] > j */
@@ -1061,11 +1074,7 @@ __device__ __forceinline__ unsigned eep_epk_route_warp(const eep_epk_params_t &p
             atomicOr(&mw[e], (int)(1u << (unsigned)q));
         }
         if (bad && k == 0 && q < nt) {
-            bool      again;
-            long long bad_id = -1;
-
-            (void)eep_epk_route<IdxBits>(p, t0 + q, &again, &bad_id); /* the id, rare */
-            eep_epk_fault_bad(p, t0 + q, bad_id);
+            eep_epk_fault_bad_token<IdxBits>(p, t0 + q);
         }
         /* token L of this pass (q0 <= L < q0 + TPW) is in lane (L - q0) * G */
         const unsigned got = __shfl_sync(0xffffffffu, bad ? 0u : m,
@@ -1114,11 +1123,7 @@ __device__ void eep_epk_route_block(const eep_epk_params_t &p, const int *ids, i
             }
         }
         if (bad && k == 0 && t >= r0 && t < r1) {
-            bool      again;
-            long long bad_id = -1;
-
-            (void)eep_epk_route<IdxBits>(p, t, &again, &bad_id); /* the id, rare */
-            eep_epk_fault_bad(p, t, bad_id);
+            eep_epk_fault_bad_token<IdxBits>(p, t);
         }
     }
 }

@@ -351,8 +351,9 @@ static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, i
 
         if (mode == EEP_EPK_CACHED) {
             /* a cached dispatch whose peer is silent: the handle from a dispatch of every rank
-               first (a cached copy takes its rows from the handle before any record lands, and
-               its layout after them: a copy warp that gives up must not hang the block) */
+               first (a cached copy takes its layout from the handle and, at decode size, copies
+               the records before the padding rows: a copy warp that gives up there must not
+               hang the block) */
             ok = launch(eep_ep_dispatch_body<32, EEP_EPK_NO_CPU_SYNC, 0>, p, G, dyn, name, W);
             check(ok && f->abort_flag == 0, "the handle's dispatch ends, no fault", 0,
                   f->abort_flag);
@@ -606,8 +607,8 @@ int main(void)
     }
     /* Experts enough that the senders stage a round's ids in shared memory and route them by
        lanes (E + W >= 32 K with these tests' 2 order-mask warps; the real kernels have 16 and
-       stage at 256 experts): every other case but the 72-expert ones at 2 and 8 ranks routes
-       from global memory, one thread a token.  Also the bad and repeated ids there. */
+       stage at 256 experts): every other case but the 72-expert ones at 2 ranks routes from
+       global memory, one thread a token.  Also the bad and repeated ids there. */
     const int staged = std::max(72, (32 * EEP_EPK_FIXED_K + W - 1) / W);
     fails += run_case("no-cpu-sync bf16, staged ids", EEP_EPK_NO_CPU_SYNC, EEP_DTYPE_BF16, 0, 2,
                       FAULT_NONE, GATING_BALANCED, 40, staged);
