@@ -34,7 +34,7 @@ $(EP_EMU_TEST): tests/unit/test_ep_baseline_emu.cc tests/unit/ep_cuda_shim.h \
 	    $(EP_REFERENCE_OBJ) $(LIBEEP_A) $(LDFLAGS) $(NCCL_LDFLAGS) -ldl
 
 # test_ep_kernels_emu*: the real dispatch/combine kernels on the CPU (tests/unit/ep_kernel_shim.h:
-# a process per block, a thread per GPU thread) against the CPU reference.  Top-k and ranks are
+# a process per block, a fiber per GPU thread) against the CPU reference.  Top-k and ranks are
 # compiled in, as elastic/ep.c's per-shape variants have them: K 2 on 2 ranks; K 8 on 3 ranks (a
 # rank count a shrink makes, not a power of two); K 8 on 8 ranks (one 8-GPU node, issue 6's shape).
 # The tests' few tokens take the decode-size count (every block counts for itself) except in the

@@ -1,7 +1,7 @@
 /*
  * test_ep_kernels_emu.cc - the real direct-mode dispatch and combine kernels
  * (kernels/ep/dispatch.cuh, combine.cuh) run on the CPU through tests/unit/ep_kernel_shim.h:
- * every block its own process and every GPU thread an OS thread, all blocks of all ranks at once,
+ * every block its own process and every GPU thread a fiber in it, all blocks of all ranks at once,
  * "global memory" shared by all of them.  Built four times, as elastic/ep.c compiles per shape:
  * 2 ranks with top-k 2 (test_ep_kernels_emu), 3 ranks with top-k 8 (_w3k8: a rank count a shrink
  * makes), 8 ranks with top-k 8 (_w8k8: one 8-GPU node; no GPU machine has run more than 2) and
@@ -31,7 +31,6 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
-#include <pthread.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -72,47 +71,32 @@ static void *shm_alloc(size_t bytes)
 
 typedef void (*body_fn)(const eep_epk_params_t &);
 
-struct thread_arg {
+struct block_arg {
     body_fn                 fn;
     const eep_epk_params_t *p;
-    unsigned                t;
 };
 
-static void *thread_main(void *a)
+static void block_thread(void *a)
 {
-    thread_arg *ta = (thread_arg *)a;
+    const block_arg *ba = (const block_arg *)a;
 
-    threadIdx.x = ta->t;
-    ta->fn(*ta->p);
-    return NULL;
+    ba->fn(*ba->p);
 }
 
-/* One block, in this (child) process. */
+/* One block, in this (child) process: its threads are the shim's fibers. */
 static void run_block(body_fn fn, const eep_epk_params_t &p, unsigned b, unsigned G, size_t dyn)
 {
-    static thread_arg args[EEP_EPK_THREADS];
-    pthread_t         th[EEP_EPK_THREADS];
-    pthread_attr_t    attr;
+    block_arg arg = { fn, &p };
 
-    blockIdx.x         = b;
-    gridDim.x          = G;
-    blockDim.x         = EEP_EPK_THREADS;
-    eep_shim_dyn       = (int *)calloc(dyn / 4 + 1, 4);
-    eep_shim_block_bar = new std::barrier<>(EEP_EPK_THREADS);
+    blockIdx.x           = b;
+    gridDim.x            = G;
+    blockDim.x           = EEP_EPK_THREADS;
+    eep_shim_dyn         = (int *)calloc(dyn / 4 + 1, 4);
+    eep_shim_block_bar.n = EEP_EPK_THREADS;
     for (int w = 0; w < EEP_EPK_WARPS; w++) {
-        eep_shim_warps[w].bar = new std::barrier<>(32);
+        eep_shim_warps[w].bar.n = 32;
     }
-    pthread_attr_init(&attr);
-    pthread_attr_setstacksize(&attr, 256 * 1024);
-    for (unsigned t = 0; t < EEP_EPK_THREADS; t++) {
-        args[t] = thread_arg{ fn, &p, t };
-        if (pthread_create(&th[t], &attr, thread_main, &args[t]) != 0) {
-            _exit(3);
-        }
-    }
-    for (unsigned t = 0; t < EEP_EPK_THREADS; t++) {
-        pthread_join(th[t], NULL);
-    }
+    eep_shim_run_fibers(EEP_EPK_THREADS, block_thread, &arg);
 }
 
 /* A launch on both ranks: every block of every rank a process; false on a hang or a crash. */
@@ -182,20 +166,6 @@ static void skip_case(const char *name, const char *why)
 {
     printf("SKIP %s: %s\n", name, why);
     g_skipped++;
-}
-
-/* Cases whose subject does not depend on the rank count (the layout of many experts, the
-   plain formats with many records) run in the 1- to 3-rank builds only: at 8 ranks each took
-   35-51 s on the 2-core CI machine (2026-12-01: the 8-rank suite 517 s, near tests/run.sh's
-   600 s limit a program).  @return true (and the skip said) in the 8-rank build. */
-static bool skip_at_eight(const char *name)
-{
-    if (W < 8) {
-        return false;
-    }
-    skip_case(name, "run by the 1- to 3-rank builds (it does not depend on the rank count; "
-                    "35-51 s here)");
-    return true;
 }
 
 static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, int pairs,
@@ -552,9 +522,9 @@ int main(void)
 {
     int fails = 0;
 
-    /* 8 ranks with 1025-token buffers (the plain-records cases) need more than 64 MB; pages
-       are only backed once touched */
-    g_size = 512u << 20;
+    /* 3 ranks with 1025-token buffers of 8 KB records and rows need ~1 GB; pages are only
+       backed once touched */
+    g_size = (size_t)2048u << 20;
     g_mem  = (unsigned char *)mmap(NULL, g_size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
                                    -1, 0);
     if (g_mem == MAP_FAILED) {
@@ -591,8 +561,7 @@ int main(void)
     fails += run_case("cached bf16, 40 tokens", EEP_EPK_CACHED, EEP_DTYPE_BF16, 0, 3, FAULT_NONE,
                       GATING_BALANCED, 40);
     /* 72 experts a rank: the copy blocks' layout (offsets, padding rows) spans three warps of
-       32 experts, the last one partly; every other case has 4.  Not at 8 ranks (see
-       skip_at_eight). */
+       32 experts, the last one partly; every other case has 4. */
     const struct {
         const char *name;
         int         mode;
@@ -600,10 +569,8 @@ int main(void)
                          { "cached bf16, 72 experts a rank", EEP_EPK_CACHED },
                          { "cpu-sync bf16, 72 experts a rank", EEP_EPK_CPU_SYNC } };
     for (const auto &c : wide_experts) {
-        if (!skip_at_eight(c.name)) {
-            fails += run_case(c.name, c.mode, EEP_DTYPE_BF16, 0, 2, FAULT_NONE, GATING_BALANCED, 40,
-                              72);
-        }
+        fails += run_case(c.name, c.mode, EEP_DTYPE_BF16, 0, 2, FAULT_NONE, GATING_BALANCED, 40,
+                          72);
     }
     /* Experts enough that the senders stage a round's ids in shared memory and route them by
        lanes (E + W >= 32 K with these tests' 2 order-mask warps; the real kernels have 16 and
@@ -630,30 +597,21 @@ int main(void)
 
         fails += run_case(nc.c_str(), EEP_EPK_NO_CPU_SYNC, EEP_DTYPE_BF16, 2, 3, FAULT_NONE,
                           GATING_BALANCED, b.max_tokens);
-        if (!skip_at_eight(ca.c_str())) {
-            fails += run_case(ca.c_str(), EEP_EPK_CACHED, EEP_DTYPE_BF16, 40, 3, FAULT_NONE,
-                              GATING_BALANCED, b.max_tokens);
-        }
+        fails += run_case(ca.c_str(), EEP_EPK_CACHED, EEP_DTYPE_BF16, 40, 3, FAULT_NONE,
+                          GATING_BALANCED, b.max_tokens);
     }
     /* Rows of more than one round of the copy loop (4096 bf16: 512 vectors, 74 lines): a
        record's copy is cut into pieces of at most one round even where there are more records
-       than copying warps (prefill), with flagged lines and with plain records.  Not at 8 ranks
-       (a minute more for the code that 1 to 3 ranks run), plain records at 1 and 2 only (3 and
-       more ranks' 8 KB records for 1025 tokens do not fit the emulation's memory). */
-    const char *wide_ll = "cached bf16, 40 tokens, rows of two rounds";
+       than copying warps (prefill), with flagged lines and with plain records. */
+    fails += run_case("cached bf16, 40 tokens, rows of two rounds", EEP_EPK_CACHED, EEP_DTYPE_BF16,
+                      40, 2, FAULT_NONE, GATING_BALANCED, 40, 4, 4096);
     const char *wide_pl = "no-cpu-sync bf16, 40 tokens, rows of two rounds, plain records";
     if (W <= 3) {
-        fails += run_case(wide_ll, EEP_EPK_CACHED, EEP_DTYPE_BF16, 40, 2, FAULT_NONE,
-                          GATING_BALANCED, 40, 4, 4096);
-    } else {
-        skip_case(wide_ll, "run by the 1- to 3-rank builds (a minute more here)");
-    }
-    if (W <= 2) {
         fails += run_case(wide_pl, EEP_EPK_NO_CPU_SYNC, EEP_DTYPE_BF16, 40, 2, FAULT_NONE,
                           GATING_BALANCED, EEP_EP_DISPATCH_LINES_MAX_TOKENS + 1, 4, 4096);
     } else {
-        skip_case(wide_pl, "3 or more ranks' 8 KB records for 1025 tokens need more than the "
-                           "emulation's memory");
+        skip_case(wide_pl, "8 ranks' 8 KB records and rows for 1025 tokens need more than the "
+                           "emulation's 2 GB");
     }
     printf("%d passed, %d failed, %d skipped\n", g_cases - fails, fails, g_skipped);
     return fails == 0 ? 0 : 1;
