@@ -38,10 +38,12 @@ $(EP_EMU_TEST): tests/unit/test_ep_baseline_emu.cc tests/unit/ep_cuda_shim.h \
 # compiled in, as elastic/ep.c's per-shape variants have them: K 2 on 2 ranks; K 8 on 3 ranks (a
 # rank count a shrink makes, not a power of two); K 8 on 8 ranks (one 8-GPU node, issue 6's shape).
 # The tests' few tokens take the decode-size count (every block counts for itself) except in the
-# 8-rank build, which has it off and so checks the chunk-count exchange of larger calls.
+# first 8-rank build, which has it off and so checks the chunk-count exchange of larger calls; the
+# second (_w8k8_decode) keeps it, as the real kernels at 8 ranks do below 2048 top-k ids.
 EP_KERNELS_EMU_TEST := $(BUILD)/tests/unit/test_ep_kernels_emu
 EP_KERNELS_EMU_WIDE := $(BUILD)/tests/unit/test_ep_kernels_emu_w3k8 \
                        $(BUILD)/tests/unit/test_ep_kernels_emu_w8k8 \
+                       $(BUILD)/tests/unit/test_ep_kernels_emu_w8k8_decode \
                        $(BUILD)/tests/unit/test_ep_kernels_emu_w1k8
 UNIT_TEST_BINS += $(EP_KERNELS_EMU_TEST) $(EP_KERNELS_EMU_WIDE)
 unit-tests: $(EP_KERNELS_EMU_TEST) $(EP_KERNELS_EMU_WIDE)
@@ -50,6 +52,8 @@ $(BUILD)/tests/unit/test_ep_kernels_emu_w3k8: EMU_SHAPE := -DEEP_EPK_FIXED_K=8 -
 $(BUILD)/tests/unit/test_ep_kernels_emu_w1k8: EMU_SHAPE := -DEEP_EPK_FIXED_K=8 -DEEP_EPK_FIXED_W=1
 $(BUILD)/tests/unit/test_ep_kernels_emu_w8k8: EMU_SHAPE := -DEEP_EPK_FIXED_K=8 -DEEP_EPK_FIXED_W=8 \
     -DEEP_EPK_RECOUNT_MAX_IDS=0
+$(BUILD)/tests/unit/test_ep_kernels_emu_w8k8_decode: EMU_SHAPE := -DEEP_EPK_FIXED_K=8 \
+    -DEEP_EPK_FIXED_W=8
 $(EP_KERNELS_EMU_TEST) $(EP_KERNELS_EMU_WIDE): tests/unit/test_ep_kernels_emu.cc \
                         tests/unit/ep_kernel_shim.h \
                         $(wildcard kernels/ep/*.cuh kernels/ep/*.h barrier/impl/*.cuh) \

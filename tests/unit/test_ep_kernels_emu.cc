@@ -2,9 +2,10 @@
  * test_ep_kernels_emu.cc - the real direct-mode dispatch and combine kernels
  * (kernels/ep/dispatch.cuh, combine.cuh) run on the CPU through tests/unit/ep_kernel_shim.h:
  * every block its own process and every GPU thread a fiber in it, all blocks of all ranks at once,
- * "global memory" shared by all of them.  Built four times, as elastic/ep.c compiles per shape:
+ * "global memory" shared by all of them.  Built five times, as elastic/ep.c compiles per shape:
  * 2 ranks with top-k 2 (test_ep_kernels_emu), 3 ranks with top-k 8 (_w3k8: a rank count a shrink
- * makes), 8 ranks with top-k 8 (_w8k8: one 8-GPU node; no GPU machine has run more than 2) and
+ * makes), 8 ranks with top-k 8 (_w8k8 with the chunk-count exchange of large calls, _w8k8_decode
+ * with the decode-size count: one 8-GPU node; no GPU machine has run more than 2) and
  * one rank with top-k 8 (_w1k8: a survivor after a shrink to itself; its cases with a silent
  * peer are skipped).
  * Outputs are checked element by element against the CPU reference (tests/unit/ep_reference.c),
