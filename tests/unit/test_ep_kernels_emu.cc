@@ -171,7 +171,7 @@ static void skip_case(const char *name, const char *why)
 
 static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, int pairs,
                     int fault = FAULT_NONE, int gating = GATING_BALANCED, int max_tokens = 8,
-                    int experts_per_rank = 4, int hidden = 0)
+                    int experts_per_rank = 4, int hidden = 0, int alignment = 4)
 {
     if (W == 1 && (fault == FAULT_SILENT_PEER || gating == GATING_SILENT_RANK)) {
         skip_case(name, "needs a second rank (one-rank build)");
@@ -190,7 +190,7 @@ static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, i
                                                   : 64; /* 8 vectors of 16 bytes either way */
     s.num_topk    = EEP_EPK_FIXED_K;
     s.num_experts = experts_per_rank * W;
-    s.alignment   = 4;
+    s.alignment   = alignment;
     s.dtype       = dtype;
 
     const int     El = eep_ep_local_experts(&s), K = s.num_topk, H = s.hidden, T = s.max_tokens;
@@ -399,6 +399,9 @@ static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, i
 
         for (int r = 0; r < W; r++) { /* poison every output */
             memset((void *)p[r].recv_x, 0xa5, wire.hidden_bytes * rows);
+            if (wire.scale_bytes != 0) {
+                memset((void *)p[r].recv_x_scales, 0xa5, wire.scale_bytes * rows);
+            }
             memset((void *)p[r].recv_topk_idx, 0xa5, (size_t)rows * K * 4);
             memset((void *)p[r].recv_topk_weights, 0xa5, (size_t)rows * K * 4);
             memset((void *)p[r].recv_counts, 0xa5, (size_t)El * 4);
@@ -523,9 +526,9 @@ int main(void)
 {
     int fails = 0;
 
-    /* 3 ranks with 1025-token buffers of 8 KB records and rows need ~1 GB; pages are only
-       backed once touched */
-    g_size = (size_t)2048u << 20;
+    /* 3 ranks with 1025-token buffers of 8 KB records and rows need ~1 GB, 8 ranks at the decode
+       shape (128 tokens of 14 KB, 256 experts) ~3.3 GB; pages are only backed once touched */
+    g_size = (size_t)4096u << 20;
     g_mem  = (unsigned char *)mmap(NULL, g_size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
                                    -1, 0);
     if (g_mem == MAP_FAILED) {
@@ -612,7 +615,23 @@ int main(void)
                           GATING_BALANCED, EEP_EP_DISPATCH_LINES_MAX_TOKENS + 1, 4, 4096);
     } else {
         skip_case(wide_pl, "8 ranks' 8 KB records and rows for 1025 tokens need more than the "
-                           "emulation's 2 GB");
+                           "emulation's 4 GB");
+    }
+    /* The product's shape at decode size, smaller only in its grid (2 sending blocks, 1 copy
+       block): H 7168 (bf16 rows of 448 vectors, 112 flagged lines), 256 experts in all, 128
+       tokens, alignment 128 (padding rows), bf16 and fp8 (56 scales a token).  make gpu-check
+       runs it on one GPU; above one rank only this emulation has run the kernels of this code. */
+    const char
+        *decode_bf16 = "decode shape: no-cpu-sync bf16, 128 tokens, H 7168, 256 experts, align 128";
+    const char *decode_fp8 = "decode shape: cached fp8, 128 tokens, H 7168, 256 experts, align 128";
+    if (EEP_EPK_RECOUNT_MAX_IDS > 0) {
+        fails += run_case(decode_bf16, EEP_EPK_NO_CPU_SYNC, EEP_DTYPE_BF16, 0, 2, FAULT_NONE,
+                          GATING_BALANCED, 128, 256 / W, 7168, 128);
+        fails += run_case(decode_fp8, EEP_EPK_CACHED, EEP_DTYPE_FP8_E4M3, 0, 2, FAULT_NONE,
+                          GATING_BALANCED, 128, 256 / W, 7168, 128);
+    } else {
+        skip_case(decode_bf16, "this build has the decode-size count off (_w8k8_decode runs it)");
+        skip_case(decode_fp8, "this build has the decode-size count off (_w8k8_decode runs it)");
     }
     printf("%d passed, %d failed, %d skipped\n", g_cases - fails, fails, g_skipped);
     return fails == 0 ? 0 : 1;
