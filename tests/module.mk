@@ -36,7 +36,8 @@ $(EP_EMU_TEST): tests/unit/test_ep_baseline_emu.cc tests/unit/ep_cuda_shim.h \
 # test_ep_kernels_emu*: the real dispatch/combine kernels on the CPU (tests/unit/ep_kernel_shim.h:
 # a process per block, a fiber per GPU thread) against the CPU reference.  Top-k and ranks are
 # compiled in, as elastic/ep.c's per-shape variants have them: K 2 on 2 ranks; K 8 on 3 ranks (a
-# rank count a shrink makes, not a power of two); K 8 on 8 ranks (one 8-GPU node, issue 6's shape).
+# rank count a shrink makes, not a power of two); K 8 on 8 ranks (one 8-GPU node, issue 6's shape);
+# K 8 on one rank (a survivor); K 6 on 2 ranks and K 1 on 3 (the issue's other top-k values).
 # The tests' few tokens take the decode-size count (every block counts for itself) except in the
 # first 8-rank build, which has it off and so checks the chunk-count exchange of larger calls; the
 # second (_w8k8_decode) keeps it, as the real kernels at 8 ranks do below 2048 top-k ids.
@@ -44,12 +45,16 @@ EP_KERNELS_EMU_TEST := $(BUILD)/tests/unit/test_ep_kernels_emu
 EP_KERNELS_EMU_WIDE := $(BUILD)/tests/unit/test_ep_kernels_emu_w3k8 \
                        $(BUILD)/tests/unit/test_ep_kernels_emu_w8k8 \
                        $(BUILD)/tests/unit/test_ep_kernels_emu_w8k8_decode \
-                       $(BUILD)/tests/unit/test_ep_kernels_emu_w1k8
+                       $(BUILD)/tests/unit/test_ep_kernels_emu_w1k8 \
+                       $(BUILD)/tests/unit/test_ep_kernels_emu_w2k6 \
+                       $(BUILD)/tests/unit/test_ep_kernels_emu_w3k1
 UNIT_TEST_BINS += $(EP_KERNELS_EMU_TEST) $(EP_KERNELS_EMU_WIDE)
 unit-tests: $(EP_KERNELS_EMU_TEST) $(EP_KERNELS_EMU_WIDE)
 $(EP_KERNELS_EMU_TEST): EMU_SHAPE := -DEEP_EPK_FIXED_K=2 -DEEP_EPK_FIXED_W=2
 $(BUILD)/tests/unit/test_ep_kernels_emu_w3k8: EMU_SHAPE := -DEEP_EPK_FIXED_K=8 -DEEP_EPK_FIXED_W=3
 $(BUILD)/tests/unit/test_ep_kernels_emu_w1k8: EMU_SHAPE := -DEEP_EPK_FIXED_K=8 -DEEP_EPK_FIXED_W=1
+$(BUILD)/tests/unit/test_ep_kernels_emu_w2k6: EMU_SHAPE := -DEEP_EPK_FIXED_K=6 -DEEP_EPK_FIXED_W=2
+$(BUILD)/tests/unit/test_ep_kernels_emu_w3k1: EMU_SHAPE := -DEEP_EPK_FIXED_K=1 -DEEP_EPK_FIXED_W=3
 $(BUILD)/tests/unit/test_ep_kernels_emu_w8k8: EMU_SHAPE := -DEEP_EPK_FIXED_K=8 -DEEP_EPK_FIXED_W=8 \
     -DEEP_EPK_RECOUNT_MAX_IDS=0
 $(BUILD)/tests/unit/test_ep_kernels_emu_w8k8_decode: EMU_SHAPE := -DEEP_EPK_FIXED_K=8 \
