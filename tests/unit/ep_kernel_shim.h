@@ -81,8 +81,8 @@ asm(".pushsection .text\n"
 #error "tests/unit/ep_kernel_shim.h: the fiber switch is written for x86-64 only"
 #endif
 
-/* AddressSanitizer (make asan) must be told of every switch, or it takes a fiber's stack for a
-   buffer overflow of the last one. */
+/* AddressSanitizer (make asan) keeps one stack a thread in its books: it is told of every
+   switch between stacks (its fiber API). */
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/common_interface_defs.h>
 #define EEP_SHIM_ASAN 1
@@ -118,6 +118,15 @@ inline void       *eep_shim_body_arg;
 inline const void *eep_shim_sched_stack; /* the scheduler's stack, for ASan */
 inline size_t      eep_shim_sched_stack_bytes;
 inline void       *eep_shim_sched_fake;
+
+/* The block being run by this process. */
+struct eep_shim_warp {
+    eep_shim_barrier   bar;
+    unsigned long long slot[32];
+};
+inline eep_shim_barrier eep_shim_block_bar;
+inline eep_shim_warp    eep_shim_warps[32];
+inline int             *eep_shim_dyn; /* dynamic shared memory of this block */
 
 /* From the scheduler to fiber @p t, until it gives the CPU back. */
 inline void eep_shim_to_fiber(unsigned t)
@@ -195,8 +204,12 @@ inline void eep_shim_run_fibers(unsigned n, void (*body)(void *), void *arg)
         fprintf(stderr, "emulation: %u threads a block, at most %u\n", n, EEP_SHIM_MAX_FIBERS);
         _exit(3);
     }
-    eep_shim_body     = body;
-    eep_shim_body_arg = arg;
+    eep_shim_body        = body;
+    eep_shim_body_arg    = arg;
+    eep_shim_block_bar.n = n;
+    for (unsigned w = 0; w < (n + 31) / 32; w++) {
+        eep_shim_warps[w].bar.n = 32;
+    }
     for (unsigned t = 0; t < n; t++) {
         eep_shim_fiber &f = eep_shim_fibers[t];
         void          **sp;
@@ -261,15 +274,6 @@ inline void eep_shim_run_fibers(unsigned n, void (*body)(void *), void *arg)
         munmap(eep_shim_fibers[t].stack, EEP_SHIM_STACK_BYTES);
     }
 }
-
-/* The block being run by this process. */
-struct eep_shim_warp {
-    eep_shim_barrier   bar;
-    unsigned long long slot[32];
-};
-inline eep_shim_barrier eep_shim_block_bar;
-inline eep_shim_warp    eep_shim_warps[32];
-inline int             *eep_shim_dyn; /* dynamic shared memory of this block */
 
 #define EEP_EPK_DYN_SMEM(name) int *name = eep_shim_dyn
 
