@@ -58,6 +58,7 @@ all:
 # Keep intermediate objects (test objects are otherwise deleted after linking).
 .SECONDARY:
 
+include util/module.mk
 include elastic/module.mk
 include barrier/module.mk
 include kernels/module.mk
@@ -123,11 +124,11 @@ ubsan:
 	@$(MAKE) --no-print-directory SANITIZER=undefined test
 
 # The one format (.clang-format, clang-format 14): make format rewrites the tree, format-check
-# (also a test of make test: tests/unit/test_format.sh) names the files that differ.
+# (also a test of make test: tests/repo/test_format.sh) names the files that differ.
 format:
 	@git ls-files '*.c' '*.h' '*.cc' '*.cu' '*.cuh' | xargs clang-format-14 -i --style=file
 format-check:
-	@tests/unit/test_format.sh
+	@tests/repo/test_format.sh
 
 clean:
 	rm -rf build build-address build-undefined build-thread $(CLEAN_EXTRA)

@@ -29,7 +29,7 @@
 #include <nccl_device.h>
 
 #include "barrier_params.h"
-#include "impl/bounded_wait.cuh"
+#include "../kernels/common/bounded_wait.cuh"
 
 static_assert(sizeof(ncclDevComm) == EEP_DEVCOMM_BYTES, "ncclDevComm is not the 2.28.9 layout");
 static_assert(alignof(ncclDevComm) <= 8, "ncclDevComm alignment");
@@ -47,7 +47,7 @@ __device__ __forceinline__ const ncclDevComm &eep_barrier_devcomm(const eep_barr
 /*
  * One thread's share of the scale-up barrier: the LSA peer it signals and waits for (one peer per
  * thread: the launch has at least lsaSize threads), with every pointer computed once per launch.
- * eep_barrier_body gives thread t peer t; bench/barrier_probes.cuh gives lane t of two warps
+ * eep_barrier_body gives thread t peer t; bench/kernels/barrier_probes.cuh gives lane t of two warps
  * peer t.
  */
 struct eep_lsa_lane {

@@ -1,6 +1,6 @@
 /*
  * barrier/barrier_params.h - the one parameter struct of the barrier kernel, shared by the host
- * (C11, elastic/runtime_barrier.c fills it) and the device (barrier_kernel.cuh reads it).
+ * (C11, elastic/runtime/runtime_barrier.c fills it) and the device (barrier_kernel.cuh reads it).
  *
  * NVRTC-safe: no libc headers.  The include is relative so that it resolves the same way under
  * gcc, nvcc and NVRTC whatever their include paths.

@@ -1,1 +1,1 @@
-# barrier/: device code only (see README.md); its host side is elastic/runtime_barrier.c.
+# barrier/: device code only (see README.md); its host side is elastic/runtime/runtime_barrier.c.

@@ -1,7 +1,7 @@
 /*
  * eep_bench_barrier.c - `eep-bench barrier [OUT.md [N]]`: barrier latency, ours (both modes)
  * beside NCCL's ncclLsaBarrierSession and a 4-byte ncclAllReduce, all in the same run on the same
- * communicator; and three probes (bench/barrier_probes.cuh) that ask where the barrier's time goes.
+ * communicator; and three probes (bench/kernels/barrier_probes.cuh) that ask where the barrier's time goes.
  *
  * Two views, N samples each (default 10,000), after warm-up:
  *   in-kernel    N barriers inside one launch; per-barrier time = difference of consecutive
@@ -22,8 +22,8 @@
 
 #include "eep_bench_barrier.h"
 #include "eep_bench_stats.h"
-#include "elastic/runtime.h"
-#include "tests/gpu/gpu_test.h"
+#include "elastic/runtime/runtime.h"
+#include "tests/common/gpu_test.h"
 
 #define WARM 100
 
@@ -55,12 +55,13 @@ typedef struct {
     const eep_cuda_sym_t *cu;
     CUstream              stream;
     eep_jit_kernel_t     *nccl_kernel;
-    eep_jit_kernel_t     *probe_kernel[3]; /* bench/barrier_probes.cuh; NULL: over 32 LSA peers */
-    ncclComm_t            comm;            /* the runtime's (non-blocking) */
-    ncclComm_t            ar_comm; /* a plain blocking communicator for the all-reduce baseline */
-    CUdeviceptr           d_cycles, d_stamps, d_red;
-    unsigned              block;
-    int                   n;
+    eep_jit_kernel_t
+               *probe_kernel[3]; /* bench/kernels/barrier_probes.cuh; NULL: over 32 LSA peers */
+    ncclComm_t  comm;            /* the runtime's (non-blocking) */
+    ncclComm_t  ar_comm;         /* a plain blocking communicator for the all-reduce baseline */
+    CUdeviceptr d_cycles, d_stamps, d_red;
+    unsigned    block;
+    int         n;
 } bench_t;
 
 /* One operation, once, on the bench stream; iterations > 1 only for the in-kernel view. */
@@ -210,14 +211,14 @@ int eep_bench_barrier_main(int argc, char **argv)
     GPU_OK(eep_status_from_cu(b.cu->cuMemsetD32(b.d_red, 0, 4), "memset"));
     memset(&spec, 0, sizeof(spec));
     spec.size          = sizeof(spec);
-    spec.header        = "bench/nccl_lsa_barrier.cuh";
+    spec.header        = "bench/kernels/nccl_lsa_barrier.cuh";
     spec.function      = "eep_bench_nccl_lsa_body";
     spec.param_type    = "eep_barrier_params_t";
     spec.launch_bounds = EEP_BARRIER_MAX_THREADS;
     GPU_OK(eep_jit_create(NULL, &jit));
     GPU_OK(eep_jit_get_kernel(jit, &spec, &b.nccl_kernel));
     for (c = 0; c < 3 && info.lsa_size <= 32; c++) {
-        spec.header        = "bench/barrier_probes.cuh";
+        spec.header        = "bench/kernels/barrier_probes.cuh";
         spec.function      = "eep_bench_barrier_probe_body";
         spec.template_args = c == 0 ? "0" : c == 1 ? "1" : "2";
         GPU_OK(eep_jit_get_kernel(jit, &spec, &b.probe_kernel[c]));

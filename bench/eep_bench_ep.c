@@ -29,12 +29,12 @@
 #include <unistd.h>
 
 #include "eep/eep.h"
-#include "elastic/ep_handle.h"
-#include "elastic/log.h"
-#include "elastic/nccl_util.h"
-#include "kernels/ep/baseline_params.h"
+#include "elastic/ep/ep_handle.h"
+#include "util/log.h"
+#include "elastic/gpu/nccl_util.h"
+#include "bench/kernels/baseline_params.h"
 #include "kernels/ep/ep_params.h"
-#include "tests/unit/ep_reference.h"
+#include "tests/common/ep_reference.h"
 
 typedef struct {
     int               nranks;   /* > 0: fork this many local ranks */

@@ -2,7 +2,7 @@
  * eep_bench_ep.h - internals of `eep-bench ep`: dispatch/combine against the NCCL baseline.
  *
  * One process per GPU (rank).  Every rank makes the whole world's inputs from one seed
- * (tests/unit/ep_reference.h), so it can compute its own expected outputs on the CPU and check
+ * (tests/common/ep_reference.h), so it can compute its own expected outputs on the CPU and check
  * every element the GPU produced, for the baseline and (once it lands) eep_dispatch/eep_combine,
  * on the same data in the same run.
  */
@@ -12,9 +12,9 @@
 #include <nccl.h>
 
 #include "eep/ep.h"
-#include "elastic/cuda_sym.h"
-#include "elastic/ep_layout.h"
-#include "elastic/jit.h"
+#include "elastic/gpu/cuda_sym.h"
+#include "elastic/ep/ep_layout.h"
+#include "elastic/jit/jit.h"
 
 /* What every part of the benchmark shares on one rank. */
 typedef struct {

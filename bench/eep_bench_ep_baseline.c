@@ -14,9 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "elastic/log.h"
-#include "elastic/nccl_util.h"
-#include "kernels/ep/baseline_params.h"
+#include "util/log.h"
+#include "elastic/gpu/nccl_util.h"
+#include "bench/kernels/baseline_params.h"
 
 enum {
     BL_ROUTE,
@@ -36,24 +36,24 @@ static const struct {
     int         threads;
     int         idx_template; /* template argument: the index width (32 or 64) */
 } bl_kernels[BL_NKERNELS] = {
-    [BL_ROUTE] = { "kernels/ep/baseline_dispatch.cuh", "eep_bl_route_body", "eep_bl_route_params_t",
-                   256, 1 },
-    [BL_SCAN]  = { "kernels/ep/baseline_dispatch.cuh", "eep_bl_scan_body", "eep_bl_scan_params_t",
-                   EEP_BL_SCAN_THREADS, 0 },
-    [BL_PACK]  = { "kernels/ep/baseline_dispatch.cuh", "eep_bl_pack_body", "eep_bl_pack_params_t",
-                   256, 1 },
-    [BL_EXPERT_SCAN] = { "kernels/ep/baseline_dispatch.cuh", "eep_bl_expert_scan_body",
+    [BL_ROUTE] = { "bench/kernels/baseline_dispatch.cuh", "eep_bl_route_body",
+                   "eep_bl_route_params_t", 256, 1 },
+    [BL_SCAN] = { "bench/kernels/baseline_dispatch.cuh", "eep_bl_scan_body", "eep_bl_scan_params_t",
+                  EEP_BL_SCAN_THREADS, 0 },
+    [BL_PACK] = { "bench/kernels/baseline_dispatch.cuh", "eep_bl_pack_body", "eep_bl_pack_params_t",
+                  256, 1 },
+    [BL_EXPERT_SCAN] = { "bench/kernels/baseline_dispatch.cuh", "eep_bl_expert_scan_body",
                          "eep_bl_expert_scan_params_t", EEP_BL_SCAN_THREADS, 0 },
-    [BL_OFFSETS]     = { "kernels/ep/baseline_dispatch.cuh", "eep_bl_offsets_body",
+    [BL_OFFSETS]     = { "bench/kernels/baseline_dispatch.cuh", "eep_bl_offsets_body",
                          "eep_bl_offsets_params_t", 32, 0 },
-    [BL_UNPACK]      = { "kernels/ep/baseline_dispatch.cuh", "eep_bl_unpack_body",
+    [BL_UNPACK]      = { "bench/kernels/baseline_dispatch.cuh", "eep_bl_unpack_body",
                          "eep_bl_unpack_params_t", 256, 0 },
-    [BL_PAD] = { "kernels/ep/baseline_dispatch.cuh", "eep_bl_pad_body", "eep_bl_pad_params_t", 256,
-                 0 },
-    [BL_REDUCE] = { "kernels/ep/baseline_combine.cuh", "eep_bl_reduce_body",
+    [BL_PAD]    = { "bench/kernels/baseline_dispatch.cuh", "eep_bl_pad_body", "eep_bl_pad_params_t",
+                    256, 0 },
+    [BL_REDUCE] = { "bench/kernels/baseline_combine.cuh", "eep_bl_reduce_body",
                     "eep_bl_reduce_params_t", 256, 0 },
-    [BL_SUM] = { "kernels/ep/baseline_combine.cuh", "eep_bl_sum_body", "eep_bl_sum_params_t", 256,
-                 0 },
+    [BL_SUM]    = { "bench/kernels/baseline_combine.cuh", "eep_bl_sum_body", "eep_bl_sum_params_t",
+                    256, 0 },
 };
 
 struct eep_bl {

@@ -4,11 +4,11 @@
 #   make bench-ep         dispatch/combine against the NCCL baseline (EEP_BENCH_NRANKS GPUs)
 #   make bench-membw      per-SM copy rates (HBM, NVLink) behind the SM model
 #
-# eep-bench links the CPU reference of dispatch/combine (tests/unit/ep_reference.c) to check every
+# eep-bench links the CPU reference of dispatch/combine (tests/common/ep_reference.c) to check every
 # element it measures.
 EEP_BENCH      := $(BUILD)/bin/eep-bench
 EEP_BENCH_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(wildcard bench/eep_bench*.c)) \
-                  $(BUILD)/tests/unit/ep_reference.o
+                  $(BUILD)/tests/common/ep_reference.o
 TOOLS += $(EEP_BENCH)
 
 $(EEP_BENCH): $(EEP_BENCH_OBJS) $(LIBEEP_A)

@@ -16,17 +16,13 @@ CONTROL_SRCS += control/rpc/rpc_client.c control/rpc/rpc_client_stream.c \
                 control/etcd/etcd.c control/etcd/etcd_watch.c control/etcd/etcd_lease.c \
                 control/etcd/etcd_knobs.c
 
-# The knob table is plain data that every process registers (elastic/config_registry.c).
+# The knob table is plain data that every process registers (util/config_registry.c).
 UTIL_SRCS += control/etcd/etcd_knobs.c
 
-# Objects under control/ and tests/control/ get gRPC's flags (never CUDA's) and wait for the
+# Objects under control/ get gRPC's flags (never CUDA's) and wait for the
 # generated headers (order-only).  The knob table is plain data and needs neither.
 .SECONDEXPANSION:
 $(BUILD)/control/%.o: control/%.c $(BUILD)/flags.stamp | $$(PROTO_GEN_H)
-	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(GRPC_CFLAGS) $(PROTOBUF_C_CFLAGS) $(CFLAGS) -c $< -o $@
-
-$(BUILD)/tests/control/%.o: tests/control/%.c $(BUILD)/flags.stamp | $$(PROTO_GEN_H)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(GRPC_CFLAGS) $(PROTOBUF_C_CFLAGS) $(CFLAGS) -c $< -o $@
 
@@ -39,7 +35,5 @@ $(LIBEEP_CONTROL_A): $$(patsubst %.c,$(BUILD)/%.o,$$(filter-out $$(UTIL_SRCS),$$
 	rm -f $@
 	$(AR) rcs $@ $^
 
-# eepd, the agent, eepctl, the gRPC server glue, and their tests.
-include control/eepd/module.mk tests/control/eepd.mk
-
-include tests/control/module.mk
+# eepd, the agent, eepctl and the gRPC server glue (their tests: tests/control/, from tests/).
+include control/eepd/module.mk

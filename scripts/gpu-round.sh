@@ -32,7 +32,7 @@ ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 # The device tool copies the working tree, but its .git may be an older one (HEAD read 7c33326
 # all day on 2026-11-30 while later trees ran): the kernel sources' digest names what ran.
 # Compare with `scripts/gpu-round.sh digest` here.
-digest=$(cat kernels/ep/*.cuh kernels/ep/*.h barrier/*.cuh barrier/*.h barrier/impl/*.cuh \
+digest=$(cat kernels/ep/*.cuh kernels/ep/*.h kernels/common/*.cuh barrier/*.cuh barrier/*.h \
          2>/dev/null | sha256sum | cut -c1-12)
 if [ "${1:-}" = digest ]; then
     echo "$digest"

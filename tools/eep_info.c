@@ -7,9 +7,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "elastic/config.h"
-#include "elastic/log.h"
-#include "elastic/nccl_util.h"
+#include "util/config.h"
+#include "util/log.h"
+#include "elastic/gpu/nccl_util.h"
 
 static int eep_info_usage(FILE *out)
 {

@@ -15,18 +15,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "elastic/clock.h"
-#include "elastic/cuda_sym.h"
-#include "elastic/ep_layout.h"
-#include "elastic/jit_int.h"
-#include "elastic/log.h"
+#include "util/clock.h"
+#include "elastic/gpu/cuda_sym.h"
+#include "elastic/ep/ep_layout.h"
+#include "elastic/jit/jit_int.h"
+#include "util/log.h"
 #include "kernels/ep/ep_params.h"
 #include "kernels/probe/fill_probe.cuh"
 
 typedef struct {
     const char    *name;
     eep_jit_spec_t spec;
-    /* > 0: an EP kernel for this many ranks, its spec made by eep_ep_kernel_spec as elastic/ep.c
+    /* > 0: an EP kernel for this many ranks, its spec made by eep_ep_kernel_spec as elastic/ep/ep.c
        makes it (bench_shape, no CPU sync), combine or dispatch */
     int ep_world, ep_combine;
 } eep_jit_bench_case_t;
@@ -89,7 +89,7 @@ static int eep_jit_bench_fill(eep_jit_t *jit, const eep_jit_spec_t *spec)
 
 /*
  * A survivor's view of EEP_EP_PREFETCH_SHRINK: the EP pair is built for 6 ranks and its 5-rank
- * variant queued in the background (as elastic/ep.c does); once that is done, what the lookups
+ * variant queued in the background (as elastic/ep/ep.c does); once that is done, what the lookups
  * of the 5-rank pair cost (cache hits), against compiling the 4-rank pair, which nobody queued.
  */
 static int eep_jit_bench_shrink(eep_jit_t *jit)
@@ -163,7 +163,7 @@ int main(int argc, char **argv)
                     .param_type    = "eep_gin_probe_params_t",
                     .needs_gin     = 1,
                     .backend       = EEP_JIT_BACKEND_NVCC } },
-        /* The EP pair as elastic/ep.c asks for it (bf16, top-k 8, H 7168, no CPU sync) on 2
+        /* The EP pair as elastic/ep/ep.c asks for it (bf16, top-k 8, H 7168, no CPU sync) on 2
          * ranks, then on 1: what a survivor compiles after a shrink, in the same process. */
         { .name = "ep dispatch w2", .ep_world = 2 },
         { .name = "ep combine w2", .ep_world = 2, .ep_combine = 1 },

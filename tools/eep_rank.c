@@ -31,9 +31,9 @@
 #include "control/agent/agent.h"
 #include "control/agent/agent_bootstrap.h"
 #include "eep/eep.h"
-#include "elastic/config.h"
-#include "elastic/cuda_sym.h"
-#include "elastic/log.h"
+#include "util/config.h"
+#include "elastic/gpu/cuda_sym.h"
+#include "util/log.h"
 
 /* Exit codes: 0 after a graceful leave, 2 for usage, else the negated eep_status_t. */
 #define EEP_RANK_EXIT(status) ((int)-(status))

@@ -20,7 +20,7 @@
 
 #include "control/agent/agent_knobs.h"
 #include "control/etcd/etcd.h"
-#include "elastic/log.h"
+#include "util/log.h"
 #include "proto/eep.pb-c.h"
 
 #define EEP_AGENT_KEY_MAX 768

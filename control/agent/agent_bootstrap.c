@@ -23,9 +23,9 @@
 
 #include "control/agent/agent_knobs.h"
 #include "control/etcd/etcd.h"
-#include "elastic/clock.h"
-#include "elastic/log.h"
-#include "elastic/runtime_knobs.h"
+#include "util/clock.h"
+#include "util/log.h"
+#include "elastic/runtime/runtime_knobs.h"
 
 #define EEP_AGENT_BOOT_MAGIC       0x42504545u /* "EEPB" little-endian */
 #define EEP_AGENT_BOOT_HDR         8u          /* magic (4), id length (4) */

@@ -7,7 +7,7 @@
  *   /eep/<job>/views/<epoch>/boot/<round>/<rank>   (epoch 20 digits, round 10, rank 6)
  *
  * each written once (a Txn that refuses to overwrite) under the member's lease, so that the keys
- * vanish with the member.  The result is an ordinary eep_bootstrap_t (elastic/bootstrap.h): pass
+ * vanish with the member.  The result is an ordinary eep_bootstrap_t (elastic/runtime/bootstrap.h): pass
  * it to eep_runtime_create().  One bootstrap per view epoch: a group that failed is rebuilt for a
  * newer view, never again for the same epoch.  Every wait is bounded by the bootstrap timeout.
  *
@@ -19,7 +19,7 @@
 #include <stddef.h>
 
 #include "control/agent/agent.h"
-#include "elastic/bootstrap.h"
+#include "elastic/runtime/bootstrap.h"
 
 #ifdef __cplusplus
 extern "C" {

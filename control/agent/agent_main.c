@@ -14,8 +14,8 @@
 #include <time.h>
 
 #include "control/agent/agent.h"
-#include "elastic/config.h"
-#include "elastic/log.h"
+#include "util/config.h"
+#include "util/log.h"
 
 static volatile sig_atomic_t eep_agent_main_stop;
 

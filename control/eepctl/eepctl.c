@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "control/rpc/rpc_client.h"
-#include "elastic/log.h"
+#include "util/log.h"
 #include "proto/eep.pb-c.h"
 
 typedef struct {

@@ -20,8 +20,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "elastic/clock.h"
-#include "elastic/log.h"
+#include "util/clock.h"
+#include "util/log.h"
 
 int64_t eepd_now_ms(void)
 {

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "elastic/log.h"
+#include "util/log.h"
 
 static const char *const eepd_api_paths[EEPD_M_COUNT] = {
     [EEPD_M_GET_STATUS]   = "/eep.v1.EepControl/GetStatus",

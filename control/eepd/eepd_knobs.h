@@ -2,7 +2,7 @@
 #ifndef EEP_EEPD_KNOBS_H
 #define EEP_EEPD_KNOBS_H
 
-#include "elastic/config.h"
+#include "util/config.h"
 
 typedef struct {
     char    job[EEP_KNOB_STRING_MAX];

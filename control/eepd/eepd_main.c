@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "control/eepd/eepd.h"
-#include "elastic/log.h"
+#include "util/log.h"
 
 static volatile sig_atomic_t eepd_signalled;
 

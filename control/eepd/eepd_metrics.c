@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "elastic/log.h"
+#include "util/log.h"
 
 #if MHD_VERSION >= 0x00097002
 typedef enum MHD_Result eepd_mhd_result_t;

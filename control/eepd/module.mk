@@ -10,7 +10,7 @@ AGENT_SRCS   += control/agent/agent_bootstrap.c
 EEPD_SRCS    := control/eepd/eepd.c control/eepd/eepd_api.c control/eepd/eepd_view.c \
                 control/eepd/eepd_metrics.c
 
-# Knob tables are plain data that every process registers (elastic/config_registry.c).
+# Knob tables are plain data that every process registers (util/config_registry.c).
 UTIL_SRCS += control/eepd/eepd_knobs.c control/agent/agent_knobs.c
 $(BUILD)/control/eepd/eepd_knobs.o $(BUILD)/control/agent/agent_knobs.o: \
         $(BUILD)/control/%.o: control/%.c $(BUILD)/flags.stamp

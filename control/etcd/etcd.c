@@ -16,7 +16,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "elastic/log.h"
+#include "util/log.h"
 
 static void *eep_etcd_thread_main(void *arg);
 

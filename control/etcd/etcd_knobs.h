@@ -2,7 +2,7 @@
 #ifndef EEP_ETCD_KNOBS_H
 #define EEP_ETCD_KNOBS_H
 
-#include "elastic/config.h"
+#include "util/config.h"
 
 typedef struct {
     char    endpoints[EEP_KNOB_STRING_MAX];

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "elastic/log.h"
+#include "util/log.h"
 
 #define EEP_ETCD_KEEPALIVE_METHOD "/etcdserverpb.Lease/LeaseKeepAlive"
 

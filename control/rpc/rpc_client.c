@@ -21,8 +21,8 @@
 #include <grpc/support/log.h>
 #include <grpc/support/time.h>
 
-#include "elastic/clock.h"
-#include "elastic/log.h"
+#include "util/clock.h"
+#include "util/log.h"
 
 /* gRPC's own log lines, through ours: its errors are mostly transport trouble that the caller
  * retries and reports itself, so they become warnings; the rest is debug. */

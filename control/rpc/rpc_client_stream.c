@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "elastic/log.h"
+#include "util/log.h"
 
 typedef enum {
     EEP_RPC_OP_START,

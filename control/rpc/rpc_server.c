@@ -20,7 +20,7 @@
 #include <string.h>
 
 #include "control/rpc/rpc_client.h"
-#include "elastic/log.h"
+#include "util/log.h"
 
 #define EEP_RPC_MAX_METHODS 32
 #define EEP_RPC_MAX_QUEUED  256 /* stream messages waiting for a slow client before we give up */

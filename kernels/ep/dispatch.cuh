@@ -47,18 +47,18 @@
 #include "ep_params.h"
 
 #ifdef __CUDACC__
-#ifndef EEP_EPK_EMULATION /* tests/unit/ep_kernel_shim.h stands in for NCCL's device API */
+#ifndef EEP_EPK_EMULATION /* tests/emu/ep_kernel_shim.h stands in for NCCL's device API */
 #include <nccl.h>
 #include <nccl_device.h>
 #endif
 #ifndef EEP_EPK_DYN_SMEM
 #define EEP_EPK_DYN_SMEM(name) extern __shared__ int name[]
 #endif
-#ifndef EEP_EPK_TEST_SEND_DELAY /* tests/unit/ep_kernel_shim.h: a slow sender */
+#ifndef EEP_EPK_TEST_SEND_DELAY /* tests/emu/ep_kernel_shim.h: a slow sender */
 #define EEP_EPK_TEST_SEND_DELAY(p)
 #endif
 
-#include "../../barrier/impl/bounded_wait.cuh"
+#include "../common/bounded_wait.cuh"
 #include "ll_line.cuh"
 
 /* At most this many top-k ids (T * K) a call, every sending block and the counter count the
@@ -283,7 +283,7 @@ __device__ __forceinline__ unsigned eep_epk_round_mask(const int *mw, int E, int
     return dm;
 }
 
-/* The bounded-wait context of an EP kernel's waits (barrier/impl/bounded_wait.cuh). */
+/* The bounded-wait context of an EP kernel's waits (kernels/common/bounded_wait.cuh). */
 __device__ __forceinline__ eep_wait_ctx eep_epk_wait_ctx(const eep_epk_params_t &p,
                                                          int                    *block_failed)
 {

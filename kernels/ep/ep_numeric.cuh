@@ -1,7 +1,7 @@
 /*
  * kernels/ep/ep_numeric.cuh - bit-exact number helpers shared by every dispatch/combine kernel.
  *
- * bf16 conversions are written on bits, the same algorithm as tests/unit/ep_reference.c (round to
+ * bf16 conversions are written on bits, the same algorithm as tests/common/ep_reference.c (round to
  * nearest even, NaN -> 0x7FFF), so device and CPU reference agree bit for bit without depending on
  * cuda_bf16.h (which NVRTC would need to find).  Sums use the explicit _rn intrinsics: the
  * contract of combine (eep/ep.h) fixes fmaf for the weighted partial and plain adds for the total,

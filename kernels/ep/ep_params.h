@@ -1,6 +1,6 @@
 /*
  * kernels/ep/ep_params.h - the parameter struct of the direct-mode (NVLink/LSA) dispatch and
- * combine kernels, shared by the host (elastic/ep.c fills it) and the device (dispatch.cuh,
+ * combine kernels, shared by the host (elastic/ep/ep.c fills it) and the device (dispatch.cuh,
  * combine.cuh read it).
  *
  * NVRTC-safe: no libc headers; pointers travel as unsigned long long; the size is pinned by a
@@ -23,7 +23,7 @@
 #define EEP_EPK_MAX_COUNTERS    (2048 + EEP_EPK_MAX_WORLD) /* experts + destinations */
 
 /*
- * The JIT's per-shape variant: elastic/ep.c compiles each (top-k, ranks, hidden) with these fixed
+ * The JIT's per-shape variant: elastic/ep/ep.c compiles each (top-k, ranks, hidden) with these fixed
  * by -D flags, so the compiler knows the trip counts of the loops over top-k lanes, ranks and
  * hidden vectors.  0 (the default): read from the parameters (the generic variant; the CPU run
  * of the kernels uses it).  The kernels read these fields only through the macros below.

@@ -13,7 +13,7 @@
  * Lane l of a warp works on line (base + l / 8), slot l % 8: one instruction covers 4 lines.
  * Vector v of a row lives at line v / 7, slot v % 7.
  *
- * EEP_EPK_EMULATION (tests/unit/ep_kernel_shim.h: one CPU thread per lane) has no such
+ * EEP_EPK_EMULATION (tests/emu/ep_kernel_shim.h: one CPU thread per lane) has no such
  * instruction: there a line's data slots are stored, the warp meets, and the flag is stored with
  * release; a reader loads the flag with acquire, the warp meets, and the data slots are loaded.
  * Every lane of the warp calls these functions together.

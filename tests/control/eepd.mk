@@ -43,7 +43,7 @@ $(EEPD_FUZZ_BIN): $(EEPD_FUZZ_SRCS) $(LIBEEP_CONTROL_A) $$(LIBEEP_PROTO_A) $(LIB
 endif
 
 # test_agent_bootstrap: the etcd backend of the bootstrap, forked ranks against real etcd + eepd
-# (the bootstrap's common part, elastic/bootstrap.c, comes from libeep.a; nothing of CUDA is used).
+# (the bootstrap's common part, elastic/runtime/bootstrap.c, comes from libeep.a; nothing of CUDA is used).
 EEP_AGENT_BOOT_TEST := $(BUILD)/tests/control/test_agent_bootstrap
 UNIT_TEST_BINS += $(EEP_AGENT_BOOT_TEST)
 $(EEP_AGENT_BOOT_TEST): $(BUILD)/tests/control/test_agent_bootstrap.o \

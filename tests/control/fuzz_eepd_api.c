@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "control/eepd/eepd.h"
-#include "elastic/log.h"
+#include "util/log.h"
 
 static eepd_t *fuzz_eepd;
 

@@ -8,6 +8,12 @@ ETCD_TEST_BINS := $(BUILD)/tests/control/test_etcd $(BUILD)/tests/control/test_e
                   $(BUILD)/tests/control/test_etcd_tls
 UNIT_TEST_BINS += $(ETCD_TEST_BINS)
 
+# Objects here get gRPC's flags (never CUDA's) and wait for the generated headers.
+$(BUILD)/tests/control/%.o: tests/control/%.c $(BUILD)/flags.stamp | $$(PROTO_GEN_H)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(GRPC_CFLAGS) $(PROTOBUF_C_CFLAGS) $(CFLAGS) -c $< -o $@
+
+
 $(ETCD_TEST_BINS): $(BUILD)/tests/control/%: $(BUILD)/tests/control/%.o \
         $(patsubst %.c,$(BUILD)/%.o,$(CONTROL_TEST_SUPPORT_SRCS)) $(LIBEEP_CONTROL_A) \
         $(BUILD)/lib/libeep_proto.a $(LIBUTIL_A)

@@ -23,7 +23,7 @@
 #include "control/agent/agent.h"
 #include "control/eepd/eepd.h"
 #include "control/etcd/etcd.h"
-#include "elastic/log.h"
+#include "util/log.h"
 #include "tests/control/etcd_test_util.h"
 #include "tests/control/support/etcd_server.h"
 

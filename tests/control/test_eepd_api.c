@@ -13,7 +13,7 @@
 #include <cmocka.h>
 
 #include "control/eepd/eepd.h"
-#include "elastic/log.h"
+#include "util/log.h"
 
 static eepd_t *make_eepd(int tls, int injection)
 {

@@ -15,7 +15,7 @@
 #include <cmocka.h>
 
 #include "control/etcd/etcd.h"
-#include "elastic/log.h"
+#include "util/log.h"
 #include "tests/control/etcd_test_util.h"
 #include "tests/control/support/etcd_server.h"
 

@@ -14,8 +14,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "elastic/runtime.h"
-#include "tests/gpu/gpu_test.h"
+#include "elastic/runtime/runtime.h"
+#include "tests/common/gpu_test.h"
 
 #define ITERS    20
 #define DELAY_US 200

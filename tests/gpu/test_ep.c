@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include "eep/ep.h"
-#include "tests/gpu/gpu_test.h"
+#include "tests/common/gpu_test.h"
 
 #define T_MAX      256
 #define HIDDEN     2048

@@ -6,7 +6,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "tests/gpu/gpu_test.h"
+#include "tests/common/gpu_test.h"
 
 #define TIMEOUT_MS 1000
 #define PROBE_N    (1u << 20)

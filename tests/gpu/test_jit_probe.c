@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "elastic/runtime.h"
-#include "tests/gpu/gpu_test.h"
+#include "elastic/runtime/runtime.h"
+#include "tests/common/gpu_test.h"
 
 /* gpu_test.h's GPU_REQUIRE/GPU_OK evaluate their argument twice (the check, then the exit test),
    so every call with a side effect goes through a variable here. */

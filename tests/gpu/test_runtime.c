@@ -6,7 +6,7 @@
 #include <nccl.h>
 #include <stdlib.h>
 
-#include "tests/gpu/gpu_test.h"
+#include "tests/common/gpu_test.h"
 
 static void check_barriers(eep_runtime_t *rt, const char *what)
 {

@@ -1,0 +1,58 @@
+/*
+ * ep_args.h - host-side checks of dispatch/combine arguments (private to elastic/ep_*).
+ *
+ * Everything the host can know is checked here, before any launch, and reported once with the
+ * argument's name.  Expert ids are only read by the device: an id outside [-1, num_experts) or
+ * repeated within one token is flagged by the dispatch kernel into the runtime's fault page with
+ * the offending token (docs/dispatch.md, "Bad input"), never here.
+ */
+#ifndef EEP_EP_ARGS_H
+#define EEP_EP_ARGS_H
+
+#include <stdint.h>
+
+#include "eep/ep.h"
+#include "elastic/ep/ep_layout.h"
+
+/* What the calling runtime is, as far as argument checks care. */
+typedef struct {
+    const void *runtime; /* identity (the eep_runtime_t pointer) */
+    uint64_t    epoch;   /* current membership epoch */
+    int         rank;
+    int         world;
+} eep_ep_world_t;
+
+/**
+ * Check a dispatch call.
+ * @param [in] args    as given to eep_dispatch.
+ * @param [in] world   the calling runtime.
+ * @param [in] handle  *handle_p as given (may be NULL; required in CACHED mode).
+ * @param [out] shape_p  the call's shape, filled on success (may be NULL).
+ * @return EEP_OK; EEP_ERR_INVALID_ARG naming the argument; EEP_ERR_STALE_EPOCH for a cached
+ *         dispatch on a handle of an older epoch.  The reason is logged (EEP_SUBSYS_KERNEL).
+ */
+eep_status_t eep_ep_dispatch_args_check(const eep_dispatch_args_t *args,
+                                        const eep_ep_world_t *world, const eep_ep_handle_t *handle,
+                                        eep_ep_shape_t *shape_p);
+
+/**
+ * Check a combine call (y, handle, out as given to eep_combine).
+ * @return EEP_OK, EEP_ERR_INVALID_ARG or EEP_ERR_STALE_EPOCH, logged.
+ */
+eep_status_t eep_ep_combine_args_check(const void *y, const eep_ep_handle_t *handle,
+                                       const void *out, const eep_ep_world_t *world);
+
+/**
+ * Check that @p handle is alive, was made by @p world's runtime and in its current epoch.
+ * @param [in] what  the caller, for the message ("combine").
+ */
+eep_status_t eep_ep_handle_check(const eep_ep_handle_t *handle, const eep_ep_world_t *world,
+                                 const char *what);
+
+/**
+ * CPU_SYNC, once the exact row count is known: check that the caller's buffers hold it.
+ * @return EEP_OK or EEP_ERR_INVALID_ARG naming recv_capacity.
+ */
+eep_status_t eep_ep_capacity_check(const eep_dispatch_args_t *args, int64_t rows);
+
+#endif /* EEP_EP_ARGS_H */

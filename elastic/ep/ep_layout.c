@@ -1,0 +1,450 @@
+/*
+ * ep_layout.c - sizes, offsets and the SM model of dispatch/combine.
+ *
+ * Pure arithmetic on a shape, so the host runtime, the CPU reference and the benchmark agree by
+ * construction.  Every buffer is sized for the worst case of the shape (max_tokens_per_rank from
+ * every rank), never for a call: a call then needs no allocation and no flow control.
+ */
+#include "elastic/ep/ep_layout.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "elastic/ep/ep_knobs.h"
+#include "kernels/ep/ep_params.h"
+#include "kernels/ep/ll_line.cuh" /* the line geometry (its device code needs __CUDACC__) */
+
+/* The host sizes rows and records with the kernels' line geometry. */
+_Static_assert(EEP_EP_COMBINE_LINE_BYTES == EEP_LL_LINE_BYTES, "a line's bytes, host and kernels");
+_Static_assert(EEP_EP_COMBINE_LINE_DATA == EEP_LL_DATA_SLOTS * 16, "a line's data bytes");
+
+#define EEP_EP_MAX_WORLD     1024
+#define EEP_EP_MAX_ALIGNMENT 4096
+#define EEP_EP_REGION_ALIGN  256
+#define EEP_EP_WINDOW_ALIGN  (2u << 20)
+
+size_t eep_ep_elem_bytes(eep_dtype_t dtype)
+{
+    switch (dtype) {
+    case EEP_DTYPE_BF16:
+        return 2;
+    case EEP_DTYPE_FP8_E4M3:
+        return 1;
+    }
+    return 0;
+}
+
+int64_t eep_ep_align_up(int64_t value, int64_t align)
+{
+    return (value + align - 1) / align * align;
+}
+
+int eep_ep_local_experts(const eep_ep_shape_t *shape)
+{
+    return shape->num_experts / shape->world;
+}
+
+int eep_ep_lines(const eep_ep_shape_t *shape)
+{
+    return (shape->max_tokens <= EEP_EP_DISPATCH_LINES_MAX_TOKENS ? EEP_EPK_LINES_DISPATCH : 0) |
+           (shape->max_tokens <= EEP_EP_COMBINE_LINES_MAX_TOKENS ? EEP_EPK_LINES_COMBINE : 0);
+}
+
+static int eep_ep_is_pow2(int v)
+{
+    return v > 0 && (v & (v - 1)) == 0;
+}
+
+eep_status_t eep_ep_shape_check(const eep_ep_shape_t *s, const char **why_p)
+{
+    const char *why  = NULL;
+    size_t      elem = eep_ep_elem_bytes(s->dtype);
+
+    if (elem == 0) {
+        why = "dtype";
+    } else if (s->world < 1 || s->world > EEP_EP_MAX_WORLD) {
+        why = "world";
+    } else if (s->max_tokens < 1) {
+        why = "max_tokens_per_rank";
+    } else if (s->hidden <= 0 || ((size_t)s->hidden * elem) % 16 != 0) {
+        why = "hidden";
+    } else if (s->dtype == EEP_DTYPE_FP8_E4M3 && s->hidden % EEP_EP_FP8_BLOCK != 0) {
+        why = "hidden";
+    } else if (s->num_topk < 1 || s->num_topk > EEP_EP_MAX_TOPK) {
+        why = "num_topk";
+    } else if (s->num_experts < 1 || s->num_experts > EEP_EP_MAX_EXPERTS ||
+               s->num_experts % s->world != 0 ||
+               s->num_experts / s->world > EEP_EP_MAX_LOCAL_EXPERTS ||
+               s->num_topk > s->num_experts) {
+        why = "num_experts";
+    } else if (!eep_ep_is_pow2(s->alignment) || s->alignment > EEP_EP_MAX_ALIGNMENT) {
+        why = "expert_alignment";
+    }
+    if (why == NULL && eep_ep_rows_max(s) > INT32_MAX) {
+        /* Kernels index rows with 32-bit integers. */
+        why = "max_tokens_per_rank";
+    }
+    if (why != NULL) {
+        if (why_p != NULL) {
+            *why_p = why;
+        }
+        return EEP_ERR_INVALID_ARG;
+    }
+    return EEP_OK;
+}
+
+void eep_ep_wire_layout(const eep_ep_shape_t *s, eep_ep_wire_t *wire_p)
+{
+    eep_ep_wire_t w;
+
+    w.hidden_bytes = (size_t)s->hidden * eep_ep_elem_bytes(s->dtype);
+    w.scale_bytes  = s->dtype == EEP_DTYPE_FP8_E4M3
+                         ? (size_t)(s->hidden / EEP_EP_FP8_BLOCK) * sizeof(float)
+                         : 0;
+    /* K ids, K weights, the source token, K positions (the token's rank among this source's
+       tokens for each of its experts: the receiver places rows without a scan) */
+    w.meta_bytes = (size_t)s->num_topk * (2 * sizeof(int32_t) + sizeof(float)) + sizeof(int32_t);
+    w.scale_off  = (size_t)eep_ep_align_up((int64_t)w.hidden_bytes, EEP_EP_WIRE_ALIGN);
+    w.meta_off   = w.scale_off + (size_t)eep_ep_align_up((int64_t)w.scale_bytes, EEP_EP_WIRE_ALIGN);
+    /* then the tag (u64): the receiver copies a record once its tag holds the call's sequence,
+       so rows are placed while the rest still travels (no "all landed" signal) */
+    w.tag_off     = w.meta_off + (size_t)eep_ep_align_up((int64_t)w.meta_bytes, 8);
+    w.meta_bytes  = w.tag_off + 8 - w.meta_off;
+    w.token_bytes = w.meta_off + (size_t)eep_ep_align_up((int64_t)w.meta_bytes, EEP_EP_WIRE_ALIGN);
+    *wire_p       = w;
+}
+
+void eep_ep_record_layout(const eep_ep_shape_t *s, eep_ep_wire_t *wire_p)
+{
+    eep_ep_wire_t w;
+    size_t        lines, shift;
+
+    eep_ep_wire_layout(s, &w);
+    if (eep_ep_lines(s) & EEP_EPK_LINES_DISPATCH) {
+        /* the hidden bytes as flagged lines of 7 x 16 bytes (kernels/ep/ll_line.cuh), the record
+           a whole number of lines so that every record starts on one */
+        lines = (w.hidden_bytes + EEP_EP_COMBINE_LINE_DATA - 1) / EEP_EP_COMBINE_LINE_DATA;
+        shift = lines * EEP_EP_COMBINE_LINE_BYTES - w.scale_off;
+        w.scale_off += shift;
+        w.meta_off += shift;
+        w.tag_off += shift;
+        w.token_bytes = (size_t)eep_ep_align_up((int64_t)(w.token_bytes + shift),
+                                                EEP_EP_COMBINE_LINE_BYTES);
+    }
+    *wire_p = w;
+}
+
+static int64_t eep_ep_rows_max_raw(int64_t world, int64_t max_tokens, int64_t num_topk,
+                                   int64_t num_local, int64_t alignment)
+{
+    int64_t pairs = world * max_tokens * (num_topk < num_local ? num_topk : num_local);
+
+    /* Each padded group adds at most alignment - 1 rows and the total is a multiple of it. */
+    return (pairs + num_local * (alignment - 1)) / alignment * alignment;
+}
+
+int64_t eep_ep_rows_max(const eep_ep_shape_t *s)
+{
+    if (s->world < 1 || s->num_experts < s->world || s->num_experts % s->world != 0 ||
+        s->max_tokens < 1 || s->num_topk < 1 || !eep_ep_is_pow2(s->alignment)) {
+        return -1;
+    }
+    return eep_ep_rows_max_raw(s->world, s->max_tokens, s->num_topk, s->num_experts / s->world,
+                               s->alignment);
+}
+
+int64_t eep_ep_recv_rows_max(int world, int max_tokens_per_rank, int num_topk, int num_experts,
+                             int expert_alignment)
+{
+    eep_ep_shape_t s = {
+        .world       = world,
+        .max_tokens  = max_tokens_per_rank,
+        .hidden      = 0,
+        .num_topk    = num_topk,
+        .num_experts = num_experts,
+        .alignment   = expert_alignment,
+        .dtype       = EEP_DTYPE_BF16,
+    };
+
+    return eep_ep_rows_max(&s);
+}
+
+eep_status_t eep_ep_buffer_sizes(const eep_ep_shape_t *s, eep_ep_buffer_sizes_t *sizes_p)
+{
+    eep_ep_buffer_sizes_t z;
+    eep_ep_wire_t         wire;
+    eep_status_t          status;
+    size_t                regions, off;
+    int64_t               count_words; /* a count slot: 3 header words, a word per local expert */
+
+    status = eep_ep_shape_check(s, NULL);
+    if (status != EEP_OK) {
+        return status;
+    }
+    eep_ep_record_layout(s, &wire);
+    count_words           = 3 + eep_ep_local_experts(s);
+    z.count_slot_bytes    = (size_t)eep_ep_align_up(count_words * (int64_t)sizeof(uint64_t),
+                                                    EEP_EP_COUNT_SLOT_ALIGN);
+    z.counts_bytes        = (size_t)s->world * EEP_EP_PARITIES * z.count_slot_bytes;
+    z.allocator_bytes     = (size_t)eep_ep_align_up((int64_t)s->world * 4, EEP_EP_REGION_ALIGN);
+    z.dispatch_recv_bytes = (size_t)EEP_EP_PARITIES * (size_t)s->world * (size_t)s->max_tokens *
+                            wire.token_bytes;
+    regions              = (size_t)(s->world < s->num_topk ? s->world : s->num_topk);
+    z.combine_row_bytes  = (eep_ep_lines(s) & EEP_EPK_LINES_COMBINE)
+                               ? ((size_t)s->hidden * 2 + EEP_EP_COMBINE_LINE_DATA - 1) /
+                                    EEP_EP_COMBINE_LINE_DATA * EEP_EP_COMBINE_LINE_BYTES
+                               : (size_t)s->hidden * 2 + EEP_EP_COMBINE_TAG_BYTES;
+    z.combine_recv_bytes = (size_t)EEP_EP_PARITIES * regions * (size_t)s->max_tokens *
+                           z.combine_row_bytes;
+
+    off          = 0;
+    z.counts_off = off;
+    off += (size_t)eep_ep_align_up((int64_t)z.counts_bytes, EEP_EP_REGION_ALIGN);
+    z.allocator_off = off;
+    off += z.allocator_bytes;
+    z.dispatch_recv_off = off;
+    off += (size_t)eep_ep_align_up((int64_t)z.dispatch_recv_bytes, EEP_EP_REGION_ALIGN);
+    z.combine_recv_off = off;
+    off += (size_t)eep_ep_align_up((int64_t)z.combine_recv_bytes, EEP_EP_REGION_ALIGN);
+    z.total_bytes = (size_t)eep_ep_align_up((int64_t)off, EEP_EP_WINDOW_ALIGN);
+    *sizes_p      = z;
+    return EEP_OK;
+}
+
+int eep_ep_layout_equal(const eep_ep_shape_t *a, const eep_ep_shape_t *b)
+{
+    eep_ep_buffer_sizes_t za, zb;
+    eep_ep_wire_t         wa, wb;
+
+    if (eep_ep_buffer_sizes(a, &za) != EEP_OK || eep_ep_buffer_sizes(b, &zb) != EEP_OK) {
+        return 0;
+    }
+    eep_ep_record_layout(a, &wa);
+    eep_ep_record_layout(b, &wb);
+    return a->world == b->world && eep_ep_lines(a) == eep_ep_lines(b) &&
+           za.count_slot_bytes == zb.count_slot_bytes && za.counts_off == zb.counts_off &&
+           za.allocator_off == zb.allocator_off && za.dispatch_recv_off == zb.dispatch_recv_off &&
+           za.dispatch_recv_bytes == zb.dispatch_recv_bytes &&
+           za.combine_recv_off == zb.combine_recv_off &&
+           za.combine_recv_bytes == zb.combine_recv_bytes &&
+           za.combine_row_bytes == zb.combine_row_bytes && wa.token_bytes == wb.token_bytes &&
+           wa.scale_off == wb.scale_off && wa.meta_off == wb.meta_off && wa.tag_off == wb.tag_off;
+}
+
+int64_t eep_ep_expert_offsets(const int32_t *counts, int num_local, int alignment, int64_t *offsets)
+{
+    int e;
+
+    offsets[0] = 0;
+    for (e = 0; e < num_local; e++) {
+        offsets[e + 1] = offsets[e] + eep_ep_align_up(counts[e], alignment);
+    }
+    return offsets[num_local];
+}
+
+double eep_ep_expected_groups(int num_experts, int num_topk, int groups)
+{
+    double miss = 1.0; /* P(no expert of one given group): C(E - E/G, K) / C(E, K) */
+    int    per_group, i;
+
+    if (groups < 1 || num_experts < groups || num_topk < 1 || num_topk > num_experts) {
+        return 0.0;
+    }
+    per_group = num_experts / groups;
+    for (i = 0; i < num_topk; i++) {
+        double num = (double)(num_experts - per_group - i);
+
+        if (num <= 0.0) {
+            miss = 0.0;
+            break;
+        }
+        miss *= num / (double)(num_experts - i);
+    }
+    return groups * (1.0 - miss);
+}
+
+void eep_ep_sm_model_init(eep_ep_sm_model_t *m, int world, int hidden, eep_dtype_t dtype,
+                          int num_topk, int num_experts, int device_sms)
+{
+    m->world                = world;
+    m->hidden               = hidden;
+    m->dtype                = dtype;
+    m->num_topk             = num_topk;
+    m->num_experts          = num_experts;
+    m->device_sms           = device_sms;
+    m->link_gbps            = EEP_EP_DEFAULT_LINK_GBPS;
+    m->sm_read_gbps         = EEP_EP_SM_READ_GBPS;
+    m->sm_write_gbps        = EEP_EP_SM_WRITE_GBPS;
+    m->token_overhead_bytes = EEP_EP_TOKEN_OVERHEAD_B;
+    m->margin               = EEP_EP_SM_MARGIN;
+    m->min_sms              = EEP_EP_MIN_SMS;
+}
+
+int eep_ep_sm_model_run(const eep_ep_sm_model_t *m, eep_ep_sm_estimate_t *est_p)
+{
+    eep_ep_sm_estimate_t est   = { 0 };
+    eep_ep_shape_t       shape = {
+              .world       = m->world,
+              .max_tokens  = 1,
+              .hidden      = m->hidden,
+              .num_topk    = m->num_topk,
+              .num_experts = m->num_experts,
+              .alignment   = 1,
+              .dtype       = m->dtype,
+    };
+    eep_ep_wire_t wire;
+    double        sms;
+    int           n;
+
+    if (eep_ep_shape_check(&shape, NULL) != EEP_OK || m->device_sms < 1 || m->link_gbps <= 0.0 ||
+        m->sm_read_gbps <= 0.0 || m->sm_write_gbps <= 0.0 || m->token_overhead_bytes < 0.0 ||
+        m->margin < 1.0 || m->min_sms < 1) {
+        return -1;
+    }
+    eep_ep_wire_layout(&shape, &wire);
+    est.token_bytes       = (double)wire.token_bytes;
+    est.distinct_ranks    = eep_ep_expected_groups(m->num_experts, m->num_topk, m->world);
+    est.per_sm_write_gbps = m->sm_write_gbps * est.token_bytes /
+                            (est.token_bytes + m->token_overhead_bytes);
+    if (m->world == 1) {
+        /* No link traffic: the senders store only each token's metadata and tag (the copy blocks
+           read its hidden bytes from x), so they need few SMs and the copy blocks, which write
+           the expert-major rows (HBM-bound), want the rest.  An eighth of the device: on an H200
+           (16 + 116) within 6% of the best split from T 32 to 4096 in every mode (RESULTS,
+           "one rank"); all SMs as senders left one copy block, 13.6 ms at T 4096. */
+        n = m->device_sms / EEP_EP_LOCAL_SEND_SHARE;
+    } else {
+        est.write_gbps = m->link_gbps / (1.0 - 1.0 / m->world);
+        est.read_gbps  = est.write_gbps / est.distinct_ranks;
+        sms            = m->margin *
+              fmax(est.write_gbps / est.per_sm_write_gbps, est.read_gbps / m->sm_read_gbps);
+        n = (int)ceil(sms);
+        n += n & 1;
+        if (n < m->min_sms) {
+            n = m->min_sms;
+        }
+    }
+    /* at most half the device: the copy blocks are the rest (elastic/ep/ep.c) */
+    if (n > m->device_sms / 2) {
+        n = m->device_sms / 2;
+    }
+    n           = n < 1 ? 1 : n;
+    est.num_sms = n;
+    if (est_p != NULL) {
+        *est_p = est;
+    }
+    return n;
+}
+
+int eep_ep_pick_sms(const eep_ep_config_t *cfg, const eep_ep_shape_t *shape, int device_sms,
+                    double link_gbps, int requested)
+{
+    eep_ep_sm_model_t m;
+    int               n;
+
+    if (device_sms < 1 || eep_ep_shape_check(shape, NULL) != EEP_OK) {
+        return -1;
+    }
+    if (requested > 0) {
+        n = requested;
+    } else if (cfg != NULL && cfg->num_sms > 0) {
+        n = (int)cfg->num_sms;
+    } else {
+        eep_ep_sm_model_init(&m, shape->world, shape->hidden, shape->dtype, shape->num_topk,
+                             shape->num_experts, device_sms);
+        if (link_gbps > 0.0) {
+            m.link_gbps = link_gbps;
+        }
+        if (cfg != NULL) {
+            if (cfg->link_gbps > 0.0) {
+                m.link_gbps = cfg->link_gbps;
+            }
+            m.sm_read_gbps         = cfg->sm_read_gbps;
+            m.sm_write_gbps        = cfg->sm_write_gbps;
+            m.token_overhead_bytes = cfg->token_overhead_bytes;
+            m.margin               = cfg->sm_margin;
+            m.min_sms              = (int)cfg->min_sms;
+        }
+        n = eep_ep_sm_model_run(&m, NULL);
+        if (n < 0) {
+            return -1;
+        }
+    }
+    return n < 1 ? 1 : n > device_sms ? device_sms : n;
+}
+
+eep_status_t eep_ep_params_layout(const eep_ep_shape_t *shape, int rank, size_t ep_off,
+                                  const void *my_window, eep_epk_params_t *p)
+{
+    eep_ep_buffer_sizes_t z;
+    eep_ep_wire_t         wire;
+    eep_status_t          status;
+
+    if ((status = eep_ep_buffer_sizes(shape, &z)) != EEP_OK) {
+        return status;
+    }
+    eep_ep_record_layout(shape, &wire);
+    memset(p, 0, sizeof(*p));
+    p->rank         = rank;
+    p->world        = shape->world;
+    p->max_tokens   = shape->max_tokens;
+    p->hidden       = shape->hidden;
+    p->num_topk     = shape->num_topk;
+    p->num_experts  = shape->num_experts;
+    p->num_local    = eep_ep_local_experts(shape);
+    p->alignment    = shape->alignment;
+    p->token_bytes  = (unsigned)wire.token_bytes;
+    p->hidden_bytes = (unsigned)wire.hidden_bytes;
+    p->scale_off    = (unsigned)wire.scale_off;
+    p->scale_bytes  = (unsigned)wire.scale_bytes;
+    p->meta_off     = (unsigned)wire.meta_off;
+    p->tag_off      = (unsigned)wire.tag_off;
+    p->ctl = (unsigned long long)(uintptr_t)((const char *)my_window + ep_off + z.allocator_off);
+    p->counts_off    = ep_off + z.counts_off;
+    p->slot_bytes    = z.count_slot_bytes;
+    p->drecv_off     = ep_off + z.dispatch_recv_off;
+    p->drecv_region  = (unsigned long long)shape->max_tokens * wire.token_bytes;
+    p->crecv_off     = ep_off + z.combine_recv_off;
+    p->crecv_row     = z.combine_row_bytes;
+    p->crecv_region  = (unsigned long long)shape->max_tokens * z.combine_row_bytes;
+    p->crecv_regions = shape->world < shape->num_topk ? shape->world : shape->num_topk;
+    p->lines         = eep_ep_lines(shape);
+    return EEP_OK;
+}
+
+void eep_ep_kernel_spec(int combine, int idx_bits, int mode, int phase, const eep_ep_shape_t *shape,
+                        eep_ep_kernel_names_t *names, eep_jit_spec_t *spec_p)
+{
+    snprintf(names->targs, sizeof(names->targs), "%d, %d, %d", idx_bits, mode, phase);
+    /* unit #defines, not -D flags: NVRTC's precompiled headers need one command line */
+    snprintf(names->defines, sizeof(names->defines),
+             "EEP_EPK_FIXED_K=%d EEP_EPK_FIXED_W=%d "
+             "EEP_EPK_FIXED_H=%d EEP_EPK_FIXED_HB=%zu EEP_EPK_FIXED_LINES=%d",
+             shape->num_topk, shape->world, shape->hidden,
+             (size_t)shape->hidden * eep_ep_elem_bytes(shape->dtype), eep_ep_lines(shape));
+    memset(spec_p, 0, sizeof(*spec_p));
+    spec_p->size          = sizeof(*spec_p);
+    spec_p->header        = combine ? "kernels/ep/combine.cuh" : "kernels/ep/dispatch.cuh";
+    spec_p->function      = combine ? "eep_ep_combine_body" : "eep_ep_dispatch_body";
+    spec_p->template_args = combine ? NULL : names->targs;
+    spec_p->defines       = names->defines;
+    spec_p->param_type    = "eep_epk_params_t";
+    spec_p->launch_bounds = EEP_EPK_THREADS;
+    spec_p->backend       = EEP_JIT_BACKEND_AUTO;
+}
+
+eep_status_t eep_ep_prefetch_shrink(eep_jit_t *jit, int combine, int idx_bits, int mode, int phase,
+                                    const eep_ep_shape_t *shape)
+{
+    eep_ep_shape_t        smaller = *shape;
+    eep_ep_kernel_names_t names;
+    eep_jit_spec_t        spec;
+
+    if (shape->world <= 1) {
+        return EEP_OK;
+    }
+    smaller.world--;
+    eep_ep_kernel_spec(combine, idx_bits, mode, phase, &smaller, &names, &spec);
+    return eep_jit_prefetch(jit, &spec);
+}

@@ -1,0 +1,260 @@
+/*
+ * ep_layout.h - the arithmetic of dispatch/combine layouts, shared by the host runtime, the CPU
+ * reference (tests/common/ep_reference.c) and the benchmarks.
+ *
+ * Nothing here touches a GPU: sizes of the per-token wire record, of the receive buffers and of
+ * the count-exchange workspace, the expert-major offsets, and the SM bandwidth model
+ * (docs/dispatch.md, "How many SMs").  Kernels get these numbers through their parameter structs
+ * or template arguments; they never include this header.
+ */
+#ifndef EEP_EP_LAYOUT_H
+#define EEP_EP_LAYOUT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "eep/ep.h"
+#include "elastic/jit/jit.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The shape every rank shares; a dispatch's own num_tokens is not part of it. */
+typedef struct {
+    int         world;      /* ranks */
+    int         max_tokens; /* max_tokens_per_rank */
+    int         hidden;
+    int         num_topk;
+    int         num_experts;
+    int         alignment; /* expert_alignment */
+    eep_dtype_t dtype;
+} eep_ep_shape_t;
+
+/*
+ * One token on the wire (dispatch): [hidden bytes][fp8 scales][metadata], each part starting on a
+ * EEP_EP_WIRE_ALIGN boundary (TMA wants 16, bulk copies prefer 32).  Metadata: K int32 global
+ * expert ids, K float weights, one int32 source token index.
+ */
+#define EEP_EP_WIRE_ALIGN 32
+
+/*
+ * Flagged lines (eep_ep_lines()), chosen by max_tokens_per_rank, the same on every rank.
+ * A combine partial row, for buffers of max_tokens_per_rank <= EEP_EP_COMBINE_LINES_MAX_TOKENS:
+ * a run of 128-byte lines, each 7 x 16 bytes of data (56 bf16 channels) and a 16-byte flag slot
+ * (kernels/ep/ll_line.cuh); else the data and a 16-byte tag (u64 call sequence + padding),
+ * stored last.  The lines save the fence and the tag (T 128: 16.7 -> 14.3 us) but cost 14% more
+ * bytes: the combine took 43.1 -> 46.4 us at T 512, 84.1 -> 91.6 at T 1024 and 280 -> 342 at
+ * T 4096 (2026-11-30, 2 x H200).  The dispatch records' hidden bytes, for buffers of
+ * max_tokens_per_rank <= EEP_EP_DISPATCH_LINES_MAX_TOKENS (eep_ep_record_layout): there the
+ * lines won up to T 1024 (cached 78.6 -> 68.8 us, no-cpu-sync 95.6 -> 89.8; T 512 even).
+ */
+#define EEP_EP_COMBINE_LINES_MAX_TOKENS  256
+#define EEP_EP_DISPATCH_LINES_MAX_TOKENS 1024
+#define EEP_EP_COMBINE_LINE_BYTES        128
+#define EEP_EP_COMBINE_LINE_DATA         112
+#define EEP_EP_COMBINE_TAG_BYTES         16
+
+typedef struct {
+    size_t hidden_bytes; /* hidden * element size */
+    size_t scale_bytes;  /* fp8: hidden / 128 * 4; bf16: 0 */
+    size_t scale_off;    /* offsets inside the record */
+    size_t meta_off;
+    size_t meta_bytes;  /* K * 4 + K * 4 + 4 + K * 4, padded to 8, + the 8-byte tag */
+    size_t tag_off;     /* the record's tag: the sender's call sequence, stored last */
+    size_t token_bytes; /* whole record, a multiple of EEP_EP_WIRE_ALIGN */
+} eep_ep_wire_t;
+
+/*
+ * Count-exchange slot: one per (peer, parity), written by that peer.  Every word is
+ * (sequence << 32) | value, where sequence is the low 32 bits of the call number (never 0), so a
+ * slot never needs cleaning: "arrived" means "the high half equals my sequence".  Two parities so
+ * that a fast peer's call n+1 cannot overwrite call n before it was read (docs/dispatch.md).
+ *   word 0        tokens the peer sends me (distinct tokens): also the dispatch's handshake
+ *   word 1        unused (records carry tags since the second kernel version)
+ *   word 2        combine started (the combine's handshake; its rows carry tags)
+ *   word 3 + e    rows for my local expert e (El words)
+ * The slot is padded to 128 bytes so that two peers never share a cache line.
+ */
+#define EEP_EP_COUNT_SLOT_ALIGN 128
+#define EEP_EP_PARITIES         2
+
+/* Byte sizes of the regions of one rank's share of the symmetric window. */
+typedef struct {
+    size_t count_slot_bytes;    /* one (peer, parity) slot */
+    size_t counts_bytes;        /* world * parities * slot */
+    size_t allocator_bytes;     /* per-destination slot allocators: world * 4, padded */
+    size_t dispatch_recv_bytes; /* parities * world regions * max_tokens * token_bytes */
+    size_t combine_recv_bytes;  /* parities * min(world, K) regions * max_tokens * row */
+    size_t combine_row_bytes;   /* lines of 128 bytes, or hidden * 2 + the tag */
+    size_t total_bytes;         /* all of the above, each region 256-aligned, total 2 MiB-aligned */
+    /* offsets from the start of this rank's share */
+    size_t counts_off, allocator_off, dispatch_recv_off, combine_recv_off;
+} eep_ep_buffer_sizes_t;
+
+/**
+ * Check a shape (every field in range, num_experts divisible by world, alignment a power of two,
+ * hidden a multiple of 16 bytes and, for fp8, of 128 channels).
+ * @param [out] why_p  on failure, the offending field's name (may be NULL).
+ * @return EEP_OK or EEP_ERR_INVALID_ARG (not logged: callers log with their own context).
+ */
+eep_status_t eep_ep_shape_check(const eep_ep_shape_t *shape, const char **why_p);
+
+/** @return bytes of one element of @p dtype (2 or 1), 0 for an unknown dtype. */
+size_t eep_ep_elem_bytes(eep_dtype_t dtype);
+
+/** @return @p value rounded up to a multiple of @p align (align > 0). */
+int64_t eep_ep_align_up(int64_t value, int64_t align);
+
+/** @return num_experts / world (the shape must be valid). */
+int eep_ep_local_experts(const eep_ep_shape_t *shape);
+
+/** @return which transfers travel as flagged lines, a mask of EEP_EPK_LINES_DISPATCH and
+    EEP_EPK_LINES_COMBINE (kernels/ep/ep_params.h), from max_tokens alone. */
+int eep_ep_lines(const eep_ep_shape_t *shape);
+
+/** @return 1 when shapes @p a and @p b lay out the window's dispatch/combine area identically
+    (every offset, size, record and row format), so calls of both can share one runtime: every
+    tag, flag and count word sits where the other expects one. */
+int eep_ep_layout_equal(const eep_ep_shape_t *a, const eep_ep_shape_t *b);
+
+/** Fill the wire layout of one dispatched token. */
+void eep_ep_wire_layout(const eep_ep_shape_t *shape, eep_ep_wire_t *wire_p);
+
+/** The direct-mode dispatch's record: the wire layout, or for small buffers (eep_ep_lines()) with
+    the hidden bytes as flagged 128-byte lines and the record a whole number of lines. */
+void eep_ep_record_layout(const eep_ep_shape_t *shape, eep_ep_wire_t *wire_p);
+
+/** @return the worst-case received rows (see eep_ep_recv_rows_max()), -1 for a bad shape. */
+int64_t eep_ep_rows_max(const eep_ep_shape_t *shape);
+
+/** Fill the buffer sizes of one rank; @return EEP_OK or EEP_ERR_INVALID_ARG for a bad shape. */
+eep_status_t eep_ep_buffer_sizes(const eep_ep_shape_t *shape, eep_ep_buffer_sizes_t *sizes_p);
+
+/**
+ * Zero the kernels' parameters (kernels/ep/ep_params.h) and fill what the shape decides: rank and
+ * shape fields, the wire record, the window offsets of the counts and receive regions (the
+ * dispatch/combine area starts @p ep_off bytes into the window) and the control words' address
+ * (@p my_window: this rank's window as the device sees it).  Pointers to the runtime's other
+ * memory, inputs and outputs are the caller's.  @return as eep_ep_buffer_sizes().
+ */
+struct eep_epk_params;
+eep_status_t eep_ep_params_layout(const eep_ep_shape_t *shape, int rank, size_t ep_off,
+                                  const void *my_window, struct eep_epk_params *params_p);
+
+/* The strings an eep_ep_kernel_spec() points into. */
+typedef struct {
+    char targs[32];
+    char defines[160];
+} eep_ep_kernel_names_t;
+
+/**
+ * The JIT spec of the dispatch kernel (@p combine 0: eep_ep_dispatch_body<idx_bits, mode, phase>)
+ * or of the combine kernel for @p shape: its top-k, ranks, hidden size and element size compiled
+ * in as spec defines (EEP_EPK_FIXED_*).  The one source of both the kernels a call launches and
+ * those prefetched for one rank fewer, so that their cache keys agree.  @p spec_p points into
+ * @p names.
+ */
+void eep_ep_kernel_spec(int combine, int idx_bits, int mode, int phase, const eep_ep_shape_t *shape,
+                        eep_ep_kernel_names_t *names, eep_jit_spec_t *spec_p);
+
+/**
+ * Queue the background compile (eep_jit_prefetch) of the same kernel for one rank fewer than
+ * @p shape has, as a survivor will ask for it after a rank is lost; nothing for one rank.
+ * @return as eep_jit_prefetch (its outcome is the JIT's to log); EEP_OK for one rank.
+ */
+eep_status_t eep_ep_prefetch_shrink(eep_jit_t *jit, int combine, int idx_bits, int mode, int phase,
+                                    const eep_ep_shape_t *shape);
+
+/**
+ * Exclusive prefix sums of the padded expert counts.
+ * @param [in]  counts     [num_local] real rows per local expert (>= 0).
+ * @param [in]  alignment  power of two >= 1.
+ * @param [out] offsets    [num_local + 1]: offsets[0] = 0, offsets[e + 1] = offsets[e] +
+ *                         align_up(counts[e], alignment).
+ * @return the total padded rows (offsets[num_local]).
+ */
+int64_t eep_ep_expert_offsets(const int32_t *counts, int num_local, int alignment,
+                              int64_t *offsets);
+
+/*
+ * The SM bandwidth model (direct mode, every peer reachable by NVLink).  See docs/dispatch.md.
+ * A token of B wire bytes reaches t = g(world) distinct ranks on average (balanced gating): the
+ * kernel reads B from HBM once and writes t * B, a fraction (1 - 1/world) of it over NVLink.  For
+ * NVLink to be the bottleneck the SMs must write link_gbps / (1 - 1/world) GB/s; one SM writes
+ * sm_write_gbps * B / (B + token_overhead_bytes) (a fixed per-token cost: metadata, slot atomics,
+ * signals) and reads sm_read_gbps.  SMs = ceil(margin * max(write / per-SM write, read / per-SM
+ * read)), rounded up to even, at least min_sms, at most half the device (the copy blocks take
+ * the rest; at least 1).  One rank: device_sms / EEP_EP_LOCAL_SEND_SHARE.  DeepEP's defaults:
+ * 200 GB/s read, 50 GB/s write per SM, margin 1.25, link = 0.9 * sum of NVLink speeds.
+ */
+typedef struct {
+    int         world;
+    int         hidden;
+    eep_dtype_t dtype;
+    int         num_topk;
+    int         num_experts;
+    int         device_sms;           /* the device's SM count (132 on H100/H200) */
+    double      link_gbps;            /* NVLink bandwidth out of one GPU, GB/s, one direction */
+    double      sm_read_gbps;         /* per SM */
+    double      sm_write_gbps;        /* per SM, for large tokens */
+    double      token_overhead_bytes; /* fixed per-token cost, as bytes of write time */
+    double      margin;               /* > 1 */
+    int         min_sms;
+} eep_ep_sm_model_t;
+
+typedef struct {
+    double distinct_ranks; /* t: expected distinct destination ranks per token */
+    double token_bytes;    /* B */
+    double write_gbps;     /* what the SMs must write for NVLink to saturate */
+    double read_gbps;
+    double per_sm_write_gbps;
+    int    num_sms;
+} eep_ep_sm_estimate_t;
+
+/* DeepEP's per-SM constants and an H200's NVLink (18 links x 26.56 GB/s x 0.9). */
+#define EEP_EP_SM_READ_GBPS      200.0
+#define EEP_EP_SM_WRITE_GBPS     50.0
+#define EEP_EP_SM_MARGIN         1.25
+#define EEP_EP_TOKEN_OVERHEAD_B  1024.0
+#define EEP_EP_DEFAULT_LINK_GBPS 430.0
+#define EEP_EP_MIN_SMS           4
+/* One rank: the senders are this fraction of the device (they store metadata and tags only). */
+#define EEP_EP_LOCAL_SEND_SHARE  8
+
+/** Fill @p model with the defaults above for the given shape and device. */
+void eep_ep_sm_model_init(eep_ep_sm_model_t *model, int world, int hidden, eep_dtype_t dtype,
+                          int num_topk, int num_experts, int device_sms);
+
+/**
+ * g(G): expected number of distinct groups hit by one token's @p num_topk distinct experts drawn
+ * uniformly from @p num_experts split into @p groups equal groups.
+ */
+double eep_ep_expected_groups(int num_experts, int num_topk, int groups);
+
+/**
+ * Run the model.  world 1 (no link traffic) gives device_sms / EEP_EP_LOCAL_SEND_SHARE: the
+ * senders store metadata only and the copy blocks move every byte (DeepEP's all-SMs choice left
+ * this design one copy block).
+ * @param [out] est_p  the intermediate numbers (may be NULL).
+ * @return the SM count, >= 1; -1 for a model with out-of-range fields.
+ */
+int eep_ep_sm_model_run(const eep_ep_sm_model_t *model, eep_ep_sm_estimate_t *est_p);
+
+/*
+ * The SM count of one call, by precedence: the call's num_sms (> 0), else the knob
+ * EEP_EP_NUM_SMS (> 0), else the model with the knobs' constants (EEP_EP_LINK_GBPS 0: the
+ * device's @p link_gbps if > 0, else the H200 default).  Always clamped to [1, device_sms].
+ * @param [in] cfg        the ep knob table's values (elastic/ep/ep_knobs.h), or NULL for defaults.
+ * @param [in] link_gbps  the device's measured NVLink bandwidth, 0 if unknown.
+ * @return the SM count, or -1 for a bad shape.
+ */
+struct eep_ep_config;
+int eep_ep_pick_sms(const struct eep_ep_config *cfg, const eep_ep_shape_t *shape, int device_sms,
+                    double link_gbps, int requested);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* EEP_EP_LAYOUT_H */

@@ -1,0 +1,266 @@
+/*
+ * jit_cache.c - the on-disk cubin cache: checked entries, atomic stores, per-key locks.
+ *
+ * An entry "<dir>/v1/<key>.cubin" is a 64-byte header {magic, format version, header size,
+ * payload length, SHA-256 of the payload, reserved} followed by the cubin.  Writers write a temp
+ * file in the same directory and rename() it into place, so a reader sees either nothing or a
+ * whole entry; no fsync, because a torn entry after a crash fails the checksum and is rebuilt.
+ * Compiles of one key are serialised across processes and threads by flock() on "<key>.lock"
+ * (each caller opens its own descriptor, so threads of one process exclude each other too); lock
+ * files are never deleted, which would let two processes hold "the" lock on different inodes.
+ */
+#include "elastic/jit/jit_int.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "util/clock.h"
+#include "util/log.h"
+
+#define EEP_JIT_CACHE_MAGIC     "EEPJITC\0"
+#define EEP_JIT_CACHE_VERSION   1u
+#define EEP_JIT_CACHE_MAX_BYTES (1ull << 30)
+/* A compile takes seconds; a lock held this long means a stuck compiler, not a slow one. */
+#define EEP_JIT_LOCK_WAIT_MS    (15 * 60 * 1000)
+
+typedef struct {
+    char     magic[8];
+    uint32_t version;
+    uint32_t header_size;
+    uint64_t payload_size;
+    uint8_t  payload_sha256[EEP_SHA256_BYTES];
+    uint64_t reserved;
+} eep_jit_cache_header_t;
+
+_Static_assert(sizeof(eep_jit_cache_header_t) == 64, "cache entry header is 64 bytes");
+
+eep_status_t eep_jit_mkdirs(const char *path)
+{
+    char   buf[PATH_MAX];
+    size_t i, len = strlen(path);
+
+    if (len == 0 || len >= sizeof(buf)) {
+        eep_error(EEP_SUBSYS_JIT, "bad directory path '%s'", path);
+        return EEP_ERR_INVALID_ARG;
+    }
+    memcpy(buf, path, len + 1);
+    for (i = 1; i <= len; i++) {
+        if (buf[i] == '/' || buf[i] == '\0') {
+            buf[i] = '\0';
+            if (mkdir(buf, 0755) != 0 && errno != EEXIST) {
+                return eep_status_from_errno(errno, "mkdir(jit cache)");
+            }
+            buf[i] = path[i];
+        }
+    }
+    return EEP_OK;
+}
+
+eep_status_t eep_jit_cache_path(const eep_jit_t *jit, const char *key, const char *suffix,
+                                char *path_p, size_t len)
+{
+    int n = snprintf(path_p, len, "%s/v1/%s%s", jit->cache_dir, key, suffix);
+
+    if (n < 0 || (size_t)n >= len) {
+        eep_error(EEP_SUBSYS_JIT, "cache path under %s is too long", jit->cache_dir);
+        return EEP_ERR_INVALID_ARG;
+    }
+    return EEP_OK;
+}
+
+static eep_status_t eep_jit_read_all(int fd, void *buf, size_t len, const char *path)
+{
+    size_t  done = 0;
+    ssize_t got;
+
+    while (done < len) {
+        got = read(fd, (char *)buf + done, len - done);
+        if (got < 0 && errno == EINTR) {
+            continue;
+        }
+        if (got < 0) {
+            return eep_status_from_errno(errno, path);
+        }
+        if (got == 0) {
+            return EEP_ERR_IO; /* shorter than it says */
+        }
+        done += (size_t)got;
+    }
+    return EEP_OK;
+}
+
+eep_status_t eep_jit_cache_read(const char *path, void **cubin_p, size_t *size_p)
+{
+    eep_jit_cache_header_t hdr;
+    uint8_t                digest[EEP_SHA256_BYTES];
+    struct stat            st;
+    const char            *why;
+    eep_status_t           status;
+    void                  *buf = NULL;
+    int                    fd;
+
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        return errno == ENOENT ? EEP_ERR_NOT_FOUND : eep_status_from_errno(errno, path);
+    }
+    if (fstat(fd, &st) != 0) {
+        status = eep_status_from_errno(errno, path);
+        goto out_close;
+    }
+    why = "truncated header";
+    if ((size_t)st.st_size < sizeof(hdr) ||
+        eep_jit_read_all(fd, &hdr, sizeof(hdr), path) != EEP_OK) {
+        goto corrupt;
+    }
+    why = "bad magic or format version";
+    if (memcmp(hdr.magic, EEP_JIT_CACHE_MAGIC, sizeof(hdr.magic)) != 0 ||
+        hdr.version != EEP_JIT_CACHE_VERSION || hdr.header_size != sizeof(hdr)) {
+        goto corrupt;
+    }
+    why = "length does not match the header (truncated?)";
+    if (hdr.payload_size == 0 || hdr.payload_size > EEP_JIT_CACHE_MAX_BYTES ||
+        (uint64_t)st.st_size != sizeof(hdr) + hdr.payload_size) {
+        goto corrupt;
+    }
+    buf = malloc(hdr.payload_size);
+    if (buf == NULL) {
+        status = EEP_ERR_NO_MEMORY;
+        goto out_close;
+    }
+    why = "short read";
+    if (eep_jit_read_all(fd, buf, hdr.payload_size, path) != EEP_OK) {
+        goto corrupt;
+    }
+    why = "checksum mismatch";
+    eep_sha256(buf, hdr.payload_size, digest);
+    if (memcmp(digest, hdr.payload_sha256, sizeof(digest)) != 0) {
+        goto corrupt;
+    }
+    close(fd);
+    *cubin_p = buf;
+    *size_p  = hdr.payload_size;
+    return EEP_OK;
+
+corrupt:
+    eep_warn(EEP_SUBSYS_JIT, "corrupt jit cache entry %s (%s): it will be rebuilt", path, why);
+    status = EEP_ERR_IO;
+out_close:
+    free(buf);
+    close(fd);
+    return status;
+}
+
+static eep_status_t eep_jit_write_all(int fd, const void *buf, size_t len, const char *path)
+{
+    size_t  done = 0;
+    ssize_t put;
+
+    while (done < len) {
+        put = write(fd, (const char *)buf + done, len - done);
+        if (put < 0 && errno == EINTR) {
+            continue;
+        }
+        if (put < 0) {
+            return eep_status_from_errno(errno, path);
+        }
+        done += (size_t)put;
+    }
+    return EEP_OK;
+}
+
+eep_status_t eep_jit_cache_write(const char *path, const void *cubin, size_t size)
+{
+    eep_jit_cache_header_t hdr;
+    char                   tmp[PATH_MAX];
+    eep_status_t           status;
+    int                    fd;
+
+    memset(&hdr, 0, sizeof(hdr));
+    memcpy(hdr.magic, EEP_JIT_CACHE_MAGIC, sizeof(hdr.magic));
+    hdr.version      = EEP_JIT_CACHE_VERSION;
+    hdr.header_size  = sizeof(hdr);
+    hdr.payload_size = size;
+    eep_sha256(cubin, size, hdr.payload_sha256);
+    if (snprintf(tmp, sizeof(tmp), "%s.tmp.XXXXXX", path) >= (int)sizeof(tmp)) {
+        return EEP_ERR_INVALID_ARG;
+    }
+    fd = mkostemp(tmp, O_CLOEXEC);
+    if (fd < 0) {
+        return eep_status_from_errno(errno, "mkostemp(jit cache entry)");
+    }
+    (void)fchmod(fd, 0644); /* mkostemp makes 0600; others sharing the cache may read it */
+    status = eep_jit_write_all(fd, &hdr, sizeof(hdr), tmp);
+    if (status == EEP_OK) {
+        status = eep_jit_write_all(fd, cubin, size, tmp);
+    }
+    if (close(fd) != 0 && status == EEP_OK) {
+        status = eep_status_from_errno(errno, tmp);
+    }
+    if (status == EEP_OK && rename(tmp, path) != 0) {
+        status = eep_status_from_errno(errno, "rename(jit cache entry)");
+    }
+    if (status != EEP_OK) {
+        unlink(tmp);
+    }
+    return status;
+}
+
+eep_status_t eep_jit_cache_lock(const eep_jit_t *jit, const char *key, int *fd_p)
+{
+    struct timespec nap = { 0, 2 * 1000 * 1000 };
+    char            path[PATH_MAX];
+    eep_status_t    status;
+    double          start = eep_clock_ms(), waited;
+    int             fd, warned = 0;
+
+    status = eep_jit_cache_path(jit, key, ".lock", path, sizeof(path));
+    if (status != EEP_OK) {
+        return status;
+    }
+    fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        return eep_status_from_errno(errno, path);
+    }
+    /* Poll with a growing nap (2 ms .. 50 ms) rather than block, so the wait is bounded. */
+    while (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        if (errno != EWOULDBLOCK && errno != EINTR) {
+            status = eep_status_from_errno(errno, "flock(jit cache lock)");
+            close(fd);
+            return status;
+        }
+        waited = eep_clock_ms() - start;
+        if (waited > EEP_JIT_LOCK_WAIT_MS) {
+            eep_error(EEP_SUBSYS_JIT,
+                      "waited %.0f s for another process compiling %.16s (lock "
+                      "%s); giving up",
+                      waited / 1000, key, path);
+            close(fd);
+            return EEP_ERR_TIMEOUT;
+        }
+        if (!warned && waited > 60 * 1000) {
+            eep_warn(EEP_SUBSYS_JIT, "still waiting for another process compiling %.16s", key);
+            warned = 1;
+        }
+        nanosleep(&nap, NULL);
+        if (nap.tv_nsec < 50 * 1000 * 1000) {
+            nap.tv_nsec *= 2;
+        }
+    }
+    *fd_p = fd;
+    return EEP_OK;
+}
+
+void eep_jit_cache_unlock(int fd)
+{
+    if (fd >= 0) {
+        flock(fd, LOCK_UN);
+        close(fd);
+    }
+}

@@ -1,0 +1,51 @@
+/*
+ * jit_knobs.c - knob table of the kernel JIT.
+ *
+ * The defaults of EEP_JIT_NVCC and EEP_JIT_SOURCE_ROOT are baked in at build time (-D from
+ * elastic/module.mk: the toolkit's nvcc and the repository root), so tests and tools work from
+ * the build tree without any environment.
+ */
+#include "elastic/jit/jit_knobs.h"
+
+#include <stddef.h>
+
+#ifndef EEP_JIT_DEFAULT_NVCC
+#define EEP_JIT_DEFAULT_NVCC "/usr/local/cuda/bin/nvcc"
+#endif
+#ifndef EEP_JIT_DEFAULT_SOURCE_ROOT
+#define EEP_JIT_DEFAULT_SOURCE_ROOT "."
+#endif
+
+/* clang-format off */
+#define EEP_JIT_KNOB(_name, _def, _type, _field, _doc)                                      \
+    { _name, _def, _doc, _type, offsetof(eep_jit_config_t, _field), EEP_KNOB_STARTUP, 0, 0 }
+/* clang-format on */
+
+static const eep_knob_t eep_jit_knobs[] = {
+    EEP_JIT_KNOB("EEP_JIT_CACHE_DIR", "", EEP_KNOB_STRING, cache_dir,
+                 "Directory of compiled kernels (cubins); empty: $XDG_CACHE_HOME/eep, else "
+                 "~/.cache/eep."),
+    EEP_JIT_KNOB("EEP_JIT_BACKEND", "auto", EEP_KNOB_STRING, backend,
+                 "Kernel compiler: auto (NVRTC in process, nvcc for kernels that need GIN), nvrtc "
+                 "or nvcc."),
+    EEP_JIT_KNOB("EEP_JIT_NVCC", EEP_JIT_DEFAULT_NVCC, EEP_KNOB_STRING, nvcc,
+                 "Path of nvcc for the nvcc backend; empty or missing: nvcc on PATH."),
+    EEP_JIT_KNOB("EEP_JIT_SOURCE_ROOT", EEP_JIT_DEFAULT_SOURCE_ROOT, EEP_KNOB_STRING, source_root,
+                 "Root of the kernel sources (kernels/, barrier/) that JIT specs name headers in."),
+    EEP_JIT_KNOB("EEP_JIT_KEEP_SOURCE", "0", EEP_KNOB_BOOL, keep_source,
+                 "Debug: keep each generated unit, and the source of a failed compile, in "
+                 "<cache>/src/."),
+    EEP_JIT_KNOB("EEP_JIT_ARCH", "sm_90", EEP_KNOB_STRING, arch,
+                 "GPU architecture kernels are compiled for (sm_90 for H100/H200)."),
+    EEP_JIT_KNOB("EEP_JIT_PCH", "1", EEP_KNOB_BOOL, pch,
+                 "NVRTC (12.8 and later) precompiles the headers every unit shares once per "
+                 "process and reuses them: a process's second and later kernels compile 2-3x "
+                 "faster; the cubins are the same.  0 turns it off."),
+};
+
+const eep_knob_table_t eep_jit_knob_table = {
+    .module      = "jit",
+    .knobs       = eep_jit_knobs,
+    .count       = sizeof(eep_jit_knobs) / sizeof(eep_jit_knobs[0]),
+    .struct_size = sizeof(eep_jit_config_t),
+};

@@ -1,0 +1,90 @@
+/*
+ * runtime.h - the internals of eep_runtime_t, shared by runtime.c (C: GPU, fault page, lifecycle,
+ * polling), runtime_nccl.cc (the one C++ file: communicator, window, device communicator) and
+ * runtime_barrier.c (eep_barrier), plus the workspace layout arithmetic.
+ */
+#ifndef EEP_RUNTIME_H
+#define EEP_RUNTIME_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "barrier/barrier_params.h"
+#include "eep/eep.h"
+#include "elastic/jit/jit.h"
+#include "elastic/runtime/runtime_knobs.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Where the workspace regions sit in the window (byte offsets from its start). */
+typedef struct {
+    size_t lsa_arrive_off; /* u64[EEP_MAX_LSA_RANKS]: arrive[j] = barriers LSA peer j entered */
+    size_t gin_epoch_off;  /* u64: barriers this rank entered on the scale-out (GIN) side */
+    size_t counters_off;   /* u64[EEP_WS_COUNTERS]: monotonic counters; [0] claims fault slots */
+    size_t peer_slots_off; /* nranks slots of peer_slot_bytes: per-peer exchange (counts) */
+    size_t peer_slot_bytes;
+    size_t data_off; /* first byte after the workspace: token buffers */
+    size_t window_bytes;
+} eep_workspace_layout_t;
+
+#define EEP_WS_PEER_SLOT_BYTES 256
+
+/**
+ * Lay out the workspace for @p nranks ranks in a window of @p window_bytes.
+ * @return EEP_OK; EEP_ERR_INVALID_ARG (nranks outside [1, EEP_MAX_RANKS], lsa_size outside
+ *         [1, EEP_MAX_LSA_RANKS] or not dividing nranks) or EEP_ERR_NO_RESOURCE (window too small).
+ */
+eep_status_t eep_workspace_layout(int nranks, int lsa_size, size_t window_bytes,
+                                  eep_workspace_layout_t *layout_p);
+
+typedef struct eep_runtime_nccl eep_runtime_nccl_t; /* runtime_nccl.cc */
+
+struct eep_runtime {
+    eep_runtime_config_t   cfg;
+    int                    rank, nranks;
+    int                    lsa_rank, lsa_size, rail_rank, rail_size;
+    int                    device;
+    int                    gin, gin_probed;
+    int                    timeout_ms;
+    int                    fault_seen; /* a fault was reported: abort the comm on destroy */
+    void                  *cu_ctx;     /* CUcontext: the device's primary context */
+    int                    cu_dev;     /* CUdevice */
+    eep_fault_page_t      *fault_host; /* pinned, device-mapped */
+    uint64_t               fault_dev;  /* its device address */
+    eep_runtime_nccl_t    *nccl;
+    void                  *window; /* ncclWindow_t */
+    void                  *buf;    /* ncclMemAlloc base (local address) */
+    size_t                 window_bytes;
+    eep_devcomm_blob_t     devcomm; /* ncclDevComm */
+    int                    gin_signal0;
+    eep_workspace_layout_t layout;
+    eep_jit_t             *jit;
+    eep_jit_kernel_t      *barrier_kernels[2]; /* by eep_barrier_mode_t */
+    struct eep_ep_state   *ep; /* dispatch/combine state (elastic/ep/ep.c), lazily made */
+};
+
+/* elastic/ep/ep.c: free the dispatch/combine state (kernels are owned by rt->jit). */
+void eep_ep_state_destroy(eep_runtime_t *rt);
+
+/* runtime_nccl.cc: create or adopt the communicator, probe GIN, allocate and register the window,
+   create the device communicator; fills rt->{rank..rail_size, gin*, window, buf, devcomm}. */
+eep_status_t eep_runtime_nccl_setup(eep_runtime_t *rt, eep_bootstrap_t *bs, void *adopt_comm);
+/* Tear down in reverse; aborts the communicator (ours) when @p abort is set. */
+void eep_runtime_nccl_teardown(eep_runtime_t *rt, int abort);
+/* ncclCommGetAsyncError, translated. */
+eep_status_t eep_runtime_nccl_poll(eep_runtime_t *rt);
+void        *eep_runtime_nccl_comm_get(const eep_runtime_t *rt);
+/* rank, size and CUDA device of an adopted communicator. */
+eep_status_t eep_runtime_nccl_comm_info(void *comm, int *rank_p, int *nranks_p, int *device_p);
+
+/* runtime_barrier.c: fill the barrier kernel's parameters (benchmarks reuse it). */
+void eep_barrier_params_fill(const eep_runtime_t *rt, const eep_barrier_opts_t *opts,
+                             eep_barrier_params_t *p);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* EEP_RUNTIME_H */

@@ -1,0 +1,361 @@
+/*
+ * kernels/common/bounded_wait.cuh - the device side of "every wait is bounded".
+ *
+ * A wait spins on one word with system-scope acquire loads.  Every 8 polls it reads %globaltimer
+ * against the deadline; at most every EEP_ABORT_CHECK_NS it also reads the host-mapped abort flag
+ * (a PCIe round trip, so not on every poll: a barrier that completes in a few microseconds never
+ * pays for it).  On expiry the first waiting thread of the block records {phase, peer, expected,
+ * observed} in the fault page and raises the abort flag; every other wait of every kernel of the
+ * runtime then leaves at its next abort check.  Nothing traps: the CUDA context stays usable.
+ *
+ * The fault page lives in pinned host memory; atomics on it are not portable across PCIe, so a
+ * record slot is claimed with an atomic on a device counter and the record is written with plain
+ * stores, its `valid` word last, each step fenced at system scope.
+ */
+#ifndef EEP_BARRIER_BOUNDED_WAIT_CUH
+#define EEP_BARRIER_BOUNDED_WAIT_CUH
+
+#include "../../include/eep/layout.h"
+
+#define EEP_ABORT_CHECK_NS 20000ull
+
+/*
+ * The memory operations the kernels order their signals with.  EEP_EPK_EMULATION (defined only
+ * by tests/emu/ep_kernel_shim.h, which runs the kernels on CPU threads) swaps the PTX for the
+ * compiler's atomics and a host clock; the GPU build never sees that branch.
+ */
+#ifndef EEP_EPK_EMULATION
+__device__ __forceinline__ unsigned long long eep_globaltimer(void)
+{
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+__device__ __forceinline__ unsigned long long eep_ld_acquire_sys(const unsigned long long *p)
+{
+    unsigned long long v;
+    asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+
+__device__ __forceinline__ unsigned long long eep_ld_relaxed_sys(const unsigned long long *p)
+{
+    unsigned long long v;
+    asm volatile("ld.relaxed.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+
+__device__ __forceinline__ void eep_st_release_sys(unsigned long long *p, unsigned long long v)
+{
+    asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+__device__ __forceinline__ void eep_st_relaxed_sys(unsigned long long *p, unsigned long long v)
+{
+    asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+__device__ __forceinline__ void eep_st_release_gpu(unsigned long long *p, unsigned long long v)
+{
+    asm volatile("st.release.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+__device__ __forceinline__ unsigned long long eep_ld_acquire_gpu(const unsigned long long *p)
+{
+    unsigned long long v;
+    asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+
+/*
+ * This thread's earlier writes reach every observer (a peer over NVLink included) before its
+ * later ones: the release half of "data, fence, tag".  On sm_90 fence.release.sys is
+ * MEMBAR.ALL.SYS; __threadfence_system() is fence.sc.sys, MEMBAR.SC.SYS, sequential consistency
+ * that tags do not need (sm_80 has only fence.acq_rel, which adds an L1 invalidation).
+ */
+/*
+ * The acquire half: after a relaxed load saw a peer's released value, this thread's later reads
+ * see what the peer wrote before it.  On sm_90 fence.acquire.sys is one L1 invalidation
+ * (CCTL.IVALL); an ld.acquire.sys of the word instead is that plus another strong load of it from
+ * L2, a round trip on the critical path of every wait.
+ */
+__device__ __forceinline__ void eep_fence_acquire_sys(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("fence.acquire.sys;" ::: "memory");
+#else
+    asm volatile("fence.acq_rel.sys;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void eep_fence_release_sys(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("fence.release.sys;" ::: "memory");
+#else
+    asm volatile("fence.acq_rel.sys;" ::: "memory");
+#endif
+}
+
+/* The same at the GPU's scope (MEMBAR.GPU, not MEMBAR.SYS): for a writer and a reader on one GPU
+   (a kernel at one rank has no peer on another). */
+__device__ __forceinline__ void eep_fence_acquire_gpu(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("fence.acquire.gpu;" ::: "memory");
+#else
+    asm volatile("fence.acq_rel.gpu;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void eep_fence_release_gpu(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("fence.release.gpu;" ::: "memory");
+#else
+    asm volatile("fence.acq_rel.gpu;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ unsigned long long eep_ld_relaxed_gpu(const unsigned long long *p)
+{
+    unsigned long long v;
+    asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+
+/*
+ * Programmatic dependent launch (host: EEP_JIT_LAUNCH_PDL).  A kernel launched with it may start
+ * while the stream's previous kernel still runs; eep_grid_dep_wait() returns once that kernel
+ * has completed and its writes are visible, so every kernel calls it before its first global
+ * memory access (without the launch attribute it returns at once).  eep_grid_dep_launch() lets
+ * the stream's next kernel, if launched with the attribute, be scheduled before this one ends:
+ * its blocks take SMs as this kernel's blocks leave and wait in their own eep_grid_dep_wait().
+ * Both are no-ops before sm_90.
+ */
+__device__ __forceinline__ void eep_grid_dep_wait(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void eep_grid_dep_launch(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+#else
+__device__ __forceinline__ unsigned long long eep_globaltimer(void)
+{
+    return eep_shim_now_ns();
+}
+
+__device__ __forceinline__ unsigned long long eep_ld_acquire_sys(const unsigned long long *p)
+{
+    return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+}
+
+__device__ __forceinline__ unsigned long long eep_ld_relaxed_sys(const unsigned long long *p)
+{
+    return __atomic_load_n(p, __ATOMIC_RELAXED);
+}
+
+__device__ __forceinline__ void eep_st_release_sys(unsigned long long *p, unsigned long long v)
+{
+    __atomic_store_n(p, v, __ATOMIC_RELEASE);
+}
+
+__device__ __forceinline__ void eep_st_relaxed_sys(unsigned long long *p, unsigned long long v)
+{
+    __atomic_store_n(p, v, __ATOMIC_RELAXED);
+}
+
+__device__ __forceinline__ void eep_st_release_gpu(unsigned long long *p, unsigned long long v)
+{
+    __atomic_store_n(p, v, __ATOMIC_RELEASE);
+}
+
+__device__ __forceinline__ unsigned long long eep_ld_acquire_gpu(const unsigned long long *p)
+{
+    return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+}
+
+__device__ __forceinline__ void eep_fence_acquire_sys(void)
+{
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+}
+
+__device__ __forceinline__ void eep_grid_dep_wait(void)
+{
+}
+
+__device__ __forceinline__ void eep_grid_dep_launch(void)
+{
+}
+
+__device__ __forceinline__ void eep_fence_release_sys(void)
+{
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+}
+
+__device__ __forceinline__ void eep_fence_acquire_gpu(void)
+{
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+}
+
+__device__ __forceinline__ void eep_fence_release_gpu(void)
+{
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+}
+
+__device__ __forceinline__ unsigned long long eep_ld_relaxed_gpu(const unsigned long long *p)
+{
+    return __atomic_load_n(p, __ATOMIC_RELAXED);
+}
+#endif
+
+__device__ __forceinline__ unsigned int eep_abort_raised(const eep_fault_page_t *fault)
+{
+    return *(volatile const unsigned int *)&fault->abort_flag;
+}
+
+/* Everything a wait needs to give up properly. */
+struct eep_wait_ctx {
+    eep_fault_page_t  *fault;
+    unsigned int      *fault_claim;
+    int               *block_failed; /* shared: set once a wait of this block gave up */
+    unsigned long long timeout_ns;   /* each wait's deadline, from when it starts spinning */
+    int                rank;
+    /* how often a spinning wait reads the host-mapped abort flag (a PCIe read): kernels with
+       thousands of waiters at once check rarely, or the reads crowd out everyone's traffic */
+    unsigned long long abort_check_ns;
+};
+
+/* Record a fault (first waiter of the block only) and raise the abort flag. */
+__device__ __noinline__ void eep_fault_raise(const eep_wait_ctx &w, int phase, int peer,
+                                             unsigned long long expected,
+                                             unsigned long long observed, unsigned long long now,
+                                             unsigned long long start_ns)
+{
+    if (atomicCAS(w.block_failed, 0, 1) != 0) {
+        return;
+    }
+    unsigned int slot = atomicAdd(w.fault_claim, 1u);
+    if (slot < EEP_FAULT_MAX_RECORDS) {
+        volatile eep_fault_record_t *r = &w.fault->records[slot];
+        r->phase                       = phase;
+        r->rank                        = w.rank;
+        r->peer                        = peer;
+        r->expected                    = expected;
+        r->observed                    = observed;
+        r->time_ns                     = now;
+        r->waited_ns                   = now - start_ns;
+        __threadfence_system();
+        r->valid                                     = 1u;
+        *(volatile unsigned int *)&w.fault->nrecords = slot + 1u;
+    }
+    __threadfence_system();
+    *(volatile unsigned int *)&w.fault->abort_flag = EEP_ABORT_TIMEOUT;
+    __threadfence_system();
+}
+
+/* The clock of one wait: started at its first check. */
+struct eep_wait_clock {
+    unsigned long long start_ns, deadline_ns, next_abort_check;
+};
+
+/*
+ * One check of a spinning wait: @return true when it must give up: another wait of the block
+ * gave up, the deadline passed (the fault is recorded with @p seen, the last value observed, and
+ * the abort flag raised), or the runtime aborted.
+ */
+__device__ __forceinline__ bool eep_wait_expired(const eep_wait_ctx &w, eep_wait_clock &c,
+                                                 unsigned long long target, unsigned long long seen,
+                                                 int phase, int peer)
+{
+    unsigned long long now = eep_globaltimer();
+
+    if (c.start_ns == 0) {
+        c.start_ns         = now;
+        c.deadline_ns      = now + w.timeout_ns;
+        c.next_abort_check = now + w.abort_check_ns;
+    }
+    if (*(volatile int *)w.block_failed) {
+        return true;
+    }
+    if (now >= c.deadline_ns) {
+        eep_fault_raise(w, phase, peer, target, seen, now, c.start_ns);
+        return true;
+    }
+    if (now >= c.next_abort_check) {
+        c.next_abort_check = now + w.abort_check_ns;
+        if (eep_abort_raised(w.fault)) {
+            atomicCAS(w.block_failed, 0, 1);
+            return true;
+        }
+    }
+    return false;
+}
+
+/*
+ * Spin until load() >= target (a monotonic counter).  @return true when reached; false when this
+ * wait (or another of the block, or the runtime) gave up.
+ */
+template <typename Load>
+__device__ __forceinline__ bool eep_wait_geq(const eep_wait_ctx &w, Load load,
+                                             unsigned long long target, int phase, int peer)
+{
+    unsigned long long v = load();
+    if (v >= target) {
+        return true;
+    }
+    /* The clock is read only once the wait has spun a little: a barrier that completes within a
+       few polls never touches it (the deadline is late by those few polls, well under 1 us). */
+    eep_wait_clock c = { 0, 0, 0 };
+    for (unsigned int polls = 1;; polls++) {
+        v = load();
+        if (v >= target) {
+            return true;
+        }
+        if ((polls & 7u) == 0 && eep_wait_expired(w, c, target, v, phase, peer)) {
+            return false;
+        }
+    }
+}
+
+/*
+ * The warp's form of eep_wait_geq: every lane of the warp calls it together, and poll() (run by
+ * every lane each round) returns the value that lane waits on (lanes with nothing to wait for
+ * return @p target).  Ends when every lane's value is >= target; the clock, the block's failure
+ * word and the abort flag are read by lane 0 and its verdict shuffled, so the warp never
+ * diverges around its collective operations (poll may use them too).  On expiry the fault names
+ * @p peer and the first short lane's value.  @return true when reached.
+ */
+template <typename Poll>
+__device__ __forceinline__ bool eep_warp_wait_geq(const eep_wait_ctx &w, Poll poll,
+                                                  unsigned long long target, int phase, int peer)
+{
+    const bool     lead = (threadIdx.x & 31u) == 0;
+    eep_wait_clock c    = { 0, 0, 0 };
+
+    for (unsigned int polls = 0;; polls++) {
+        const unsigned long long v      = poll();
+        const unsigned           shortm = __ballot_sync(0xffffffffu, v < target);
+        if (shortm == 0) {
+            return true;
+        }
+        if ((polls & 7u) != 7u) {
+            continue;
+        }
+        const unsigned long long seen = __shfl_sync(0xffffffffu, v, __ffs(shortm) - 1);
+        const int verdict = lead && eep_wait_expired(w, c, target, seen, phase, peer) ? 1 : 0;
+        if (__shfl_sync(0xffffffffu, verdict, 0) != 0) {
+            return false;
+        }
+    }
+}
+
+#endif /* EEP_BARRIER_BOUNDED_WAIT_CUH */

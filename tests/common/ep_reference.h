@@ -1,0 +1,143 @@
+/*
+ * ep_reference.h - a CPU reference of dispatch and combine over a whole simulated world.
+ *
+ * One process holds every rank's inputs and produces every rank's expected outputs, in the exact
+ * layout and arithmetic that eep/ep.h promises, so kernel tests and eep-bench can compare every
+ * element bit for bit:
+ *
+ * Dispatch.  Rank r owns global experts [r * El, (r + 1) * El).  Its received rows are
+ * expert-major: for local expert e = 0..El-1, the rows of e are ordered by source rank ascending,
+ * then source token index ascending (one row per (token, e) pair whose top-k holds r * El + e),
+ * then padded with zero rows to a multiple of the alignment.  A row carries the token's hidden
+ * bytes (and fp8 scales) unchanged, its K top-k entries mapped to local ids (-1 where the expert
+ * is not on r, or was -1) and its K weights (0 where the local id is -1).  Padding rows: x = 0,
+ * scales = 0, ids -1, weights 0, source -1.
+ *
+ * Combine.  For source rank s and token t, out[t] = bf16(total) with total = 0.0f then, for every
+ * rank r ascending that holds one of t's experts, total += float(p_r), and
+ * p_r = bf16(partial), partial = 0.0f then, for top-k lane k ascending whose expert is on r,
+ * partial = fmaf(w[t][k], float(y_r[row of (t, k)][h]), partial).  bf16() rounds to nearest even.
+ *
+ * Invalid inputs the device would flag (an expert id outside [-1, E), or twice in one token) make
+ * eep_ref_dispatch fail with the first offending (rank, token).
+ */
+#ifndef EEP_TESTS_EP_REFERENCE_H
+#define EEP_TESTS_EP_REFERENCE_H
+
+#include <stdint.h>
+
+#include "eep/ep.h"
+#include "elastic/ep/ep_layout.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- number formats (bit-exact, no hardware dependence) ---- */
+
+/** float -> bf16, round to nearest even; NaN -> 0x7FFF (as CUDA's __float2bfloat16_rn). */
+uint16_t eep_ref_f32_to_bf16(float f);
+float    eep_ref_bf16_to_f32(uint16_t b);
+
+/**
+ * float -> fp8 e4m3 (OCP "E4M3FN": bias 7, no infinities, NaN = 0x7F/0xFF, max 448), round to
+ * nearest even, saturating to +-448 (CUDA's __NV_SATFINITE); NaN -> 0x7F.
+ */
+uint8_t eep_ref_f32_to_e4m3(float f);
+float   eep_ref_e4m3_to_f32(uint8_t b);
+
+/**
+ * Quantise one bf16 row to fp8: for every block of 128 channels, scale = amax / 448 (1 when the
+ * block is all zero), q = e4m3(x / scale).
+ */
+void eep_ref_quantize_row(const uint16_t *x_bf16, int hidden, uint8_t *q, float *scales);
+
+/* ---- inputs ---- */
+
+typedef struct {
+    int      num_tokens;
+    uint8_t *x;            /* [num_tokens, hidden * elem]: bf16 or e4m3 bytes */
+    float   *x_scales;     /* [num_tokens, hidden / 128], fp8 only */
+    int64_t *topk_idx;     /* [num_tokens, K]; the int32 form is eep_ref_topk_to_i32() */
+    float   *topk_weights; /* [num_tokens, K] */
+} eep_ref_input_t;
+
+typedef struct {
+    uint64_t seed;
+    double   masked_fraction; /* probability that a top-k entry is -1 */
+    int      hotspot_expert;  /* >= 0: top-k lane 0 of every token is this expert */
+    int      hotspot_only;    /* with hotspot_expert: every other lane is -1 */
+    int      silent_rank;     /* >= 0: this rank has no tokens (num_tokens 0) */
+    int      masked_rank;     /* >= 0: this rank's tokens all have only -1 entries */
+    int      tokens_mode;     /* 0: every rank max_tokens; 1: rank r has max_tokens - r (>= 1) */
+    int      num_tokens;      /* > 0: every rank has exactly this many (overrides tokens_mode) */
+} eep_ref_gen_t;
+
+/** A generator of balanced random gating, nothing masked, max_tokens tokens per rank. */
+void eep_ref_gen_init(eep_ref_gen_t *gen, uint64_t seed);
+
+/**
+ * Make one rank's inputs: a pure function of (shape, gen, rank), so a process can make only its
+ * own rank's inputs and still agree with a reference built from all of them.
+ * @return EEP_OK, EEP_ERR_INVALID_ARG (bad shape), EEP_ERR_NO_MEMORY.
+ */
+eep_status_t eep_ref_input_generate(const eep_ep_shape_t *shape, const eep_ref_gen_t *gen, int rank,
+                                    eep_ref_input_t *input_p);
+void         eep_ref_input_free(eep_ref_input_t *input);
+
+/** Copy [T, K] int64 ids into int32 (for EEP_INDEX_INT32 inputs). */
+void eep_ref_topk_to_i32(const eep_ref_input_t *input, int num_topk, int32_t *out);
+
+/* ---- dispatch ---- */
+
+typedef struct {
+    int      num_local;      /* El */
+    int64_t  num_rows;       /* padded total = expert_offsets[El] */
+    int32_t *expert_counts;  /* [El] real rows */
+    int64_t *expert_offsets; /* [El + 1] */
+    int32_t *tokens_from;    /* [world] distinct tokens received from each source rank */
+    uint8_t *x;              /* [num_rows, hidden * elem] */
+    float   *x_scales;       /* [num_rows, hidden / 128], fp8 only */
+    int32_t *topk_idx;       /* [num_rows, K] local ids or -1 */
+    float   *topk_weights;   /* [num_rows, K] */
+    int32_t *src_rank;       /* [num_rows]; -1 on padding rows */
+    int32_t *src_token;      /* [num_rows]; -1 on padding rows */
+    int32_t *src_lane;       /* [num_rows] the top-k lane of this row's expert; -1 padding */
+} eep_ref_recv_t;
+
+/**
+ * Dispatch every rank's inputs; recv[r] receives rank r's expected outputs.
+ * @param [in]  inputs  [world]
+ * @param [out] recv    [world], filled on success (free with eep_ref_recv_free).
+ * @param [out] bad_rank_p, bad_token_p  on EEP_ERR_INVALID_ARG, where (may be NULL).
+ * @return EEP_OK; EEP_ERR_INVALID_ARG for an expert id out of range or repeated in a token;
+ *         EEP_ERR_NO_MEMORY.
+ */
+eep_status_t eep_ref_dispatch(const eep_ep_shape_t *shape, const eep_ref_input_t *inputs,
+                              eep_ref_recv_t *recv, int *bad_rank_p, int *bad_token_p);
+void         eep_ref_recv_free(eep_ref_recv_t *recv);
+
+/* ---- combine ---- */
+
+/**
+ * Combine: y[r] is rank r's expert output, [recv[r].num_rows, hidden] bf16 (padding rows are
+ * ignored); out[s] receives [inputs[s].num_tokens, hidden] bf16 (caller-allocated).
+ * @return EEP_OK or EEP_ERR_NO_MEMORY.
+ */
+eep_status_t eep_ref_combine(const eep_ep_shape_t *shape, const eep_ref_input_t *inputs,
+                             const eep_ref_recv_t *recv, const uint16_t *const *y,
+                             uint16_t *const *out);
+
+/** eep_ref_combine for one source rank only: out = [inputs[src].num_tokens, hidden] bf16. */
+eep_status_t eep_ref_combine_src(const eep_ep_shape_t *shape, const eep_ref_input_t *inputs,
+                                 const eep_ref_recv_t *recv, const uint16_t *const *y, int src,
+                                 uint16_t *out);
+
+/** splitmix64 step: the generator's only source of randomness (also for tests). */
+uint64_t eep_ref_rand(uint64_t *state);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* EEP_TESTS_EP_REFERENCE_H */

@@ -1,0 +1,226 @@
+/*
+ * test_ep_jit.c - every variant of the direct-mode dispatch/combine kernels (kernels/ep/
+ * dispatch.cuh, combine.cuh) compiles through the JIT with NVRTC, as elastic/ep/ep.c asks for them:
+ * index width x mode (x phase for CPU_SYNC's copy kernel), and combine; generic (shape read from
+ * the parameters) and with a shape compiled in (EEP_EPK_FIXED_*, as ep.c compiles them: the
+ * issue's bf16 K 8 on 2 ranks, an fp8 K 6 on 8 ranks in every mode, and bf16 K 8 on 32 ranks,
+ * the most direct mode takes).  Needs NVRTC, not a GPU; skips when NVRTC cannot be loaded.
+ */
+#include <elf.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "elastic/gpu/cuda_sym.h"
+#include "elastic/ep/ep_layout.h"
+#include "elastic/jit/jit_int.h" /* eep_jit_compiler_runs */
+#include "kernels/ep/ep_params.h"
+#include "tests/common/ep_jit_test_util.h"
+
+static char cache_dir[] = "/tmp/eep-test-ep-jit2-XXXXXX";
+
+/* CUDA ELF: the section of per-function attributes, and the attribute that holds a function's
+   stack frame bytes ({symbol index, bytes}, format EIFMT_SVAL) */
+#define NV_INFO_SECTION ".nv.info"
+#define NV_EIFMT_NVAL   0x01
+#define NV_EIFMT_BVAL   0x02
+#define NV_EIFMT_HVAL   0x03
+#define NV_EIATTR_FRAME 0x11
+
+/* The stack frame of the entry point of @p cubin, in bytes; -1 when it cannot be read. */
+static long entry_frame_bytes(const unsigned char *elf, size_t size)
+{
+    const Elf64_Ehdr *eh = (const Elf64_Ehdr *)elf;
+    const Elf64_Shdr *sh, *names, *symtab = NULL, *info = NULL;
+    long              frame = -1;
+    int               i;
+
+    if (size < sizeof(*eh) || memcmp(eh->e_ident, ELFMAG, SELFMAG) != 0 ||
+        eh->e_ident[EI_CLASS] != ELFCLASS64 ||
+        eh->e_shoff + (uint64_t)eh->e_shnum * sizeof(*sh) > size) {
+        return -1;
+    }
+    sh    = (const Elf64_Shdr *)(elf + eh->e_shoff);
+    names = &sh[eh->e_shstrndx];
+    for (i = 0; i < eh->e_shnum; i++) {
+        if (sh[i].sh_type == SHT_SYMTAB) {
+            symtab = &sh[i];
+        } else if (strcmp((const char *)elf + names->sh_offset + sh[i].sh_name, NV_INFO_SECTION) ==
+                   0) {
+            info = &sh[i];
+        }
+    }
+    if (symtab == NULL || info == NULL) {
+        return -1;
+    }
+    for (uint64_t o = info->sh_offset; o + 4 <= info->sh_offset + info->sh_size;) {
+        const unsigned char fmt = elf[o], attr = elf[o + 1];
+        uint16_t            len;
+
+        if (fmt == NV_EIFMT_NVAL) {
+            o += 2;
+            continue;
+        }
+        if (fmt == NV_EIFMT_BVAL || fmt == NV_EIFMT_HVAL) {
+            o += fmt == NV_EIFMT_BVAL ? 3 : 4;
+            continue;
+        }
+        memcpy(&len, elf + o + 2, sizeof(len));
+        if (attr == NV_EIATTR_FRAME && len == 8) {
+            uint32_t         sym, bytes;
+            const Elf64_Sym *st;
+            const char      *strtab;
+
+            memcpy(&sym, elf + o + 4, 4);
+            memcpy(&bytes, elf + o + 8, 4);
+            st     = (const Elf64_Sym *)(elf + symtab->sh_offset) + sym;
+            strtab = (const char *)elf + sh[symtab->sh_link].sh_offset;
+            if (strcmp(strtab + st->st_name, EEP_JIT_ENTRY_NAME) == 0) {
+                frame = (long)bytes;
+            }
+        }
+        o += 4u + len;
+    }
+    return frame;
+}
+
+/* One kernel as elastic/ep/ep.c asks for it (eep_ep_kernel_spec) for @p shape, or the generic
+ * variant (no shape compiled in) when @p shape is NULL. */
+static void compile_one(eep_jit_t *jit, int combine, int idx_bits, int mode, int phase,
+                        const eep_ep_shape_t *shape)
+{
+    static const eep_ep_shape_t any = {
+        .world = 2, .hidden = 7168, .num_topk = 8, .dtype = EEP_DTYPE_BF16
+    };
+    eep_ep_kernel_names_t names;
+    eep_jit_spec_t        spec;
+    eep_jit_info_t        info;
+
+    eep_ep_kernel_spec(combine, idx_bits, mode, phase, shape != NULL ? shape : &any, &names, &spec);
+    if (shape == NULL) {
+        spec.defines = NULL;
+    }
+    spec.backend = EEP_JIT_BACKEND_NVRTC;
+    ep_jit_compile_check(jit, &spec, &info);
+    if (shape != NULL) {
+        /* The entry's parameter is __grid_constant__ (elastic/jit/jit_source.c): without it, every
+           thread copies the parameter struct to its stack at entry (the struct reaches
+           non-inlined fault reports by reference), and the kernel's blocks begin microseconds
+           late.  The frame is then larger than the struct. */
+        void  *cubin = NULL;
+        size_t size  = 0;
+        long   frame;
+
+        assert_int_equal(eep_jit_cache_read(info.path, &cubin, &size), EEP_OK);
+        frame = entry_frame_bytes(cubin, size);
+        free(cubin);
+        if (frame < 0 || frame >= (long)sizeof(eep_epk_params_t)) {
+            fail_msg("%s<%s> W %d: stack frame %ld bytes, the parameters are %zu", spec.function,
+                     spec.template_args, shape->world, frame, sizeof(eep_epk_params_t));
+        }
+    }
+}
+
+static void test_compile_all(void **state)
+{
+    /* { index bits, mode, phase }: every dispatch variant elastic/ep/ep.c launches */
+    static const int variants[][3] = { { 32, 0, 0 }, { 32, 0, 1 }, { 64, 0, 0 }, { 64, 0, 1 },
+                                       { 32, 1, 0 }, { 64, 1, 0 }, { 32, 2, 0 }, { 64, 2, 0 } };
+    static const eep_ep_shape_t bf16_k8_w2 = {
+        .world = 2, .hidden = 7168, .num_topk = 8, .dtype = EEP_DTYPE_BF16
+    };
+    static const eep_ep_shape_t fp8_k6_w8 = {
+        .world = 8, .hidden = 4096, .num_topk = 6, .dtype = EEP_DTYPE_FP8_E4M3
+    };
+    /* 32 ranks: the most direct mode takes (per-rank arrays and shared memory grow with it) */
+    static const eep_ep_shape_t bf16_k8_w32 = {
+        .world = 32, .hidden = 7168, .num_topk = 8, .dtype = EEP_DTYPE_BF16
+    };
+    eep_jit_params_t params = { .size = sizeof(params), .cache_dir = cache_dir };
+    eep_jit_t       *jit    = NULL;
+    size_t           i;
+
+    (void)state;
+    assert_int_equal(eep_jit_create(&params, &jit), EEP_OK);
+    for (i = 0; i < sizeof(variants) / sizeof(variants[0]); i++) {
+        compile_one(jit, 0, variants[i][0], variants[i][1], variants[i][2], NULL);
+        compile_one(jit, 0, variants[i][0], variants[i][1], variants[i][2], &bf16_k8_w2);
+        if (variants[i][0] == 32) { /* 8 ranks (one node), every mode */
+            compile_one(jit, 0, 32, variants[i][1], variants[i][2], &fp8_k6_w8);
+        }
+    }
+    compile_one(jit, 0, 32, EEP_EPK_NO_CPU_SYNC, 0, &bf16_k8_w32);
+    compile_one(jit, 1, 0, 0, 0, NULL);
+    compile_one(jit, 1, 0, 0, 0, &bf16_k8_w2);
+    compile_one(jit, 1, 0, 0, 0, &fp8_k6_w8);
+    compile_one(jit, 1, 0, 0, 0, &bf16_k8_w32);
+    eep_jit_destroy(jit);
+}
+
+/*
+ * The shrink prefetch (EEP_EP_PREFETCH_SHRINK, elastic/ep/ep.c): after a kernel is built for 3
+ * ranks, eep_ep_prefetch_shrink queues it for 2; the kernel a 2-rank survivor then asks for (its
+ * spec built afresh, as ep.c builds it) is a cache hit and runs no compiler.  1 rank: nothing.
+ */
+static void test_shrink_prefetch(void **state)
+{
+    eep_jit_params_t         params = { .size = sizeof(params), .cache_dir = cache_dir };
+    eep_ep_shape_t           shape  = { .world       = 3,
+                                        .max_tokens  = 128,
+                                        .hidden      = 2048,
+                                        .num_topk    = 6,
+                                        .num_experts = 48,
+                                        .alignment   = 16,
+                                        .dtype       = EEP_DTYPE_BF16 };
+    eep_ep_kernel_names_t    names;
+    eep_jit_spec_t           spec;
+    eep_jit_prefetch_stats_t stats;
+    eep_jit_info_t           info;
+    eep_jit_t               *jit = NULL;
+    unsigned long            runs;
+    int                      combine;
+
+    (void)state;
+    assert_int_equal(eep_jit_create(&params, &jit), EEP_OK);
+    for (combine = 0; combine < 2; combine++) {
+        assert_int_equal(eep_ep_prefetch_shrink(jit, combine, 32, EEP_EPK_NO_CPU_SYNC, 0, &shape),
+                         EEP_OK);
+    }
+    eep_jit_prefetch_wait(jit, &stats);
+    assert_int_equal(stats.done, 2);
+    assert_int_equal(stats.failed, 0);
+    runs        = eep_jit_compiler_runs();
+    shape.world = 2;
+    for (combine = 0; combine < 2; combine++) {
+        eep_ep_kernel_spec(combine, 32, EEP_EPK_NO_CPU_SYNC, 0, &shape, &names, &spec);
+        assert_non_null(strstr(spec.defines, "EEP_EPK_FIXED_W=2 "));
+        assert_int_equal(eep_jit_compile(jit, &spec, &info), EEP_OK);
+        assert_int_equal(info.cache_hit, 1);
+    }
+    assert_int_equal(eep_jit_compiler_runs(), runs);
+    shape.world = 1;
+    assert_int_equal(eep_ep_prefetch_shrink(jit, 0, 32, EEP_EPK_NO_CPU_SYNC, 0, &shape), EEP_OK);
+    eep_jit_prefetch_wait(jit, &stats);
+    assert_int_equal(stats.done, 2); /* nothing queued for zero ranks */
+    eep_jit_destroy(jit);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = { cmocka_unit_test(test_compile_all),
+                                        cmocka_unit_test(test_shrink_prefetch) };
+    int                     rc      = ep_jit_test_begin(cache_dir);
+
+    if (rc >= 0) {
+        return rc;
+    }
+    rc = cmocka_run_group_tests(tests, NULL, NULL);
+    ep_jit_test_end(cache_dir);
+    return rc;
+}

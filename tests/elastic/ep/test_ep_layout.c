@@ -1,0 +1,377 @@
+/*
+ * test_ep_layout.c - layout arithmetic of dispatch/combine: shape rules, wire record, worst-case
+ * rows (reached exactly by a constructed input), buffer sizes and the SM model.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "elastic/ep/ep_knobs.h"
+#include "elastic/ep/ep_layout.h"
+#include "kernels/ep/ep_params.h"
+#include "tests/common/ep_reference.h"
+
+static eep_ep_shape_t shape(int world, int T, int H, int K, int E, int align, eep_dtype_t dt)
+{
+    eep_ep_shape_t s = {
+        .world       = world,
+        .max_tokens  = T,
+        .hidden      = H,
+        .num_topk    = K,
+        .num_experts = E,
+        .alignment   = align,
+        .dtype       = dt,
+    };
+
+    return s;
+}
+
+static void test_shape_check(void **state)
+{
+    static const struct {
+        eep_ep_shape_t s;
+        const char    *why;
+    } bad[] = {
+        { { 0, 16, 2048, 8, 256, 128, EEP_DTYPE_BF16 }, "world" },
+        { { 8, 0, 2048, 8, 256, 128, EEP_DTYPE_BF16 }, "max_tokens_per_rank" },
+        { { 8, 16, 100, 8, 256, 128, EEP_DTYPE_BF16 }, "hidden" },
+        { { 8, 16, 2064, 8, 256, 128, EEP_DTYPE_FP8_E4M3 }, "hidden" },
+        { { 8, 16, 2048, 0, 256, 128, EEP_DTYPE_BF16 }, "num_topk" },
+        { { 8, 16, 2048, 33, 256, 128, EEP_DTYPE_BF16 }, "num_topk" },
+        { { 8, 16, 2048, 8, 260, 128, EEP_DTYPE_BF16 }, "num_experts" },
+        { { 1, 16, 2048, 8, 512, 128, EEP_DTYPE_BF16 }, "num_experts" }, /* El > 256 */
+        { { 8, 16, 2048, 8, 256, 0, EEP_DTYPE_BF16 }, "expert_alignment" },
+        { { 8, 16, 2048, 8, 256, 48, EEP_DTYPE_BF16 }, "expert_alignment" },
+        { { 8, 16, 2048, 8, 256, 128, (eep_dtype_t)5 }, "dtype" },
+        { { 1024, 1 << 20, 2048, 8, 2048, 1, EEP_DTYPE_BF16 }, "max_tokens_per_rank" },
+    };
+    size_t         i;
+    eep_ep_shape_t ok = shape(8, 4096, 7168, 8, 256, 128, EEP_DTYPE_FP8_E4M3);
+    const char    *why;
+
+    (void)state;
+    for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        why = NULL;
+        assert_int_equal(eep_ep_shape_check(&bad[i].s, &why), EEP_ERR_INVALID_ARG);
+        assert_non_null(why);
+        assert_string_equal(why, bad[i].why);
+    }
+    assert_int_equal(eep_ep_shape_check(&ok, NULL), EEP_OK);
+}
+
+static void test_wire_layout(void **state)
+{
+    eep_ep_shape_t s = shape(8, 4096, 7168, 8, 256, 128, EEP_DTYPE_BF16);
+    eep_ep_wire_t  w;
+
+    (void)state;
+    eep_ep_wire_layout(&s, &w);
+    assert_int_equal(w.hidden_bytes, 14336);
+    assert_int_equal(w.scale_bytes, 0);
+    assert_int_equal(w.scale_off, 14336);
+    assert_int_equal(w.meta_off, 14336);
+    assert_int_equal(w.meta_bytes, 8 * 12 + 4 + 4 + 8);
+    assert_int_equal(w.tag_off, 14336 + 104);
+    assert_int_equal(w.tag_off % 8, 0);
+    assert_int_equal(w.token_bytes, 14336 + 128);
+    s.dtype = EEP_DTYPE_FP8_E4M3;
+    eep_ep_wire_layout(&s, &w);
+    assert_int_equal(w.hidden_bytes, 7168);
+    assert_int_equal(w.scale_bytes, 56 * 4);
+    assert_int_equal(w.meta_off, 7168 + 224);
+    assert_int_equal(w.token_bytes, 7168 + 224 + 128);
+    assert_int_equal(w.token_bytes % EEP_EP_WIRE_ALIGN, 0);
+    s = shape(2, 1, 2056, 1, 2, 1, EEP_DTYPE_BF16); /* 4112 hidden bytes: padded to 4128 */
+    eep_ep_wire_layout(&s, &w);
+    assert_int_equal(w.meta_off, 4128);
+    assert_int_equal(w.token_bytes, 4128 + 32);
+}
+
+static void test_offsets(void **state)
+{
+    const int32_t counts[5] = { 0, 1, 128, 129, 7 };
+    int64_t       off[6];
+
+    (void)state;
+    assert_int_equal(eep_ep_expert_offsets(counts, 5, 128, off), 0 + 128 + 128 + 256 + 128);
+    assert_int_equal(off[0], 0);
+    assert_int_equal(off[1], 0);
+    assert_int_equal(off[2], 128);
+    assert_int_equal(off[3], 256);
+    assert_int_equal(off[4], 512);
+    assert_int_equal(eep_ep_expert_offsets(counts, 5, 1, off), 265);
+    assert_int_equal(eep_ep_align_up(0, 4), 0);
+    assert_int_equal(eep_ep_align_up(5, 4), 8);
+}
+
+/* rows_max is an upper bound for any input and is reached by a constructed one. */
+static void test_rows_max_is_tight(void **state)
+{
+    /* world 1, El = 4 = K, T = 5, alignment 4: every token hits every expert, 5 rows each, each
+       padded to 8: 32 rows = (1 * 5 * 4 + 4 * 3) / 4 * 4. */
+    eep_ep_shape_t  s = shape(1, 5, 64, 4, 4, 4, EEP_DTYPE_BF16);
+    eep_ref_gen_t   gen;
+    eep_ref_input_t in;
+    eep_ref_recv_t  recv;
+    int             t, k;
+
+    (void)state;
+    assert_int_equal(eep_ep_rows_max(&s), 32);
+    assert_int_equal(eep_ep_recv_rows_max(1, 5, 4, 4, 4), 32);
+    eep_ref_gen_init(&gen, 1);
+    assert_int_equal(eep_ref_input_generate(&s, &gen, 0, &in), EEP_OK);
+    for (t = 0; t < 5; t++) {
+        for (k = 0; k < 4; k++) {
+            in.topk_idx[t * 4 + k] = k;
+        }
+    }
+    assert_int_equal(eep_ref_dispatch(&s, &in, &recv, NULL, NULL), EEP_OK);
+    assert_int_equal(recv.num_rows, 32);
+    eep_ref_recv_free(&recv);
+    eep_ref_input_free(&in);
+    /* Bad shapes. */
+    assert_int_equal(eep_ep_recv_rows_max(3, 5, 4, 4, 4), -1);
+    assert_int_equal(eep_ep_recv_rows_max(1, 5, 4, 4, 3), -1);
+    /* K above El: a token can only hit El experts of one rank. */
+    assert_int_equal(eep_ep_recv_rows_max(8, 10, 8, 16, 1), 8 * 10 * 2);
+}
+
+static void test_buffer_sizes(void **state)
+{
+    eep_ep_shape_t        s = shape(8, 4096, 7168, 8, 256, 128, EEP_DTYPE_BF16);
+    eep_ep_buffer_sizes_t z;
+    eep_ep_wire_t         w;
+
+    (void)state;
+    assert_int_equal(eep_ep_buffer_sizes(&s, &z), EEP_OK);
+    eep_ep_wire_layout(&s, &w);
+    /* (2 + 32) words of 8 bytes = 272, padded to 384. */
+    assert_int_equal(z.count_slot_bytes, 384);
+    assert_int_equal(z.counts_bytes, 8 * 2 * 384);
+    assert_int_equal(z.dispatch_recv_bytes, (size_t)2 * 8 * 4096 * w.token_bytes);
+    assert_int_equal(z.combine_recv_bytes, (size_t)2 * 8 * 4096 * (7168 * 2 + 16));
+    assert_true(z.counts_off < z.allocator_off);
+    assert_true(z.allocator_off < z.dispatch_recv_off);
+    assert_true(z.dispatch_recv_off + z.dispatch_recv_bytes <= z.combine_recv_off);
+    assert_true(z.combine_recv_off + z.combine_recv_bytes <= z.total_bytes);
+    assert_int_equal(z.total_bytes % (2u << 20), 0);
+    assert_int_equal(z.dispatch_recv_off % 256, 0);
+    assert_int_equal(z.combine_recv_off % 256, 0);
+    /* Fewer regions than ranks when K < world. */
+    s.num_topk = 2;
+    assert_int_equal(eep_ep_buffer_sizes(&s, &z), EEP_OK);
+    assert_int_equal(z.combine_recv_bytes, (size_t)2 * 2 * 4096 * (7168 * 2 + 16));
+    s.alignment = 3;
+    assert_int_equal(eep_ep_buffer_sizes(&s, &z), EEP_ERR_INVALID_ARG);
+}
+
+/* Small buffers carry the combine's partials (up to EEP_EP_COMBINE_LINES_MAX_TOKENS) and the
+   dispatch records' hidden bytes (up to EEP_EP_DISPATCH_LINES_MAX_TOKENS) as flagged 128-byte
+   lines (7 x 16 bytes of data each), larger ones as plain rows with a 16-byte tag; the JIT
+   compiles the ones in use. */
+static void test_combine_lines(void **state)
+{
+    eep_ep_shape_t s = shape(2, EEP_EP_COMBINE_LINES_MAX_TOKENS, 7168, 8, 256, 1, EEP_DTYPE_BF16);
+    eep_ep_buffer_sizes_t z;
+    eep_ep_wire_t         w;
+    eep_ep_kernel_names_t names;
+    eep_jit_spec_t        spec;
+
+    (void)state;
+    assert_int_equal(eep_ep_lines(&s), EEP_EPK_LINES_DISPATCH | EEP_EPK_LINES_COMBINE);
+    assert_int_equal(eep_ep_buffer_sizes(&s, &z), EEP_OK);
+    assert_int_equal(z.combine_row_bytes, 128 * 128); /* 14336 bytes of data = 128 lines */
+    /* the dispatch's records: hidden bytes as lines, the record whole lines; the wire layout
+       (the NCCL baseline's) stays plain */
+    eep_ep_record_layout(&s, &w);
+    assert_int_equal(w.scale_off, 128 * 128);
+    assert_int_equal(w.meta_off, 128 * 128);
+    assert_int_equal(w.tag_off, 128 * 128 + 104);
+    assert_int_equal(w.token_bytes, 129 * 128);
+    assert_int_equal(z.dispatch_recv_bytes, (size_t)2 * 2 * s.max_tokens * w.token_bytes);
+    eep_ep_wire_layout(&s, &w);
+    assert_int_equal(w.scale_off, 14336);
+    s.dtype = EEP_DTYPE_FP8_E4M3; /* 7168 bytes: 64 lines, then 224 bytes of scales */
+    eep_ep_record_layout(&s, &w);
+    assert_int_equal(w.scale_off, 64 * 128);
+    assert_int_equal(w.meta_off, 64 * 128 + 224);
+    assert_int_equal(w.token_bytes, 67 * 128);
+    s.dtype = EEP_DTYPE_BF16;
+    eep_ep_kernel_spec(1, 32, 0, 0, &s, &names, &spec);
+    assert_non_null(strstr(spec.defines, "EEP_EPK_FIXED_LINES=3"));
+    s.hidden = 2048; /* 4096 bytes: 36 lines and 64 bytes, so 37 */
+    assert_int_equal(eep_ep_buffer_sizes(&s, &z), EEP_OK);
+    assert_int_equal(z.combine_row_bytes, 37 * 128);
+    /* past the combine's threshold: plain combine rows, dispatch records still lines */
+    s.max_tokens = EEP_EP_COMBINE_LINES_MAX_TOKENS + 1;
+    assert_int_equal(eep_ep_lines(&s), EEP_EPK_LINES_DISPATCH);
+    assert_int_equal(eep_ep_buffer_sizes(&s, &z), EEP_OK);
+    assert_int_equal(z.combine_row_bytes, 2048 * 2 + 16);
+    eep_ep_record_layout(&s, &w);
+    assert_int_equal(w.scale_off, 37 * 128);
+    eep_ep_kernel_spec(1, 32, 0, 0, &s, &names, &spec);
+    assert_non_null(strstr(spec.defines, "EEP_EPK_FIXED_LINES=1"));
+    s.max_tokens = EEP_EP_DISPATCH_LINES_MAX_TOKENS;
+    assert_int_equal(eep_ep_lines(&s), EEP_EPK_LINES_DISPATCH);
+    /* past both: plain records and rows */
+    s.max_tokens = EEP_EP_DISPATCH_LINES_MAX_TOKENS + 1;
+    assert_int_equal(eep_ep_lines(&s), 0);
+    eep_ep_record_layout(&s, &w);
+    assert_int_equal(w.scale_off, 2048 * 2);
+    eep_ep_kernel_spec(1, 32, 0, 0, &s, &names, &spec);
+    assert_non_null(strstr(spec.defines, "EEP_EPK_FIXED_LINES=0"));
+}
+
+/* One runtime keeps one layout (elastic/ep/ep.c refuses a call whose layout differs): the same
+   shape and a shape differing only in what the window does not hold (the alignment) share it;
+   other token counts, widths, top-k, dtypes or the combine's row format do not. */
+static void test_layout_equal(void **state)
+{
+    const eep_ep_shape_t s = shape(2, 128, 7168, 8, 256, 1, EEP_DTYPE_BF16);
+    eep_ep_shape_t       t = s, other[6];
+    size_t               i;
+
+    (void)state;
+    assert_int_equal(eep_ep_layout_equal(&s, &t), 1);
+    t.alignment = 128;
+    assert_int_equal(eep_ep_layout_equal(&s, &t), 1);
+    for (i = 0; i < sizeof(other) / sizeof(other[0]); i++) {
+        other[i] = s;
+    }
+    other[0].max_tokens  = 4096;
+    other[1].hidden      = 4096;
+    other[2].num_topk    = 6;
+    other[3].dtype       = EEP_DTYPE_FP8_E4M3;
+    other[4].num_experts = 128; /* 64 local experts instead of 128: smaller count slots */
+    other[5].hidden      = 0;   /* a bad shape never matches */
+    for (i = 0; i < sizeof(other) / sizeof(other[0]); i++) {
+        assert_int_equal(eep_ep_layout_equal(&s, &other[i]), 0);
+    }
+}
+
+static void test_expected_groups(void **state)
+{
+    (void)state;
+    assert_true(fabs(eep_ep_expected_groups(256, 8, 1) - 1.0) < 1e-12);
+    assert_true(fabs(eep_ep_expected_groups(256, 8, 256) - 8.0) < 1e-9);
+    assert_true(fabs(eep_ep_expected_groups(256, 1, 8) - 1.0) < 1e-12);
+    /* 8 ranks, K = 8 of 256: 8 * (1 - C(224, 8) / C(256, 8)) ~ 5.3 */
+    assert_true(eep_ep_expected_groups(256, 8, 8) > 5.0);
+    assert_true(eep_ep_expected_groups(256, 8, 8) < 5.6);
+    /* All experts of one group hit when K exceeds the others. */
+    assert_true(fabs(eep_ep_expected_groups(4, 4, 2) - 2.0) < 1e-12);
+}
+
+static void test_sm_model(void **state)
+{
+    eep_ep_sm_model_t    m;
+    eep_ep_sm_estimate_t est;
+    int                  n, n_more_link, n_small;
+
+    (void)state;
+    eep_ep_sm_model_init(&m, 8, 7168, EEP_DTYPE_BF16, 8, 256, 132);
+    n = eep_ep_sm_model_run(&m, &est);
+    printf("model: world 8 H 7168 bf16 K 8: %d SMs (t %.2f, write %.0f GB/s, per SM %.1f)\n", n,
+           est.distinct_ranks, est.write_gbps, est.per_sm_write_gbps);
+    assert_int_equal(n, est.num_sms);
+    assert_int_equal(n % 2, 0);
+    assert_in_range(n, 8, 24);
+    /* 430 / (7/8) = 491 GB/s of writes; 14432 B tokens: 50 * 14432 / 15456 = 46.7 GB/s per SM;
+       1.25 * 491 / 46.7 = 13.2 -> 14. */
+    assert_int_equal(n, 14);
+    m.link_gbps = 2 * EEP_EP_DEFAULT_LINK_GBPS;
+    n_more_link = eep_ep_sm_model_run(&m, NULL);
+    assert_true(n_more_link > n);
+    /* Smaller tokens pay more per-token overhead: at least as many SMs. */
+    eep_ep_sm_model_init(&m, 8, 2048, EEP_DTYPE_FP8_E4M3, 8, 256, 132);
+    n_small = eep_ep_sm_model_run(&m, NULL);
+    assert_true(n_small >= n);
+    /* Two ranks: half the writes stay local, so the SMs must write twice the link. */
+    eep_ep_sm_model_init(&m, 2, 7168, EEP_DTYPE_BF16, 8, 256, 132);
+    assert_true(eep_ep_sm_model_run(&m, NULL) > n);
+    /* Clamps: at most half the device (the copy blocks are the rest), at least min_sms. */
+    m.device_sms = 6;
+    assert_int_equal(eep_ep_sm_model_run(&m, NULL), 3);
+    m.device_sms = 132;
+    m.link_gbps  = 1.0;
+    assert_int_equal(eep_ep_sm_model_run(&m, NULL), EEP_EP_MIN_SMS);
+    /* One rank: the senders store metadata only; the copy blocks move every byte, so they get
+       most of the device (all SMs as senders left one copy block: 13.6 ms at T 4096 on an H200,
+       where 16 senders take 244 us). */
+    eep_ep_sm_model_init(&m, 1, 7168, EEP_DTYPE_BF16, 8, 256, 132);
+    assert_int_equal(eep_ep_sm_model_run(&m, NULL), 132 / EEP_EP_LOCAL_SEND_SHARE);
+    assert_true(132 - eep_ep_sm_model_run(&m, NULL) >= 100);
+    m.device_sms = 4;
+    assert_int_equal(eep_ep_sm_model_run(&m, NULL), 1);
+    m.device_sms = 132;
+    m.margin     = 0.5;
+    assert_int_equal(eep_ep_sm_model_run(&m, NULL), -1);
+}
+
+static void test_knobs_table(void **state)
+{
+    eep_ep_config_t cfg;
+
+    (void)state;
+    assert_int_equal(eep_config_load(&eep_ep_knob_table, &cfg), EEP_OK);
+    /* The knob defaults equal the model's built-in constants. */
+    assert_int_equal(cfg.num_sms, 0);
+    assert_true(cfg.sm_read_gbps == EEP_EP_SM_READ_GBPS);
+    assert_true(cfg.sm_write_gbps == EEP_EP_SM_WRITE_GBPS);
+    assert_true(cfg.sm_margin == EEP_EP_SM_MARGIN);
+    assert_true(cfg.token_overhead_bytes == EEP_EP_TOKEN_OVERHEAD_B);
+    assert_int_equal(cfg.min_sms, EEP_EP_MIN_SMS);
+    assert_int_equal(eep_config_set(&eep_ep_knob_table, &cfg, "EEP_EP_NUM_SMS", "24", 0), EEP_OK);
+    assert_int_equal(cfg.num_sms, 24);
+    assert_int_equal(eep_config_set(&eep_ep_knob_table, &cfg, "EEP_EP_NUM_SMS", "-1", 0),
+                     EEP_ERR_INVALID_ARG);
+}
+
+static void test_pick_sms(void **state)
+{
+    eep_ep_shape_t  s = shape(8, 4096, 7168, 8, 256, 128, EEP_DTYPE_BF16);
+    eep_ep_config_t cfg;
+
+    (void)state;
+    assert_int_equal(eep_config_load(&eep_ep_knob_table, &cfg), EEP_OK);
+    /* Model with the default constants, with or without the knob table. */
+    assert_int_equal(eep_ep_pick_sms(NULL, &s, 132, 0.0, 0), 14);
+    assert_int_equal(eep_ep_pick_sms(&cfg, &s, 132, 0.0, 0), 14);
+    /* The device's link speed feeds the model; the knob overrides it. */
+    assert_true(eep_ep_pick_sms(&cfg, &s, 132, 860.0, 0) > 14);
+    cfg.link_gbps = 215.0;
+    assert_true(eep_ep_pick_sms(&cfg, &s, 132, 860.0, 0) < 14);
+    cfg.link_gbps = 0.0;
+    cfg.sm_margin = 2.5;
+    assert_true(eep_ep_pick_sms(&cfg, &s, 132, 0.0, 0) > 14);
+    /* The knob's fixed count beats the model; the call beats the knob; clamped to the device. */
+    cfg.num_sms = 20;
+    assert_int_equal(eep_ep_pick_sms(&cfg, &s, 132, 0.0, 0), 20);
+    assert_int_equal(eep_ep_pick_sms(&cfg, &s, 132, 0.0, 32), 32);
+    assert_int_equal(eep_ep_pick_sms(&cfg, &s, 16, 0.0, 32), 16);
+    assert_int_equal(eep_ep_pick_sms(&cfg, &s, 0, 0.0, 32), -1);
+    s.alignment = 0;
+    assert_int_equal(eep_ep_pick_sms(&cfg, &s, 132, 0.0, 0), -1);
+    /* One rank through the model: an eighth of the device sends, not all of it. */
+    s = shape(1, 4096, 7168, 8, 256, 128, EEP_DTYPE_BF16);
+    assert_int_equal(eep_ep_pick_sms(NULL, &s, 132, 0.0, 0), 16);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_shape_check),  cmocka_unit_test(test_wire_layout),
+        cmocka_unit_test(test_offsets),      cmocka_unit_test(test_rows_max_is_tight),
+        cmocka_unit_test(test_buffer_sizes), cmocka_unit_test(test_combine_lines),
+        cmocka_unit_test(test_layout_equal), cmocka_unit_test(test_expected_groups),
+        cmocka_unit_test(test_sm_model),     cmocka_unit_test(test_knobs_table),
+        cmocka_unit_test(test_pick_sms),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,183 @@
+/*
+ * test_runtime_args.c - what the runtime does without a GPU: argument checks naming the bad field,
+ * workspace layout arithmetic, the shared host/device layouts, and EEP_ERR_NO_DEVICE when there
+ * is no CUDA driver (forced with the symbol table's test hook, so it holds on GPU machines too).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "barrier/barrier_params.h"
+#include "eep/eep.h"
+#include "elastic/gpu/cuda_sym.h"
+#include "util/log.h"
+#include "elastic/runtime/runtime.h"
+
+static char last_error[1024];
+static int  unknown_knob_warnings;
+
+static void hook(eep_log_level_t level, eep_log_subsys_t subsys, const char *msg, void *arg)
+{
+    (void)subsys;
+    (void)arg;
+    if (level == EEP_LOG_LEVEL_ERROR) {
+        snprintf(last_error, sizeof(last_error), "%s", msg);
+    }
+    if (level == EEP_LOG_LEVEL_WARN && strstr(msg, "EEP_NO_SUCH_KNOB") != NULL) {
+        unknown_knob_warnings++;
+    }
+}
+
+static void test_layout(void **state)
+{
+    eep_workspace_layout_t l;
+    int                    n;
+
+    (void)state;
+    for (n = 1; n <= EEP_MAX_RANKS; n *= 2) {
+        assert_int_equal(eep_workspace_layout(n, n < 8 ? n : 8, 32u << 20, &l), EEP_OK);
+        assert_int_equal(l.lsa_arrive_off % EEP_WS_ALIGN, 0);
+        assert_int_equal(l.gin_epoch_off % EEP_WS_ALIGN, 0);
+        assert_int_equal(l.counters_off % EEP_WS_ALIGN, 0);
+        assert_int_equal(l.peer_slots_off % EEP_WS_ALIGN, 0);
+        assert_int_equal(l.data_off % EEP_WS_DATA_ALIGN, 0);
+        /* Regions do not overlap and come in order. */
+        assert_true(l.gin_epoch_off >= l.lsa_arrive_off + 8 * EEP_MAX_LSA_RANKS);
+        assert_true(l.counters_off >= l.gin_epoch_off + 8);
+        assert_true(l.peer_slots_off >= l.counters_off + 8 * EEP_WS_COUNTERS);
+        assert_true(l.data_off >= l.peer_slots_off + (size_t)n * l.peer_slot_bytes);
+        assert_true(l.data_off < (1u << 20));
+    }
+    /* The layout depends on the rank count, not on the rank: fixed for a given n. */
+    assert_int_equal(eep_workspace_layout(8, 8, 32u << 20, &l), EEP_OK);
+    assert_int_equal(l.peer_slots_off + 8 * EEP_WS_PEER_SLOT_BYTES <= l.data_off, 1);
+    assert_int_equal(eep_workspace_layout(0, 1, 32u << 20, &l), EEP_ERR_INVALID_ARG);
+    assert_int_equal(eep_workspace_layout(EEP_MAX_RANKS + 1, 1, 32u << 20, &l),
+                     EEP_ERR_INVALID_ARG);
+    assert_int_equal(eep_workspace_layout(12, 8, 32u << 20, &l), EEP_ERR_INVALID_ARG);
+    assert_int_equal(eep_workspace_layout(256, 256, 32u << 20, &l), EEP_ERR_INVALID_ARG);
+    assert_int_equal(eep_workspace_layout(8, 8, 2048, &l), EEP_ERR_NO_RESOURCE);
+    assert_non_null(strstr(last_error, "EEP_WINDOW_SIZE"));
+    assert_int_equal(eep_workspace_layout(8, 8, 32u << 20, NULL), EEP_ERR_INVALID_ARG);
+}
+
+/* The host's view of the shared structs matches what the device build asserts. */
+static void test_shared_layouts(void **state)
+{
+    (void)state;
+    assert_int_equal(sizeof(eep_fault_record_t), 48);
+    assert_int_equal(offsetof(eep_fault_page_t, records), 64);
+    assert_int_equal(sizeof(eep_barrier_params_t), 280);
+    assert_int_equal(offsetof(eep_barrier_params_t, window), EEP_DEVCOMM_BYTES);
+}
+
+static void test_bad_arguments(void **state)
+{
+    eep_runtime_params_t p;
+    eep_runtime_t       *rt = NULL;
+    eep_barrier_opts_t   o;
+    int                  fake;
+
+    (void)state;
+    assert_int_equal(eep_runtime_create(NULL, &rt), EEP_ERR_INVALID_ARG);
+    assert_non_null(strstr(last_error, "params"));
+    memset(&p, 0, sizeof(p));
+    p.size = sizeof(p);
+    assert_int_equal(eep_runtime_create(&p, NULL), EEP_ERR_INVALID_ARG);
+    assert_non_null(strstr(last_error, "rt_p"));
+    p.device = -1;
+    assert_int_equal(eep_runtime_create(&p, &rt), EEP_ERR_INVALID_ARG);
+    assert_non_null(strstr(last_error, "bootstrap"));
+    p.bootstrap = (eep_bootstrap_t *)&fake;
+    p.size      = 3;
+    assert_int_equal(eep_runtime_create(&p, &rt), EEP_ERR_INVALID_ARG);
+    assert_non_null(strstr(last_error, "size"));
+    p.size   = sizeof(p);
+    p.device = -5;
+    assert_int_equal(eep_runtime_create(&p, &rt), EEP_ERR_INVALID_ARG);
+    assert_non_null(strstr(last_error, "device"));
+    p.device     = -1;
+    p.timeout_ms = -1;
+    assert_int_equal(eep_runtime_create(&p, &rt), EEP_ERR_INVALID_ARG);
+    assert_non_null(strstr(last_error, "timeout_ms"));
+    assert_null(rt);
+
+    /* A bad knob is an error naming it, before any GPU work. */
+    p.timeout_ms = 0;
+    setenv("EEP_TIMEOUT_MS", "0", 1);
+    assert_int_equal(eep_runtime_create(&p, &rt), EEP_ERR_INVALID_ARG);
+    assert_non_null(strstr(last_error, "EEP_TIMEOUT_MS"));
+    unsetenv("EEP_TIMEOUT_MS");
+    assert_null(rt);
+
+    memset(&o, 0, sizeof(o));
+    o.size = sizeof(o);
+    assert_int_equal(eep_barrier(NULL, EEP_BARRIER_PARALLEL, NULL), EEP_ERR_INVALID_ARG);
+    assert_int_equal(eep_barrier_ex(NULL, &o, NULL), EEP_ERR_INVALID_ARG);
+    assert_int_equal(eep_poll(NULL), EEP_ERR_INVALID_ARG);
+    assert_int_equal(eep_runtime_sync(NULL, NULL), EEP_ERR_INVALID_ARG);
+    assert_int_equal(eep_runtime_clear_fault(NULL), EEP_ERR_INVALID_ARG);
+    assert_int_equal(eep_runtime_query(NULL, NULL), EEP_ERR_INVALID_ARG);
+    assert_null(eep_runtime_nccl_comm(NULL));
+    eep_runtime_abort(NULL);
+    eep_runtime_destroy(NULL);
+    assert_int_equal(eep_runtime_stream_query(NULL, NULL), EEP_ERR_INVALID_ARG);
+    assert_non_null(strstr(last_error, "eep_runtime_stream_query"));
+}
+
+static void test_no_driver_is_no_device(void **state)
+{
+    eep_bootstrap_params_t bp;
+    eep_runtime_params_t   p;
+    eep_bootstrap_t       *bs;
+    eep_runtime_t         *rt    = NULL;
+    char                   dir[] = "/tmp/eep-rtargs-XXXXXX";
+    char                   cmd[64];
+
+    (void)state;
+    assert_non_null(mkdtemp(dir));
+    memset(&bp, 0, sizeof(bp));
+    bp.size   = sizeof(bp);
+    bp.kind   = EEP_BOOTSTRAP_FILE;
+    bp.rank   = 0;
+    bp.nranks = 1;
+    bp.path   = dir;
+    assert_int_equal(eep_bootstrap_create(&bp, &bs), EEP_OK);
+
+    eep_cuda_sym_test_override("/nonexistent/libcuda.so.1", NULL);
+    memset(&p, 0, sizeof(p));
+    p.size      = sizeof(p);
+    p.bootstrap = bs;
+    p.device    = -1;
+    assert_int_equal(eep_runtime_create(&p, &rt), EEP_ERR_NO_DEVICE);
+    assert_null(rt);
+    assert_int_equal(eep_runtime_create(&p, &rt), EEP_ERR_NO_DEVICE);
+    eep_cuda_sym_test_override(NULL, NULL);
+    /* The runtime's entry point warned about the unknown EEP_* variable set in main(), once. */
+    assert_int_equal(unknown_knob_warnings, 1);
+
+    eep_bootstrap_destroy(bs);
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_layout),
+        cmocka_unit_test(test_shared_layouts),
+        cmocka_unit_test(test_bad_arguments),
+        cmocka_unit_test(test_no_driver_is_no_device),
+    };
+
+    setenv("EEP_NO_SUCH_KNOB", "1", 1);
+    eep_log_set_level(EEP_LOG_LEVEL_WARN);
+    eep_log_set_hook(hook, NULL);
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
