@@ -29,7 +29,7 @@
 #include <nccl_device.h>
 
 #include "barrier_params.h"
-#include "../kernels/common/bounded_wait.cuh"
+#include "../kernels/common/wait.cuh"
 
 static_assert(sizeof(ncclDevComm) == EEP_DEVCOMM_BYTES, "ncclDevComm is not the 2.28.9 layout");
 static_assert(alignof(ncclDevComm) <= 8, "ncclDevComm alignment");

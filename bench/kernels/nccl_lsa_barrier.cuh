@@ -10,7 +10,7 @@
 #include <nccl_device.h>
 
 #include "../../barrier/barrier_params.h"
-#include "../../kernels/common/bounded_wait.cuh"
+#include "../../kernels/common/wait.cuh"
 
 __device__ void eep_bench_nccl_lsa_body(const eep_barrier_params_t &p)
 {

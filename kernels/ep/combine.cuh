@@ -25,7 +25,7 @@
 #ifndef EEP_KERNELS_EP_COMBINE_CUH
 #define EEP_KERNELS_EP_COMBINE_CUH
 
-#include "dispatch.cuh"
+#include "ep_common.cuh"
 #include "ep_numeric.cuh"
 #include "ll_line.cuh"
 

@@ -1,0 +1,282 @@
+/*
+ * kernels/ep/ep_common.cuh - what the dispatch and combine kernels share: the NCCL device
+ * headers (or the emulation's stand-ins), trace stamps, the scope of flags and fences, peer
+ * pointers, the slot and tag waits (bounded: kernels/common/bounded_wait.cuh), a token's copy
+ * units, a warp scan, and the start of every launch (eep_epk_begin).
+ */
+#ifndef EEP_KERNELS_EP_EP_COMMON_CUH
+#define EEP_KERNELS_EP_EP_COMMON_CUH
+
+#include "ep_params.h"
+
+#ifdef __CUDACC__
+
+#ifndef EEP_EPK_EMULATION /* tests/emu/ep_kernel_shim.h stands in for NCCL's device API */
+#include <nccl.h>
+#include <nccl_device.h>
+#endif
+#ifndef EEP_EPK_DYN_SMEM
+#define EEP_EPK_DYN_SMEM(name) extern __shared__ int name[]
+#endif
+#ifndef EEP_EPK_TEST_SEND_DELAY /* tests/emu/ep_kernel_shim.h: a slow sender */
+#define EEP_EPK_TEST_SEND_DELAY(p)
+#endif
+
+#include "../common/wait.cuh"
+#include "ll_line.cuh"
+
+/* At most this many top-k ids (T * K) a call, every sending block and the counter count the
+   tokens they need themselves instead of exchanging chunk counts (decode sizes).  A define, so a
+   test can move it. */
+#ifndef EEP_EPK_RECOUNT_MAX_IDS
+#define EEP_EPK_RECOUNT_MAX_IDS 2048
+#endif
+
+/* Waits of the EP kernels read the host-mapped abort flag at most this often: up to one waiting
+   warp per record at once (thousands), each read a PCIe round trip. */
+#define EEP_EPK_ABORT_CHECK_NS 500000ull
+
+/* EEP_EP_TRACE: thread 0 stamps phase k of its block (docs/dispatch.md, "Where the time goes"). */
+__device__ __forceinline__ void eep_epk_stamp(const eep_epk_params_t &p, int k)
+{
+    if (p.trace != 0 && threadIdx.x == 0 && blockIdx.x < EEP_EPK_TRACE_BLOCKS) {
+        unsigned long long *t = (unsigned long long *)p.trace + blockIdx.x * 8u;
+
+        if (k == 0) {
+            for (int i = 1; i < 8; i++) {
+                t[i] = 0;
+            }
+        }
+        t[k] = eep_globaltimer();
+    }
+}
+
+/* EEP_EP_TRACE: the block's first instruction (@p began, 0 when not tracing) and now, after
+   griddepcontrol.wait: a block that began late shows here, not only as a spread of phase 0 */
+__device__ __forceinline__ unsigned long long eep_epk_launch_began(const eep_epk_params_t &p)
+{
+    return p.trace != 0 ? eep_globaltimer() : 0ull;
+}
+
+__device__ __forceinline__ void eep_epk_launch_stamp(const eep_epk_params_t &p,
+                                                     unsigned long long      began)
+{
+    if (p.trace != 0 && threadIdx.x == 0 && blockIdx.x < EEP_EPK_TRACE_BLOCKS) {
+        unsigned long long *t = (unsigned long long *)p.trace + EEP_EPK_TRACE_LAUNCH +
+                                blockIdx.x * 2u;
+
+        t[0] = began;
+        t[1] = eep_globaltimer();
+    }
+}
+
+/* The scope of the kernels' flags and fences: the system's (peers on other GPUs, over NVLink),
+   or the GPU's at one rank (EEP_EPK_W 1: every writer and reader on this GPU; MEMBAR.GPU
+   instead of MEMBAR.SYS).  The JIT fixes W per variant, so the test folds away. */
+__device__ __forceinline__ void eep_epk_fence_release(const eep_epk_params_t &p)
+{
+    if (EEP_EPK_W(p) == 1) {
+        eep_fence_release_gpu();
+    } else {
+        eep_fence_release_sys();
+    }
+}
+
+__device__ __forceinline__ void eep_epk_fence_acquire(const eep_epk_params_t &p)
+{
+    if (EEP_EPK_W(p) == 1) {
+        eep_fence_acquire_gpu();
+    } else {
+        eep_fence_acquire_sys();
+    }
+}
+
+__device__ __forceinline__ unsigned long long eep_epk_ld_relaxed(const eep_epk_params_t   &p,
+                                                                 const unsigned long long *w)
+{
+    return EEP_EPK_W(p) == 1 ? eep_ld_relaxed_gpu(w) : eep_ld_relaxed_sys(w);
+}
+
+__device__ __forceinline__ void eep_epk_st_release(const eep_epk_params_t &p, unsigned long long *w,
+                                                   unsigned long long v)
+{
+    if (EEP_EPK_W(p) == 1) {
+        eep_st_release_gpu(w, v);
+    } else {
+        eep_st_release_sys(w, v);
+    }
+}
+
+__device__ __forceinline__ unsigned char *eep_epk_peer(const eep_epk_params_t &p,
+                                                       unsigned long long off, int peer)
+{
+    return (unsigned char *)ncclGetLsaPointer((ncclWindow_t)p.window, (size_t)off, peer);
+}
+
+__device__ __forceinline__ void eep_epk_copy4(void *dst, const void *src, unsigned bytes,
+                                              unsigned lane, unsigned nlanes)
+{
+    for (unsigned i = lane; i < bytes / 4; i += nlanes) {
+        ((unsigned int *)dst)[i] = ((const unsigned int *)src)[i];
+    }
+}
+
+/* A token's destination ranks, from its handle slots (-1: not sent there). */
+__device__ __forceinline__ unsigned eep_epk_slot_mask(const int *slots, int W)
+{
+    unsigned dm = 0;
+
+    for (int d = 0; d < W; d++) {
+        dm |= (slots[d] >= 0 ? 1u : 0u) << d;
+    }
+    return dm;
+}
+
+/* A token's destination ranks, from its round's masks (@p mw: its warp's row, @p l: its lane). */
+__device__ __forceinline__ unsigned eep_epk_round_mask(const int *mw, int E, int W, unsigned l)
+{
+    unsigned dm = 0;
+
+    for (int d = 0; d < W; d++) {
+        dm |= (((unsigned)mw[E + d] >> l) & 1u) << d;
+    }
+    return dm;
+}
+
+/* The bounded-wait context of an EP kernel's waits (kernels/common/wait.cuh). */
+__device__ __forceinline__ eep_wait_ctx eep_epk_wait_ctx(const eep_epk_params_t &p,
+                                                         int                    *block_failed)
+{
+    eep_wait_ctx w;
+
+    w.fault          = p.fault;
+    w.fault_claim    = p.fault_claim;
+    w.block_failed   = block_failed;
+    w.timeout_ns     = p.timeout_ns;
+    w.rank           = p.rank;
+    w.abort_check_ns = EEP_EPK_ABORT_CHECK_NS;
+    return w;
+}
+
+/* Wait, by the first world threads of the block (no block sync), until word @p idx of every
+   peer's slot carries @p seq. */
+__device__ __forceinline__ void eep_epk_wait_slot_words(const eep_epk_params_t &p,
+                                                        const unsigned char *my_counts, int parity,
+                                                        int idx, unsigned long long seq, int phase,
+                                                        int *block_failed)
+{
+    const eep_wait_ctx w = eep_epk_wait_ctx(p, block_failed);
+    if ((int)threadIdx.x < EEP_EPK_W(p)) {
+        const unsigned long long
+            *word = (const unsigned long long *)(my_counts +
+                                                 ((unsigned long long)threadIdx.x * 2 + parity) *
+                                                     p.slot_bytes) +
+                    idx;
+        /* Back off between polls: every block waits here, and a grid of tight .sys-scope
+           spinners slowed the blocks still copying (time grew with the SM count). */
+        unsigned polls = 0;
+        if (eep_wait_geq(
+                w,
+                [&p, word, &polls] {
+                    if (polls++ != 0) {
+                        __nanosleep(128);
+                    }
+                    return eep_epk_ld_relaxed(p, word);
+                },
+                seq << 32, phase, (int)threadIdx.x)) {
+            eep_epk_fence_acquire(p); /* a caller that reads on syncs the block after this */
+        }
+    }
+}
+
+/* eep_epk_wait_slot_words, then the block meets.  @return false when a wait gave up (fault
+   recorded) or the runtime aborted. */
+__device__ __forceinline__ bool eep_epk_wait_slots(const eep_epk_params_t &p,
+                                                   const unsigned char *my_counts, int parity,
+                                                   int idx, unsigned long long seq, int phase,
+                                                   int *block_failed)
+{
+    eep_epk_wait_slot_words(p, my_counts, parity, idx, seq, phase, block_failed);
+    __syncthreads();
+    return !*(volatile int *)block_failed;
+}
+
+/* Store the tag of a record (after a system fence by the whole warp: the record's bytes, written
+   by every lane, are visible to the peer before its tag). */
+__device__ __forceinline__ void eep_epk_tag_store(unsigned char *rec, unsigned tag_off,
+                                                  unsigned long long seq)
+{
+    eep_st_relaxed_sys((unsigned long long *)(rec + tag_off), seq);
+}
+
+/* Wait until a record's tag @p tag reads @p seq (the poll backs off after 64 tries), then
+   acquire: the record's bytes, stored before the tag's release, are visible.  @return false
+   when the wait gave up (the fault is recorded; eep_wait_geq). */
+__device__ __forceinline__ int eep_epk_wait_tag(const eep_epk_params_t &p, const eep_wait_ctx &w,
+                                                const unsigned long long *tag,
+                                                unsigned long long seq, int phase, int peer)
+{
+    unsigned polls = 0;
+    auto     poll  = [&p, tag, &polls] {
+        if (polls++ > 64) {
+            __nanosleep(64);
+        }
+        return eep_epk_ld_relaxed(p, tag);
+    };
+
+    const int ok = eep_wait_geq(w, poll, seq, phase, peer);
+
+    if (ok) {
+        eep_epk_fence_acquire(p);
+    }
+    return ok;
+}
+
+/* Units of a token's hidden bytes that the senders and copiers split: flagged lines (LL), or
+   16-byte vectors. */
+template <bool LL>
+__device__ __forceinline__ unsigned eep_epk_units(const eep_epk_params_t &p)
+{
+    const unsigned nv = EEP_EPK_HB(p) / 16u;
+
+    return LL ? (unsigned)eep_ll_lines((int)nv) : nv;
+}
+
+__device__ __forceinline__ int eep_epk_warp_incl_scan(int v, unsigned lane)
+{
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const int u = __shfl_up_sync(0xffffffffu, v, o);
+
+        v += (int)lane >= o ? u : 0;
+    }
+    return v;
+}
+
+/* The start of every dispatch/combine launch, thread 0 of each block: one atomic on the
+   kernel's control word at @p word_off, (sequence of the last launch << 32) | blocks of this
+   launch started so far, both takes the block's ticket and reads the call's sequence (the old
+   word's high half + 1, which @return gives).  The block that takes the last ticket zeroes the
+   other parity's work counter at @p work_off (the next call's: this call's was zeroed by the
+   previous one), then advances the word to (sequence << 32) | 0 for the next launch, which the
+   stream starts only after this one ends.  A read of the sequence, a fence and a ticket atomic
+   cost the block's first barrier about a microsecond more (2026-11-30 trace). */
+__device__ __forceinline__ unsigned long long eep_epk_begin(const eep_epk_params_t &p,
+                                                            unsigned word_off, unsigned work_off)
+{
+    unsigned long long      *word = (unsigned long long *)(p.ctl + word_off);
+    const unsigned long long old  = atomicAdd(word, 1ull);
+    const unsigned long long seq  = (old >> 32) + 1ull;
+
+    if ((unsigned)(old & 0xffffffffull) == gridDim.x - 1u) {
+        const unsigned other = (unsigned)((seq & 1ull) ^ 1ull);
+
+        *(volatile unsigned int *)(p.ctl + work_off + 4u * other) = 0u;
+        atomicAdd(word, (1ull << 32) - (unsigned long long)gridDim.x);
+    }
+    return seq;
+}
+
+#endif /* __CUDACC__ */
+
+#endif /* EEP_KERNELS_EP_EP_COMMON_CUH */
