@@ -14,3 +14,6 @@ $(GIN_TEST_BINS): $(BUILD)/tests/gin/%: $(BUILD)/tests/gin/%.o $(GIN_HARNESS_OBJ
 .PHONY: gin-test
 gin-test: $(GIN_TEST_BINS)
 	@BUILD=$(BUILD) tests/run.sh $(GIN_TEST_BINS)
+
+# The GPU side (make gpu-gin on the GPU machine; builds here too): tests/gpu/gin/module.mk.
+include tests/gpu/gin/module.mk
