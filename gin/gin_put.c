@@ -8,7 +8,8 @@
  * data.  Signals are applied by their owner (NCCL's signal buffer cannot be exported): the one
  * progress thread of the comm reads the record and adds, on the GPU by a read (D2H) and a
  * cuStreamWriteValue64, single writer by construction.  A lost peer fails every request of the
- * comm; nothing here ever waits. */
+ * comm: iput/iputSignal return ncclRemoteError (what stops NCCL's progress thread and reaches
+ * ncclCommGetAsyncError), test reports done with an error.  Nothing here ever waits. */
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
@@ -476,6 +477,14 @@ eep_nccl_result_t eep_gin_test(void *coll_comm, void *request, int *done)
             p->head++;
         }
     } else if (r->state == EEP_GIN_REQ_FAILED || comm->broken_peer >= 0) {
+        /* NCCL 2.28.9's proxy ignores test's result (only iput's stops its progress thread, and
+         * ours fails from now on): done lets its queue drain so the GPU's flush returns; the
+         * source is consumed, as nothing will read it again. */
+        *done    = 1;
+        r->state = EEP_GIN_REQ_FREE;
+        while (p->head < p->prog && p->ring[p->head % EEP_GIN_RING].state == EEP_GIN_REQ_FREE) {
+            p->head++;
+        }
         res = EEP_NCCL_REMOTE_ERROR;
     }
     pthread_mutex_unlock(&comm->lock);

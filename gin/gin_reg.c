@@ -253,8 +253,18 @@ eep_nccl_result_t eep_gin_dereg_mr_sym(void *coll_comm, void *mhandle)
         return EEP_NCCL_INVALID_ARGUMENT;
     }
     pthread_mutex_lock(&comm->lock);
-    if (reg->type == EEP_NCCL_PTR_CUDA) {
-        eep_gin_comm_bind_cuda(comm);
+    if (reg->type == EEP_NCCL_PTR_CUDA && eep_gin_comm_bind_cuda(comm) == 0) {
+        /* NCCL frees this memory next (on abort with requests still queued): no copy or signal
+         * write of ours may still be pending on it.  Copy-engine work only: bounded. */
+        int j;
+        for (j = 0; j < comm->nranks; j++) {
+            if (comm->peers[j].stream != NULL) {
+                eep_gin_cu.cuStreamSynchronize(comm->peers[j].stream);
+            }
+        }
+        if (comm->apply_stream != NULL) {
+            eep_gin_cu.cuStreamSynchronize(comm->apply_stream);
+        }
     }
     eep_gin_reg_free(reg);
     pthread_mutex_unlock(&comm->lock);

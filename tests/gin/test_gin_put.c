@@ -436,6 +436,10 @@ static int case_peer_killed(gt_t *t)
              (long long)(now - died_at));
     GT_CHECK(t->gin->test(m.coll, q.req[q.head % QDEPTH], &got) != EEP_NCCL_SUCCESS,
              "test keeps failing");
+    /* NCCL 2.28.9's proxy stops (and reports through ncclCommGetAsyncError) on iput's result */
+    GT_CHECK(t->gin->iput(m.coll, 0, m.src_h, 64, 0, m.win_h, (uint32_t)(1 - t->rank), &req) !=
+                 EEP_NCCL_SUCCESS,
+             "iput fails once a peer is lost");
     if (mem_teardown(t, &m) != 0) {
         return 1;
     }
