@@ -363,25 +363,45 @@ static ncclComm_t gg_kill_and_shrink(gg_t *g, ncclComm_t comm)
     return shrunk;
 }
 
-/* Starts the newcomer: this program again (fork + exec at once: no CUDA in the child before
- * exec), with its own host id and the last rank's number. */
-static pid_t gg_spawn_newcomer(gg_t *g, const char *self, int newcomer_rank)
+/* Starts the newcomer: this program again, with its own host id and the last rank's number.
+ * The environment is built before fork: the child of a threaded process (NCCL's, CUDA's) may
+ * call nothing but execve. */
+extern char **environ;
+static pid_t  gg_spawn_newcomer(const char *self, int newcomer_rank)
 {
-    pid_t pid = fork();
-    char  rank[16], hostid[256];
+    static char  rank[32], hostid[256];
+    static char *argv[] = { NULL, "--newcomer", NULL };
+    char       **envp;
+    size_t       n = 0, i, j = 0;
+    pid_t        pid;
 
-    if (pid != 0) {
-        return pid;
+    while (environ[n] != NULL) {
+        n++;
     }
-    snprintf(rank, sizeof(rank), "%d", newcomer_rank);
-    snprintf(hostid, sizeof(hostid), "%s-newcomer",
+    envp = calloc(n + 3, sizeof(char *));
+    if (envp == NULL) {
+        return -1;
+    }
+    snprintf(rank, sizeof(rank), "EEP_RANK=%d", newcomer_rank);
+    snprintf(hostid, sizeof(hostid), "NCCL_HOSTID=%s-newcomer",
              getenv("NCCL_HOSTID") != NULL ? getenv("NCCL_HOSTID") : "eep-gin");
-    setenv("EEP_RANK", rank, 1);
-    setenv("NCCL_HOSTID", hostid, 1);
-    execl(self, self, "--newcomer", (char *)NULL);
-    fprintf(stderr, "exec %s: %s\n", self, strerror(errno));
-    _exit(127);
-    (void)g;
+    for (i = 0; i < n; i++) {
+        if (strncmp(environ[i], "EEP_RANK=", 9) != 0 &&
+            strncmp(environ[i], "NCCL_HOSTID=", 12) != 0) {
+            envp[j++] = environ[i];
+        }
+    }
+    envp[j++] = rank;
+    envp[j++] = hostid;
+    argv[0]   = (char *)self;
+    fflush(NULL);
+    pid = fork();
+    if (pid == 0) {
+        execve(self, argv, envp);
+        _exit(127);
+    }
+    free(envp);
+    return pid;
 }
 
 static int gg_wait_child(pid_t pid, double timeout_s)
@@ -491,7 +511,7 @@ int main(int argc, char **argv)
     }
     shrunk = gg_kill_and_shrink(&g, comm); /* the victim dies inside */
     if (g.rank == 0) {
-        child = gg_spawn_newcomer(&g, self, world - 1);
+        child = gg_spawn_newcomer(self, world - 1);
     }
     gg_grow(&g, world, 0);
     if (shrunk != NULL) {
