@@ -271,6 +271,8 @@ static void eep_gin_send_progress(eep_gin_comm_t *comm, int peer)
         eep_gin_req_t *r = &p->ring[p->prog % EEP_GIN_RING];
 
         if (p->dead || comm->broken_peer >= 0) {
+            free(r->stage);
+            r->stage = NULL;
             r->state = EEP_GIN_REQ_FAILED;
             p->prog++;
             continue;
