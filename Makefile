@@ -68,6 +68,8 @@ include tools/module.mk
 include tests/module.mk
 include tests/deploy/module.mk
 include bench/module.mk
+include gin/module.mk
+include tests/gin/module.mk
 
 obj = $(patsubst %.c,$(BUILD)/%.o,$(patsubst %.cc,$(BUILD)/%.o,$(1)))
 

@@ -1,0 +1,22 @@
+# tests/gpu/gin/: the GIN plugin's GPU test (N ranks on one GPU, scripts/one-gpu-cluster.sh).  A C
+# program (test_gin_gpu.c) and its kernels (gin_kernels.cu, nvcc against NCCL 2.28.9's device
+# headers, sm_90); CUDA's runtime linked statically, NCCL from NCCL_HOME with an rpath.
+GIN_GPU_TEST     := $(BUILD)/tests/gpu/gin/test_gin_gpu
+GIN_GPU_KERNELS  := $(BUILD)/tests/gpu/gin/gin_kernels.o
+
+$(GIN_GPU_KERNELS): tests/gpu/gin/gin_kernels.cu tests/gpu/gin/gin_kernels.h $(FLAGS_STAMP)
+	@mkdir -p $(dir $@)
+	$(NVCC) -O2 -arch=sm_90 -std=c++17 -I. -isystem $(NCCL_HOME)/include \
+	    -isystem $(CUDA_HOME)/include -Xcompiler -fPIC -c $< -o $@
+
+$(GIN_GPU_TEST): $(BUILD)/tests/gpu/gin/test_gin_gpu.o $(GIN_GPU_KERNELS)
+	@mkdir -p $(dir $@)
+	$(CXX) -o $@ $^ $(LDFLAGS) -L$(CUDA_HOME)/lib64 -lcudart_static -lrt -ldl $(NCCL_LDFLAGS)
+
+.PHONY: gin-gpu-test gpu-gin
+gin-gpu-test: check-cuda $(GIN_PLUGIN_SO) $(GIN_GPU_TEST)
+
+# make gpu-gin: the GPU machine's round for the plugin (scripts/gin-round.sh): N = 2, 4, 8 ranks on
+# one GPU, with and without MPS; logs under $OUT/gin-round when OUT is set.
+gpu-gin: gin-gpu-test
+	@BUILD=$(BUILD) scripts/gin-round.sh
