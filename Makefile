@@ -73,7 +73,7 @@ include tests/gin/module.mk
 
 obj = $(patsubst %.c,$(BUILD)/%.o,$(patsubst %.cc,$(BUILD)/%.o,$(1)))
 
-UTIL_OBJS   := $(call obj,$(UTIL_SRCS))
+UTIL_OBJS   := $(call obj,$(UTIL_SRCS)) $(UTIL_GEN_OBJS)
 LIBEEP_OBJS := $(call obj,$(LIBEEP_SRCS))
 
 
@@ -83,8 +83,10 @@ check-cuda:
 	@test -x $(NVCC) || { echo "error: no CUDA toolkit at CUDA_HOME=$(CUDA_HOME) (nvcc missing); install CUDA 13 or set CUDA_HOME." >&2; exit 1; }
 	@test -f $(NCCL_HOME)/include/nccl.h || { echo "error: no NCCL headers under NCCL_HOME=$(NCCL_HOME)/include; install NCCL 2.28.9 or set NCCL_HOME." >&2; exit 1; }
 
+# Archives are made anew (rm first), so an object whose source moved away leaves with it.
 $(LIBUTIL_A): $(UTIL_OBJS)
 	@mkdir -p $(dir $@)
+	rm -f $@
 	$(AR) rcs $@ $^
 
 $(LIBEEP_SO): $(LIBEEP_OBJS) $(UTIL_OBJS)
@@ -93,6 +95,7 @@ $(LIBEEP_SO): $(LIBEEP_OBJS) $(UTIL_OBJS)
 
 $(LIBEEP_A): $(LIBEEP_OBJS) $(UTIL_OBJS)
 	@mkdir -p $(dir $@)
+	rm -f $@
 	$(AR) rcs $@ $^
 
 # A flag change forces a rebuild: every object depends on a stamp holding the flags.

@@ -16,21 +16,22 @@ CONTROL_SRCS += control/rpc/rpc_client.c control/rpc/rpc_client_stream.c \
                 control/etcd/etcd.c control/etcd/etcd_watch.c control/etcd/etcd_lease.c \
                 control/etcd/etcd_knobs.c
 
-# The knob table is plain data that every process registers (util/config_registry.c).
-UTIL_SRCS += control/etcd/etcd_knobs.c
-
 # Objects under control/ get gRPC's flags (never CUDA's) and wait for the
-# generated headers (order-only).  The knob table is plain data and needs neither.
+# generated headers (order-only).
 .SECONDEXPANSION:
 $(BUILD)/control/%.o: control/%.c $(BUILD)/flags.stamp | $$(PROTO_GEN_H)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(GRPC_CFLAGS) $(PROTOBUF_C_CFLAGS) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/control/etcd/etcd_knobs.o: control/etcd/etcd_knobs.c $(BUILD)/flags.stamp
+# The knob tables include only util/config.h: no gRPC flags, no generated headers, so eep-info
+# links them (every knob documented) on a machine without the control plane's packages too.
+CONTROL_KNOB_OBJS := $(BUILD)/control/etcd/etcd_knobs.o $(BUILD)/control/eepd/eepd_knobs.o \
+                     $(BUILD)/control/agent/agent_knobs.o
+$(CONTROL_KNOB_OBJS): $(BUILD)/control/%.o: control/%.c $(BUILD)/flags.stamp
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
 
-$(LIBEEP_CONTROL_A): $$(patsubst %.c,$(BUILD)/%.o,$$(filter-out $$(UTIL_SRCS),$$(CONTROL_SRCS)))
+$(LIBEEP_CONTROL_A): $$(patsubst %.c,$(BUILD)/%.o,$$(CONTROL_SRCS))
 	@mkdir -p $(dir $@)
 	rm -f $@
 	$(AR) rcs $@ $^

@@ -8,8 +8,8 @@ LIBEEP_SRCS += elastic/runtime/runtime.c elastic/runtime/runtime_nccl.cc \
                elastic/runtime/wait_loop.c elastic/runtime/bootstrap.c \
                elastic/runtime/bootstrap_file.c elastic/runtime/bootstrap_tcp.c
 LIBEEP_SRCS += elastic/ep/ep.c elastic/ep/ep_args.c elastic/ep/ep_handle.c elastic/ep/ep_layout.c
-# Knob tables are plain data; every process registers them (util/config_registry.c).
-UTIL_SRCS += elastic/jit/jit_knobs.c elastic/runtime/runtime_knobs.c elastic/ep/ep_knobs.c
+# Each room's knob table registers itself (util/config.h, EEP_KNOB_TABLE).
+LIBEEP_SRCS += elastic/jit/jit_knobs.c elastic/runtime/runtime_knobs.c elastic/ep/ep_knobs.c
 # Build-time defaults baked in: the toolkit, the NCCL headers libeep was built with, and this
 # checkout as the kernel source root, so tests and tools work from the build tree.
 $(BUILD)/elastic/jit/jit_knobs.o: CPPFLAGS += -DEEP_JIT_DEFAULT_NVCC='"$(NVCC)"' \

@@ -12,7 +12,7 @@ UNIT_TEST_DIRS := tests/util tests/elastic/gpu tests/elastic/jit tests/elastic/r
 UNIT_TEST_SRCS := $(foreach d,$(UNIT_TEST_DIRS),$(wildcard $(d)/test_*.c))
 UNIT_TEST_PLAIN := $(patsubst %.c,$(BUILD)/%,$(UNIT_TEST_SRCS))
 UNIT_TEST_BINS += $(UNIT_TEST_PLAIN)
-SCRIPT_TESTS   += tests/repo/test_layering.sh tests/repo/test_bench_args.sh \
+SCRIPT_TESTS   += tests/repo/test_layering.sh tests/repo/test_bench_args.sh tests/repo/test_knob_names.sh \
                   tests/repo/test_format.sh
 
 .PHONY: unit-tests
@@ -22,13 +22,19 @@ unit-tests: $(UNIT_TEST_BINS)
 # that compare against it; it must come before libeep.a on the link line.
 EP_REFERENCE_OBJ := $(BUILD)/tests/common/ep_reference.o
 EP_REFERENCE_TESTS := $(BUILD)/tests/elastic/ep/test_ep_layout $(BUILD)/tests/common/test_ep_reference
-$(filter-out $(EP_REFERENCE_TESTS),$(UNIT_TEST_PLAIN)): $(BUILD)/tests/%: $(BUILD)/tests/%.o \
-        $(LIBEEP_A)
+CONFIG_TEST := $(BUILD)/tests/util/test_config
+$(filter-out $(EP_REFERENCE_TESTS) $(CONFIG_TEST),$(UNIT_TEST_PLAIN)): $(BUILD)/tests/%: \
+        $(BUILD)/tests/%.o $(LIBEEP_A)
 	@mkdir -p $(dir $@)
 	$(CXX) -o $@ $^ $(LDFLAGS) $(NCCL_LDFLAGS) -lcmocka -ldl
 $(EP_REFERENCE_TESTS): $(BUILD)/tests/%: $(BUILD)/tests/%.o $(EP_REFERENCE_OBJ) $(LIBEEP_A)
 	@mkdir -p $(dir $@)
 	$(CXX) -o $@ $^ $(LDFLAGS) $(NCCL_LDFLAGS) -lcmocka -ldl
+# test_config checks every knob table, so it links all of them, as eep-info does.
+$(CONFIG_TEST): $(BUILD)/tests/util/test_config.o $(CONTROL_KNOB_OBJS) $(LIBEEP_A)
+	@mkdir -p $(dir $@)
+	$(CXX) -o $@ $< $(CONTROL_KNOB_OBJS) -Wl,--whole-archive $(LIBEEP_A) -Wl,--no-whole-archive \
+	    $(LDFLAGS) $(NCCL_LDFLAGS) -lcmocka -ldl
 
 # JIT tests: the repository root (kernels/probe) and libeep.so (checked for not linking libcuda).
 $(BUILD)/tests/elastic/jit/test_jit%.o: CPPFLAGS += -DEEP_TEST_SOURCE_ROOT='"$(CURDIR)"'

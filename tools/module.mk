@@ -2,9 +2,12 @@
 EEP_INFO := $(BUILD)/bin/eep-info
 TOOLS += $(EEP_INFO)
 
-$(EEP_INFO): $(BUILD)/tools/eep_info.o $(LIBEEP_A)
+# Every knob table registers itself when linked (util/config.h): eep-info links all of libeep
+# (--whole-archive) and the control plane's tables, so `eep-info --config` lists every knob.
+$(EEP_INFO): $(BUILD)/tools/eep_info.o $(CONTROL_KNOB_OBJS) $(LIBEEP_A)
 	@mkdir -p $(dir $@)
-	$(CXX) -o $@ $^ $(LDFLAGS) $(NCCL_LDFLAGS) -ldl
+	$(CXX) -o $@ $(BUILD)/tools/eep_info.o $(CONTROL_KNOB_OBJS) -Wl,--whole-archive $(LIBEEP_A) \
+	    -Wl,--no-whole-archive $(LDFLAGS) $(NCCL_LDFLAGS) -ldl
 
 # eep-jit-bench: cold/warm JIT timings per backend (--gpu: load and launch too).
 EEP_JIT_BENCH := $(BUILD)/bin/eep-jit-bench

@@ -310,23 +310,89 @@ void eep_config_format(const eep_knob_t *knob, const void *cfg, char *buf, size_
     }
 }
 
-static const eep_knob_t *eep_config_find(const char *name, size_t name_len)
+/*
+ * The registered tables.  Constructors register them before main() (or at dlopen of a library
+ * holding some), so the list only grows; readers take the lock too, as a late dlopen may add one
+ * while a thread prints.
+ */
+#define EEP_CONFIG_TABLES_MAX 32
+
+static pthread_mutex_t         eep_config_tables_lock = PTHREAD_MUTEX_INITIALIZER;
+static const eep_knob_table_t *eep_config_table_list[EEP_CONFIG_TABLES_MAX];
+static size_t                  eep_config_table_count;
+
+/* Every knob name of the tree, from the *_knobs.c files (generated: util/gen_knob_names.sh). */
+extern const char *const eep_config_knob_names[];
+
+static const eep_knob_t *eep_config_table_find(const eep_knob_table_t *table, const char *name,
+                                               size_t name_len)
 {
-    const eep_knob_table_t *const *tables;
-    size_t                         count;
-    size_t                         t, i;
+    size_t i;
 
-    tables = eep_config_tables(&count);
-    for (t = 0; t < count; t++) {
-        for (i = 0; i < tables[t]->count; i++) {
-            const char *knob = tables[t]->knobs[i].name;
+    for (i = 0; i < table->count; i++) {
+        const char *knob = table->knobs[i].name;
 
-            if (strlen(knob) == name_len && strncmp(knob, name, name_len) == 0) {
-                return &tables[t]->knobs[i];
-            }
+        if (strlen(knob) == name_len && strncmp(knob, name, name_len) == 0) {
+            return &table->knobs[i];
         }
     }
     return NULL;
+}
+
+eep_status_t eep_config_register(const eep_knob_table_t *table)
+{
+    eep_status_t status = EEP_OK;
+    size_t       t, i;
+
+    pthread_mutex_lock(&eep_config_tables_lock);
+    for (t = 0; t < eep_config_table_count; t++) {
+        if (eep_config_table_list[t] == table) {
+            goto out_unlock;
+        }
+    }
+    for (t = 0; t < eep_config_table_count; t++) {
+        for (i = 0; i < table->count; i++) {
+            const char *name = table->knobs[i].name;
+
+            if (eep_config_table_find(eep_config_table_list[t], name, strlen(name)) != NULL) {
+                eep_error(EEP_SUBSYS_CONFIG, "knob %s of module %s is declared by module %s too",
+                          name, table->module, eep_config_table_list[t]->module);
+                status = EEP_ERR_EXISTS;
+                goto out_unlock;
+            }
+        }
+    }
+    if (eep_config_table_count == EEP_CONFIG_TABLES_MAX) {
+        eep_error(EEP_SUBSYS_CONFIG, "knob table of module %s: more than %d tables", table->module,
+                  EEP_CONFIG_TABLES_MAX);
+        status = EEP_ERR_NO_RESOURCE;
+        goto out_unlock;
+    }
+    eep_config_table_list[eep_config_table_count++] = table;
+out_unlock:
+    pthread_mutex_unlock(&eep_config_tables_lock);
+    return status;
+}
+
+const eep_knob_table_t *const *eep_config_tables(size_t *count_p)
+{
+    pthread_mutex_lock(&eep_config_tables_lock);
+    *count_p = eep_config_table_count;
+    pthread_mutex_unlock(&eep_config_tables_lock);
+    return eep_config_table_list;
+}
+
+int eep_config_known_name(const char *name, size_t name_len)
+{
+    size_t i;
+
+    for (i = 0; eep_config_knob_names[i] != NULL; i++) {
+        if (strlen(eep_config_knob_names[i]) == name_len &&
+            strncmp(eep_config_knob_names[i], name, name_len) == 0) {
+            return 1;
+        }
+    }
+    return 0;
 }
 
 eep_status_t eep_config_print(FILE *out)
@@ -347,13 +413,8 @@ eep_status_t eep_config_print(FILE *out)
         fprintf(out, "# module %s%s\n", tables[t]->module,
                 status == EEP_OK ? "" : " (a value failed to parse: showing what loaded)");
         for (i = 0; i < tables[t]->count; i++) {
-            const eep_knob_t *knob  = &tables[t]->knobs[i];
-            const eep_knob_t *first = eep_config_find(knob->name, strlen(knob->name));
+            const eep_knob_t *knob = &tables[t]->knobs[i];
 
-            if (first != knob) { /* a knob two modules read (EEP_JOB): printed once, first */
-                fprintf(out, "# %s: shared, see above\n\n", knob->name);
-                continue;
-            }
             eep_config_format(knob, cfg, value, sizeof(value));
             fprintf(out, "#   %s\n#   default: '%s'%s\n%s=%s\n\n", knob->doc, knob->default_value,
                     (knob->flags & EEP_KNOB_RUNTIME) ? ", can change at run time" : "", knob->name,
@@ -375,7 +436,7 @@ int eep_config_check_env(void)
         if (strncmp(*env, "EEP_", 4) != 0 || eq == NULL) {
             continue;
         }
-        if (eep_config_find(*env, (size_t)(eq - *env)) == NULL) {
+        if (!eep_config_known_name(*env, (size_t)(eq - *env))) {
             eep_warn(EEP_SUBSYS_CONFIG,
                      "unknown environment variable %.*s (no such knob; see "
                      "eep-info --config)",

@@ -4,8 +4,11 @@
  * A module declares a plain struct for its settings and a const table of rows {name, default,
  * doc, type, offset, flags}.  eep_config_load() fills the struct with, for each knob, the value of
  * the environment variable, else the value in the file named by EEP_CONFIG_FILE, else the
- * default.  Every table is listed once in config_registry.c so that `eep-info --config` prints all
- * of them and eep_config_check_env() can warn about EEP_* variables that match no knob.
+ * default.  A module's table registers itself when its object is loaded (EEP_KNOB_TABLE), so
+ * this lowest layer names no module; `eep-info --config` prints every table linked into it.  The
+ * unknown-variable warning of eep_config_check_env() checks against the names of every knob in
+ * the tree, linked or not (a list generated at build time from the *_knobs.c files), so a
+ * variable meant for another process of the job is never reported.
  */
 #ifndef EEP_CONFIG_H
 #define EEP_CONFIG_H
@@ -52,6 +55,41 @@ typedef struct {
     size_t            struct_size;
 } eep_knob_table_t;
 
+/*
+ * One row of a module's table: the knob @p _name fills @p _field of the module's settings struct
+ * @p _struct.  @p _flags is EEP_KNOB_STARTUP or EEP_KNOB_RUNTIME; @p _min/@p _max bound an
+ * EEP_KNOB_INT (equal: unbounded).
+ */
+#define EEP_KNOB_ROW(_struct, _name, _def, _type, _field, _flags, _min, _max, _doc)                \
+    {                                                                                              \
+        _name, _def, _doc, _type, offsetof(_struct, _field), _flags, _min, _max                    \
+    }
+
+/*
+ * The table trailer: defines the table @p _table of module @p _module over the rows @p _rows
+ * (settings struct @p _struct) and registers it when the object is loaded (a constructor), so a
+ * table is known to every program that links its module.
+ */
+#define EEP_KNOB_TABLE(_table, _module, _rows, _struct)                                            \
+    const eep_knob_table_t _table = {                                                              \
+        .module      = _module,                                                                    \
+        .knobs       = _rows,                                                                      \
+        .count       = sizeof(_rows) / sizeof((_rows)[0]),                                         \
+        .struct_size = sizeof(_struct),                                                            \
+    };                                                                                             \
+    __attribute__((constructor)) static void _table##_register(void)                               \
+    {                                                                                              \
+        eep_config_register(&_table);                                                              \
+    }
+
+/**
+ * Register @p table (EEP_KNOB_TABLE calls it; a table registered twice is kept once).  A knob
+ * name that an already registered table declares too is logged as an error and the later table
+ * is refused: every name has one owner.
+ * @return EEP_OK, EEP_ERR_EXISTS for a name declared twice, EEP_ERR_NO_RESOURCE when full.
+ */
+eep_status_t eep_config_register(const eep_knob_table_t *table);
+
 /**
  * Fill @p cfg_p (a struct of @p table->struct_size bytes) from env, config file and defaults.
  * @return EEP_OK, or EEP_ERR_INVALID_ARG with an error naming the knob and the bad value.
@@ -68,7 +106,7 @@ eep_status_t eep_config_set(const eep_knob_table_t *table, void *cfg, const char
 /** Format the value of @p knob held in @p cfg into @p buf. */
 void eep_config_format(const eep_knob_t *knob, const void *cfg, char *buf, size_t len);
 
-/** @return every registered table, and their number in @p count_p. */
+/** @return every registered table (in registration order), and their number in @p count_p. */
 const eep_knob_table_t *const *eep_config_tables(size_t *count_p);
 
 /** Print every knob of every table: name, value, default, doc. */
@@ -79,6 +117,9 @@ eep_status_t eep_config_print(FILE *out);
  * @return the number of unknown variables.
  */
 int eep_config_check_env(void);
+
+/** @return whether @p name (@p name_len bytes) is a knob of the tree (the generated list). */
+int eep_config_known_name(const char *name, size_t name_len);
 
 /** eep_config_check_env() once per process: library entry points (runtime, agent) call it. */
 void eep_config_check_env_once(void);

@@ -468,6 +468,11 @@ eep_status_t eep_agent_create(const eep_agent_params_t *params, eep_agent_t **ag
     }
     if (params->job != NULL) {
         snprintf(agent->cfg.job, sizeof(agent->cfg.job), "%s", params->job);
+    } else {
+        status = eep_etcd_job_name(agent->cfg.job, sizeof(agent->cfg.job));
+        if (status != EEP_OK) {
+            goto err_free;
+        }
     }
     if (agent->cfg.job[0] == '\0' || strchr(agent->cfg.job, '/') != NULL) {
         eep_error(EEP_SUBSYS_AGENT, "job must be a non-empty name without '/'");

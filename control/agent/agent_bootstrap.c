@@ -25,7 +25,6 @@
 #include "control/etcd/etcd.h"
 #include "util/clock.h"
 #include "util/log.h"
-#include "elastic/runtime/runtime_knobs.h"
 
 #define EEP_AGENT_BOOT_MAGIC       0x42504545u /* "EEPB" little-endian */
 #define EEP_AGENT_BOOT_HDR         8u          /* magic (4), id length (4) */
@@ -326,7 +325,6 @@ eep_status_t eep_agent_bootstrap_create(const eep_agent_bootstrap_params_t *para
 {
     eep_agent_bootstrap_t  *b;
     eep_agent_config_t      acfg;
-    eep_runtime_config_t    rcfg;
     eep_etcd_params_t       ep;
     const eep_agent_view_t *view;
     const char             *job;
@@ -345,16 +343,18 @@ eep_status_t eep_agent_bootstrap_create(const eep_agent_bootstrap_params_t *para
     if (status != EEP_OK) {
         return status;
     }
-    status = eep_config_load(&eep_runtime_knob_table, &rcfg);
-    if (status != EEP_OK) {
-        return status;
+    if (params->job == NULL) {
+        status = eep_etcd_job_name(acfg.job, sizeof(acfg.job));
+        if (status != EEP_OK) {
+            return status;
+        }
     }
     job = params->job != NULL ? params->job : acfg.job;
     if (job[0] == '\0' || strchr(job, '/') != NULL || strlen(job) > 200) {
         eep_error(EEP_SUBSYS_BOOTSTRAP, "job must be a non-empty name without '/'");
         return EEP_ERR_INVALID_ARG;
     }
-    timeout_ms = params->timeout_ms > 0 ? params->timeout_ms : (int)rcfg.bootstrap_timeout_ms;
+    timeout_ms = eep_bootstrap_timeout_ms(params->timeout_ms);
     if (view->n_ranks == 0 || view->members == NULL) {
         eep_error(EEP_SUBSYS_BOOTSTRAP, "view %llu has no ranks", (unsigned long long)view->epoch);
         return EEP_ERR_INVALID_ARG;

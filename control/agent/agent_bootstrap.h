@@ -19,7 +19,7 @@
 #include <stddef.h>
 
 #include "control/agent/agent.h"
-#include "elastic/runtime/bootstrap.h"
+#include "eep/bootstrap_ops.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -3,28 +3,16 @@
 
 #include <stddef.h>
 
-/* clang-format off */
-#define EEP_AGENT_KNOB(_name, _def, _type, _field, _min, _max, _doc)                           \
-    { _name, _def, _doc, _type, offsetof(eep_agent_config_t, _field), EEP_KNOB_STARTUP, _min,  \
-      _max }
-/* clang-format on */
-
 static const eep_knob_t eep_agent_knobs[] = {
-    EEP_AGENT_KNOB("EEP_JOB", "default", EEP_KNOB_STRING, job, 0, 0,
-                   "Job name: every key lives under /eep/<job>/ in etcd (agents and eepd share "
-                   "it)."),
-    EEP_AGENT_KNOB("EEP_AGENT_LEASE_TTL_S", "5", EEP_KNOB_INT, lease_ttl_s, 1, 3600,
-                   "TTL of the member lease in seconds: a dead rank leaves the view within it "
-                   "plus eepd's settle window."),
-    EEP_AGENT_KNOB("EEP_AGENT_RDMA", "1", EEP_KNOB_BOOL, rdma, 0, 0,
-                   "Discover RDMA NICs with libibverbs and publish them in the member key."),
-    EEP_AGENT_KNOB("EEP_AGENT_GPU_UUID", "", EEP_KNOB_STRING, gpu_uuid, 0, 0,
-                   "GPU uuid published in the member key when the runtime passes none."),
+    EEP_KNOB_ROW(eep_agent_config_t, "EEP_AGENT_LEASE_TTL_S", "5", EEP_KNOB_INT, lease_ttl_s,
+                 EEP_KNOB_STARTUP, 1, 3600,
+                 "TTL of the member lease in seconds: a dead rank leaves the view within it "
+                 "plus eepd's settle window."),
+    EEP_KNOB_ROW(eep_agent_config_t, "EEP_AGENT_RDMA", "1", EEP_KNOB_BOOL, rdma, EEP_KNOB_STARTUP,
+                 0, 0, "Discover RDMA NICs with libibverbs and publish them in the member key."),
+    EEP_KNOB_ROW(eep_agent_config_t, "EEP_AGENT_GPU_UUID", "", EEP_KNOB_STRING, gpu_uuid,
+                 EEP_KNOB_STARTUP, 0, 0,
+                 "GPU uuid published in the member key when the runtime passes none."),
 };
 
-const eep_knob_table_t eep_agent_knob_table = {
-    .module      = "agent",
-    .knobs       = eep_agent_knobs,
-    .count       = sizeof(eep_agent_knobs) / sizeof(eep_agent_knobs[0]),
-    .struct_size = sizeof(eep_agent_config_t),
-};
+EEP_KNOB_TABLE(eep_agent_knob_table, "agent", eep_agent_knobs, eep_agent_config_t);

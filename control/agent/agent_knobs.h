@@ -5,7 +5,7 @@
 #include "util/config.h"
 
 typedef struct {
-    char    job[EEP_KNOB_STRING_MAX];
+    char    job[EEP_KNOB_STRING_MAX]; /* EEP_JOB, the etcd table's: eep_etcd_job_name() */
     int64_t lease_ttl_s;
     int     rdma;
     char    gpu_uuid[EEP_KNOB_STRING_MAX];

@@ -826,8 +826,8 @@ eep_status_t eepd_create(const eepd_config_t *cfg, int with_etcd, eepd_t **eepd_
     eep_status_t            status;
     int                     port = 0;
 
-    if (cfg == NULL || eepd_p == NULL || cfg->job[0] == '\0' || strchr(cfg->job, '/') != NULL) {
-        eep_error(EEP_SUBSYS_EEPD, "eepd_create: EEP_JOB must be a non-empty name without '/'");
+    if (cfg == NULL || eepd_p == NULL || strchr(cfg->job, '/') != NULL) {
+        eep_error(EEP_SUBSYS_EEPD, "eepd_create: cfg, eepd_p and a job name without '/' needed");
         return EEP_ERR_INVALID_ARG;
     }
     eepd = calloc(1, sizeof(*eepd));
@@ -835,10 +835,17 @@ eep_status_t eepd_create(const eepd_config_t *cfg, int with_etcd, eepd_t **eepd_
         return EEP_ERR_NO_MEMORY;
     }
     eepd->cfg = *cfg;
+    if (eepd->cfg.job[0] == '\0') { /* EEP_JOB: the etcd client's knob, which agents read too */
+        status = eep_etcd_job_name(eepd->cfg.job, sizeof(eepd->cfg.job));
+        if (status != EEP_OK) {
+            free(eepd);
+            return status;
+        }
+    }
     pthread_mutex_init(&eepd->lock, NULL);
     pthread_mutex_init(&eepd->metrics_lock, NULL);
     eepd_settle_reset(&eepd->settle);
-    snprintf(eepd->prefix, sizeof(eepd->prefix), "/eep/%.200s/", cfg->job);
+    snprintf(eepd->prefix, sizeof(eepd->prefix), "/eep/%.200s/", eepd->cfg.job);
     if (gethostname(host, sizeof(host)) != 0) {
         snprintf(host, sizeof(host), "unknown");
     }
@@ -882,7 +889,7 @@ eep_status_t eepd_create(const eepd_config_t *cfg, int with_etcd, eepd_t **eepd_
     if (status != EEP_OK) {
         goto err_rpc;
     }
-    eep_info(EEP_SUBSYS_EEPD, "replica %s: job %s, grpc port %d%s", eepd->replica_id, cfg->job,
+    eep_info(EEP_SUBSYS_EEPD, "replica %s: job %s, grpc port %d%s", eepd->replica_id, eepd->cfg.job,
              port, cfg->fault_injection ? ", fault injection ON" : "");
     *eepd_p = eepd;
     return EEP_OK;

@@ -5,7 +5,7 @@
 #include "util/config.h"
 
 typedef struct {
-    char    job[EEP_KNOB_STRING_MAX];
+    char    job[EEP_KNOB_STRING_MAX]; /* EEP_JOB, the etcd table's: eep_etcd_job_name() */
     char    id[EEP_KNOB_STRING_MAX];
     char    listen[EEP_KNOB_STRING_MAX];
     int64_t hz;

@@ -6,16 +6,9 @@
 #   $(BUILD)/bin/eepd, eepctl, eep-agent
 CONTROL_SRCS += control/rpc/rpc_server.c
 AGENT_SRCS   += control/agent/agent.c
-AGENT_SRCS   += control/agent/agent_bootstrap.c
+AGENT_SRCS   += control/agent/agent_bootstrap.c control/agent/agent_knobs.c
 EEPD_SRCS    := control/eepd/eepd.c control/eepd/eepd_api.c control/eepd/eepd_view.c \
-                control/eepd/eepd_metrics.c
-
-# Knob tables are plain data that every process registers (util/config_registry.c).
-UTIL_SRCS += control/eepd/eepd_knobs.c control/agent/agent_knobs.c
-$(BUILD)/control/eepd/eepd_knobs.o $(BUILD)/control/agent/agent_knobs.o: \
-        $(BUILD)/control/%.o: control/%.c $(BUILD)/flags.stamp
-	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+                control/eepd/eepd_metrics.c control/eepd/eepd_knobs.c
 
 LIBEEP_AGENT_A := $(BUILD)/lib/libeep_agent.a
 LIBEEPD_A      := $(BUILD)/lib/libeepd.a

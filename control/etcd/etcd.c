@@ -242,6 +242,27 @@ static void eep_etcd_free(eep_etcd_t *client)
     free(client);
 }
 
+eep_status_t eep_etcd_job_name(char *job, size_t len)
+{
+    eep_etcd_config_t cfg;
+    eep_status_t      status;
+
+    status = eep_config_load(&eep_etcd_knob_table, &cfg);
+    if (status != EEP_OK) {
+        return status;
+    }
+    if (cfg.job[0] == '\0' || strchr(cfg.job, '/') != NULL || strlen(cfg.job) > 200 ||
+        strlen(cfg.job) >= len) {
+        eep_error(EEP_SUBSYS_ETCD,
+                  "EEP_JOB '%.64s' must be a non-empty name of at most 200 bytes "
+                  "without '/'",
+                  cfg.job);
+        return EEP_ERR_INVALID_ARG;
+    }
+    snprintf(job, len, "%s", cfg.job);
+    return EEP_OK;
+}
+
 eep_status_t eep_etcd_create(const eep_etcd_params_t *params, eep_etcd_t **client_p)
 {
     const eep_etcd_params_t  none = { .size = sizeof(none) }; /* params NULL: every knob */

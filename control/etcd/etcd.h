@@ -107,6 +107,13 @@ typedef void (*eep_etcd_lease_lost_func_t)(int64_t lease, eep_status_t status, v
  * fields (NULL, 0) fall back to the knobs too.  No connection is made until the first call.
  */
 eep_status_t eep_etcd_create(const eep_etcd_params_t *params, eep_etcd_t **client_p);
+
+/**
+ * The job name (EEP_JOB, a knob of this table: agents and eepd read the same one) into @p job.
+ * @return EEP_OK, or EEP_ERR_INVALID_ARG (logged) when it is empty, holds '/', is longer than 200
+ * bytes or does not fit @p len.
+ */
+eep_status_t eep_etcd_job_name(char *job, size_t len);
 /**
  * Stop every keepalive (no lost callback), end every live watch with EEP_ERR_ABORTED through its
  * callback (on the client's thread; the watch handles are freed then, do not cancel them after),

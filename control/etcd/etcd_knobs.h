@@ -5,6 +5,7 @@
 #include "util/config.h"
 
 typedef struct {
+    char    job[EEP_KNOB_STRING_MAX];
     char    endpoints[EEP_KNOB_STRING_MAX];
     int64_t timeout_ms;
     int64_t keepalive_ms;

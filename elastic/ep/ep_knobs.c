@@ -3,49 +3,47 @@
 
 #include <stddef.h>
 
-/* clang-format off */
-#define EEP_EP_KNOB(_name, _def, _type, _field, _min, _max, _doc)                            \
-    { _name, _def, _doc, _type, offsetof(eep_ep_config_t, _field), EEP_KNOB_RUNTIME, _min, _max }
-/* clang-format on */
-
 static const eep_knob_t eep_ep_knobs[] = {
-    EEP_EP_KNOB("EEP_EP_NUM_SMS", "0", EEP_KNOB_INT, num_sms, 0, 1024,
-                "SMs for dispatch/combine kernels when a call passes num_sms = 0; 0 runs the "
-                "bandwidth model (docs/dispatch.md)."),
-    EEP_EP_KNOB("EEP_EP_LINK_GBPS", "0", EEP_KNOB_DOUBLE, link_gbps, 0, 0,
-                "NVLink bandwidth out of one GPU in GB/s for the SM model; 0: measured from the "
-                "device's links, else 430 (H200, 18 links x 26.56 GB/s x 0.9)."),
-    EEP_EP_KNOB("EEP_EP_SM_READ_GBPS", "200", EEP_KNOB_DOUBLE, sm_read_gbps, 0, 0,
-                "SM model: what one SM reads from HBM, GB/s (DeepEP: 200)."),
-    EEP_EP_KNOB("EEP_EP_SM_WRITE_GBPS", "50", EEP_KNOB_DOUBLE, sm_write_gbps, 0, 0,
-                "SM model: what one SM writes to peers for large tokens, GB/s (DeepEP: 50)."),
-    EEP_EP_KNOB("EEP_EP_TOKEN_OVERHEAD_BYTES", "1024", EEP_KNOB_DOUBLE, token_overhead_bytes, 0, 0,
-                "SM model: fixed per-token cost expressed as bytes of write time "
-                "(uncalibrated guess; eep-bench --sweep-sms measures it)."),
-    EEP_EP_KNOB("EEP_EP_SM_MARGIN", "1.25", EEP_KNOB_DOUBLE, sm_margin, 0, 0,
-                "SM model: safety factor on the computed SM count (DeepEP: 1.25)."),
-    EEP_EP_KNOB("EEP_EP_MIN_SMS", "4", EEP_KNOB_INT, min_sms, 1, 1024,
-                "SM model: the fewest SMs it picks."),
-    EEP_EP_KNOB("EEP_EP_COPY_SMS", "0", EEP_KNOB_INT, copy_sms, 0, 1024,
-                "Blocks that copy received tokens into the expert-major outputs (and run the "
-                "combine), beside the num_sms sending ones; 0: the device's SMs minus those."),
-    EEP_EP_KNOB("EEP_EP_TRACE", "0", EEP_KNOB_INT, trace, 0, 1,
-                "1: the kernels stamp %globaltimer at each phase, per block, for the last "
-                "dispatch and combine (eep-bench ep --trace prints them); costs a few stores."),
-    EEP_EP_KNOB("EEP_EP_PREFETCH_SHRINK", "1", EEP_KNOB_INT, prefetch_shrink, 0, 1,
-                "1: when a kernel is first built, compile the same kernel for one rank fewer on "
-                "the JIT's background thread (nice 10), so that survivors of a lost rank need no "
-                "compiler in their recovery; 0: compile it when first used."),
-    EEP_EP_KNOB("EEP_EP_PDL", "1", EEP_KNOB_INT, pdl, 0, 1,
-                "1: launch dispatch and combine with programmatic dependent launch (sm_90 and "
-                "later): a kernel is scheduled while the stream's previous kernel finishes and "
-                "waits on the device for it, which hides most of the launch gap; 0: plain "
-                "launches."),
+    EEP_KNOB_ROW(eep_ep_config_t, "EEP_EP_NUM_SMS", "0", EEP_KNOB_INT, num_sms, EEP_KNOB_RUNTIME, 0,
+                 1024,
+                 "SMs for dispatch/combine kernels when a call passes num_sms = 0; 0 runs the "
+                 "bandwidth model (docs/dispatch.md)."),
+    EEP_KNOB_ROW(eep_ep_config_t, "EEP_EP_LINK_GBPS", "0", EEP_KNOB_DOUBLE, link_gbps,
+                 EEP_KNOB_RUNTIME, 0, 0,
+                 "NVLink bandwidth out of one GPU in GB/s for the SM model; 0: measured from the "
+                 "device's links, else 430 (H200, 18 links x 26.56 GB/s x 0.9)."),
+    EEP_KNOB_ROW(eep_ep_config_t, "EEP_EP_SM_READ_GBPS", "200", EEP_KNOB_DOUBLE, sm_read_gbps,
+                 EEP_KNOB_RUNTIME, 0, 0,
+                 "SM model: what one SM reads from HBM, GB/s (DeepEP: 200)."),
+    EEP_KNOB_ROW(eep_ep_config_t, "EEP_EP_SM_WRITE_GBPS", "50", EEP_KNOB_DOUBLE, sm_write_gbps,
+                 EEP_KNOB_RUNTIME, 0, 0,
+                 "SM model: what one SM writes to peers for large tokens, GB/s (DeepEP: 50)."),
+    EEP_KNOB_ROW(eep_ep_config_t, "EEP_EP_TOKEN_OVERHEAD_BYTES", "1024", EEP_KNOB_DOUBLE,
+                 token_overhead_bytes, EEP_KNOB_RUNTIME, 0, 0,
+                 "SM model: fixed per-token cost expressed as bytes of write time "
+                 "(uncalibrated guess; eep-bench --sweep-sms measures it)."),
+    EEP_KNOB_ROW(eep_ep_config_t, "EEP_EP_SM_MARGIN", "1.25", EEP_KNOB_DOUBLE, sm_margin,
+                 EEP_KNOB_RUNTIME, 0, 0,
+                 "SM model: safety factor on the computed SM count (DeepEP: 1.25)."),
+    EEP_KNOB_ROW(eep_ep_config_t, "EEP_EP_MIN_SMS", "4", EEP_KNOB_INT, min_sms, EEP_KNOB_RUNTIME, 1,
+                 1024, "SM model: the fewest SMs it picks."),
+    EEP_KNOB_ROW(eep_ep_config_t, "EEP_EP_COPY_SMS", "0", EEP_KNOB_INT, copy_sms, EEP_KNOB_RUNTIME,
+                 0, 1024,
+                 "Blocks that copy received tokens into the expert-major outputs (and run the "
+                 "combine), beside the num_sms sending ones; 0: the device's SMs minus those."),
+    EEP_KNOB_ROW(eep_ep_config_t, "EEP_EP_TRACE", "0", EEP_KNOB_INT, trace, EEP_KNOB_RUNTIME, 0, 1,
+                 "1: the kernels stamp %globaltimer at each phase, per block, for the last "
+                 "dispatch and combine (eep-bench ep --trace prints them); costs a few stores."),
+    EEP_KNOB_ROW(eep_ep_config_t, "EEP_EP_PREFETCH_SHRINK", "1", EEP_KNOB_INT, prefetch_shrink,
+                 EEP_KNOB_RUNTIME, 0, 1,
+                 "1: when a kernel is first built, compile the same kernel for one rank fewer on "
+                 "the JIT's background thread (nice 10), so that survivors of a lost rank need no "
+                 "compiler in their recovery; 0: compile it when first used."),
+    EEP_KNOB_ROW(eep_ep_config_t, "EEP_EP_PDL", "1", EEP_KNOB_INT, pdl, EEP_KNOB_RUNTIME, 0, 1,
+                 "1: launch dispatch and combine with programmatic dependent launch (sm_90 and "
+                 "later): a kernel is scheduled while the stream's previous kernel finishes and "
+                 "waits on the device for it, which hides most of the launch gap; 0: plain "
+                 "launches."),
 };
 
-const eep_knob_table_t eep_ep_knob_table = {
-    .module      = "ep",
-    .knobs       = eep_ep_knobs,
-    .count       = sizeof(eep_ep_knobs) / sizeof(eep_ep_knobs[0]),
-    .struct_size = sizeof(eep_ep_config_t),
-};
+EEP_KNOB_TABLE(eep_ep_knob_table, "ep", eep_ep_knobs, eep_ep_config_t);

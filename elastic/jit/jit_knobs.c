@@ -16,36 +16,31 @@
 #define EEP_JIT_DEFAULT_SOURCE_ROOT "."
 #endif
 
-/* clang-format off */
-#define EEP_JIT_KNOB(_name, _def, _type, _field, _doc)                                      \
-    { _name, _def, _doc, _type, offsetof(eep_jit_config_t, _field), EEP_KNOB_STARTUP, 0, 0 }
-/* clang-format on */
-
 static const eep_knob_t eep_jit_knobs[] = {
-    EEP_JIT_KNOB("EEP_JIT_CACHE_DIR", "", EEP_KNOB_STRING, cache_dir,
+    EEP_KNOB_ROW(eep_jit_config_t, "EEP_JIT_CACHE_DIR", "", EEP_KNOB_STRING, cache_dir,
+                 EEP_KNOB_STARTUP, 0, 0,
                  "Directory of compiled kernels (cubins); empty: $XDG_CACHE_HOME/eep, else "
                  "~/.cache/eep."),
-    EEP_JIT_KNOB("EEP_JIT_BACKEND", "auto", EEP_KNOB_STRING, backend,
+    EEP_KNOB_ROW(eep_jit_config_t, "EEP_JIT_BACKEND", "auto", EEP_KNOB_STRING, backend,
+                 EEP_KNOB_STARTUP, 0, 0,
                  "Kernel compiler: auto (NVRTC in process, nvcc for kernels that need GIN), nvrtc "
                  "or nvcc."),
-    EEP_JIT_KNOB("EEP_JIT_NVCC", EEP_JIT_DEFAULT_NVCC, EEP_KNOB_STRING, nvcc,
+    EEP_KNOB_ROW(eep_jit_config_t, "EEP_JIT_NVCC", EEP_JIT_DEFAULT_NVCC, EEP_KNOB_STRING, nvcc,
+                 EEP_KNOB_STARTUP, 0, 0,
                  "Path of nvcc for the nvcc backend; empty or missing: nvcc on PATH."),
-    EEP_JIT_KNOB("EEP_JIT_SOURCE_ROOT", EEP_JIT_DEFAULT_SOURCE_ROOT, EEP_KNOB_STRING, source_root,
+    EEP_KNOB_ROW(eep_jit_config_t, "EEP_JIT_SOURCE_ROOT", EEP_JIT_DEFAULT_SOURCE_ROOT,
+                 EEP_KNOB_STRING, source_root, EEP_KNOB_STARTUP, 0, 0,
                  "Root of the kernel sources (kernels/, barrier/) that JIT specs name headers in."),
-    EEP_JIT_KNOB("EEP_JIT_KEEP_SOURCE", "0", EEP_KNOB_BOOL, keep_source,
+    EEP_KNOB_ROW(eep_jit_config_t, "EEP_JIT_KEEP_SOURCE", "0", EEP_KNOB_BOOL, keep_source,
+                 EEP_KNOB_STARTUP, 0, 0,
                  "Debug: keep each generated unit, and the source of a failed compile, in "
                  "<cache>/src/."),
-    EEP_JIT_KNOB("EEP_JIT_ARCH", "sm_90", EEP_KNOB_STRING, arch,
-                 "GPU architecture kernels are compiled for (sm_90 for H100/H200)."),
-    EEP_JIT_KNOB("EEP_JIT_PCH", "1", EEP_KNOB_BOOL, pch,
+    EEP_KNOB_ROW(eep_jit_config_t, "EEP_JIT_ARCH", "sm_90", EEP_KNOB_STRING, arch, EEP_KNOB_STARTUP,
+                 0, 0, "GPU architecture kernels are compiled for (sm_90 for H100/H200)."),
+    EEP_KNOB_ROW(eep_jit_config_t, "EEP_JIT_PCH", "1", EEP_KNOB_BOOL, pch, EEP_KNOB_STARTUP, 0, 0,
                  "NVRTC (12.8 and later) precompiles the headers every unit shares once per "
                  "process and reuses them: a process's second and later kernels compile 2-3x "
                  "faster; the cubins are the same.  0 turns it off."),
 };
 
-const eep_knob_table_t eep_jit_knob_table = {
-    .module      = "jit",
-    .knobs       = eep_jit_knobs,
-    .count       = sizeof(eep_jit_knobs) / sizeof(eep_jit_knobs[0]),
-    .struct_size = sizeof(eep_jit_config_t),
-};
+EEP_KNOB_TABLE(eep_jit_knob_table, "jit", eep_jit_knobs, eep_jit_config_t);

@@ -13,6 +13,19 @@
 #include "util/log.h"
 #include "elastic/runtime/runtime_knobs.h"
 
+int eep_bootstrap_timeout_ms(int requested)
+{
+    eep_runtime_config_t cfg;
+
+    if (requested > 0) {
+        return requested;
+    }
+    if (eep_config_load(&eep_runtime_knob_table, &cfg) != EEP_OK) {
+        return 60000; /* the knob's default; the bad value was logged */
+    }
+    return (int)cfg.bootstrap_timeout_ms;
+}
+
 eep_status_t eep_bootstrap_create_ops(const eep_bootstrap_ops_t *ops, void *impl, int rank,
                                       int nranks, int timeout_ms, eep_bootstrap_t **bs_p)
 {
