@@ -12,7 +12,8 @@ UNIT_TEST_DIRS := tests/util tests/elastic/gpu tests/elastic/jit tests/elastic/r
 UNIT_TEST_SRCS := $(foreach d,$(UNIT_TEST_DIRS),$(wildcard $(d)/test_*.c))
 UNIT_TEST_PLAIN := $(patsubst %.c,$(BUILD)/%,$(UNIT_TEST_SRCS))
 UNIT_TEST_BINS += $(UNIT_TEST_PLAIN)
-SCRIPT_TESTS   += tests/repo/test_layering.sh tests/repo/test_bench_args.sh tests/repo/test_knob_names.sh \
+SCRIPT_TESTS   += tests/repo/test_layering.sh tests/repo/test_layering_plants.sh \
+                  tests/repo/test_bench_args.sh tests/repo/test_knob_names.sh \
                   tests/repo/test_format.sh
 
 .PHONY: unit-tests

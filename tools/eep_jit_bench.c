@@ -18,7 +18,6 @@
 #include "util/clock.h"
 #include "elastic/gpu/cuda_sym.h"
 #include "elastic/ep/ep_layout.h"
-#include "elastic/jit/jit_int.h"
 #include "util/log.h"
 #include "kernels/ep/ep_params.h"
 #include "kernels/probe/fill_probe.cuh"
@@ -222,7 +221,8 @@ int main(int argc, char **argv)
             return 1;
         }
     }
-    printf("cache %s, arch %s, %d warm repetitions\n", jit->cache_dir, jit->arch, reps);
+    printf("cache %s, arch %s, %d warm repetitions\n", eep_jit_cache_dir(jit), eep_jit_arch(jit),
+           reps);
     printf("%-20s %-6s %12s %12s %14s", "kernel / backend", "first", "first ms", "compile ms",
            "warm median ms");
     printf(gpu ? " %12s %14s\n" : "\n", "load ms", "lookup med ms");

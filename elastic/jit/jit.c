@@ -301,6 +301,16 @@ err_free:
     return status;
 }
 
+const char *eep_jit_cache_dir(const eep_jit_t *jit)
+{
+    return jit->cache_dir;
+}
+
+const char *eep_jit_arch(const eep_jit_t *jit)
+{
+    return jit->arch;
+}
+
 void eep_jit_destroy(eep_jit_t *jit)
 {
     const eep_cuda_sym_t *cu = NULL;

@@ -93,6 +93,12 @@ eep_status_t eep_jit_create(const eep_jit_params_t *params, eep_jit_t **jit_p);
 /** Destroy; unloads its kernels.  NULL is a no-op. */
 void eep_jit_destroy(eep_jit_t *jit);
 
+/** @return the cache directory @p jit uses (entries live in <dir>/v1). */
+const char *eep_jit_cache_dir(const eep_jit_t *jit);
+
+/** @return the GPU architecture @p jit compiles for ("sm_90"). */
+const char *eep_jit_arch(const eep_jit_t *jit);
+
 /**
  * Compute the key, look the cache up, compile and store on a miss.  Needs no GPU.
  * @param [out] info_p  what happened (may be NULL).
