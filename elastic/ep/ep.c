@@ -58,10 +58,13 @@ static void eep_ep_world_of(const eep_runtime_t *rt, eep_ep_world_t *world)
     world->world   = rt->nranks;
 }
 
-void eep_ep_state_destroy(eep_runtime_t *rt)
+/* The runtime's destructor for the dispatch/combine state (registered when it is made; kernels
+   are owned by rt->jit). */
+static void eep_ep_state_destroy(eep_runtime_t *rt, void *arg)
 {
     const eep_cuda_sym_t *cu;
 
+    (void)arg;
     if (rt == NULL || rt->ep == NULL) {
         return;
     }
@@ -164,7 +167,12 @@ static eep_status_t eep_ep_state_get(eep_runtime_t *rt, const eep_cuda_sym_t *cu
         }
     }
     rt->ep = st;
-    *st_p  = st;
+    status = eep_runtime_add_dtor(rt, eep_ep_state_destroy, NULL);
+    if (status != EEP_OK) {
+        eep_ep_state_destroy(rt, NULL);
+        return status;
+    }
+    *st_p = st;
     return EEP_OK;
 }
 
@@ -277,53 +285,6 @@ static eep_status_t eep_ep_prepare(eep_runtime_t *rt, const eep_ep_shape_t *shap
     p->fault       = (eep_fault_page_t *)(uintptr_t)rt->fault_dev;
     p->fault_claim = (unsigned int *)((char *)rt->buf + rt->layout.counters_off);
     p->timeout_ns  = (unsigned long long)rt->timeout_ms * 1000000ull;
-    return EEP_OK;
-}
-
-static void eep_ep_handle_release(eep_ep_handle_t *h)
-{
-    const eep_cuda_sym_t *cu;
-
-    if (h->d_block != NULL && eep_cuda_sym_driver(&cu) == EEP_OK) {
-        cu->cuMemFree((CUdeviceptr)(uintptr_t)h->d_block);
-    }
-    h->d_block = NULL;
-}
-
-/* The handle's device arrays, one allocation, made once per handle. */
-static eep_status_t eep_ep_handle_arrays(const eep_cuda_sym_t *cu, eep_ep_handle_t *h,
-                                         const eep_ep_shape_t *s)
-{
-    const size_t El = (size_t)eep_ep_local_experts(s), W = (size_t)s->world;
-    const size_t mt = (size_t)s->max_tokens, K = (size_t)s->num_topk;
-    const size_t sizes[8] = { El * 4,     2 * (El + 1) * 4, mt * W * 4,     W * 4,
-                              W * mt * 4, W * mt * 4,       W * mt * K * 4, W * mt * K * 4 };
-    size_t       offs[8], total = 0;
-    CUdeviceptr  base = 0;
-    eep_status_t status;
-    int          i;
-
-    if (h->d_block != NULL) {
-        return EEP_OK;
-    }
-    for (i = 0; i < 8; i++) {
-        offs[i] = total;
-        total += (sizes[i] + 255) / 256 * 256;
-    }
-    status = eep_status_from_cu(cu->cuMemAlloc(&base, total), "cuMemAlloc(dispatch handle)");
-    if (status != EEP_OK) {
-        return status;
-    }
-    h->d_block          = (void *)(uintptr_t)base;
-    h->d_expert_counts  = (int32_t *)(uintptr_t)(base + offs[0]);
-    h->d_expert_offsets = (int32_t *)(uintptr_t)(base + offs[1]);
-    h->d_send_slot      = (int32_t *)(uintptr_t)(base + offs[2]);
-    h->d_recv_n         = (int32_t *)(uintptr_t)(base + offs[3]);
-    h->d_recv_tok       = (int32_t *)(uintptr_t)(base + offs[4]);
-    h->d_recv_ord       = (int32_t *)(uintptr_t)(base + offs[5]);
-    h->d_recv_rows      = (int32_t *)(uintptr_t)(base + offs[6]);
-    h->d_recv_w         = (float *)(uintptr_t)(base + offs[7]);
-    h->release          = eep_ep_handle_release;
     return EEP_OK;
 }
 

@@ -13,6 +13,7 @@
 
 #include "eep/ep.h"
 #include "elastic/ep/ep_layout.h"
+#include "elastic/gpu/cuda_sym.h"
 
 #define EEP_EP_HANDLE_MAGIC 0x65706831u /* "eph1" */
 
@@ -63,6 +64,13 @@ struct eep_ep_handle {
  */
 struct eep_runtime;
 eep_status_t eep_ep_trace_copy(struct eep_runtime *rt, int combine, uint64_t *stamps, size_t n);
+
+/**
+ * The handle's device arrays for a call of shape @p s, one allocation made once per handle
+ * (released by eep_ep_handle_destroy through the hook this sets).
+ */
+eep_status_t eep_ep_handle_arrays(const eep_cuda_sym_t *cu, eep_ep_handle_t *h,
+                                  const eep_ep_shape_t *s);
 
 eep_status_t eep_ep_handle_create(const void *runtime, uint64_t epoch, int rank,
                                   eep_ep_handle_t **handle_p);

@@ -236,12 +236,27 @@ void eep_runtime_destroy(eep_runtime_t *rt)
     /* Every wait of our kernels is bounded, so this returns. */
     eep_status_from_cu(cu->cuCtxSynchronize(), "cuCtxSynchronize(destroy)");
     abort_comm = rt->fault_seen || rt->fault_host->abort_flag != EEP_ABORT_NONE;
-    eep_ep_state_destroy(rt);
+    while (rt->n_dtors > 0) {
+        rt->n_dtors--;
+        rt->dtors[rt->n_dtors].func(rt, rt->dtors[rt->n_dtors].arg);
+    }
     eep_jit_destroy(rt->jit);
     eep_runtime_nccl_teardown(rt, abort_comm);
     cu->cuMemFreeHost(rt->fault_host);
     cu->cuDevicePrimaryCtxRelease(rt->cu_dev);
     free(rt);
+}
+
+eep_status_t eep_runtime_add_dtor(eep_runtime_t *rt, eep_runtime_dtor_func_t func, void *arg)
+{
+    if (rt->n_dtors == EEP_RUNTIME_MAX_DTORS) {
+        eep_error(EEP_SUBSYS_RUNTIME, "runtime: more than %d destructors", EEP_RUNTIME_MAX_DTORS);
+        return EEP_ERR_NO_RESOURCE;
+    }
+    rt->dtors[rt->n_dtors].func = func;
+    rt->dtors[rt->n_dtors].arg  = arg;
+    rt->n_dtors++;
+    return EEP_OK;
 }
 
 eep_status_t eep_runtime_query(const eep_runtime_t *rt, eep_runtime_info_t *info_p)

@@ -41,6 +41,12 @@ eep_status_t eep_workspace_layout(int nranks, int lsa_size, size_t window_bytes,
 
 typedef struct eep_runtime_nccl eep_runtime_nccl_t; /* runtime_nccl.cc */
 
+/* What a part made on top of a runtime gives back when the runtime is destroyed (STYLE habit 5:
+   the root keeps a destructor list, so the runtime names none of the parts). */
+typedef void (*eep_runtime_dtor_func_t)(eep_runtime_t *rt, void *arg);
+
+#define EEP_RUNTIME_MAX_DTORS 8
+
 struct eep_runtime {
     eep_runtime_config_t   cfg;
     int                    rank, nranks;
@@ -63,10 +69,19 @@ struct eep_runtime {
     eep_jit_t             *jit;
     eep_jit_kernel_t      *barrier_kernels[2]; /* by eep_barrier_mode_t */
     struct eep_ep_state   *ep; /* dispatch/combine state (elastic/ep/ep.c), lazily made */
+    struct {
+        eep_runtime_dtor_func_t func;
+        void                   *arg;
+    } dtors[EEP_RUNTIME_MAX_DTORS]; /* run last-registered first, before the JIT and comm go */
+    int n_dtors;
 };
 
-/* elastic/ep/ep.c: free the dispatch/combine state (kernels are owned by rt->jit). */
-void eep_ep_state_destroy(eep_runtime_t *rt);
+/**
+ * Register @p func(@p rt, @p arg) to run when @p rt is destroyed, after its kernels finished and
+ * before its JIT (kernels) and communicator are released; the latest registered runs first.
+ * @return EEP_OK, or EEP_ERR_NO_RESOURCE when the list is full.
+ */
+eep_status_t eep_runtime_add_dtor(eep_runtime_t *rt, eep_runtime_dtor_func_t func, void *arg);
 
 /* runtime_nccl.cc: create or adopt the communicator, probe GIN, allocate and register the window,
    create the device communicator; fills rt->{rank..rail_size, gin*, window, buf, devcomm}. */
