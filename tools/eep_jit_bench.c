@@ -17,6 +17,7 @@
 
 #include "util/clock.h"
 #include "elastic/gpu/cuda_sym.h"
+#include "elastic/ep/ep_kernels.h"
 #include "elastic/ep/ep_layout.h"
 #include "util/log.h"
 #include "kernels/ep/ep_params.h"

@@ -14,7 +14,6 @@
 #include <stdint.h>
 
 #include "eep/ep.h"
-#include "elastic/jit/jit.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -142,30 +141,6 @@ struct eep_epk_params;
 eep_status_t eep_ep_params_layout(const eep_ep_shape_t *shape, int rank, size_t ep_off,
                                   const void *my_window, struct eep_epk_params *params_p);
 
-/* The strings an eep_ep_kernel_spec() points into. */
-typedef struct {
-    char targs[32];
-    char defines[160];
-} eep_ep_kernel_names_t;
-
-/**
- * The JIT spec of the dispatch kernel (@p combine 0: eep_ep_dispatch_body<idx_bits, mode, phase>)
- * or of the combine kernel for @p shape: its top-k, ranks, hidden size and element size compiled
- * in as spec defines (EEP_EPK_FIXED_*).  The one source of both the kernels a call launches and
- * those prefetched for one rank fewer, so that their cache keys agree.  @p spec_p points into
- * @p names.
- */
-void eep_ep_kernel_spec(int combine, int idx_bits, int mode, int phase, const eep_ep_shape_t *shape,
-                        eep_ep_kernel_names_t *names, eep_jit_spec_t *spec_p);
-
-/**
- * Queue the background compile (eep_jit_prefetch) of the same kernel for one rank fewer than
- * @p shape has, as a survivor will ask for it after a rank is lost; nothing for one rank.
- * @return as eep_jit_prefetch (its outcome is the JIT's to log); EEP_OK for one rank.
- */
-eep_status_t eep_ep_prefetch_shrink(eep_jit_t *jit, int combine, int idx_bits, int mode, int phase,
-                                    const eep_ep_shape_t *shape);
-
 /**
  * Exclusive prefix sums of the padded expert counts.
  * @param [in]  counts     [num_local] real rows per local expert (>= 0).
@@ -176,82 +151,6 @@ eep_status_t eep_ep_prefetch_shrink(eep_jit_t *jit, int combine, int idx_bits, i
  */
 int64_t eep_ep_expert_offsets(const int32_t *counts, int num_local, int alignment,
                               int64_t *offsets);
-
-/*
- * The SM bandwidth model (direct mode, every peer reachable by NVLink).  See docs/dispatch.md.
- * A token of B wire bytes reaches t = g(world) distinct ranks on average (balanced gating): the
- * kernel reads B from HBM once and writes t * B, a fraction (1 - 1/world) of it over NVLink.  For
- * NVLink to be the bottleneck the SMs must write link_gbps / (1 - 1/world) GB/s; one SM writes
- * sm_write_gbps * B / (B + token_overhead_bytes) (a fixed per-token cost: metadata, slot atomics,
- * signals) and reads sm_read_gbps.  SMs = ceil(margin * max(write / per-SM write, read / per-SM
- * read)), rounded up to even, at least min_sms, at most half the device (the copy blocks take
- * the rest; at least 1).  One rank: device_sms / EEP_EP_LOCAL_SEND_SHARE.  DeepEP's defaults:
- * 200 GB/s read, 50 GB/s write per SM, margin 1.25, link = 0.9 * sum of NVLink speeds.
- */
-typedef struct {
-    int         world;
-    int         hidden;
-    eep_dtype_t dtype;
-    int         num_topk;
-    int         num_experts;
-    int         device_sms;           /* the device's SM count (132 on H100/H200) */
-    double      link_gbps;            /* NVLink bandwidth out of one GPU, GB/s, one direction */
-    double      sm_read_gbps;         /* per SM */
-    double      sm_write_gbps;        /* per SM, for large tokens */
-    double      token_overhead_bytes; /* fixed per-token cost, as bytes of write time */
-    double      margin;               /* > 1 */
-    int         min_sms;
-} eep_ep_sm_model_t;
-
-typedef struct {
-    double distinct_ranks; /* t: expected distinct destination ranks per token */
-    double token_bytes;    /* B */
-    double write_gbps;     /* what the SMs must write for NVLink to saturate */
-    double read_gbps;
-    double per_sm_write_gbps;
-    int    num_sms;
-} eep_ep_sm_estimate_t;
-
-/* DeepEP's per-SM constants and an H200's NVLink (18 links x 26.56 GB/s x 0.9). */
-#define EEP_EP_SM_READ_GBPS      200.0
-#define EEP_EP_SM_WRITE_GBPS     50.0
-#define EEP_EP_SM_MARGIN         1.25
-#define EEP_EP_TOKEN_OVERHEAD_B  1024.0
-#define EEP_EP_DEFAULT_LINK_GBPS 430.0
-#define EEP_EP_MIN_SMS           4
-/* One rank: the senders are this fraction of the device (they store metadata and tags only). */
-#define EEP_EP_LOCAL_SEND_SHARE  8
-
-/** Fill @p model with the defaults above for the given shape and device. */
-void eep_ep_sm_model_init(eep_ep_sm_model_t *model, int world, int hidden, eep_dtype_t dtype,
-                          int num_topk, int num_experts, int device_sms);
-
-/**
- * g(G): expected number of distinct groups hit by one token's @p num_topk distinct experts drawn
- * uniformly from @p num_experts split into @p groups equal groups.
- */
-double eep_ep_expected_groups(int num_experts, int num_topk, int groups);
-
-/**
- * Run the model.  world 1 (no link traffic) gives device_sms / EEP_EP_LOCAL_SEND_SHARE: the
- * senders store metadata only and the copy blocks move every byte (DeepEP's all-SMs choice left
- * this design one copy block).
- * @param [out] est_p  the intermediate numbers (may be NULL).
- * @return the SM count, >= 1; -1 for a model with out-of-range fields.
- */
-int eep_ep_sm_model_run(const eep_ep_sm_model_t *model, eep_ep_sm_estimate_t *est_p);
-
-/*
- * The SM count of one call, by precedence: the call's num_sms (> 0), else the knob
- * EEP_EP_NUM_SMS (> 0), else the model with the knobs' constants (EEP_EP_LINK_GBPS 0: the
- * device's @p link_gbps if > 0, else the H200 default).  Always clamped to [1, device_sms].
- * @param [in] cfg        the ep knob table's values (elastic/ep/ep_knobs.h), or NULL for defaults.
- * @param [in] link_gbps  the device's measured NVLink bandwidth, 0 if unknown.
- * @return the SM count, or -1 for a bad shape.
- */
-struct eep_ep_config;
-int eep_ep_pick_sms(const struct eep_ep_config *cfg, const eep_ep_shape_t *shape, int device_sms,
-                    double link_gbps, int requested);
 
 #ifdef __cplusplus
 }

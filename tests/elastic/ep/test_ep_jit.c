@@ -18,6 +18,7 @@
 #include <cmocka.h>
 
 #include "elastic/gpu/cuda_sym.h"
+#include "elastic/ep/ep_kernels.h"
 #include "elastic/ep/ep_layout.h"
 #include "elastic/jit/jit_int.h" /* eep_jit_compiler_runs */
 #include "kernels/ep/ep_params.h"

@@ -12,7 +12,9 @@
 #include <cmocka.h>
 
 #include "elastic/ep/ep_knobs.h"
+#include "elastic/ep/ep_kernels.h"
 #include "elastic/ep/ep_layout.h"
+#include "elastic/ep/ep_sm_model.h"
 #include "kernels/ep/ep_params.h"
 #include "tests/common/ep_reference.h"
 

@@ -1,0 +1,46 @@
+/*
+ * ep_kernels.c - the JIT specs of the dispatch/combine kernels (kernels/ep/) for a shape, and the
+ * prefetch of the variant a survivor of a lost rank will ask for.
+ */
+#include "elastic/ep/ep_kernels.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "kernels/ep/ep_params.h"
+
+void eep_ep_kernel_spec(int combine, int idx_bits, int mode, int phase, const eep_ep_shape_t *shape,
+                        eep_ep_kernel_names_t *names, eep_jit_spec_t *spec_p)
+{
+    snprintf(names->targs, sizeof(names->targs), "%d, %d, %d", idx_bits, mode, phase);
+    /* unit #defines, not -D flags: NVRTC's precompiled headers need one command line */
+    snprintf(names->defines, sizeof(names->defines),
+             "EEP_EPK_FIXED_K=%d EEP_EPK_FIXED_W=%d "
+             "EEP_EPK_FIXED_H=%d EEP_EPK_FIXED_HB=%zu EEP_EPK_FIXED_LINES=%d",
+             shape->num_topk, shape->world, shape->hidden,
+             (size_t)shape->hidden * eep_ep_elem_bytes(shape->dtype), eep_ep_lines(shape));
+    memset(spec_p, 0, sizeof(*spec_p));
+    spec_p->size          = sizeof(*spec_p);
+    spec_p->header        = combine ? "kernels/ep/combine.cuh" : "kernels/ep/dispatch.cuh";
+    spec_p->function      = combine ? "eep_ep_combine_body" : "eep_ep_dispatch_body";
+    spec_p->template_args = combine ? NULL : names->targs;
+    spec_p->defines       = names->defines;
+    spec_p->param_type    = "eep_epk_params_t";
+    spec_p->launch_bounds = EEP_EPK_THREADS;
+    spec_p->backend       = EEP_JIT_BACKEND_AUTO;
+}
+
+eep_status_t eep_ep_prefetch_shrink(eep_jit_t *jit, int combine, int idx_bits, int mode, int phase,
+                                    const eep_ep_shape_t *shape)
+{
+    eep_ep_shape_t        smaller = *shape;
+    eep_ep_kernel_names_t names;
+    eep_jit_spec_t        spec;
+
+    if (shape->world <= 1) {
+        return EEP_OK;
+    }
+    smaller.world--;
+    eep_ep_kernel_spec(combine, idx_bits, mode, phase, &smaller, &names, &spec);
+    return eep_jit_prefetch(jit, &spec);
+}

@@ -1,0 +1,43 @@
+/*
+ * ep_kernels.h - which JIT kernel a dispatch or combine of a shape runs: its spec (template
+ * arguments, the shape compiled in), and the background compile of the variant for one rank fewer.
+ */
+#ifndef EEP_EP_KERNELS_H
+#define EEP_EP_KERNELS_H
+
+#include "elastic/ep/ep_layout.h"
+#include "elastic/jit/jit.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The strings an eep_ep_kernel_spec() points into. */
+typedef struct {
+    char targs[32];
+    char defines[160];
+} eep_ep_kernel_names_t;
+
+/**
+ * The JIT spec of the dispatch kernel (@p combine 0: eep_ep_dispatch_body<idx_bits, mode, phase>)
+ * or of the combine kernel for @p shape: its top-k, ranks, hidden size and element size compiled
+ * in as spec defines (EEP_EPK_FIXED_*).  The one source of both the kernels a call launches and
+ * those prefetched for one rank fewer, so that their cache keys agree.  @p spec_p points into
+ * @p names.
+ */
+void eep_ep_kernel_spec(int combine, int idx_bits, int mode, int phase, const eep_ep_shape_t *shape,
+                        eep_ep_kernel_names_t *names, eep_jit_spec_t *spec_p);
+
+/**
+ * Queue the background compile (eep_jit_prefetch) of the same kernel for one rank fewer than
+ * @p shape has, as a survivor will ask for it after a rank is lost; nothing for one rank.
+ * @return as eep_jit_prefetch (its outcome is the JIT's to log); EEP_OK for one rank.
+ */
+eep_status_t eep_ep_prefetch_shrink(eep_jit_t *jit, int combine, int idx_bits, int mode, int phase,
+                                    const eep_ep_shape_t *shape);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* EEP_EP_KERNELS_H */
