@@ -91,15 +91,8 @@ __device__ __forceinline__ eep_wait_ctx eep_barrier_wait_ctx(const eep_barrier_p
                                                              const ncclDevComm          &dc,
                                                              int *block_failed)
 {
-    eep_wait_ctx w;
-
-    w.fault          = p.fault;
-    w.fault_claim    = p.fault_claim;
-    w.block_failed   = block_failed;
-    w.timeout_ns     = p.timeout_ns;
-    w.rank           = dc.rank;
-    w.abort_check_ns = EEP_ABORT_CHECK_NS;
-    return w;
+    return eep_wait_ctx_make(p.fault, p.fault_claim, block_failed, p.timeout_ns, dc.rank,
+                             EEP_ABORT_CHECK_NS);
 }
 
 /* After arriving at scale-up barrier `epoch`: wait for the peer's arrival. */

@@ -37,6 +37,24 @@ struct eep_wait_ctx {
     unsigned long long abort_check_ns;
 };
 
+/* The one maker of a wait context, for every kernel (barrier, dispatch, combine). */
+__device__ __forceinline__ eep_wait_ctx eep_wait_ctx_make(eep_fault_page_t  *fault,
+                                                          unsigned int      *fault_claim,
+                                                          int               *block_failed,
+                                                          unsigned long long timeout_ns, int rank,
+                                                          unsigned long long abort_check_ns)
+{
+    eep_wait_ctx w;
+
+    w.fault          = fault;
+    w.fault_claim    = fault_claim;
+    w.block_failed   = block_failed;
+    w.timeout_ns     = timeout_ns;
+    w.rank           = rank;
+    w.abort_check_ns = abort_check_ns;
+    return w;
+}
+
 /* Record a fault (first waiter of the block only) and raise the abort flag. */
 __device__ __noinline__ void eep_fault_raise(const eep_wait_ctx &w, int phase, int peer,
                                              unsigned long long expected,

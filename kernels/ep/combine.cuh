@@ -552,11 +552,7 @@ __device__ __forceinline__ void eep_epc_body(const eep_epk_params_t &p)
    plain tagged rows otherwise. */
 __device__ void eep_ep_combine_body(const eep_epk_params_t &p)
 {
-    const unsigned long long began = eep_epk_launch_began(p);
-
-    eep_grid_dep_wait(); /* launched early (PDL): the previous kernel is done and visible */
-    eep_epk_launch_stamp(p, began);
-    eep_grid_dep_launch(); /* the next kernel may take SMs as this one's blocks leave */
+    eep_epk_prologue(p);
     if (EEP_EPK_LINES(p) & EEP_EPK_LINES_COMBINE) {
         eep_epc_body<true>(p);
     } else {

@@ -376,11 +376,7 @@ __device__ __forceinline__ void eep_epk_dispatch(const eep_epk_params_t &p)
 template <int IdxBits, int Mode, int Phase>
 __device__ void eep_ep_dispatch_body(const eep_epk_params_t &p)
 {
-    const unsigned long long began = eep_epk_launch_began(p);
-
-    eep_grid_dep_wait(); /* launched early (PDL): the previous kernel is done and visible */
-    eep_epk_launch_stamp(p, began);
-    eep_grid_dep_launch(); /* the next kernel may take SMs as this one's blocks leave */
+    eep_epk_prologue(p);
     if (EEP_EPK_LINES(p) & EEP_EPK_LINES_DISPATCH) {
         eep_epk_dispatch<IdxBits, Mode, Phase, true>(p);
     } else {

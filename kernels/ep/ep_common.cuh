@@ -70,6 +70,18 @@ __device__ __forceinline__ void eep_epk_launch_stamp(const eep_epk_params_t &p,
     }
 }
 
+/* The first thing every dispatch and combine kernel does: with programmatic dependent launch it
+   may start while the stream's previous kernel runs, so it waits for that kernel's writes before
+   touching memory, stamps its launch (EEP_EP_TRACE), and lets the next kernel be scheduled. */
+__device__ __forceinline__ void eep_epk_prologue(const eep_epk_params_t &p)
+{
+    const unsigned long long began = eep_epk_launch_began(p);
+
+    eep_grid_dep_wait(); /* launched early (PDL): the previous kernel is done and visible */
+    eep_epk_launch_stamp(p, began);
+    eep_grid_dep_launch(); /* the next kernel may take SMs as this one's blocks leave */
+}
+
 /* The scope of the kernels' flags and fences: the system's (peers on other GPUs, over NVLink),
    or the GPU's at one rank (EEP_EPK_W 1: every writer and reader on this GPU; MEMBAR.GPU
    instead of MEMBAR.SYS).  The JIT fixes W per variant, so the test folds away. */
@@ -147,15 +159,8 @@ __device__ __forceinline__ unsigned eep_epk_round_mask(const int *mw, int E, int
 __device__ __forceinline__ eep_wait_ctx eep_epk_wait_ctx(const eep_epk_params_t &p,
                                                          int                    *block_failed)
 {
-    eep_wait_ctx w;
-
-    w.fault          = p.fault;
-    w.fault_claim    = p.fault_claim;
-    w.block_failed   = block_failed;
-    w.timeout_ns     = p.timeout_ns;
-    w.rank           = p.rank;
-    w.abort_check_ns = EEP_EPK_ABORT_CHECK_NS;
-    return w;
+    return eep_wait_ctx_make(p.fault, p.fault_claim, block_failed, p.timeout_ns, p.rank,
+                             EEP_EPK_ABORT_CHECK_NS);
 }
 
 /* Wait, by the first world threads of the block (no block sync), until word @p idx of every
