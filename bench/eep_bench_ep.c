@@ -127,13 +127,7 @@ static int parse_opts(int argc, char **argv, bench_opts_t *o)
     o->warmup    = 5;
     o->seed      = 1;
     o->gating    = "random";
-    o->shape     = (eep_ep_shape_t){ .world       = 0,
-                                     .max_tokens  = 4096,
-                                     .hidden      = 7168,
-                                     .num_topk    = 8,
-                                     .num_experts = 256,
-                                     .alignment   = 128,
-                                     .dtype       = EEP_DTYPE_BF16 };
+    o->shape     = eep_ep_shape_product(0); /* world: --nranks */
     o->idx_dtype = EEP_INDEX_INT64;
     optind       = 1;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {

@@ -31,15 +31,6 @@ typedef struct {
     int ep_world, ep_combine;
 } eep_jit_bench_case_t;
 
-/* The EP shape the bench compiles: bf16, top-k 8, H 7168, 256 experts. */
-static const eep_ep_shape_t eep_jit_bench_shape = { .world       = 2,
-                                                    .max_tokens  = 4096,
-                                                    .hidden      = 7168,
-                                                    .num_topk    = 8,
-                                                    .num_experts = 256,
-                                                    .alignment   = 128,
-                                                    .dtype       = EEP_DTYPE_BF16 };
-
 static int eep_jit_bench_cmp(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -94,7 +85,7 @@ static int eep_jit_bench_fill(eep_jit_t *jit, const eep_jit_spec_t *spec)
  */
 static int eep_jit_bench_shrink(eep_jit_t *jit)
 {
-    eep_ep_shape_t           shape = eep_jit_bench_shape;
+    eep_ep_shape_t           shape = eep_ep_shape_product(2); /* bf16 K 8 H 7168 */
     eep_ep_kernel_names_t    names;
     eep_jit_spec_t           spec;
     eep_jit_prefetch_stats_t stats;
@@ -229,7 +220,7 @@ int main(int argc, char **argv)
     printf(gpu ? " %12s %14s\n" : "\n", "load ms", "lookup med ms");
     for (c = 0; c < n_cases; c++) {
         if (cases[c].ep_world > 0) {
-            eep_ep_shape_t shape = eep_jit_bench_shape;
+            eep_ep_shape_t shape = eep_ep_shape_product(2);
 
             shape.world = cases[c].ep_world;
             eep_ep_kernel_spec(cases[c].ep_combine, 32, EEP_EPK_NO_CPU_SYNC, 0, &shape,

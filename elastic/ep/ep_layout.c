@@ -40,6 +40,19 @@ int64_t eep_ep_align_up(int64_t value, int64_t align)
     return (value + align - 1) / align * align;
 }
 
+eep_ep_shape_t eep_ep_shape_product(int world)
+{
+    const eep_ep_shape_t s = { .world       = world,
+                               .max_tokens  = 4096,
+                               .hidden      = 7168,
+                               .num_topk    = 8,
+                               .num_experts = 256,
+                               .alignment   = 128,
+                               .dtype       = EEP_DTYPE_BF16 };
+
+    return s;
+}
+
 int eep_ep_local_experts(const eep_ep_shape_t *shape)
 {
     return shape->num_experts / shape->world;

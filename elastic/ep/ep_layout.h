@@ -30,6 +30,13 @@ typedef struct {
     eep_dtype_t dtype;
 } eep_ep_shape_t;
 
+/**
+ * The product's shape, which the bench, the tools and the tests start from: a DeepSeek-V3-sized
+ * MoE layer at prefill (4096 tokens a rank, H 7168, top-k 8, 256 experts, alignment 128, bf16)
+ * on @p world ranks; callers change what their case needs.
+ */
+eep_ep_shape_t eep_ep_shape_product(int world);
+
 /*
  * One token on the wire (dispatch): [hidden bytes][fp8 scales][metadata], each part starting on a
  * EEP_EP_WIRE_ALIGN boundary (TMA wants 16, bulk copies prefer 32).  Metadata: K int32 global

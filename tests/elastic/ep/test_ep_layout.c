@@ -33,6 +33,27 @@ static eep_ep_shape_t shape(int world, int T, int H, int K, int E, int align, ee
     return s;
 }
 
+/* The product's shape is valid at every rank count a shrink of 8 leaves with 256 experts, and is
+   the one RESULTS.md's tables name. */
+static void test_product_shape(void **state)
+{
+    const char *why = NULL;
+
+    (void)state;
+    for (int w = 1; w <= 8; w *= 2) {
+        const eep_ep_shape_t s = eep_ep_shape_product(w);
+
+        assert_int_equal(s.world, w);
+        assert_int_equal(s.max_tokens, 4096);
+        assert_int_equal(s.hidden, 7168);
+        assert_int_equal(s.num_topk, 8);
+        assert_int_equal(s.num_experts, 256);
+        assert_int_equal(s.alignment, 128);
+        assert_int_equal(s.dtype, EEP_DTYPE_BF16);
+        assert_int_equal(eep_ep_shape_check(&s, &why), EEP_OK);
+    }
+}
+
 static void test_shape_check(void **state)
 {
     static const struct {
@@ -367,12 +388,12 @@ static void test_pick_sms(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_shape_check),  cmocka_unit_test(test_wire_layout),
-        cmocka_unit_test(test_offsets),      cmocka_unit_test(test_rows_max_is_tight),
-        cmocka_unit_test(test_buffer_sizes), cmocka_unit_test(test_combine_lines),
-        cmocka_unit_test(test_layout_equal), cmocka_unit_test(test_expected_groups),
-        cmocka_unit_test(test_sm_model),     cmocka_unit_test(test_knobs_table),
-        cmocka_unit_test(test_pick_sms),
+        cmocka_unit_test(test_product_shape),     cmocka_unit_test(test_shape_check),
+        cmocka_unit_test(test_wire_layout),       cmocka_unit_test(test_offsets),
+        cmocka_unit_test(test_rows_max_is_tight), cmocka_unit_test(test_buffer_sizes),
+        cmocka_unit_test(test_combine_lines),     cmocka_unit_test(test_layout_equal),
+        cmocka_unit_test(test_expected_groups),   cmocka_unit_test(test_sm_model),
+        cmocka_unit_test(test_knobs_table),       cmocka_unit_test(test_pick_sms),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
