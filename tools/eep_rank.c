@@ -33,6 +33,7 @@
 #include "eep/eep.h"
 #include "util/config.h"
 #include "elastic/gpu/cuda_sym.h"
+#include "util/clock.h"
 #include "util/log.h"
 
 /* Exit codes: 0 after a graceful leave, 2 for usage, else the negated eep_status_t. */
@@ -63,27 +64,12 @@ static void eep_rank_signal(int sig)
     eep_rank_stop = 1;
 }
 
-static long long eep_rank_wall_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void eep_rank_sleep_ms(int ms)
-{
-    struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
-
-    nanosleep(&ts, NULL);
-}
-
 /* One JSON line on stdout. */
 static void eep_rank_report(const eep_rank_t *r)
 {
     printf("{\"t_ms\":%lld,\"epoch\":%llu,\"rank\":%d,\"world\":%u,\"device\":%d,"
            "\"barriers\":%llu,\"rebuilds\":%llu,\"status\":\"%s\",\"error\":\"%s\"}\n",
-           eep_rank_wall_ms(), r->view != NULL ? (unsigned long long)r->view->epoch : 0ULL,
+           eep_clock_wall_ms(), r->view != NULL ? (unsigned long long)r->view->epoch : 0ULL,
            r->view != NULL ? r->view->my_rank : -1, r->view != NULL ? r->view->n_ranks : 0u,
            r->device, (unsigned long long)r->barriers, (unsigned long long)r->rebuilds, r->status,
            r->last_error);
@@ -355,9 +341,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "eep-rank: cannot join the job: %s\n", eep_status_string(status));
         return EEP_RANK_EXIT(status);
     }
-    start_ms = waiting_since = eep_rank_wall_ms();
+    start_ms = waiting_since = eep_clock_wall_ms();
     while (!eep_rank_stop) {
-        long long now = eep_rank_wall_ms();
+        long long now = eep_clock_wall_ms();
 
         if (r.seconds > 0 && now - start_ms >= (long long)r.seconds * 1000) {
             break;
@@ -399,7 +385,7 @@ int main(int argc, char **argv)
                     continue;
                 }
                 if (eep_rank_build(&r, take, &v) == EEP_OK) {
-                    waiting_since = eep_rank_wall_ms();
+                    waiting_since = eep_clock_wall_ms();
                 }
                 continue;
             }
@@ -408,7 +394,7 @@ int main(int argc, char **argv)
             /* Only joining is given up on: a standby rank, or one waiting for the view after a
                failure, waits on (each wait is 200 ms; SIGTERM ends it). */
             if (!seen_view &&
-                eep_rank_wall_ms() - waiting_since > (long long)r.join_timeout_s * 1000) {
+                eep_clock_wall_ms() - waiting_since > (long long)r.join_timeout_s * 1000) {
                 fprintf(stderr,
                         "eep-rank: no view at all for %d s (is eepd running for job "
                         "EEP_JOB?): giving up\n",
@@ -418,7 +404,7 @@ int main(int argc, char **argv)
             }
             continue;
         }
-        waiting_since = eep_rank_wall_ms();
+        waiting_since = eep_clock_wall_ms();
         status        = eep_rank_step(&r, &v);
         if (status != EEP_OK) {
             eep_fault_record_t rec;
@@ -436,7 +422,7 @@ int main(int argc, char **argv)
             eep_rank_drop(&r, status, epoch);
             continue;
         }
-        eep_rank_sleep_ms(r.interval_ms);
+        eep_clock_sleep_ms(r.interval_ms);
     }
     r.status = exit_status == EEP_OK ? "leaving" : "failed";
     eep_rank_report(&r);

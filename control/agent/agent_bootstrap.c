@@ -41,18 +41,6 @@ typedef struct {
     int         missing; /* lowest rank missing at the last timeout, -1 */
 } eep_agent_bootstrap_t;
 
-static void eep_agent_bootstrap_sleep_ms(double ms)
-{
-    struct timespec ts;
-
-    if (ms <= 0) {
-        return;
-    }
-    ts.tv_sec  = (time_t)(ms / 1000);
-    ts.tv_nsec = (long)((ms - (double)ts.tv_sec * 1000) * 1e6);
-    nanosleep(&ts, NULL);
-}
-
 static void eep_agent_bootstrap_key(const eep_agent_bootstrap_t *b, unsigned long round, int rank,
                                     char *buf, size_t len)
 {
@@ -262,7 +250,7 @@ static eep_status_t eep_agent_bootstrap_allgather(eep_bootstrap_t *bs, const voi
             status = EEP_ERR_TIMEOUT;
             goto out;
         }
-        eep_agent_bootstrap_sleep_ms(pause_ms < left ? pause_ms : left);
+        eep_clock_sleep_ms(pause_ms < left ? pause_ms : left);
         pause_ms = pause_ms * 2 < EEP_AGENT_BOOT_POLL_MAX_MS ? pause_ms * 2
                                                              : EEP_AGENT_BOOT_POLL_MAX_MS;
     }

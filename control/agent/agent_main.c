@@ -15,6 +15,7 @@
 
 #include "control/agent/agent.h"
 #include "util/config.h"
+#include "util/clock.h"
 #include "util/log.h"
 
 static volatile sig_atomic_t eep_agent_main_stop;
@@ -23,14 +24,6 @@ static void eep_agent_main_signal(int sig)
 {
     (void)sig;
     eep_agent_main_stop = 1;
-}
-
-static long long eep_agent_main_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 int main(int argc, char **argv)
@@ -75,16 +68,16 @@ int main(int argc, char **argv)
             strcmp(now_id, id) != 0) {
             snprintf(id, sizeof(id), "%s", now_id);
             printf("{\"t_ms\":%lld,\"event\":\"registered\",\"member\":\"%s\"}\n",
-                   eep_agent_main_ms(), id);
+                   eep_clock_wall_ms(), id);
         }
         status = eep_agent_wait(agent, 100, &view);
         if (status == EEP_ERR_LEASE_LOST) {
             printf("{\"t_ms\":%lld,\"event\":\"lease_lost\",\"member\":\"%s\"}\n",
-                   eep_agent_main_ms(), id);
+                   eep_clock_wall_ms(), id);
         } else if (status == EEP_OK) {
             printf("{\"t_ms\":%lld,\"event\":\"view\",\"epoch\":%llu,\"rank\":%d,\"n\":%u,"
                    "\"reason\":\"%s\",\"members\":[",
-                   eep_agent_main_ms(), (unsigned long long)view->epoch, view->my_rank,
+                   eep_clock_wall_ms(), (unsigned long long)view->epoch, view->my_rank,
                    view->n_ranks, view->reason);
             for (i = 0; i < view->n_ranks; i++) {
                 printf("%s\"%s\"", i ? "," : "", view->members[i].id);
@@ -94,7 +87,7 @@ int main(int argc, char **argv)
         }
     }
     eep_agent_leave(agent);
-    printf("{\"t_ms\":%lld,\"event\":\"left\",\"member\":\"%s\"}\n", eep_agent_main_ms(), id);
+    printf("{\"t_ms\":%lld,\"event\":\"left\",\"member\":\"%s\"}\n", eep_clock_wall_ms(), id);
     eep_agent_destroy(agent);
     return 0;
 }

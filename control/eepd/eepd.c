@@ -28,14 +28,6 @@ int64_t eepd_now_ms(void)
     return (int64_t)eep_clock_ms();
 }
 
-static int64_t eepd_unix_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 void eepd_key(const eepd_t *eepd, char *buf, size_t len, const char *fmt, ...)
 {
     va_list ap;
@@ -634,7 +626,7 @@ static eep_status_t eepd_publish(eepd_t *eepd, int force)
     view.root            = 0;
     view.reason          = eepd->reason[0] ? eepd->reason : "change";
     view.leader          = eepd->replica_id;
-    view.created_unix_ms = eepd_unix_ms();
+    view.created_unix_ms = eep_clock_wall_ms();
     view.num_experts     = n_exp;
     len                  = eep__v1__view__get_packed_size(&view);
     buf                  = malloc(len ? len : 1);
