@@ -209,6 +209,7 @@ struct eep_gin_comm {
     CUcontext       cuctx;       /* bound in the progress thread before any CUDA call */
     int             cudev;
     CUstream        apply_stream; /* this process's writes of its own memory (signals, staged) */
+    int             stray_inline_seen; /* NCCL 2.28.9's inline-offset bug met (logged once) */
 };
 #define EEP_GIN_COMM_MAGIC 0x67636f6du
 

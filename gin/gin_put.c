@@ -11,6 +11,7 @@
  * comm: iput/iputSignal return ncclRemoteError (what stops NCCL's progress thread and reaches
  * ncclCommGetAsyncError), test reports done with an error.  Nothing here ever waits. */
 #include <poll.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -73,6 +74,53 @@ static int eep_gin_req_copy(eep_gin_comm_t *comm, eep_gin_peer_t *p, eep_gin_req
     return 0;
 }
 
+static int eep_gin_in_range(uint64_t reg_size, uint64_t off, size_t size)
+{
+    return off <= reg_size && size <= reg_size - off;
+}
+
+/* NCCL 2.28.9's proxy takes an inline value's slot from the address of its STACK copy of the
+ * descriptor instead of the queue's (src/gin/gin_host_proxy.cc:233 at v2.28.9-1, `gfd -
+ * hostGpuCtx->queues`; 2.29.7 indexes by the descriptor's state): it writes the value outside
+ * its inline buffer and passes us srcOff = that place - the buffer.  Refusing it stopped NCCL's
+ * progress thread, so every later flush spun forever (putValue hung).  The value is where srcOff
+ * says (NCCL's thread, this thread, wrote it just now), so a host source of 8 bytes or fewer out
+ * of range is read there, with wrapping arithmetic, as NCCL computed it. */
+static int eep_gin_stray_inline(const eep_gin_reg_t *src, size_t size)
+{
+    return src->type == EEP_NCCL_PTR_HOST && size <= sizeof(uint64_t);
+}
+
+/* Logs the first stray inline value of a comm, with the mapping NCCL wrote into (its write
+ * clobbers 8 bytes there; the plugin cannot prevent that, only report it). */
+static void eep_gin_stray_inline_note(eep_gin_comm_t *comm, const eep_gin_reg_t *src,
+                                      uint64_t src_off)
+{
+    uintptr_t at = (uintptr_t)src->base + (uintptr_t)src_off;
+    char      line[256], where[264] = "not in /proc/self/maps";
+    FILE     *f;
+
+    if (comm->stray_inline_seen++) {
+        return;
+    }
+    f = fopen("/proc/self/maps", "r");
+    while (f != NULL && fgets(line, sizeof(line), f) != NULL) {
+        unsigned long lo, hi;
+
+        if (sscanf(line, "%lx-%lx", &lo, &hi) == 2 && at >= lo && at < hi) {
+            line[strcspn(line, "\n")] = 0;
+            snprintf(where, sizeof(where), "in %s", line);
+            break;
+        }
+    }
+    if (f != NULL) {
+        fclose(f);
+    }
+    EEP_GIN_WARN("rank %d: NCCL 2.28.9's inline-value bug (gin_host_proxy.cc:233): putValue's "
+                 "value was written at %p, %lld bytes from its buffer %p (%s); read from there",
+                 comm->rank, (void *)at, (long long)src_off, (void *)src->base, where);
+}
+
 static eep_nccl_result_t eep_gin_put(eep_gin_comm_t *comm, uint64_t src_off, eep_gin_reg_t *src,
                                      size_t size, uint64_t dst_off, eep_gin_reg_t *dst,
                                      uint32_t rank, const eep_gin_wire_t *sig, void **request)
@@ -93,11 +141,16 @@ static eep_nccl_result_t eep_gin_put(eep_gin_comm_t *comm, uint64_t src_off, eep
     }
     if (size > 0) {
         if (src == NULL || dst == NULL || src->magic != EEP_GIN_REG_MAGIC ||
-            dst->magic != EEP_GIN_REG_MAGIC || src_off + size > src->size ||
-            dst_off + size > dst->peer[rank].size) {
-            EEP_GIN_WARN("rank %d: put of %zu bytes to rank %u outside its registrations",
-                         comm->rank, size, rank);
+            dst->magic != EEP_GIN_REG_MAGIC || dst_off > dst->peer[rank].size ||
+            size > dst->peer[rank].size - dst_off ||
+            (!eep_gin_in_range(src->size, src_off, size) && !eep_gin_stray_inline(src, size))) {
+            EEP_GIN_WARN("rank %d: put of %zu bytes (source offset %llu) to rank %u outside its "
+                         "registrations",
+                         comm->rank, size, (unsigned long long)src_off, rank);
             return EEP_NCCL_INVALID_ARGUMENT;
+        }
+        if (!eep_gin_in_range(src->size, src_off, size)) {
+            eep_gin_stray_inline_note(comm, src, src_off);
         }
     }
     pthread_mutex_lock(&comm->lock);
@@ -123,7 +176,7 @@ static eep_nccl_result_t eep_gin_put(eep_gin_comm_t *comm, uint64_t src_off, eep
     if (size > 0) {
         int src_host = src->type == EEP_NCCL_PTR_HOST;
 
-        from = src->base + src_off;
+        from = (const char *)((uintptr_t)src->base + (uintptr_t)src_off); /* may be stray */
         if (src_host && size <= sizeof(r->inline_val)) {
             memcpy(&r->inline_val, from, size); /* an inline value: its slot is reused soon */
             from = (const char *)&r->inline_val;

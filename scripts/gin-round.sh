@@ -1,71 +1,137 @@
 #!/usr/bin/env bash
-# scripts/gin-round.sh - the GPU machine's round for our NCCL net + GIN plugin (make gpu-gin):
-# the plugin's CPU tests, then tests/gpu/gin/test_gin_gpu at N = 2, 4 and 8 ranks on one GPU,
-# each with MPS and time-sliced (--no-mps), through scripts/one-gpu-cluster.sh; the N = 2 runs
-# also measure put bandwidth and the signal round trip (--bench).  Logs go under
-# $OUT/gin-round (or $BUILD/gin-round), with summary.txt holding one line per run and the BENCH
-# lines to paste into bench/RESULTS.md (labelled: a test transport, not NCCL's GIN).
-# Knobs: GIN_ROUND_RANKS ("2 4 8"), GIN_ROUND_MODES ("mps no-mps"), GIN_ROUND_TIMEOUT (s, 420).
-# Exit 0 when every run passed.
+# scripts/gin-round.sh - the GPU machine's round for our NCCL net + GIN plugin (make gpu-gin), made
+# to be short and to bring back few files.  In order:
+#   cpu      the plugin's CPU tests (make gin-test)
+#   gin      tests/gpu/gin/test_gin_gpu at N = 2, 4, 8 ranks on one GPU with MPS, then N = 2, 4
+#            time-sliced (--no-mps); the N = 2 runs also measure (--bench)
+#   runtime  tests/gpu/test_one_gpu_runtime (eep_runtime_create with GIN, 100,000 barriers per
+#            mode, the SIGSTOPped-peer timeout) at N = 2, 4, 8 with MPS
+# each through scripts/one-gpu-cluster.sh.  Under $OUT (else $BUILD/gin-round) it writes ONLY
+# summary.txt (one line per run, the BENCH rows for bench/RESULTS.md, the first failures) and one
+# combined log per run (gin-n<N>-<mode>.log) plus runtime.log (its runs one after the other): every
+# rank's lines prefixed "[rank i] ", NCCL's INFO lines kept only where they name plugins or GIN.
+# Knobs: GIN_ROUND_PARTS ("cpu gin runtime"), GIN_ROUND_RANKS (MPS runs, "2 4 8"),
+# GIN_ROUND_NOMPS_RANKS ("2 4"; "" for none), GIN_ROUND_MODES ("mps no-mps"),
+# GIN_ROUND_TIMEOUT_MPS (90 s a run), GIN_ROUND_TIMEOUT_NOMPS (150), GIN_ROUND_RT_RANKS ("2 4 8"),
+# GIN_ROUND_RT_COUNT (100000), GIN_ROUND_RT_TIMEOUT (240: the first run JIT-compiles the GIN
+# barrier with nvcc; later runs hit the shared cache), GIN_ROUND_NCCL_DEBUG (INFO).
+# Exit 0 when every run passed (or skipped: no GPU).
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root" || exit 1
 build=${BUILD:-build}
-out=${OUT:-$build}/gin-round
+out=${OUT:-$build/gin-round}
 mkdir -p "$out"
 summary=$out/summary.txt
 : >"$summary"
-test_bin=$build/tests/gpu/gin/test_gin_gpu
-if [ ! -x "$test_bin" ] || [ ! -f "$build/lib/libnccl-net-eep-gin.so" ]; then
-    make --no-print-directory BUILD="$build" gin-gpu-test || exit 1
+parts=${GIN_ROUND_PARTS:-cpu gin runtime}
+gin_bin=$build/tests/gpu/gin/test_gin_gpu
+rt_bin=$build/tests/gpu/test_one_gpu_runtime
+work=$(mktemp -d "${TMPDIR:-/tmp}/eep-gin-round.XXXXXX") # rank logs, MPS logs: never under $OUT
+trap 'rm -rf "$work"' EXIT
+export EEP_JIT_CACHE_DIR=${EEP_JIT_CACHE_DIR:-$work/jit-cache}
+
+say() { echo "$*" | tee -a "$summary"; }
+
+if ! make --no-print-directory BUILD="$build" gin-gpu-test "$rt_bin" >"$work/build.log" 2>&1; then
+    say "FAIL build"
+    tail -30 "$work/build.log" >>"$summary"
+    exit 1
 fi
-{
-    echo "# gin-round $(date -u '+%Y-%m-%d %H:%M UTC') on $(hostname)"
-    nvidia-smi --query-gpu=name,driver_version,compute_mode --format=csv,noheader 2>/dev/null |
-        sed 's/^/# GPU: /'
-    command -v nvidia-cuda-mps-control >/dev/null 2>&1 || echo "# no nvidia-cuda-mps-control: the mps runs are time-sliced"
-} | tee -a "$summary"
+say "# gin-round $(date -u '+%Y-%m-%d %H:%M:%S UTC') on $(hostname), commit $(git rev-parse --short HEAD 2>/dev/null)"
+nvidia-smi --query-gpu=name,driver_version,compute_mode --format=csv,noheader 2>/dev/null |
+    sed 's/^/# GPU: /' | tee -a "$summary"
+command -v nvidia-cuda-mps-control >/dev/null 2>&1 ||
+    say "# no nvidia-cuda-mps-control: the mps runs are time-sliced"
 
 failed=0
-if ! make --no-print-directory BUILD="$build" gin-test >"$out/cpu-tests.log" 2>&1; then
-    failed=$((failed + 1))
-    echo "FAIL cpu tests ($out/cpu-tests.log)" | tee -a "$summary"
-else
-    echo "ok   cpu tests: $(tail -1 "$out/cpu-tests.log")" | tee -a "$summary"
-fi
+case " $parts " in *" cpu "*)
+    if make --no-print-directory BUILD="$build" gin-test >"$work/cpu.log" 2>&1; then
+        say "ok   cpu tests: $(tail -1 "$work/cpu.log")"
+    else
+        failed=$((failed + 1))
+        say "FAIL cpu tests: $(tail -1 "$work/cpu.log")"
+        grep -E 'FAIL|check failed' "$work/cpu.log" | head -20 | sed 's/^/    /' >>"$summary"
+    fi ;;
+esac
 
-for n in ${GIN_ROUND_RANKS:-2 4 8}; do
-    for mode in ${GIN_ROUND_MODES:-mps no-mps}; do
-        logs=$out/n$n-$mode
-        flags=(--ranks "$n" --allow-killed $((n - 1)) --logs "$logs"
-               --timeout "${GIN_ROUND_TIMEOUT:-420}")
-        [ "$mode" = no-mps ] && flags+=(--no-mps)
-        args=()
-        [ "$n" -eq 2 ] && args+=(--bench)
-        start=$(date +%s)
-        # time-sliced runs wait longer on the device (each cross-rank step costs ~2.25 ms slices)
-        EEP_GIN_GPU_WAIT_S=$([ "$mode" = no-mps ] && echo 180 || echo 60) \
-            scripts/one-gpu-cluster.sh "${flags[@]}" -- "$test_bin" "${args[@]}" \
-            >"$logs.log" 2>&1
-        rc=$?
-        secs=$(($(date +%s) - start))
-        npass=$(grep -c '^rank.*PASS' "$logs.log")
-        nfail=$(grep -c '^rank.*FAIL' "$logs.log")
-        mps_note=$(grep -m1 -E 'MPS daemon started|time-sliced' "$logs.log" | sed 's/^one-gpu-cluster: //')
-        if [ "$rc" -eq 0 ] && [ "$nfail" -eq 0 ]; then
-            what=ok
-        elif [ "$rc" -eq 77 ]; then
-            what=SKIP # no GPU
-        else
-            what=FAIL
-            failed=$((failed + 1))
-        fi
-        printf '%-4s N=%d %-7s %4ds  %3d checks passed, %d failed  (%s; %s)\n' "$what" "$n" \
-            "$mode" "$secs" "$npass" "$nfail" "$mps_note" "$logs.log" | tee -a "$summary"
-        grep -h 'BENCH' "$logs"/rank*.log 2>/dev/null | sed "s/^/    N=$n $mode: /" | tee -a "$summary"
-        grep -h 'Assigned NET plugin\|Assigned GIN plugin' "$logs/rank0.log" 2>/dev/null |
-            sort -u | head -2 | sed 's/^/    /' >>"$summary"
+# combine DIR RANKS > file: every rank's log, prefixed; NCCL's INFO lines only where they matter.
+combine() {
+    local dir=$1 n=$2 i
+    for ((i = 0; i < n; i++)); do
+        [ -f "$dir/rank$i.log" ] || continue
+        awk -v p="[rank $i] " '!/NCCL INFO/ || /Assigned|GIN|[Pp]lugin|rror|WARN|abort|Abort/ {
+            print p $0 }' "$dir/rank$i.log"
     done
-done
-echo "gin-round: $failed failed run(s); summary $summary" | tee -a "$summary"
+}
+
+# run NAME LOG N TIMEOUT MODE -- COMMAND...: one cluster run, appended to LOG, a summary line.
+run() {
+    local name=$1 log=$2 n=$3 limit=$4 mode=$5 start rc secs npass nfail what note
+    shift 6
+    local logs=$work/$name
+    local flags=(--ranks "$n" --allow-killed $((n - 1)) --logs "$logs"
+                                  --timeout "$limit" --nccl-debug "${GIN_ROUND_NCCL_DEBUG:-INFO}")
+    [ "$mode" = no-mps ] && flags+=(--no-mps)
+    start=$(date +%s)
+    echo "==== $name: $n ranks, $mode, limit $limit s, $(date -u '+%H:%M:%S UTC')" >>"$log"
+    # the launcher's own lines; its copies of the rank logs are left out (combined below)
+    scripts/one-gpu-cluster.sh "${flags[@]}" -- "$@" >"$work/$name.cluster" 2>&1
+    rc=$?
+    awk '/^---- rank/ { exit } !/^rank[0-9]+\.log:/' "$work/$name.cluster" >>"$log"
+    rm -f "$work/$name.cluster"
+    secs=$(($(date +%s) - start))
+    combine "$logs" "$n" >>"$log"
+    npass=$(cat "$logs"/rank*.log 2>/dev/null | grep -c '^PASS')
+    nfail=$(cat "$logs"/rank*.log 2>/dev/null | grep -c '^FAIL')
+    note=$(grep -m1 -h -E 'MPS daemon started|time-sliced' "$log" | sed 's/^one-gpu-cluster: //;s/ (pipe .*//')
+    if [ "$rc" -eq 0 ] && [ "$nfail" -eq 0 ]; then
+        what=ok
+    elif [ "$rc" -eq 77 ]; then
+        what=SKIP
+    else
+        what=FAIL
+        failed=$((failed + 1))
+    fi
+    [ "$rc" -ne 0 ] && grep -q 'timed out' "$log" && note="$note; TIMED OUT"
+    printf '%-4s %-16s %4ds  %3d passed, %d failed  (%s; %s)\n' "$what" "$name" "$secs" \
+        "$npass" "$nfail" "$note" "$(basename "$log")" | tee -a "$summary"
+    cat "$logs"/rank*.log 2>/dev/null | grep -h '^BENCH' | sed 's/^BENCH /    /' | tee -a "$summary"
+    if [ "$what" = FAIL ]; then
+        # the first failures, and each rank's last step (what a hang was doing)
+        cat "$logs"/rank*.log 2>/dev/null | grep -h '^FAIL' | head -8 | sed 's/^/    /' >>"$summary"
+        for f in "$logs"/rank*.log; do
+            [ -f "$f" ] || continue
+            echo "    $(basename "$f" .log) last: $(grep -E '^BEGIN' "$f" | tail -1)" >>"$summary"
+        done
+        grep -h -E 'WARN|GIN Progress' "$logs"/rank*.log 2>/dev/null | sort | uniq -c | sort -rn |
+            head -6 | sed 's/^/    /' >>"$summary"
+    fi
+    rm -rf "$logs"
+}
+
+case " $parts " in *" gin "*)
+    for mode in ${GIN_ROUND_MODES:-mps no-mps}; do
+        if [ "$mode" = mps ]; then
+            ranks=${GIN_ROUND_RANKS:-2 4 8} limit=${GIN_ROUND_TIMEOUT_MPS:-90} wait_s=20
+        else
+            ranks=${GIN_ROUND_NOMPS_RANKS-2 4} limit=${GIN_ROUND_TIMEOUT_NOMPS:-150} wait_s=60
+        fi
+        for n in $ranks; do
+            args=()
+            [ "$n" -eq 2 ] && args+=(--bench)
+            EEP_GIN_GPU_WAIT_S=$wait_s run "gin-n$n-$mode" "$out/gin-n$n-$mode.log" "$n" \
+                "$limit" "$mode" -- "$gin_bin" "${args[@]}"
+        done
+    done ;;
+esac
+
+case " $parts " in *" runtime "*)
+    : >"$out/runtime.log"
+    for n in ${GIN_ROUND_RT_RANKS:-2 4 8}; do
+        EEP_GIN=require run "runtime-n$n-mps" "$out/runtime.log" "$n" \
+            "${GIN_ROUND_RT_TIMEOUT:-240}" mps -- "$rt_bin" "${GIN_ROUND_RT_COUNT:-100000}"
+    done ;;
+esac
+say "gin-round: $failed failed run(s); $(date -u '+%H:%M:%S UTC')"
 [ "$failed" -eq 0 ]

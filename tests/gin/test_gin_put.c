@@ -344,6 +344,54 @@ static int case_inline(gt_t *t)
     return mem_teardown(t, &m);
 }
 
+/* Inline values as NCCL 2.28.9's proxy really sends them: it computes the slot from its stack
+ * copy of the descriptor (gin_host_proxy.cc:233), so the value lies outside the inline buffer,
+ * below or above it, and srcOff (wrapping) names where.  The plugin reads it there; refusing it
+ * stopped NCCL's progress thread and hung every later flush (the first GPU round's putValue). */
+static int case_inline_stray(gt_t *t)
+{
+    rank_mem_t m;
+    req_q_t    q     = { 0 };
+    char      *arena = calloc(3, 4096), *slots = arena + 4096;
+    void      *slots_h, *gh, *req;
+    int        to = 1 - t->rank, i;
+    uint64_t   v, got;
+
+    GT_CHECK(arena != NULL, "calloc");
+    if (mem_setup(t, 0, 1, &m) != 0) {
+        return 1;
+    }
+    GT_CHECK(t->gin->reg_mr_sym(m.coll, slots, 64 * sizeof(uint64_t), EEP_NCCL_PTR_HOST, 0,
+                                &slots_h, &gh) == EEP_NCCL_SUCCESS,
+             "regMrSym inline slots");
+    for (i = 0; i < 2; i++) {
+        char    *at  = i == 0 ? arena + 16 : slots + 64 * sizeof(uint64_t) + 800;
+        uint64_t off = (uint64_t)((uintptr_t)at - (uintptr_t)slots); /* wraps below */
+
+        v = 0xC0FFEE0000000000ull + (uint64_t)(t->rank * 10 + i);
+        memcpy(at, &v, sizeof(v));
+        GT_CHECK(t->gin->iput(m.coll, off, slots_h, sizeof(v), (uint64_t)i * 8, m.win_h,
+                              (uint32_t)to, &req) == EEP_NCCL_SUCCESS,
+                 "stray inline iput %s the buffer", i == 0 ? "below" : "above");
+        GT_CHECK(q_push(t, m.coll, &q, req) == 0, "stray inline completes");
+    }
+    GT_CHECK(t->gin->iput_signal(m.coll, 0, NULL, 0, 0, NULL, (uint32_t)to, 0, m.sig_h, 1,
+                                 EEP_NCCL_SIGNAL_OP_INC, &req) == EEP_NCCL_SUCCESS,
+             "signal");
+    GT_CHECK(q_push(t, m.coll, &q, req) == 0 && q_drain(t, m.coll, &q) == 0, "complete");
+    GT_CHECK(gt_gin_wait_word(t, m.coll, &m.sig[0], 1, 5000) == 0, "signal");
+    for (i = 0; i < 2; i++) {
+        memcpy(&got, m.win + (size_t)i * 8, sizeof(got));
+        v = 0xC0FFEE0000000000ull + (uint64_t)(to * 10 + i);
+        GT_CHECK(got == v, "stray inline value %d: %#llx, want %#llx", i, (unsigned long long)got,
+                 (unsigned long long)v);
+    }
+    GT_CHECK(gt_barrier(t, 1, t->nranks, 20000) == 0, "barrier");
+    GT_CHECK(t->gin->dereg_mr_sym(m.coll, slots_h) == EEP_NCCL_SUCCESS, "dereg");
+    free(arena);
+    return mem_teardown(t, &m);
+}
+
 /* Two comms live at once in each process (an old and a new one during a shrink or grow), the
  * second connected with a NULL context; the first closes while the second keeps working. */
 static int case_two_comms(gt_t *t)
@@ -467,6 +515,7 @@ int main(void)
         { "gin_signal_sum_4", 4, case_signal_sum, 0, 90 },
         { "gin_self_put", 2, case_self_put, 0, 60 },
         { "gin_inline_values", 2, case_inline, 0, 60 },
+        { "gin_inline_stray_2289", 2, case_inline_stray, 0, 60 },
         { "gin_two_comms", 3, case_two_comms, 0, 60 },
         { "gin_peer_killed", 3, case_peer_killed, 1u << 2, 60 },
     };

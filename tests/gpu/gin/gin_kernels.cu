@@ -1,11 +1,14 @@
 /* tests/gpu/gin/gin_kernels.cu - device code of the GIN GPU test (test_gin_gpu.c): put ordering,
  * many senders on one signal, putValue, bare signals, counters, a probe that keeps putting to a
  * rank about to die, and the put-bandwidth / signal-round-trip measurements.  One thread of one
- * block issues everything (ncclCoopThread); every wait reads the signal or counter in a loop with
- * a %globaltimer deadline, so a lost peer ends the kernel with GK_TIMEOUT rather than a hang.
+ * block issues everything (ncclCoopThread); every wait (signal, counter, and flush: NCCL's own
+ * flush has no bound, gk_flush reads the proxy's queue indices) loops with a %globaltimer deadline
+ * and records what it waited for and what it saw, so a stuck step ends with GK_TIMEOUT and names
+ * itself rather than hanging.
  * Also the host calls that need NCCL's C++ device headers (ncclDevCommCreate/Destroy). */
 #include <nccl.h>
 #include <nccl_device.h>
+#include <nccl_device/gin/proxy/gin_proxy_device_host_common.h>
 
 #include <cstdio>
 #include <cstring>
@@ -23,18 +26,26 @@ static __device__ uint64_t gk_now(void)
     return t;
 }
 
+static __device__ void gk_waiting(gk_result_t *res, int kind, int id, uint64_t want, uint64_t v)
+{
+    res->wait_kind = kind;
+    res->wait_id   = id;
+    res->wait_want = want;
+    res->observed  = v;
+}
+
 static __device__ int gk_wait_signal(const ncclGin &gin, int sig, uint64_t least, uint64_t end,
                                      gk_result_t *res)
 {
     uint64_t v;
     while ((v = gin.readSignal(sig)) < least) {
         if (gk_now() > end) {
-            res->observed = v;
+            gk_waiting(res, GK_WAIT_SIGNAL, sig, least, v);
             return GK_TIMEOUT;
         }
         __nanosleep(500);
     }
-    res->observed = v;
+    gk_waiting(res, GK_WAIT_SIGNAL, sig, least, v);
     return 0;
 }
 
@@ -44,13 +55,56 @@ static __device__ int gk_wait_counter(const ncclGin &gin, int ctr, uint64_t leas
     uint64_t v;
     while ((v = gin.readCounter(ctr)) < least) {
         if (gk_now() > end) {
-            res->observed = v;
+            gk_waiting(res, GK_WAIT_COUNTER, ctr, least, v);
             return GK_TIMEOUT;
         }
         __nanosleep(500);
     }
-    res->observed = v;
+    gk_waiting(res, GK_WAIT_COUNTER, ctr, least, v);
     return 0;
+}
+
+/* gin.flush with a deadline.  NCCL's flush spins until every peer's queue is consumed (consumer
+ * index reaches the producer's) with no bound: if the proxy's progress thread stopped (a plugin
+ * error, a lost peer) it never returns, and the hang names nothing.  For the PROXY backend the
+ * same indices are read here (ncclGinProxyGpuCtx_t of NCCL 2.28.9's gin_proxy_device_host_common.h,
+ * the dev comm's ginHandles[context]), with a deadline; other backends use NCCL's flush. */
+static __device__ int gk_flush(const ncclDevComm &dc, const ncclGin &gin, uint64_t end,
+                               gk_result_t *res)
+{
+    if (dc.ginTypes[0] != NCCL_NET_DEVICE_GIN_PROXY) {
+        gin.flush(ncclCoopThread());
+        return 0;
+    }
+    const ncclGinProxyGpuCtx_t *pc = (const ncclGinProxyGpuCtx_t *)dc.ginHandles[0];
+    for (int pe = 0; pe < dc.nRanks; pe++) {
+        cuda::atomic_ref<uint32_t, cuda::thread_scope_system> pi(pc->pis[pe]);
+        cuda::atomic_ref<uint32_t, cuda::thread_scope_system> ci(pc->cis[pe]);
+        uint32_t p = pi.load(cuda::memory_order_relaxed), c;
+
+        while ((int32_t)((c = ci.load(cuda::memory_order_acquire)) - p) < 0) {
+            if (gk_now() > end) {
+                gk_waiting(res, GK_WAIT_FLUSH, pe, p, c);
+                return GK_TIMEOUT;
+            }
+            __nanosleep(200);
+        }
+    }
+    return 0;
+}
+
+__global__ void gk_reset_kernel(ncclDevComm dc)
+{
+    if (threadIdx.x != 0) {
+        return;
+    }
+    ncclGin gin{ dc, 0 };
+    for (int i = 0; i < GK_NSIGNALS; i++) {
+        gin.resetSignal(i);
+    }
+    for (int i = 0; i < GK_NCOUNTERS; i++) {
+        gin.resetCounter(i);
+    }
 }
 
 __global__ void gk_put_order_kernel(ncclDevComm dc, ncclWindow_t win, int nputs, uint64_t tmo,
@@ -61,9 +115,9 @@ __global__ void gk_put_order_kernel(ncclDevComm dc, ncclWindow_t win, int nputs,
     }
     ncclGin  gin{ dc, 0 };
     uint64_t start = gk_now(), src, dst, size;
-    int      peer  = (dc.rank + 1) % dc.nRanks;
+    int      peer = (dc.rank + 1) % dc.nRanks, st = 0;
 
-    for (int i = 0; i < nputs; i++) {
+    for (int i = 0; i < nputs && st == 0; i++) {
         gk_put_draw(dc.rank, i, &src, &dst, &size);
         if (i + 1 < nputs) {
             gin.put(ncclTeamWorld(dc), peer, win, dst, win, GK_SRC_BASE + src, size);
@@ -71,10 +125,18 @@ __global__ void gk_put_order_kernel(ncclDevComm dc, ncclWindow_t win, int nputs,
             gin.put(ncclTeamWorld(dc), peer, win, dst, win, GK_SRC_BASE + src, size,
                     ncclGin_SignalInc{ GK_SIG_ORDER });
         }
+        res->puts = (uint64_t)i + 1;
+        if (i % 128 == 127) {
+            st = gk_flush(dc, gin, start + tmo, res); /* stay inside the proxy's queue (256) */
+        }
     }
-    res->puts   = (uint64_t)nputs;
-    res->status = gk_wait_signal(gin, GK_SIG_ORDER, 1, start + tmo, res);
-    gin.flush(ncclCoopThread());
+    if (st == 0) {
+        st = gk_wait_signal(gin, GK_SIG_ORDER, 1, start + tmo, res);
+    }
+    if (st == 0) {
+        st = gk_flush(dc, gin, start + tmo, res);
+    }
+    res->status     = st;
     res->elapsed_ns = gk_now() - start;
 }
 
@@ -88,17 +150,17 @@ __global__ void gk_many_senders_kernel(ncclDevComm dc, ncclWindow_t win, int nsi
     uint64_t start = gk_now();
     int      st    = 0;
 
-    for (int i = 0; i < nsig; i++) {
+    (void)win;
+    for (int i = 0; i < nsig && st == 0; i++) {
         gin.signal(ncclTeamWorld(dc), 0,
                    ncclGin_SignalAdd{ GK_SIG_ADD, (uint64_t)dc.rank * 100000 + (uint64_t)i + 1 });
         gin.signal(ncclTeamWorld(dc), 0, ncclGin_SignalInc{ GK_SIG_INC });
+        res->puts = 2 * ((uint64_t)i + 1);
         if (i % 64 == 63) {
-            gin.flush(ncclCoopThread()); /* stay inside the proxy's queue */
+            st = gk_flush(dc, gin, start + tmo, res); /* stay inside the proxy's queue */
         }
     }
-    gin.putValue(ncclTeamWorld(dc), 0, win, GK_VAL_BASE + (size_t)dc.rank * 8,
-                 (uint64_t)0xC0FFEE00u + (uint64_t)dc.rank, ncclGin_SignalAdd{ GK_SIG_VALUE, 1 });
-    if (dc.rank == 0) {
+    if (st == 0 && dc.rank == 0) {
         uint64_t want = 0;
         for (int r = 0; r < dc.nRanks; r++) {
             for (int i = 0; i < nsig; i++) {
@@ -107,16 +169,44 @@ __global__ void gk_many_senders_kernel(ncclDevComm dc, ncclWindow_t win, int nsi
         }
         st = gk_wait_signal(gin, GK_SIG_ADD, want, start + tmo, res);
         if (st == 0 && res->observed != want) {
-            st = -2; /* passed the exact sum */
+            st = GK_WRONG; /* passed the exact sum */
         }
         if (st == 0) {
             st = gk_wait_signal(gin, GK_SIG_INC, (uint64_t)dc.nRanks * nsig, start + tmo, res);
         }
-        if (st == 0) {
-            st = gk_wait_signal(gin, GK_SIG_VALUE, (uint64_t)dc.nRanks, start + tmo, res);
+        if (st == 0 && res->observed != (uint64_t)dc.nRanks * nsig) {
+            st = GK_WRONG;
         }
     }
-    gin.flush(ncclCoopThread());
+    if (st == 0) {
+        st = gk_flush(dc, gin, start + tmo, res);
+    }
+    res->status     = st;
+    res->elapsed_ns = gk_now() - start;
+}
+
+__global__ void gk_put_value_kernel(ncclDevComm dc, ncclWindow_t win, uint64_t tmo,
+                                    gk_result_t *res)
+{
+    if (threadIdx.x != 0) {
+        return;
+    }
+    ncclGin  gin{ dc, 0 };
+    uint64_t start = gk_now();
+    int      st    = 0;
+
+    gin.putValue(ncclTeamWorld(dc), 0, win, GK_VAL_BASE + (size_t)dc.rank * 8,
+                 (uint64_t)0xC0FFEE00u + (uint64_t)dc.rank, ncclGin_SignalAdd{ GK_SIG_VALUE, 1 });
+    res->puts = 1;
+    if (dc.rank == 0) {
+        st = gk_wait_signal(gin, GK_SIG_VALUE, (uint64_t)dc.nRanks, start + tmo, res);
+        if (st == 0 && res->observed != (uint64_t)dc.nRanks) {
+            st = GK_WRONG;
+        }
+    }
+    if (st == 0) {
+        st = gk_flush(dc, gin, start + tmo, res);
+    }
     res->status     = st;
     res->elapsed_ns = gk_now() - start;
 }
@@ -164,6 +254,7 @@ __global__ void gk_kill_probe_kernel(ncclDevComm dc, ncclWindow_t win, int victi
     }
     res->puts       = (uint64_t)n;
     res->status     = *stop ? 0 : GK_TIMEOUT;
+    res->wait_kind  = GK_WAIT_NONE;
     res->elapsed_ns = gk_now() - start;
 }
 
@@ -208,7 +299,9 @@ __global__ void gk_bench_rtt_kernel(ncclDevComm dc, int rounds, uint64_t tmo, gk
             gin.signal(ncclTeamWorld(dc), 0, ncclGin_SignalInc{ GK_SIG_PONG });
         }
     }
-    gin.flush(ncclCoopThread());
+    if (st == 0) {
+        st = gk_flush(dc, gin, start + tmo, res);
+    }
     res->status     = st;
     res->puts       = (uint64_t)rounds;
     res->elapsed_ns = gk_now() - start;
@@ -289,6 +382,18 @@ extern "C" int gk_put_order(void *dc, ncclWindow_t win, int nputs, uint64_t time
                             gk_result_t *res, cudaStream_t s)
 {
     GK_LAUNCH(gk_put_order_kernel, win, nputs, timeout_ns);
+}
+
+extern "C" int gk_put_value(void *dc, ncclWindow_t win, uint64_t timeout_ns, gk_result_t *res,
+                            cudaStream_t s)
+{
+    GK_LAUNCH(gk_put_value_kernel, win, timeout_ns);
+}
+
+extern "C" int gk_reset(void *dc, cudaStream_t s)
+{
+    gk_reset_kernel<<<1, 32, 0, s>>>(*(ncclDevComm *)dc);
+    return cudaGetLastError() == cudaSuccess && cudaStreamSynchronize(s) == cudaSuccess ? 0 : -1;
 }
 
 extern "C" int gk_many_senders(void *dc, ncclWindow_t win, int nsig, uint64_t timeout_ns,

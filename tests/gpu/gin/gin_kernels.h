@@ -37,7 +37,11 @@ enum {
 };
 enum { GK_CTR_PUTS = 0, GK_CTR_BW, GK_NCOUNTERS = 4 };
 
-#define GK_TIMEOUT (-1)
+#define GK_TIMEOUT (-1) /* a wait passed its deadline (wait_* say which) */
+#define GK_WRONG   (-2) /* a signal passed the exact value it should stop at */
+
+/* What a kernel's last wait was for (gk_result_t.wait_kind). */
+enum { GK_WAIT_NONE = 0, GK_WAIT_SIGNAL, GK_WAIT_COUNTER, GK_WAIT_FLUSH };
 
 #ifdef __CUDACC__
 #define GK_HD __host__ __device__
@@ -46,10 +50,13 @@ enum { GK_CTR_PUTS = 0, GK_CTR_BW, GK_NCOUNTERS = 4 };
 #endif
 
 typedef struct {
-    int64_t  status;   /* 0, or GK_TIMEOUT */
-    uint64_t observed; /* the last signal / counter value read */
+    int64_t  status;   /* 0, GK_TIMEOUT or GK_WRONG */
+    uint64_t observed; /* the last signal / counter value (flush: consumer index) read */
     uint64_t elapsed_ns;
-    uint64_t puts; /* puts issued */
+    uint64_t puts;      /* puts issued */
+    int32_t  wait_kind; /* GK_WAIT_*: the wait that ended last (the one that failed) */
+    int32_t  wait_id;   /* its signal or counter id, or the flush's peer */
+    uint64_t wait_want; /* the least value it waited for (flush: the producer index) */
 } gk_result_t;
 
 /* The byte the source area of `rank` holds at offset k (host fills it, receivers check it). */
@@ -82,11 +89,17 @@ void gk_devcomm_forget(void *dc);
  * SignalInc, then waits for its own from rank-1; the host checks the window afterwards. */
 int gk_put_order(void *dc, ncclWindow_t win, int nputs, uint64_t timeout_ns, gk_result_t *res,
                  cudaStream_t s);
-/* Every rank sends rank 0 `nsig` bare SignalAdd (value rank*100000+i+1) on GK_SIG_ADD, as many
- * SignalInc on GK_SIG_INC, and a putValue of 0xC0FFEE00+rank to slot rank with SignalAdd 1 on
- * GK_SIG_VALUE.  Rank 0 waits for the exact sums. */
+/* Every rank sends rank 0 `nsig` bare SignalAdd (value rank*100000+i+1) on GK_SIG_ADD and as
+ * many SignalInc on GK_SIG_INC.  Rank 0 waits for the exact sums. */
 int gk_many_senders(void *dc, ncclWindow_t win, int nsig, uint64_t timeout_ns, gk_result_t *res,
                     cudaStream_t s);
+/* Every rank putValue's 0xC0FFEE00+rank to rank 0's slot `rank` with SignalAdd 1 on GK_SIG_VALUE;
+ * rank 0 waits for nRanks.  (NCCL 2.28.9's proxy writes inline values outside its buffer:
+ * gin/gin_put.c, eep_gin_stray_inline.) */
+int gk_put_value(void *dc, ncclWindow_t win, uint64_t timeout_ns, gk_result_t *res, cudaStream_t s);
+/* Zeroes the test's signals and counters (context 0); run before the barrier ahead of a check,
+ * when nothing is in flight. */
+int gk_reset(void *dc, cudaStream_t s);
 /* `nputs` puts of `bytes` to the next rank with CounterInc; waits for the counter. */
 int gk_counter(void *dc, ncclWindow_t win, int nputs, size_t bytes, uint64_t timeout_ns,
                gk_result_t *res, cudaStream_t s);

@@ -7,7 +7,8 @@
  * (NCCL_SHRINK_ABORT), register a new window, build a new GIN dev comm and pass the GIN checks
  * again; then a newcomer process joins a fresh comm (a new unique id) of N ranks and all pass
  * them once more.  With --bench, rank 0 and 1 also measure put bandwidth and the signal round
- * trip (a test transport: these numbers are not NCCL's GIN).  Prints "PASS name" / "FAIL name:
+ * trip (a test transport: these numbers are not NCCL's GIN).  Every step prints a timestamped
+ * "BEGIN name" first, so a hang names its step.  Prints "PASS name" / "FAIL name:
  * why" / "BENCH ..." lines; exit 0 when every check passed, 77 (skip) without a GPU. */
 #include <errno.h>
 #include <fcntl.h>
@@ -59,6 +60,41 @@ static double gg_now_s(void)
 
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* "BEGIN name (rank r of n) at HH:MM:SS.mmm": every step says when it starts, so a hang names
+ * the step it is stuck in. */
+static void gg_begin(gg_t *g, const char *what)
+{
+    struct timespec ts;
+    struct tm       tm;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    gmtime_r(&ts.tv_sec, &tm);
+    printf("BEGIN %s (rank %d of %d) at %02d:%02d:%02d.%03ld UTC\n", what, g->rank, g->nranks,
+           tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000);
+    fflush(stdout);
+}
+
+/* What a kernel's last wait was for and what it saw ("" when it ended well). */
+static const char *gg_wait_str(const gk_result_t *res, char *buf, size_t len)
+{
+    static const char *kinds[] = { "nothing", "signal", "counter", "flush to rank" };
+    int k = res->wait_kind >= 0 && res->wait_kind <= GK_WAIT_FLUSH ? res->wait_kind : 0;
+
+    if (res->status == 0) {
+        snprintf(buf, len, "%s", "");
+    } else if (k == GK_WAIT_FLUSH) {
+        snprintf(buf, len, "; %s: waited for flush to rank %d: producer %llu, consumer %llu",
+                 res->status == GK_TIMEOUT ? "TIMEOUT" : "WRONG", res->wait_id,
+                 (unsigned long long)res->wait_want, (unsigned long long)res->observed);
+    } else {
+        snprintf(buf, len, "; %s: waited for %s %d >= %llu, saw %llu, after %llu puts",
+                 res->status == GK_TIMEOUT ? "TIMEOUT" : "WRONG (passed it)", kinds[k],
+                 res->wait_id, (unsigned long long)res->wait_want,
+                 (unsigned long long)res->observed, (unsigned long long)res->puts);
+    }
+    return buf;
 }
 
 /* A unique id through the rendezvous folder: written to a temp file and renamed (atomic). */
@@ -122,6 +158,7 @@ static void gg_check_allreduce(gg_t *g, ncclComm_t comm)
     double       t0 = gg_now_s();
     ncclResult_t r;
 
+    gg_begin(g, "allreduce_over_plugin_net");
     for (i = 0; i < n; i++) {
         h[i] = (float)((g->rank + 1) * (int)(i % 97));
     }
@@ -161,8 +198,12 @@ static void gg_check_put_order(gg_t *g, void *dc, ncclWindow_t win, int nputs)
     unsigned char *got = malloc(GK_DST_BYTES), *want = malloc(GK_DST_BYTES);
     int            from = (g->rank + g->nranks - 1) % g->nranks, i;
     uint64_t       src, dst, size, k, bad = 0, first = 0;
-    gk_result_t    res;
-    int            rc = gk_put_order(dc, win, nputs, g->wait_ns, &res, g->stream);
+    gk_result_t    res = { 0 };
+    char           wait[160];
+    int            rc;
+
+    gg_begin(g, "gin_put_order");
+    rc = gk_put_order(dc, win, nputs, g->wait_ns, &res, g->stream);
 
     cudaMemcpy(got, g->buf, GK_DST_BYTES, cudaMemcpyDeviceToHost);
     memset(want, 0xee, GK_DST_BYTES);
@@ -178,19 +219,35 @@ static void gg_check_put_order(gg_t *g, void *dc, ncclWindow_t win, int nputs)
         }
     }
     gg_result(g, "gin_put_order", rc == 0 && res.status == 0 && bad == 0,
-              "%d puts from rank %d, status %lld, %llu bytes wrong (first %llu), %.2f ms", nputs,
+              "%d puts from rank %d, status %lld, %llu bytes wrong (first %llu), %.2f ms%s", nputs,
               from, (long long)res.status, (unsigned long long)bad, (unsigned long long)first,
-              res.elapsed_ns / 1e6);
+              res.elapsed_ns / 1e6, gg_wait_str(&res, wait, sizeof(wait)));
     free(got);
     free(want);
 }
 
 static void gg_check_many_senders(gg_t *g, void *dc, ncclWindow_t win, int nsig)
 {
-    gk_result_t res;
-    uint64_t    vals[64] = { 0 };
-    int         rc = gk_many_senders(dc, win, nsig, g->wait_ns, &res, g->stream), r, bad = 0;
+    gk_result_t res = { 0 };
+    char        wait[160];
+    int         rc;
 
+    gg_begin(g, "gin_many_senders_signal");
+    rc = gk_many_senders(dc, win, nsig, g->wait_ns, &res, g->stream);
+    gg_result(g, "gin_many_senders_signal", rc == 0 && res.status == 0,
+              "%d bare ADD + %d INC per rank to rank 0, status %lld, %.2f ms%s", nsig, nsig,
+              (long long)res.status, res.elapsed_ns / 1e6, gg_wait_str(&res, wait, sizeof(wait)));
+}
+
+static void gg_check_put_value(gg_t *g, void *dc, ncclWindow_t win)
+{
+    gk_result_t res      = { 0 };
+    uint64_t    vals[64] = { 0 };
+    char        wait[160];
+    int         rc, r, bad = 0;
+
+    gg_begin(g, "gin_put_value");
+    rc = gk_put_value(dc, win, g->wait_ns, &res, g->stream);
     if (g->rank == 0) {
         cudaMemcpy(vals, g->buf + GK_VAL_BASE, sizeof(uint64_t) * (size_t)g->nranks,
                    cudaMemcpyDeviceToHost);
@@ -198,19 +255,29 @@ static void gg_check_many_senders(gg_t *g, void *dc, ncclWindow_t win, int nsig)
             bad += vals[r] != 0xC0FFEE00u + (uint64_t)r;
         }
     }
-    gg_result(g, "gin_many_senders_signal_putvalue", rc == 0 && res.status == 0 && bad == 0,
-              "%d ADD + %d INC per rank, status %lld (last signal %llu), %d values wrong", nsig,
-              nsig, (long long)res.status, (unsigned long long)res.observed, bad);
+    gg_result(g, "gin_put_value", rc == 0 && res.status == 0 && bad == 0,
+              "putValue + SignalAdd from every rank to rank 0, status %lld, %d values wrong%s",
+              (long long)res.status, bad, gg_wait_str(&res, wait, sizeof(wait)));
 }
 
 static void gg_check_counter(gg_t *g, void *dc, ncclWindow_t win)
 {
-    gk_result_t res;
-    int         rc = gk_counter(dc, win, 100, 256 * 1024, g->wait_ns, &res, g->stream);
+    gk_result_t res = { 0 };
+    char        wait[160];
+    int         rc;
 
+    gg_begin(g, "gin_counter");
+    rc = gk_counter(dc, win, 100, 256 * 1024, g->wait_ns, &res, g->stream);
     gg_result(g, "gin_counter", rc == 0 && res.status == 0 && res.observed == 100,
-              "100 puts of 256 KiB, counter %llu, %.2f ms", (unsigned long long)res.observed,
-              res.elapsed_ns / 1e6);
+              "100 puts of 256 KiB, counter %llu, %.2f ms%s", (unsigned long long)res.observed,
+              res.elapsed_ns / 1e6, gg_wait_str(&res, wait, sizeof(wait)));
+}
+
+/* Zeroes the dev comm's signals and counters, then a barrier: the next check starts clean. */
+static void gg_step(gg_t *g, ncclComm_t comm, void *dc)
+{
+    gk_reset(dc, g->stream);
+    gg_barrier(g, comm);
 }
 
 /* The GIN checks on one comm: a window on g->buf, a dev comm, three kernels. */
@@ -223,8 +290,10 @@ static void gg_gin_checks(gg_t *g, ncclComm_t comm, const char *label)
 
     printf("---- %s: %d ranks ----\n", label, g->nranks);
     gg_fill_window(g);
+    gg_begin(g, "window_register");
     rc = ncclCommWindowRegister(comm, g->buf, GK_WIN_BYTES, &win, NCCL_WIN_DEFAULT);
     gg_result(g, "window_register", rc == ncclSuccess, "%s", ncclGetErrorString(rc));
+    gg_begin(g, "devcomm_create_gin");
     t0 = gg_now_s();
     rc = gk_devcomm_create(comm, &dc, &contexts, &type);
     gg_result(g, "devcomm_create_gin", rc == 0 && contexts >= 1 && type == 2,
@@ -233,45 +302,66 @@ static void gg_gin_checks(gg_t *g, ncclComm_t comm, const char *label)
     if (rc != 0 || contexts < 1) {
         return;
     }
-    gg_barrier(g, comm);
+    gg_step(g, comm, dc);
     gg_check_put_order(g, dc, win, 500);
-    gg_barrier(g, comm);
+    gg_step(g, comm, dc);
     gg_check_many_senders(g, dc, win, 200);
-    gg_barrier(g, comm);
+    gg_step(g, comm, dc);
     gg_check_counter(g, dc, win);
+    gg_step(g, comm, dc);
+    gg_check_put_value(g, dc, win); /* last: NCCL 2.28.9 writes 8 bytes out of bounds for it */
     gg_barrier(g, comm);
+    gg_begin(g, "devcomm_destroy");
     gk_devcomm_destroy(comm, dc);
     ncclCommWindowDeregister(comm, win);
 }
 
+/* --bench: rank 0 -> rank 1 put bandwidth (counter-completed, in batches of 32) and the bare
+ * signal ping-pong's round trip, each printed as a row for bench/RESULTS.md, labelled: a test
+ * transport on one GPU (copies on one GPU's copy engines; signals applied by the target's host
+ * thread), not NCCL's GIN and nothing about a network. */
 static void gg_bench(gg_t *g, ncclComm_t comm)
 {
     static const size_t sizes[] = { 4096, 65536, 1u << 20, 4u << 20 };
     ncclWindow_t        win     = NULL;
     void               *dc      = NULL;
-    gk_result_t         res;
-    int                 contexts, type;
+    gk_result_t         res     = { 0 };
+    char                wait[160], setup[96];
+    int                 contexts, type, rounds, k;
     size_t              i;
 
+    snprintf(setup, sizeof(setup), "N=%d ranks on 1 GPU, %s", g->nranks,
+             getenv("EEP_ONE_GPU_MPS") != NULL && atoi(getenv("EEP_ONE_GPU_MPS")) == 1
+                 ? "MPS"
+                 : "time-sliced (no MPS)");
+    gg_begin(g, "bench");
     if (g->nranks < 2 || ncclCommWindowRegister(comm, g->buf, GK_WIN_BYTES, &win, 0) != 0 ||
         gk_devcomm_create(comm, &dc, &contexts, &type) != 0) {
+        gg_result(g, "bench_setup", 0, "no window or dev comm");
         return;
     }
     for (i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
         int iters = sizes[i] >= (1u << 20) ? 64 : 256;
 
-        gg_barrier(g, comm);
+        gg_step(g, comm, dc);
         if (gk_bench_bw(dc, win, sizes[i], iters, g->wait_ns, &res, g->stream) == 0 &&
             g->rank == 0) {
-            printf("BENCH put_bw bytes %zu iters %d status %lld GB/s %.3f (test transport)\n",
-                   sizes[i], iters, (long long)res.status,
-                   res.elapsed_ns ? (double)sizes[i] * iters / (double)res.elapsed_ns : 0.0);
+            printf("BENCH | GIN put bandwidth, %zu B puts x %d | %.3f GB/s | %s | eep-gin plugin: "
+                   "a test transport, not NCCL's GIN | status %lld%s |\n",
+                   sizes[i], iters,
+                   res.elapsed_ns ? (double)sizes[i] * iters / (double)res.elapsed_ns : 0.0, setup,
+                   (long long)res.status, gg_wait_str(&res, wait, sizeof(wait)));
         }
     }
-    gg_barrier(g, comm);
-    if (gk_bench_rtt(dc, 200, g->wait_ns, &res, g->stream) == 0 && g->rank == 0) {
-        printf("BENCH signal_rtt rounds 200 status %lld us %.1f (test transport)\n",
-               (long long)res.status, res.elapsed_ns / 200.0 / 1e3);
+    for (k = 0; k < 2; k++) { /* a warm-up, then the measured one */
+        rounds = k == 0 ? 20 : 500;
+        gg_step(g, comm, dc);
+        if (gk_bench_rtt(dc, rounds, g->wait_ns, &res, g->stream) == 0 && g->rank == 0 && k == 1) {
+            printf("BENCH | GIN signal round trip (bare SignalInc ping-pong, %d rounds) | %.1f us "
+                   "| %s | eep-gin plugin: a test transport, not NCCL's GIN | status %lld%s |\n",
+                   rounds, res.elapsed_ns / (double)rounds / 1e3, setup, (long long)res.status,
+                   gg_wait_str(&res, wait, sizeof(wait)));
+        }
     }
     fflush(stdout);
     gg_barrier(g, comm);
@@ -314,18 +404,20 @@ static ncclComm_t gg_kill_and_shrink(gg_t *g, ncclComm_t comm)
     ncclWindow_t win    = NULL;
     void        *dc     = NULL;
     int         *stop_h = NULL, *stop_d = NULL;
-    gk_result_t  res;
-    gg_watch_t   w = { .comm = comm, .timeout_s = 60 };
+    gk_result_t  res = { 0 };
+    gg_watch_t   w   = { .comm = comm, .timeout_s = 30 };
     pthread_t    th;
     ncclComm_t   shrunk = NULL;
     double       t0;
 
     printf("---- kill rank %d ----\n", victim);
+    gg_begin(g, "kill_setup");
     gg_fill_window(g);
     ncclCommWindowRegister(comm, g->buf, GK_WIN_BYTES, &win, 0);
     rc = gk_devcomm_create(comm, &dc, &contexts, &type);
     gg_barrier(g, comm);
     if (g->rank == victim) {
+        gg_begin(g, "victim_dies_in_300ms");
         fflush(NULL);
         usleep(300 * 1000); /* the others' probes are putting by now */
         raise(SIGKILL);
@@ -334,10 +426,11 @@ static ncclComm_t gg_kill_and_shrink(gg_t *g, ncclComm_t comm)
     *stop_h = 0;
     cudaHostGetDevicePointer((void **)&stop_d, stop_h, 0);
     w.stop = stop_h;
-    t0     = gg_now_s();
+    gg_begin(g, "peer_death (probe puts to the victim every 50 ms)");
+    t0 = gg_now_s();
     pthread_create(&th, NULL, gg_watch, &w);
     rc = rc == 0 ? gk_kill_probe(dc, win, victim, stop_d, 200, 50u * 1000 * 1000,
-                                 120ull * 1000000000, &res, g->stream)
+                                 40ull * 1000000000, &res, g->stream)
                  : -1;
     pthread_join(th, NULL);
     gg_result(g, "peer_death_async_error", w.err != ncclSuccess && w.seen_s > 0,
@@ -346,10 +439,12 @@ static ncclComm_t gg_kill_and_shrink(gg_t *g, ncclComm_t comm)
     gg_result(g, "peer_death_kernel_bounded", rc == 0, "probe kernel ended");
     cudaFreeHost(stop_h);
 
+    gg_begin(g, "shrink_abort");
     t0 = gg_now_s();
     rc = ncclCommShrink(comm, &victim, 1, &shrunk, NULL, NCCL_SHRINK_ABORT);
     gg_result(g, "shrink_abort", rc == ncclSuccess && shrunk != NULL, "%s, %.1f ms",
               ncclGetErrorString(rc), (gg_now_s() - t0) * 1e3);
+    gg_begin(g, "abort_old_comm");
     t0 = gg_now_s();
     rc = ncclCommAbort(comm); /* frees the old window and dev comm; must not wait on the dead */
     gg_result(g, "abort_old_comm", rc == ncclSuccess, "%.1f ms", (gg_now_s() - t0) * 1e3);
@@ -431,13 +526,14 @@ static void gg_grow(gg_t *g, int world, int newcomer)
     if (g->rank == 0 && !newcomer) {
         ncclGetUniqueId(&id);
         gg_uid_publish(g, "uid.grow", &id);
-    } else if (gg_uid_read(g, "uid.grow", &id, 120) != 0) {
+    } else if (gg_uid_read(g, "uid.grow", &id, 60) != 0) {
         gg_result(g, "grow_init", 0, "no unique id");
         return;
     }
     g->nranks = world;
-    t0        = gg_now_s();
-    rc        = ncclCommInitRank(&grown, world, id, g->rank);
+    gg_begin(g, newcomer ? "grow_init (newcomer)" : "grow_init");
+    t0 = gg_now_s();
+    rc = ncclCommInitRank(&grown, world, id, g->rank);
     gg_result(g, "grow_init", rc == ncclSuccess, "%s, %.1f ms%s", ncclGetErrorString(rc),
               (gg_now_s() - t0) * 1e3, newcomer ? " (newcomer)" : "");
     if (rc != ncclSuccess) {
@@ -500,6 +596,7 @@ int main(int argc, char **argv)
     } else if (gg_uid_read(&g, "uid.0", &id, 120) != 0) {
         return 1;
     }
+    gg_begin(&g, "comm_init");
     if (ncclCommInitRank(&comm, world, id, g.rank) != ncclSuccess) {
         printf("FAIL comm_init (rank %d)\n", g.rank);
         return 1;
@@ -519,7 +616,7 @@ int main(int argc, char **argv)
         ncclCommDestroy(shrunk);
     }
     if (child > 0) {
-        int rc = gg_wait_child(child, 300);
+        int rc = gg_wait_child(child, 120);
         gg_result(&g, "newcomer_exit", rc == 0, "exit %d", rc);
     }
 out:
