@@ -8,7 +8,7 @@
 # stopped at the end, also on failure or Ctrl-C; where nvidia-cuda-mps-control is missing (or with
 # --no-mps) the ranks run time-sliced (~2.25 ms slices: correct but slow; deadlines must allow it).
 #
-# Each rank gets EEP_RANK, EEP_WORLD_SIZE, EEP_CLUSTER_DIR (a private folder for rendezvous files),
+# Each rank gets EEP_RANK, EEP_WORLD_SIZE, ONE_GPU_CLUSTER_DIR (a private folder for rendezvous files),
 # EEP_BOOTSTRAP=tcp:127.0.0.1:PORT, NCCL_HOSTID, NCCL_NET_PLUGIN (absolute), and
 # NCCL_NET_PLUGIN_REF_COUNT=1 NCCL_SOCKET_IFNAME=lo NCCL_MNNVL_ENABLE=0 NCCL_NVLS_ENABLE=0
 # CUDA_MODULE_LOADING=EAGER.  Output of rank i goes to LOGS/rank<i>.log.
@@ -105,12 +105,12 @@ if [ "$mps" -eq 1 ]; then
 else
     echo "one-gpu-cluster: --no-mps: running time-sliced (~2.25 ms slices)"
 fi
-export EEP_ONE_GPU_MPS=$mps_up
+export ONE_GPU_MPS=$mps_up
 
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' 2>/dev/null || echo 29517)
 export NCCL_NET_PLUGIN=$plugin NCCL_NET_PLUGIN_REF_COUNT=1 NCCL_SOCKET_IFNAME=lo \
        NCCL_MNNVL_ENABLE=0 NCCL_NVLS_ENABLE=0 CUDA_MODULE_LOADING=EAGER \
-       EEP_WORLD_SIZE=$ranks EEP_CLUSTER_DIR=$tmp/rdv EEP_BOOTSTRAP=tcp:127.0.0.1:$port \
+       EEP_WORLD_SIZE=$ranks ONE_GPU_CLUSTER_DIR=$tmp/rdv EEP_BOOTSTRAP=tcp:127.0.0.1:$port \
        NCCL_DEBUG=$nccl_debug NCCL_DEBUG_SUBSYS=${NCCL_DEBUG_SUBSYS:-INIT,NET}
 runid=$$-$RANDOM
 echo "one-gpu-cluster: $ranks ranks of: $*  (logs $logs)"

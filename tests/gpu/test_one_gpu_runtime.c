@@ -66,7 +66,7 @@ static void back_to_back(eep_runtime_t *rt, eep_barrier_mode_t mode, long count,
     printf("BENCH | barrier (%s, GIN only: lsaSize 1), back to back | %.2f us | N=%d ranks on 1 "
            "GPU, %s | eep-gin plugin: a test transport, not NCCL's GIN |\n",
            name, (t1 - t0) * 1e3 / (double)count, nranks,
-           getenv("EEP_ONE_GPU_MPS") != NULL && atoi(getenv("EEP_ONE_GPU_MPS")) == 1
+           getenv("ONE_GPU_MPS") != NULL && atoi(getenv("ONE_GPU_MPS")) == 1
                ? "MPS"
                : "time-sliced (no MPS)");
     fflush(stdout);
@@ -184,7 +184,7 @@ static void stopped_peer(eep_runtime_t *rt, eep_bootstrap_t *bs, const char *dir
 
 int main(int argc, char **argv)
 {
-    const char           *dir   = getenv("EEP_CLUSTER_DIR");
+    const char           *dir   = getenv("ONE_GPU_CLUSTER_DIR");
     long                  count = argc > 1 ? atol(argv[1]) : 100000;
     eep_bootstrap_t      *bs;
     eep_runtime_t        *rt;

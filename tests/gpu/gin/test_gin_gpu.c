@@ -331,7 +331,7 @@ static void gg_bench(gg_t *g, ncclComm_t comm)
     size_t              i;
 
     snprintf(setup, sizeof(setup), "N=%d ranks on 1 GPU, %s", g->nranks,
-             getenv("EEP_ONE_GPU_MPS") != NULL && atoi(getenv("EEP_ONE_GPU_MPS")) == 1
+             getenv("ONE_GPU_MPS") != NULL && atoi(getenv("ONE_GPU_MPS")) == 1
                  ? "MPS"
                  : "time-sliced (no MPS)");
     gg_begin(g, "bench");
@@ -557,10 +557,10 @@ int main(int argc, char **argv)
     char         self[4096];
     ssize_t      n;
 
-    g.dir = getenv("EEP_CLUSTER_DIR");
+    g.dir = getenv("ONE_GPU_CLUSTER_DIR");
     if (getenv("EEP_RANK") == NULL || getenv("EEP_WORLD_SIZE") == NULL || g.dir == NULL) {
         printf("SKIP: run me through scripts/one-gpu-cluster.sh (EEP_RANK, EEP_WORLD_SIZE, "
-               "EEP_CLUSTER_DIR)\n");
+               "ONE_GPU_CLUSTER_DIR)\n");
         return 77;
     }
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
