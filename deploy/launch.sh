@@ -51,6 +51,8 @@ cleanup() {
         for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
         kill -KILL "$p" 2>/dev/null
     done
+    # reap them (our own background jobs): gone, not zombies, before the launcher itself exits
+    for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
     if [ "$mps_up" -eq 1 ]; then # after its clients: it exits once they are gone
         echo quit | CUDA_MPS_PIPE_DIRECTORY=$run_dir/mps/pipe nvidia-cuda-mps-control >/dev/null 2>&1
         for _ in $(seq 50); do [ -e "$run_dir/mps/pipe/control" ] || break; sleep 0.1; done
