@@ -43,12 +43,12 @@ $(BUILD)/tests/elastic/gpu/test_cuda_sym.o: CPPFLAGS += \
     -DEEP_TEST_LIBEEP_SO='"$(abspath $(LIBEEP_SO))"'
 $(BUILD)/tests/elastic/gpu/test_cuda_sym: | $(LIBEEP_SO)
 
-# test_ep_baseline_emu: the NCCL baseline's kernels run on the CPU (C++20 threads as GPU threads,
-# tests/emu/ep_cuda_shim.h); -ffp-contract=off so host arithmetic rounds like the device's _rn ops.
+# test_ep_baseline_emu: the NCCL baseline's kernels run on the CPU (the same emulator, its blocks in
+# turn in one process: eep_shim_launch); -ffp-contract=off so host arithmetic rounds like the device's _rn ops.
 EP_EMU_TEST := $(BUILD)/tests/emu/test_ep_baseline_emu
 UNIT_TEST_BINS += $(EP_EMU_TEST)
 unit-tests: $(EP_EMU_TEST)
-$(EP_EMU_TEST): tests/emu/test_ep_baseline_emu.cc tests/emu/ep_cuda_shim.h \
+$(EP_EMU_TEST): tests/emu/test_ep_baseline_emu.cc tests/emu/ep_kernel_shim.h \
                 $(wildcard kernels/ep/baseline_*) $(EP_REFERENCE_OBJ) $(LIBEEP_A)
 	@mkdir -p $(dir $@)
 	$(CXX) -std=c++20 $(CPPFLAGS) $(WARN) -O1 -g -ffp-contract=off -pthread $(SAN) -o $@ $< \

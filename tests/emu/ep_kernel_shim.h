@@ -1,6 +1,8 @@
 /*
  * ep_kernel_shim.h - just enough CUDA and NCCL device API, on the CPU, to run the real direct-mode
- * dispatch and combine kernels (kernels/ep/dispatch.cuh, combine.cuh) in a unit test.  A fake
+ * dispatch and combine kernels (kernels/ep/dispatch.cuh, combine.cuh) and the NCCL baseline's
+ * (bench/kernels/baseline_*.cuh, through eep_shim_launch at the end) in a unit test: the one
+ * emulator of both kernel families.  A fake
  * standing in for the GPU, which is not under test here: what is under test is the kernels'
  * logic (layout, order, the tag/handshake protocol between blocks and ranks, warp-uniform use of
  * warp operations).
@@ -516,6 +518,40 @@ typedef eep_shim_window *ncclWindow_t;
 inline void *ncclGetLsaPointer(ncclWindow_t w, size_t offset, int peer)
 {
     return w->base[peer] + offset;
+}
+
+/*
+ * In-process launch, for kernels whose blocks never wait for one another (the NCCL baseline's,
+ * bench/kernels/): the @p grid blocks run one after another in this process, each block's
+ * @p block threads as fibers, as eep_shim_run_fibers runs them; __shared__ statics are this
+ * process's, so a block sees what the previous one left (kernels that rely on zeroed shared
+ * memory are wrong on the GPU too).
+ */
+template <typename P>
+struct eep_shim_launch_ctx {
+    void (*fn)(const P &);
+    const P *p;
+};
+
+template <typename P>
+inline void eep_shim_launch_body(void *arg)
+{
+    const eep_shim_launch_ctx<P> *c = (const eep_shim_launch_ctx<P> *)arg;
+
+    c->fn(*c->p);
+}
+
+template <typename P>
+inline void eep_shim_launch(void (*fn)(const P &), unsigned grid, unsigned block, const P &p)
+{
+    eep_shim_launch_ctx<P> c = { fn, &p };
+
+    blockDim.x = block;
+    gridDim.x  = grid;
+    for (unsigned b = 0; b < grid; b++) {
+        blockIdx.x = b;
+        eep_shim_run_fibers(block, eep_shim_launch_body<P>, &c);
+    }
 }
 
 #endif /* EEP_TESTS_EP_KERNEL_SHIM_H */

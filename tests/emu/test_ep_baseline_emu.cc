@@ -1,6 +1,6 @@
 /*
- * test_ep_baseline_emu.cc - the NCCL baseline's kernels (kernels/ep/baseline_*.cuh), run on the
- * CPU through tests/emu/ep_cuda_shim.h for a simulated world, against the CPU reference.
+ * test_ep_baseline_emu.cc - the NCCL baseline's kernels (bench/kernels/baseline_*.cuh), run on the
+ * CPU through tests/emu/ep_kernel_shim.h (eep_shim_launch) for a simulated world, against the CPU reference.
  *
  * The host steps of bench/eep_bench_ep_baseline.c are replayed in one process: route, scan and
  * pack on every rank; the all-gather of counts and the grouped send/recv become copies between
@@ -9,7 +9,7 @@
  * poisoned and rows past the end must stay poisoned.  This is what can be checked without a GPU:
  * the kernels' logic and orders, not their speed or their memory model.
  */
-#include "tests/emu/ep_cuda_shim.h"
+#include "tests/emu/ep_kernel_shim.h"
 
 #include "bench/kernels/baseline_combine.cuh"
 #include "bench/kernels/baseline_dispatch.cuh"
@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <vector>
 
 #define U(p) ((unsigned long long)(uintptr_t)(p))
 static int64_t errors;
