@@ -14,7 +14,8 @@ LIBEEP_CONTROL_A := $(BUILD)/lib/libeep_control.a
 
 CONTROL_SRCS += control/rpc/rpc_client.c control/rpc/rpc_client_stream.c \
                 control/etcd/etcd.c control/etcd/etcd_watch.c control/etcd/etcd_lease.c \
-                control/etcd/etcd_knobs.c
+                control/etcd/etcd_knobs.c \
+                control/tool/tool.c
 
 # The knob table is plain data that every process registers (elastic/config_registry.c).
 UTIL_SRCS += control/etcd/etcd_knobs.c

@@ -8,10 +8,14 @@
 #                      kill -9, SIGSTOP, leader failover, a 3-member etcd losing one; measures
 #   test_eepctl        every eepctl command, table and --json, against a real eepd
 #   test_grpc_client   Python grpcio against eepd: GetStatus, WatchViews, bad input, TLS refusal
-EEPD_TEST_BINS := $(BUILD)/tests/control/test_eepd_view $(BUILD)/tests/control/test_eepd_api
+#   test_tool          cmocka: the tools' JSON emitter and numeric flags (no etcd)
+#   test_control_faults  issue 25's quick fault and bad-data cases (real etcd, eepd, agents)
+EEPD_TEST_BINS := $(BUILD)/tests/control/test_eepd_view $(BUILD)/tests/control/test_eepd_api \
+                  $(BUILD)/tests/control/test_tool
 UNIT_TEST_BINS += $(EEPD_TEST_BINS)
 SCRIPT_TESTS   += tests/control/test_eepd_fuzz.sh tests/control/test_eepd_cluster.py \
-                  tests/control/test_eepctl.py tests/control/test_grpc_client.py
+                  tests/control/test_eepctl.py tests/control/test_grpc_client.py \
+                  tests/control/test_control_faults.py
 
 $(EEPD_TEST_BINS): $(BUILD)/tests/control/%: $(BUILD)/tests/control/%.o $(LIBEEPD_A) \
                    $(LIBEEP_CONTROL_A) $$(LIBEEP_PROTO_A) $(LIBUTIL_A)
