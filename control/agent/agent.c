@@ -23,7 +23,8 @@
 #include "elastic/log.h"
 #include "proto/eep.pb-c.h"
 
-#define EEP_AGENT_KEY_MAX 768
+#define EEP_AGENT_KEY_MAX   768
+#define EEP_AGENT_EPOCH_MAX (1ull << 53) /* eepd's EEPD_EPOCH_MAX */
 
 struct eep_agent {
     eep_agent_config_t      cfg;
@@ -176,10 +177,24 @@ static int eep_agent_offer_view(eep_agent_t *agent, const uint8_t *value, size_t
 {
     Eep__V1__View *v = eep__v1__view__unpack(NULL, len, value);
     uint8_t       *copy;
+    uint64_t       known;
     int            newer = 0;
 
     if (v == NULL) {
         eep_warn(EEP_SUBSYS_AGENT, "view/current does not decode (%zu bytes); ignored", len);
+        return 0;
+    }
+    pthread_mutex_lock(&agent->lock);
+    known = agent->latest_epoch;
+    pthread_mutex_unlock(&agent->lock);
+    /* A forged 2^64-1 once wedged every rank (nothing could follow it): epochs live in
+     * [1, 2^53] and move by at most max_epoch_jump (eepd holds the same rule). */
+    if (v->epoch == 0 || v->epoch > EEP_AGENT_EPOCH_MAX ||
+        (known > 0 && v->epoch > known && v->epoch - known > (uint64_t)agent->cfg.max_epoch_jump)) {
+        eep_error(EEP_SUBSYS_AGENT,
+                  "view/current holds epoch %llu, implausible after %llu; ignored as corrupt",
+                  (unsigned long long)v->epoch, (unsigned long long)known);
+        eep__v1__view__free_unpacked(v, NULL);
         return 0;
     }
     copy = malloc(len ? len : 1);

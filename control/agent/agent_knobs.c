@@ -20,6 +20,10 @@ static const eep_knob_t eep_agent_knobs[] = {
                    "Discover RDMA NICs with libibverbs and publish them in the member key."),
     EEP_AGENT_KNOB("EEP_AGENT_GPU_UUID", "", EEP_KNOB_STRING, gpu_uuid, 0, 0,
                    "GPU uuid published in the member key when the runtime passes none."),
+    EEP_AGENT_KNOB("EEP_AGENT_MAX_EPOCH_JUMP", "1000000", EEP_KNOB_INT, max_epoch_jump, 1,
+                   1000000000,
+                   "A view whose epoch is this far past the newest one seen (or above 2^53) is "
+                   "corrupt: logged and ignored, never handed to the runtime."),
 };
 
 const eep_knob_table_t eep_agent_knob_table = {

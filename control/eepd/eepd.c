@@ -163,33 +163,152 @@ static void eepd_note_change(eepd_t *eepd, const char *reason, int urgent)
     eepd->urgent |= urgent;
 }
 
+static uint64_t eepd_max_jump(const eepd_t *eepd)
+{
+    return eepd->cfg.max_epoch_jump > 0 ? (uint64_t)eepd->cfg.max_epoch_jump : 1000000;
+}
+
+/* Mark view/current as needing a fresh view from the leader (absent, corrupt, foreign, old). */
+static void eepd_current_bad(eepd_t *eepd, const char *why)
+{
+    if (!eepd->current_bad) {
+        eep_warn(EEP_SUBSYS_EEPD, "view/current %s%s", why,
+                 eepd->is_leader ? ": the leader publishes a new view over it" : "");
+    }
+    eepd->current_bad = 1;
+    if (eepd->is_leader) {
+        eepd_note_change(eepd, "repair", 1);
+    }
+}
+
+/*
+ * view/current was seen (watch, startup read, re-read) at @p mod_rev, or is absent (@p value
+ * NULL, mod_rev 0).  Whatever it holds, its revision is what the next publish compares, so
+ * garbage or a deletion never blocks publishing; a value that does not decode, or whose epoch is
+ * implausible (0, above 2^53, or a jump past max_epoch_jump), is counted and ignored, and a
+ * plausible epoch raises max_epoch even when the view is not adopted, so no epoch is reused.
+ */
 static void eepd_adopt_view(eepd_t *eepd, const uint8_t *value, size_t len, int64_t mod_rev)
 {
-    Eep__V1__View *v = eep__v1__view__unpack(NULL, len, value);
+    Eep__V1__View *v;
 
-    if (v == NULL) {
-        eep_error(EEP_SUBSYS_EEPD, "view/current does not decode (%zu bytes); ignored", len);
+    eepd->view_mod_rev = mod_rev;
+    if (value == NULL) {
+        eepd_current_bad(eepd, "is absent");
         return;
     }
+    v = eep__v1__view__unpack(NULL, len, value);
+    if (v == NULL) {
+        eepd->corrupt_views++;
+        eep_error(EEP_SUBSYS_EEPD, "view/current does not decode (%zu bytes); ignored", len);
+        eepd_current_bad(eepd, "is corrupt");
+        return;
+    }
+    if (!eepd_epoch_plausible(eepd->max_epoch, v->epoch, eepd_max_jump(eepd))) {
+        eepd->corrupt_views++;
+        eep_error(EEP_SUBSYS_EEPD,
+                  "view/current holds epoch %llu, implausible after %llu (at most +%llu, never "
+                  "above 2^53); ignored as corrupt",
+                  (unsigned long long)v->epoch, (unsigned long long)eepd->max_epoch,
+                  (unsigned long long)eepd_max_jump(eepd));
+        eep__v1__view__free_unpacked(v, NULL);
+        eepd_current_bad(eepd, "holds an implausible epoch");
+        return;
+    }
+    if (v->epoch > eepd->max_epoch) {
+        eepd->max_epoch = v->epoch;
+    }
     if (eepd->view != NULL && eepd_epoch_check(eepd->view->epoch, v->epoch) != EEP_OK) {
-        /* Our own publish arrives again through the watch: keep the revision fresh. */
-        if (v->epoch == eepd->view->epoch && mod_rev > eepd->view_mod_rev) {
-            eepd->view_mod_rev = mod_rev;
+        /* Our own publish arriving again through the watch is fine; an older or equal epoch
+         * written by anyone else is not the current view. */
+        if (!(v->epoch == eepd->view->epoch && mod_rev == eepd->view_adopted_rev)) {
+            eepd_current_bad(eepd, "holds an old epoch");
         }
         eep__v1__view__free_unpacked(v, NULL);
         return;
     }
+    if (eepd->is_leader && mod_rev != eepd->own_publish_rev && mod_rev > eepd->leader_create_rev) {
+        /* Only the leader writes view/current: a newer view it did not write after it won is
+         * foreign.  Its epoch is taken (never reused); the leader's membership goes over it. */
+        eep__v1__view__free_unpacked(v, NULL);
+        eepd_current_bad(eepd, "was written by someone else while this replica leads");
+        return;
+    }
+    eepd->current_bad = 0;
     if (eepd->view != NULL) {
         eep__v1__view__free_unpacked(eepd->view, NULL);
     }
-    eepd->view         = v;
-    eepd->view_mod_rev = mod_rev;
+    eepd->view             = v;
+    eepd->view_adopted_rev = mod_rev;
     eep_info(EEP_SUBSYS_EEPD, "view %llu: %zu ranks (%s, by %s)", (unsigned long long)v->epoch,
              v->n_members, v->reason, v->leader);
     eepd_api_broadcast(eepd);
     /* Members that changed while this view was in flight still need a look. */
     if (eepd->is_leader) {
         eepd_note_change(eepd, "reconcile", 0);
+    }
+}
+
+/*
+ * Why the Member value of a members/ key is over its bounds, or NULL (then *m_p is the decoded
+ * member or NULL if it does not decode).
+ */
+static const char *eepd_member_oversized(const eepd_t *eepd, const uint8_t *value, size_t len,
+                                         Eep__V1__Member **m_p)
+{
+    size_t max = eepd->cfg.max_member_bytes > 0 ? (size_t)eepd->cfg.max_member_bytes : 4096;
+    Eep__V1__Member *m;
+    size_t           i;
+
+    *m_p = NULL;
+    if (len > max) {
+        return "value over EEP_EEPD_MAX_MEMBER_BYTES";
+    }
+    m    = eep__v1__member__unpack(NULL, len, value);
+    *m_p = m;
+    if (m == NULL) {
+        return NULL;
+    }
+    if (strlen(m->id) > 200) {
+        return "id over 200 bytes";
+    }
+    if (strlen(m->host) > 255) {
+        return "host over 255 bytes";
+    }
+    if (strlen(m->gpu_uuid) > 128) {
+        return "gpu uuid over 128 bytes";
+    }
+    if (strlen(m->endpoint) > 256) {
+        return "endpoint over 256 bytes";
+    }
+    if (m->n_rdma_nics > 64) {
+        return "more than 64 rdma nics";
+    }
+    for (i = 0; i < m->n_rdma_nics; i++) {
+        if (strlen(m->rdma_nics[i]) > 64) {
+            return "an rdma nic name over 64 bytes";
+        }
+    }
+    return NULL;
+}
+
+/* A views/<epoch> key: its epoch counts toward max_epoch (never reuse one still in history). */
+static void eepd_note_history_key(eepd_t *eepd, const char *digits)
+{
+    char              *end;
+    unsigned long long e = strtoull(digits, &end, 10);
+
+    if (*end != '\0' || end == digits) {
+        return;
+    }
+    if (!eepd_epoch_plausible(eepd->max_epoch, e, eepd_max_jump(eepd))) {
+        eepd->corrupt_views++;
+        eep_error(EEP_SUBSYS_EEPD, "views/%s: implausible epoch after %llu; ignored", digits,
+                  (unsigned long long)eepd->max_epoch);
+        return;
+    }
+    if (e > eepd->max_epoch) {
+        eepd->max_epoch = e;
     }
 }
 
@@ -215,9 +334,25 @@ static void eepd_apply(eepd_t *eepd, int type, const char *key, const uint8_t *v
             }
             return;
         } else {
-            Eep__V1__Member *m = eep__v1__member__unpack(NULL, len, value);
+            Eep__V1__Member *m;
             eepd_member_t   *old;
+            const char      *why;
 
+            why = eepd_member_oversized(eepd, value, len, &m);
+            if (why != NULL) {
+                /* Bounded here, where it enters: one huge field once blocked every publish
+                 * (the view is written twice in one Txn, past etcd's request limit). */
+                eepd->members_rejected++;
+                eep_error(EEP_SUBSYS_EEPD, "member %s: %s (%zu bytes); ignored", id, why, len);
+                if (m != NULL) {
+                    eep__v1__member__free_unpacked(m, NULL);
+                }
+                if (eepd_member_find(eepd, id) != NULL) {
+                    eepd_member_remove(eepd, id);
+                    eepd_note_change(eepd, "lost", 0);
+                }
+                return;
+            }
             if (m == NULL || strcmp(m->id, id) != 0) {
                 eep_warn(EEP_SUBSYS_EEPD, "member key %s holds no valid Member; ignored", key);
                 if (m != NULL) {
@@ -283,8 +418,29 @@ static void eepd_apply(eepd_t *eepd, int type, const char *key, const uint8_t *v
     } else if (strcmp(rel, "view/current") == 0) {
         if (type == EEPD_EV_PUT) {
             eepd_adopt_view(eepd, value, len, mod_rev);
+        } else {
+            eepd_adopt_view(eepd, NULL, 0, 0);
+        }
+    } else if (strncmp(rel, "views/", 6) == 0) {
+        if (type == EEPD_EV_PUT) {
+            eepd_note_history_key(eepd, rel + 6);
         }
     } else if (strcmp(rel, "leader") == 0) {
+        /* An event older than what we already know of the leader key is stale: the delete of
+         * an OLD leader key (an expired lease) can reach us after we won again under a new
+         * one, and must not make us step down (issue 25 #1).  DELETE events carry the delete's
+         * revision in mod_rev. */
+        if (mod_rev != 0 && mod_rev < eepd->leader_seen_rev) {
+            eep_info(EEP_SUBSYS_EEPD,
+                     "stale %s of the leader key (revision %lld < %lld); "
+                     "ignored",
+                     type == EEPD_EV_DELETE ? "delete" : "put", (long long)mod_rev,
+                     (long long)eepd->leader_seen_rev);
+            return;
+        }
+        if (mod_rev > eepd->leader_seen_rev) {
+            eepd->leader_seen_rev = mod_rev;
+        }
         if (type == EEPD_EV_DELETE) {
             if (eepd->is_leader) {
                 eep_warn(EEP_SUBSYS_EEPD, "leader key deleted: stepping down");
@@ -415,6 +571,8 @@ static eep_status_t eepd_sync(eepd_t *eepd)
     eep_etcd_range_t r;
     eep_status_t     status;
     size_t           i;
+    char             ckey[EEPD_KEY_MAX];
+    int              have_current = 0;
 
     if (eepd->watch != NULL) {
         eep_etcd_watch_cancel(eepd->watch);
@@ -431,14 +589,23 @@ static eep_status_t eepd_sync(eepd_t *eepd)
     eepd_idset_clear(&eepd->drained);
     eepd_idset_clear(&eepd->faults);
     eepd->leader_id[0] = '\0';
+    eepd_key(eepd, ckey, sizeof(ckey), "view/current");
     for (i = 0; i < r.count; i++) {
         char *key = strndup((const char *)r.kvs[i].key, r.kvs[i].key_len);
 
         if (key != NULL) {
+            have_current |= strcmp(key, ckey) == 0;
             eepd_apply(eepd, EEPD_EV_PUT, key, r.kvs[i].value, r.kvs[i].value_len,
                        r.kvs[i].create_revision, r.kvs[i].mod_revision);
             free(key);
         }
+    }
+    if (!have_current) {
+        eepd_adopt_view(eepd, NULL, 0, 0);
+    }
+    if (eepd->is_leader && strcmp(eepd->leader_id, eepd->replica_id) != 0) {
+        eep_warn(EEP_SUBSYS_EEPD, "the leader key is gone or not ours: stepping down");
+        eepd->is_leader = 0;
     }
     status = eep_etcd_watch_create(eepd->etcd, eepd->prefix, 1, r.revision + 1, eepd_on_watch, eepd,
                                    &eepd->watch);
@@ -450,6 +617,42 @@ static eep_status_t eepd_sync(eepd_t *eepd)
 }
 
 /* ---- election ----------------------------------------------------------------------------- */
+
+/*
+ * A campaign lost because the leader key exists: if it holds our id under our live lease, it is
+ * ours (we missed or mis-ordered its events) and we lead; a replica must never sit beside a key
+ * that names it while nobody leads.
+ */
+static void eepd_reclaim(eepd_t *eepd)
+{
+    char             key[EEPD_KEY_MAX];
+    eep_etcd_range_t r;
+
+    eepd_key(eepd, key, sizeof(key), "leader");
+    eepd->etcd_round_trips++;
+    if (eep_etcd_range(eepd->etcd, key, 0, &r) != EEP_OK) {
+        return;
+    }
+    if (r.count == 1 && eepd->lease != 0 && r.kvs[0].lease == eepd->lease &&
+        r.kvs[0].value_len == strlen(eepd->replica_id) &&
+        memcmp(r.kvs[0].value, eepd->replica_id, r.kvs[0].value_len) == 0) {
+        eepd->is_leader         = 1;
+        eepd->leader_create_rev = r.kvs[0].create_revision;
+        if (r.kvs[0].mod_revision > eepd->leader_seen_rev) {
+            eepd->leader_seen_rev = r.kvs[0].mod_revision;
+        }
+        snprintf(eepd->leader_id, sizeof(eepd->leader_id), "%s", eepd->replica_id);
+        eep_warn(EEP_SUBSYS_EEPD,
+                 "the leader key (revision %lld) is ours under our lease: "
+                 "leading again",
+                 (long long)r.kvs[0].create_revision);
+        eepd_note_change(eepd, "failover", 1);
+    } else if (r.count == 1) {
+        snprintf(eepd->leader_id, sizeof(eepd->leader_id), "%.*s", (int)r.kvs[0].value_len,
+                 (const char *)r.kvs[0].value);
+    }
+    eep_etcd_range_free(&r);
+}
 
 static void eepd_campaign(eepd_t *eepd)
 {
@@ -492,11 +695,18 @@ static void eepd_campaign(eepd_t *eepd)
     put.lease     = eepd->lease;
     eepd->etcd_round_trips++;
     status = eep_etcd_txn(eepd->etcd, &cmp, 1, &put, 1, NULL, 0, &won, &rev);
-    if (status != EEP_OK || !won) {
+    if (status != EEP_OK) {
+        return;
+    }
+    if (!won) {
+        eepd_reclaim(eepd);
         return;
     }
     eepd->is_leader         = 1;
     eepd->leader_create_rev = rev;
+    if (rev > eepd->leader_seen_rev) {
+        eepd->leader_seen_rev = rev;
+    }
     snprintf(eepd->leader_id, sizeof(eepd->leader_id), "%s", eepd->replica_id);
     eepd->elections_won++;
     eep_info(EEP_SUBSYS_EEPD, "replica %s is the leader (revision %lld)", eepd->replica_id,
@@ -527,6 +737,8 @@ static void eepd_refresh(eepd_t *eepd)
     if (eep_etcd_range(eepd->etcd, key, 0, &r) == EEP_OK) {
         if (r.count == 1) {
             eepd_adopt_view(eepd, r.kvs[0].value, r.kvs[0].value_len, r.kvs[0].mod_revision);
+        } else {
+            eepd_adopt_view(eepd, NULL, 0, 0);
         }
         eep_etcd_range_free(&r);
     }
@@ -600,7 +812,19 @@ static eep_status_t eepd_publish(eepd_t *eepd, int force)
         goto out;
     }
     eepd->below_min_warned = 0;
-    epoch                  = (eepd->view != NULL ? eepd->view->epoch : 0) + 1;
+    /* The next epoch follows every epoch etcd still shows (view/current, views/<N>) and every
+     * one this replica ever saw, so a deleted view/current never makes an epoch come again. */
+    epoch = eepd->view != NULL ? eepd->view->epoch : 0;
+    if (eepd->max_epoch > epoch) {
+        epoch = eepd->max_epoch;
+    }
+    if (epoch >= EEPD_EPOCH_MAX) {
+        eep_error(EEP_SUBSYS_EEPD, "epoch %llu is at the limit 2^53: no view published",
+                  (unsigned long long)epoch);
+        status = EEP_ERR_STALE_EPOCH;
+        goto out;
+    }
+    epoch++;
     for (i = 0; i < n; i++) {
         vm[i]           = eepd->members[order[i]].member;
         vm[i]->cordoned = eepd_idset_has(&eepd->cordoned, vm[i]->id);
@@ -643,6 +867,29 @@ static eep_status_t eepd_publish(eepd_t *eepd, int force)
         goto out;
     }
     eep__v1__view__pack(&view, buf);
+    if (len > (size_t)(eepd->cfg.max_view_bytes > 0 ? eepd->cfg.max_view_bytes : 524288)) {
+        size_t big = 0, big_len = 0;
+
+        for (i = 0; i < n; i++) {
+            size_t l = eep__v1__member__get_packed_size(vm[i]);
+
+            if (l > big_len) {
+                big_len = l;
+                big     = i;
+            }
+        }
+        if (!eepd->view_size_warned) {
+            eep_error(EEP_SUBSYS_EEPD,
+                      "view %llu would be %zu bytes with %zu ranks, over EEP_EEPD_MAX_VIEW_BYTES "
+                      "%lld; not published (largest member %s, %zu bytes)",
+                      (unsigned long long)epoch, len, n, (long long)eepd->cfg.max_view_bytes,
+                      n > 0 ? vm[big]->id : "-", big_len);
+            eepd->view_size_warned = 1;
+        }
+        status = EEP_ERR_NO_RESOURCE;
+        goto out;
+    }
+    eepd->view_size_warned = 0;
 
     eepd_key(eepd, vkey, sizeof(vkey), "views/%020llu", (unsigned long long)epoch);
     eepd_key(eepd, ckey, sizeof(ckey), "view/current");
@@ -697,6 +944,7 @@ static eep_status_t eepd_publish(eepd_t *eepd, int force)
     eepd->round_trips_at_publish = eepd->etcd_round_trips;
     eep_info(EEP_SUBSYS_EEPD, "published view %llu: %zu ranks (%s)", (unsigned long long)epoch, n,
              view.reason);
+    eepd->own_publish_rev = rev;
     eepd_adopt_view(eepd, buf, len, rev);
     status = EEP_OK;
 out:
@@ -784,7 +1032,12 @@ static void eepd_cron(eepd_t *eepd, int64_t now)
     eepd_handle_faults(eepd);
     if (eepd->settle.pending_since_ms >= 0 &&
         (eepd->urgent || eepd_settle_ready(&eepd->settle, now, eepd->cfg.settle_ms))) {
-        status = eepd_publish(eepd, 0);
+        /* A corrupt, deleted or foreign view/current is overwritten even if membership is
+         * unchanged. */
+        if (eepd->current_bad && eepd->reason[0] == '\0') {
+            snprintf(eepd->reason, sizeof(eepd->reason), "repair");
+        }
+        status = eepd_publish(eepd, eepd->current_bad);
         if (status == EEP_OK) {
             eepd_settle_reset(&eepd->settle);
             eepd->urgent    = 0;

@@ -64,12 +64,20 @@ typedef struct eepd {
 
     /* Current view (any replica follows it). */
     Eep__V1__View *view;
-    int64_t        view_mod_rev; /* of view/current; 0 if absent */
+    int64_t        view_mod_rev;     /* of view/current whatever it holds; 0 if absent */
+    int64_t        own_publish_rev;  /* revision of our last successful publish */
+    int64_t        view_adopted_rev; /* mod revision at which @c view was adopted */
+    int            current_bad;      /* view/current absent, corrupt or foreign: leader repairs */
+    uint64_t       max_epoch;        /* highest plausible epoch ever seen; never goes back */
+    uint64_t       corrupt_views;    /* view/current or views/<N> values ignored as corrupt */
+    uint64_t       members_rejected; /* member values over their bounds */
+    int            view_size_warned;
 
     /* Election. */
     int64_t lease; /* our replica lease, 0 if none */
     int     is_leader;
     int64_t leader_create_rev;
+    int64_t leader_seen_rev; /* newest revision of the leader key applied: older events are stale */
     char    leader_id[256];
     int64_t no_campaign_until_ms;
     int64_t last_campaign_ms;

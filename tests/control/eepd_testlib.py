@@ -359,9 +359,11 @@ def pb_uint(num, v):
     return pb_varint(num << 3) + pb_varint(v)
 
 
-def pb_member(mid, host="forged", pid=1, gpu="", lease=0):
+def pb_member(mid, host="forged", pid=1, gpu="", lease=0, nics=()):
     """An eep.v1.Member."""
     out = pb_bytes(1, mid) + pb_bytes(2, host) + pb_uint(4, pid)
+    for n in nics:
+        out += pb_bytes(5, n)
     if gpu:
         out += pb_bytes(3, gpu)
     if lease:

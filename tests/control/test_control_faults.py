@@ -7,15 +7,28 @@ by tests/run.sh (cmocka-style lines).  Run one case with CONTROL_TEST_CASES=name
                      numbers with exit 2 and a message naming the flag
   agent_json         (#11) eep-agent prints valid JSON for ids and reasons with quotes, newlines,
                      control bytes and UTF-8
+  epoch_forged       (#7) a forged view/current at epoch 2^64-1 (and one 10^9 ahead): agents and
+                     eepd ignore it, the next view follows the real epochs
+  epoch_not_reused   (#6) short history, view/current deleted, eepd restarted: the next epoch
+                     follows the highest one etcd still shows
+  current_garbage    (#5) random bytes, empty, JSON, 1.3 MiB, 40k forged members, a delete in
+                     view/current: each time a join after it is published
+  member_oversized   (#8) an 800 KiB member field is refused naming the member, views go on; a
+                     view over EEP_EEPD_MAX_VIEW_BYTES is not published and the log names its
+                     largest member
+  leader_stale_events (#1) etcd SIGSTOPped 5 s past the leader lease, then an unleased value put
+                     into the leader key and deleted: afterwards one replica leads and publishes
 Exit 0 pass, 1 fail, 77 skip.
 """
 import os
+import signal
 import subprocess
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from eepd_testlib import (BIN, Agent, Etcd, check, need, pb_view, run_cases,  # noqa: E402
-                          wait_for)
+from eepd_testlib import (BIN, Agent, Eepd, Etcd, check, need, pb_member,  # noqa: E402
+                          pb_view, run_cases, wait_for)
 
 EEPCTL = os.path.join(BIN, "eepctl")
 AGENT = os.path.join(BIN, "eep-agent")
@@ -84,11 +97,174 @@ def case_agent_json():
     check(all(isinstance(x.get("member"), str) for x in a.evs()), "member fields are strings")
 
 
+def job_name(tag):
+    return "%s%d" % (tag, os.getpid())
+
+
+def all_in_view(agents, timeout, what):
+    """Wait until every agent's newest view holds exactly the agents (each with a rank)."""
+    ids = lambda: sorted(a.member() or "" for a in agents)  # noqa: E731
+    return wait_for(lambda: all(a.in_view() and sorted(a.last_view()["members"]) == ids()
+                                for a in agents), timeout, what)
+
+
+def log_of(d):
+    with open(d.log, "rb") as f:
+        return f.read().decode(errors="replace")
+
+
+def check_epochs(agents, limit=2**53):
+    for a in agents:
+        eps = [v["epoch"] for v in a.views()]
+        check(all(b > x for x, b in zip(eps, eps[1:])), "epochs not increasing: %r" % eps)
+        check(all(x < limit for x in eps), "an agent took an epoch >= 2^53: %r" % eps)
+
+
+def case_epoch_forged():
+    e = etcd()
+    job = job_name("forged")
+    d = Eepd(e, job, "f1")
+    agents = [Agent(e, job, 5, "f%d" % i) for i in range(2)]
+    all_in_view(agents, 15, "two agents in a view")
+    real = agents[0].last_view()["epoch"]
+    for forged in (2**64 - 1, real + 10**9):
+        e.put_bytes("/eep/%s/view/current" % job, pb_view(forged, [a.member() for a in agents]))
+        agents.append(Agent(e, job, 5, "f%d" % len(agents)))
+        all_in_view(agents, 15, "a join published after a forged epoch %d" % forged)
+    check_epochs(agents)
+    last = agents[0].last_view()["epoch"]
+    check(real < last < real + 50, "epochs went from %d to %d" % (real, last))
+    check("implausible" in log_of(d), "eepd does not log the implausible epoch")
+
+
+def case_epoch_not_reused():
+    e = etcd()
+    job = job_name("hist")
+    extra = {"EEP_EEPD_VIEW_HISTORY": "2"}
+    d = Eepd(e, job, "h1", extra)
+    agents = []
+    for i in range(3):
+        agents.append(Agent(e, job, 5, "h%d" % i))
+        all_in_view(agents, 15, "%d agents in a view" % len(agents))
+    high = agents[0].last_view()["epoch"]
+    check(high >= 3, "three joins gave epoch %d" % high)
+    d.proc.kill()
+    d.proc.wait()
+    e.delete("/eep/%s/view/current" % job)
+    d2 = Eepd(e, job, "h2", extra)
+    agents.append(Agent(e, job, 5, "h3"))
+    all_in_view(agents, 20, "a join after the restart")
+    check_epochs(agents)
+    for line in log_of(d2).split("\n"):
+        if "published view " in line:
+            ep = int(line.split("published view ")[1].split(":")[0])
+            check(ep > high, "eepd published epoch %d again (highest was %d)" % (ep, high))
+
+
+def case_current_garbage():
+    e = etcd()
+    job = job_name("garbage")
+    d = Eepd(e, job, "g1")
+    agents = [Agent(e, job, 5, "g%d" % i) for i in range(2)]
+    all_in_view(agents, 15, "two agents in a view")
+    key = "/eep/%s/view/current" % job
+    kinds = [
+        ("random bytes", b"\x08\xff\xff\xff" + bytes(range(7, 250))),
+        ("empty", b""),
+        ("json", b'{"epoch": 99, "members": []}'),
+        ("1.3 MiB", b"\x0a" + b"\xff" * (1300 * 1024)),
+        ("40k forged members", None),
+        ("deleted", "delete"),
+    ]
+    for what, value in kinds:
+        if value == "delete":
+            e.delete(key)
+        elif value is None:
+            cur = max(a.last_view()["epoch"] for a in agents)
+            e.put_bytes(key, pb_view(cur + 1, ["forged-%d" % i for i in range(40000)]))
+        else:
+            e.put_bytes(key, value)
+        agents.append(Agent(e, job, 5, "g%d" % len(agents)))
+        all_in_view(agents, 20, "a join published after %s in view/current" % what)
+    check_epochs(agents)
+
+
+def case_member_oversized():
+    e = etcd()
+    job = job_name("big")
+    d = Eepd(e, job, "b1")
+    agents = [Agent(e, job, 5, "b%d" % i) for i in range(2)]
+    all_in_view(agents, 15, "two agents in a view")
+    e.put_bytes("/eep/%s/members/forged-big" % job,
+                pb_member("forged-big", host="h" * (800 * 1024)))
+    agents.append(Agent(e, job, 5, "b2"))
+    all_in_view(agents, 15, "a join published beside an 800 KiB member")
+    log = log_of(d)
+    check("member forged-big: value over EEP_EEPD_MAX_MEMBER_BYTES" in log, "eepd does not name the member")
+
+    # A view over the stated limit is not published; the error names its largest member.
+    job2 = job_name("bigview")
+    d2 = Eepd(e, job2, "v1", {"EEP_EEPD_MAX_VIEW_BYTES": "1024"})
+    e.put_bytes("/eep/%s/members/forged-wide" % job2, pb_member("forged-wide", nics=["n%02d" % i + "w" * 57 for i in range(30)]))
+    a = Agent(e, job2, 5, "v0")
+    wait_for(lambda: "over EEP_EEPD_MAX_VIEW_BYTES" in log_of(d2), 15, "the view size error")
+    check("largest member forged-wide" in log_of(d2), "the error does not name the member")
+    check(not a.views(), "a view over the limit was published")
+    e.delete("/eep/%s/members/forged-wide" % job2)
+    all_in_view([a], 15, "the view once the wide member is gone")
+
+
+def leaders(reps):
+    out = []
+    for d in reps:
+        h = d.health()
+        if h and h["is_leader"]:
+            out.append(d.id)
+    return out
+
+
+def case_leader_stale_events():
+    e = etcd()
+    job = job_name("stale")
+    extra = {"EEP_EEPD_LEASE_TTL_S": "3"}
+    reps = [Eepd(e, job, "s1", extra), Eepd(e, job, "s2", extra)]
+    agents = [Agent(e, job, 10, "s0")]
+    all_in_view(agents, 15, "an agent in a view")
+    key = "/eep/%s/leader" % job
+    for rnd in range(2):
+        os.kill(e.procs[0].pid, signal.SIGSTOP)
+        time.sleep(5)
+        os.kill(e.procs[0].pid, signal.SIGCONT)
+        wait_for(lambda: len(leaders(reps)) == 1, 15, "one leader after etcd's pause (%d)" % rnd)
+        # Stay led: a leader key held by nobody's live lease, or nobody leading, fails here.
+        time.sleep(4)
+        ls = leaders(reps)
+        check(len(ls) == 1, "round %d: leaders %r after the pause" % (rnd, ls))
+        lk = e.get_bytes(key)
+        check(lk is not None and lk.decode() == ls[0], "leader key %r, leader %r" % (lk, ls))
+        agents.append(Agent(e, job, 10, "s%d" % len(agents)))
+        all_in_view(agents, 15, "a join published after etcd's pause (%d)" % rnd)
+    # An unleased value put into the leader key, then deleted.
+    e.put_bytes(key, b"intruder")
+    time.sleep(0.5)
+    e.delete(key)
+    wait_for(lambda: len(leaders(reps)) == 1, 10, "one leader after the intruder")
+    time.sleep(3)
+    check(len(leaders(reps)) == 1, "leaders %r after the intruder" % leaders(reps))
+    agents.append(Agent(e, job, 10, "s%d" % len(agents)))
+    all_in_view(agents, 15, "a join published after the intruder")
+
+
 def main():
     need(["etcd", "etcdctl", EEPCTL, AGENT, os.path.join(BIN, "eepd")])
     return run_cases([
         ("cli_numbers", case_cli_numbers),
         ("agent_json", case_agent_json),
+        ("epoch_forged", case_epoch_forged),
+        ("epoch_not_reused", case_epoch_not_reused),
+        ("current_garbage", case_current_garbage),
+        ("member_oversized", case_member_oversized),
+        ("leader_stale_events", case_leader_stale_events),
     ])
 
 
