@@ -55,3 +55,11 @@ $(EEP_AGENT_BOOT_TEST): $(BUILD)/tests/control/test_agent_bootstrap.o \
                         $(LIBEEP_CONTROL_A) $$(LIBEEP_PROTO_A) $(LIBEEP_A) $(LIBUTIL_A)
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $^ $(LDFLAGS) $(EEPD_LDLIBS) -libverbs -lcmocka
+
+# make test-faults: issue 25's slower etcd fault cases (etcd restarts, raft elections, pauses),
+# too slow for `make test`'s budget; same runner, same counts.
+CONTROL_FAULT_TESTS := tests/control/test_control_faults_slow.py
+.PHONY: test-faults
+test-faults: deps-test
+	@$(MAKE) --no-print-directory $(EEPD_BIN) $(EEPCTL_BIN) $(EEP_AGENT_BIN)
+	@BUILD=$(BUILD) SANITIZER=$(SANITIZER) tests/run.sh $(CONTROL_FAULT_TESTS)

@@ -16,6 +16,9 @@ by tests/run.sh (cmocka-style lines).  Run one case with CONTROL_TEST_CASES=name
   member_oversized   (#8) an 800 KiB member field is refused naming the member, views go on; a
                      view over EEP_EEPD_MAX_VIEW_BYTES is not published and the log names its
                      largest member
+  agent_pause_view   (#4) an agent SIGSTOPped while a view holding it is published, continued after
+                     its lease expired (eepd stopped meanwhile): it reports lease_lost before
+                     any view, never a rank on a view its lease no longer backs
   leader_stale_events (#1) etcd SIGSTOPped 5 s past the leader lease, then an unleased value put
                      into the leader key and deleted: afterwards one replica leads and publishes
 Exit 0 pass, 1 fail, 77 skip.
@@ -214,6 +217,40 @@ def case_member_oversized():
     all_in_view([a], 15, "the view once the wide member is gone")
 
 
+def case_agent_pause_view():
+    e = etcd()
+    job = job_name("pause")
+    d = Eepd(e, job, "p1")
+    victim = Agent(e, job, 2, "pv")
+    other = Agent(e, job, 10, "po")
+    all_in_view([victim, other], 15, "two agents in a view")
+    old_id = victim.member()
+    victim.signal(signal.SIGSTOP)
+    t_stop = time.monotonic()
+    joiner = Agent(e, job, 10, "pj")
+    wait_for(lambda: other.last_view() and joiner.member() in other.last_view()["members"] and
+             old_id in other.last_view()["members"], 10, "a view with the stopped agent")
+    check(time.monotonic() - t_stop < 1.8, "the view came too late to hold the stopped agent")
+    d.proc.send_signal(signal.SIGSTOP)  # no later view: the queued one is the newest
+    try:
+        wait_for(lambda: not e.keys("/eep/%s/members/%s" % (job, old_id)), 10,
+                 "the stopped agent's lease to expire")
+        n_before = len(victim.evs())
+        victim.signal(signal.SIGCONT)
+        wait_for(lambda: victim.evs("lease_lost"), 10, "lease_lost after SIGCONT")
+        time.sleep(0.5)
+        after = victim.evs()[n_before:]
+        for ev in after:
+            if ev["event"] == "lease_lost":
+                break
+            check(not (ev["event"] == "view" and ev["rank"] >= 0),
+                  "a view with rank %d (epoch %d) was handed out after the lease expired, "
+                  "before lease_lost" % (ev["rank"], ev["epoch"]))
+    finally:
+        d.proc.send_signal(signal.SIGCONT)
+    all_in_view([victim, other, joiner], 15, "the rejoined agent in a view")
+
+
 def leaders(reps):
     out = []
     for d in reps:
@@ -264,6 +301,7 @@ def main():
         ("epoch_not_reused", case_epoch_not_reused),
         ("current_garbage", case_current_garbage),
         ("member_oversized", case_member_oversized),
+        ("agent_pause_view", case_agent_pause_view),
         ("leader_stale_events", case_leader_stale_events),
     ])
 
