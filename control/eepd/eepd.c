@@ -616,6 +616,22 @@ static eep_status_t eepd_sync(eepd_t *eepd)
     return status;
 }
 
+int eepd_etcd_ok(eepd_t *eepd)
+{
+    int64_t deadline;
+
+    if (eepd->etcd == NULL || eepd->watch == NULL || eepd->watch_lost || eepd->etcd_failing) {
+        return 0;
+    }
+    /* A leader makes no etcd call in the steady state: its keepalive tells whether etcd
+     * answers (one goes out every TTL/3). */
+    if (eepd->lease != 0 && eep_etcd_lease_deadline(eepd->etcd, eepd->lease, &deadline) == EEP_OK &&
+        deadline - eepd_now_ms() < eepd->cfg.lease_ttl_s * 1000 / 3) {
+        return 0;
+    }
+    return 1;
+}
+
 /* ---- election ----------------------------------------------------------------------------- */
 
 /*
@@ -666,6 +682,7 @@ static void eepd_campaign(eepd_t *eepd)
     if (eepd->lease == 0) {
         eepd->etcd_round_trips++;
         status = eep_etcd_lease_grant(eepd->etcd, eepd->cfg.lease_ttl_s, &eepd->lease, &ttl);
+        eepd->etcd_failing = status == EEP_ERR_CONTROL_UNAVAILABLE;
         if (status != EEP_OK) {
             eepd->lease = 0;
             return;
@@ -694,7 +711,8 @@ static void eepd_campaign(eepd_t *eepd)
     put.value_len = strlen(eepd->replica_id);
     put.lease     = eepd->lease;
     eepd->etcd_round_trips++;
-    status = eep_etcd_txn(eepd->etcd, &cmp, 1, &put, 1, NULL, 0, &won, &rev);
+    status             = eep_etcd_txn(eepd->etcd, &cmp, 1, &put, 1, NULL, 0, &won, &rev);
+    eepd->etcd_failing = status == EEP_ERR_CONTROL_UNAVAILABLE;
     if (status != EEP_OK) {
         return;
     }
@@ -923,7 +941,8 @@ static eep_status_t eepd_publish(eepd_t *eepd, int force)
         ops[n_ops++] = (eep_etcd_op_t){ .type = EEP_ETCD_OP_DELETE, .key = okey };
     }
     eepd->etcd_round_trips++;
-    status = eep_etcd_txn(eepd->etcd, cmps, 4, ops, (size_t)n_ops, NULL, 0, &ok, &rev);
+    status             = eep_etcd_txn(eepd->etcd, cmps, 4, ops, (size_t)n_ops, NULL, 0, &ok, &rev);
+    eepd->etcd_failing = status == EEP_ERR_CONTROL_UNAVAILABLE;
     if (status != EEP_OK) {
         goto out;
     }
@@ -1001,7 +1020,9 @@ static void eepd_cron(eepd_t *eepd, int64_t now)
             return;
         }
         eepd->next_sync_ms = now + 1000;
-        if (eepd_sync(eepd) != EEP_OK) {
+        status             = eepd_sync(eepd);
+        eepd->etcd_failing = status != EEP_OK;
+        if (status != EEP_OK) {
             eep_warn(EEP_SUBSYS_EEPD, "cannot read /eep/%s/ from etcd; retrying in 1 s",
                      eepd->cfg.job);
             return;

@@ -98,6 +98,7 @@ typedef struct eepd {
     eepd_event_t     *ev_head, *ev_tail;
     eep_etcd_watch_t *watch;
     int               watch_lost;
+    int               etcd_failing; /* the loop's last etcd call found no endpoint */
     int64_t           next_sync_ms;
 
     /* Statistics (the loop writes; metrics text is a snapshot). */
@@ -134,6 +135,10 @@ eepd_member_t *eepd_member_find(eepd_t *eepd, const char *id);
 int            eepd_idset_has(const eepd_idset_t *set, const char *id);
 void           eepd_key(const eepd_t *eepd, char *buf, size_t len, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+
+/** @return 1 when etcd answers: the mirror is live, the loop's last call got through, and our
+ * lease's last keepalive answer is under 2/3 TTL old (what Health reports as etcd_ok). */
+int eepd_etcd_ok(eepd_t *eepd);
 
 /* eepd_api.c */
 eep_status_t eepd_api_register(eepd_t *eepd);

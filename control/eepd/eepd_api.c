@@ -433,7 +433,7 @@ static int eepd_api_health(eepd_t *eepd, eep_rpc_call_t *call, const uint8_t *re
     }
     eep__v1__health_request__free_unpacked(in, NULL);
     out.serving   = 1;
-    out.etcd_ok   = eepd->etcd != NULL && !eepd->watch_lost;
+    out.etcd_ok   = eepd_etcd_ok(eepd);
     out.is_leader = eepd->is_leader;
     return eepd_api_reply(eepd, call, &out.base);
 }

@@ -19,6 +19,9 @@ by tests/run.sh (cmocka-style lines).  Run one case with CONTROL_TEST_CASES=name
   agent_pause_view   (#4) an agent SIGSTOPped while a view holding it is published, continued after
                      its lease expired (eepd stopped meanwhile): it reports lease_lost before
                      any view, never a rank on a view its lease no longer backs
+  big_prefix         (#9) 1300 members and 100 kept views (a prefix over 4 MiB): a fresh eepd
+                     reads it, leads and publishes; Health's etcd_ok turns false while etcd is
+                     stopped and true again after
   leader_stale_events (#1) etcd SIGSTOPped 5 s past the leader lease, then an unleased value put
                      into the leader key and deleted: afterwards one replica leads and publishes
 Exit 0 pass, 1 fail, 77 skip.
@@ -251,6 +254,37 @@ def case_agent_pause_view():
     all_in_view([victim, other, joiner], 15, "the rejoined agent in a view")
 
 
+def case_big_prefix():
+    from concurrent.futures import ThreadPoolExecutor
+    e = etcd()
+    job = job_name("bigprefix")
+    pre = "/eep/%s/" % job
+    ids = ["m%04d-%s" % (i, "x" * 24) for i in range(1300)]
+    view = pb_view(1, ids[1:], reason="old")  # the kept views lack one member: 101 adds it
+    check(len(view) * 100 > 4 * 1024 * 1024, "the prefix must exceed 4 MiB")
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda m: e.put_bytes(pre + "members/" + m,
+                                            pb_member(m, host="h-" + m, pid=1000 + len(m))),
+                      ids))
+        list(pool.map(lambda n: e.put_bytes(pre + "views/%020d" % n, pb_view(n, ids[1:])),
+                      range(1, 101)))
+    e.put_bytes(pre + "view/current", pb_view(100, ids[1:]))
+    d = Eepd(e, job, "p1", {"EEP_EEPD_MAX_VIEW_BYTES": "8388608"})
+    wait_for(lambda: (d.health() or {}).get("is_leader"), 20, "eepd to lead over a 6 MiB prefix")
+    h = d.health()
+    check(h["etcd_ok"], "health says etcd is not ok: %r" % h)
+    wait_for(lambda: "published view 101" in log_of(d), 20, "view 101 (after the 100 kept)")
+    # Health tells the truth: etcd stopped -> etcd_ok false (from the lease's keepalive), then
+    # true again.
+    os.kill(e.procs[0].pid, signal.SIGSTOP)
+    try:
+        wait_for(lambda: (d.health() or {"etcd_ok": True}).get("etcd_ok") is False, 10,
+                 "etcd_ok false while etcd is stopped")
+    finally:
+        os.kill(e.procs[0].pid, signal.SIGCONT)
+    wait_for(lambda: (d.health() or {}).get("etcd_ok"), 10, "etcd_ok again")
+
+
 def leaders(reps):
     out = []
     for d in reps:
@@ -302,6 +336,7 @@ def main():
         ("current_garbage", case_current_garbage),
         ("member_oversized", case_member_oversized),
         ("agent_pause_view", case_agent_pause_view),
+        ("big_prefix", case_big_prefix),
         ("leader_stale_events", case_leader_stale_events),
     ])
 
