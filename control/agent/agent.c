@@ -246,6 +246,37 @@ static void eep_agent_on_view(const eep_etcd_event_t *events, size_t count, int6
     }
 }
 
+/*
+ * @return 1 when @p kv (view/current as read) is a view eepd published: eepd writes views/<N> and
+ * view/current in one Txn, so both have the same mod revision.  A fresh agent has no epoch to
+ * judge a jump by, and a forged view/current (epoch 10^9, say) would otherwise hide every real
+ * view after it; such a value is skipped and the next publish (eepd repairs it) comes by watch.
+ */
+static int eep_agent_view_published(eep_agent_t *agent, const eep_etcd_kv_t *kv)
+{
+    Eep__V1__View   *v = eep__v1__view__unpack(NULL, kv->value_len, kv->value);
+    char             key[EEP_AGENT_KEY_MAX];
+    eep_etcd_range_t r;
+    int              ok = 0;
+
+    if (v == NULL) {
+        return 1; /* eep_agent_offer_view reports it */
+    }
+    snprintf(key, sizeof(key), "%sviews/%020llu", agent->prefix, (unsigned long long)v->epoch);
+    if (eep_etcd_range(agent->etcd, key, 0, &r) == EEP_OK) {
+        ok = r.count == 1 && r.kvs[0].mod_revision == kv->mod_revision;
+        eep_etcd_range_free(&r);
+    }
+    if (!ok) {
+        eep_warn(EEP_SUBSYS_AGENT,
+                 "view/current (epoch %llu) is not the view published as views/%llu; waiting "
+                 "for the next view",
+                 (unsigned long long)v->epoch, (unsigned long long)v->epoch);
+    }
+    eep__v1__view__free_unpacked(v, NULL);
+    return ok;
+}
+
 static eep_status_t eep_agent_follow_views(eep_agent_t *agent)
 {
     char             key[EEP_AGENT_KEY_MAX];
@@ -257,7 +288,7 @@ static eep_status_t eep_agent_follow_views(eep_agent_t *agent)
     if (status != EEP_OK) {
         return status;
     }
-    if (r.count == 1) {
+    if (r.count == 1 && eep_agent_view_published(agent, &r.kvs[0])) {
         eep_agent_offer_view(agent, r.kvs[0].value, r.kvs[0].value_len);
     }
     status = eep_etcd_watch_create(agent->etcd, key, 0, r.revision + 1, eep_agent_on_view, agent,

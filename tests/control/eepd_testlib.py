@@ -184,6 +184,13 @@ class Etcd:
             body["lease"] = str(lease)
         return self._gw("kv/put", body)
 
+    def put_many(self, pairs):
+        """Put every (key, bytes) in one txn: one revision, as eepd's publish writes views/<N>
+        and view/current."""
+        ops = [{"request_put": {"key": base64.b64encode(k.encode()).decode(),
+                                "value": base64.b64encode(v).decode()}} for k, v in pairs]
+        return self._gw("kv/txn", {"success": ops})
+
     def get_bytes(self, key):
         r = self._gw("kv/range", {"key": base64.b64encode(key.encode()).decode()})
         kvs = r.get("kvs", [])

@@ -22,6 +22,9 @@ by tests/run.sh (cmocka-style lines).  Run one case with CONTROL_TEST_CASES=name
   big_prefix         (#9) 1300 members and 100 kept views (a prefix over 4 MiB): a fresh eepd
                      reads it, leads and publishes; Health's etcd_ok turns false while etcd is
                      stopped and true again after
+  api_during_outage  (#10) etcd SIGSTOPped 5 s: every Health and GetStatus call to either
+                     replica (2 s deadline, a Cordon waiting on etcd meanwhile) answers, and
+                     Health says etcd_ok false
   leader_stale_events (#1) etcd SIGSTOPped 5 s past the leader lease, then an unleased value put
                      into the leader key and deleted: afterwards one replica leads and publishes
 Exit 0 pass, 1 fail, 77 skip.
@@ -91,7 +94,9 @@ def case_agent_json():
     view = pb_view(1, [weird_id, "plain"], reason=reason)
     # (Invalid UTF-8 cannot get this far: protobuf-c refuses such a View; test_tool covers the
     # emitter's U+FFFD.)
-    e.put_bytes("/eep/%s/view/current" % job, view)
+    # Written as eepd publishes (views/<N> and view/current in one txn): a fresh agent takes
+    # view/current only when views/<N> has the same revision.
+    e.put_many([("/eep/%s/views/%020d" % (job, 1), view), ("/eep/%s/view/current" % job, view)])
     a = Agent(e, job, 5, "json")
     wait_for(lambda: a.views() or a.bad_lines, 15, "the agent's view line")
     with a.lock:
@@ -285,6 +290,55 @@ def case_big_prefix():
     wait_for(lambda: (d.health() or {}).get("etcd_ok"), 10, "etcd_ok again")
 
 
+def case_api_during_outage():
+    import threading
+    e = etcd()
+    job = job_name("outage")
+    reps = [Eepd(e, job, "o1"), Eepd(e, job, "o2")]
+    a = Agent(e, job, 10, "o0")
+    all_in_view([a], 15, "an agent in a view")
+    failures, answers = [], []
+
+    def call(d, what):
+        t = time.monotonic()
+        r = d.ctl("--json", what, check_rc=False)
+        dt = time.monotonic() - t
+        if r.returncode != 0:
+            failures.append("%s %s: exit %d after %.1f s: %s" % (d.id, what, r.returncode, dt,
+                                                                  r.stderr.strip()[-200:]))
+        else:
+            answers.append((d.id, what, r.stdout))
+
+    os.kill(e.procs[0].pid, signal.SIGSTOP)
+    try:
+        # Writes wait on etcd; the loop must not (their own failure is fine here).
+        writers = [threading.Thread(target=lambda d=d: d.ctl("cordon", a.member(),
+                                                              check_rc=False))
+                   for d in reps]
+        for w in writers:
+            w.start()
+        end = time.monotonic() + 5
+        while time.monotonic() < end:
+            ts = [threading.Thread(target=call, args=(d, w)) for d in reps
+                  for w in ("health", "status")]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join()
+            time.sleep(0.3)
+    finally:
+        os.kill(e.procs[0].pid, signal.SIGCONT)
+    for w in writers:
+        w.join()
+    check(not failures, "%d of %d calls failed during the outage: %s"
+          % (len(failures), len(failures) + len(answers), failures[:3]))
+    import json as _json
+    late = [_json.loads(out) for (rid, what, out) in answers[-4:] if what == "health"]
+    check(any(not h["etcd_ok"] for h in late), "health says etcd_ok during the outage: %r" % late)
+    wait_for(lambda: all((d.health() or {}).get("etcd_ok") for d in reps), 15, "etcd_ok again")
+    wait_for(lambda: len(leaders(reps)) == 1, 15, "one leader after the outage")
+
+
 def leaders(reps):
     out = []
     for d in reps:
@@ -337,6 +391,7 @@ def main():
         ("member_oversized", case_member_oversized),
         ("agent_pause_view", case_agent_pause_view),
         ("big_prefix", case_big_prefix),
+        ("api_during_outage", case_api_during_outage),
         ("leader_stale_events", case_leader_stale_events),
     ])
 
