@@ -63,3 +63,10 @@ CONTROL_FAULT_TESTS := tests/control/test_control_faults_slow.py
 test-faults: deps-test
 	@$(MAKE) --no-print-directory $(EEPD_BIN) $(EEPCTL_BIN) $(EEP_AGENT_BIN)
 	@BUILD=$(BUILD) SANITIZER=$(SANITIZER) tests/run.sh $(CONTROL_FAULT_TESTS)
+
+# make soak-control: tests/control/soak_control.py, a seeded fault schedule (SOAK_SECONDS,
+# default 180; SOAK_SEED, default 1) against etcd x3, eepd x2 and five agents.
+.PHONY: soak-control
+soak-control: deps-test
+	@$(MAKE) --no-print-directory $(EEPD_BIN) $(EEPCTL_BIN) $(EEP_AGENT_BIN)
+	@BUILD=$(BUILD) EEP_TEST_TIMEOUT=$${EEP_TEST_TIMEOUT:-900} tests/run.sh tests/control/soak_control.py

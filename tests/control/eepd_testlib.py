@@ -128,10 +128,38 @@ def tmp(name):
     return os.path.join(_tmp, name)
 
 
-class Etcd:
-    """A cluster of n etcd members on loopback."""
+def openssl(*args):
+    subprocess.run(["openssl"] + list(args), check=True, capture_output=True)
 
-    def __init__(self, n=1, name="e"):
+
+def make_pki(name="pki"):
+    """A test CA (and a rogue one) with server, client and badclient (rogue-signed) certificates
+    for 127.0.0.1; returns p(file) -> its path."""
+    d = tmp(name)
+    os.makedirs(d)
+    p = lambda n: os.path.join(d, n)  # noqa: E731
+    ext = p("ext.cnf")
+    with open(ext, "w") as f:
+        f.write("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
+    for ca in ("ca", "rogue"):
+        openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj",
+                "/CN=eep-test-" + ca, "-keyout", p(ca + ".key"), "-out", p(ca + ".pem"))
+    for cn, ca in (("server", "ca"), ("client", "ca"), ("badclient", "rogue")):
+        openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=" + cn, "-keyout",
+                p(cn + ".key"), "-out", p(cn + ".csr"))
+        openssl("x509", "-req", "-in", p(cn + ".csr"), "-CA", p(ca + ".pem"), "-CAkey",
+                p(ca + ".key"), "-CAcreateserial", "-days", "2", "-out", p(cn + ".pem"),
+                "-extfile", ext)
+    return p
+
+
+class Etcd:
+    """A cluster of n etcd members on loopback; with @p pki (make_pki) it serves https only and
+    requires client certificates signed by the test CA (mutual TLS)."""
+
+    def __init__(self, n=1, name="e", pki=None):
+        self.pki = pki
+        self.scheme = "https" if pki else "http"
         self.names = ["%s%d" % (name, i) for i in range(n)]
         self.client = [free_port() for _ in range(n)]
         self.peer = [free_port() for _ in range(n)]
@@ -141,15 +169,28 @@ class Etcd:
         wait_for(lambda: self.ctl("put", "/eep-test-ready", "1").returncode == 0, 30,
                  "etcd to serve")
 
+    def client_env(self):
+        """The EEP_ETCD_* settings a client of this cluster needs (TLS files)."""
+        if not self.pki:
+            return {}
+        return {"EEP_ETCD_CA": self.pki("ca.pem"), "EEP_ETCD_CERT": self.pki("client.pem"),
+                "EEP_ETCD_KEY": self.pki("client.key")}
+
+    def _tls_args(self):
+        if not self.pki:
+            return []
+        return ["--cert-file", self.pki("server.pem"), "--key-file", self.pki("server.key"),
+                "--client-cert-auth", "--trusted-ca-file", self.pki("ca.pem")]
+
     def _start(self, i, state):
         return spawn([
             "etcd", "--name", self.names[i], "--data-dir", tmp(self.names[i] + ".data"),
-            "--listen-client-urls", "http://127.0.0.1:%d" % self.client[i],
-            "--advertise-client-urls", "http://127.0.0.1:%d" % self.client[i],
+            "--listen-client-urls", "%s://127.0.0.1:%d" % (self.scheme, self.client[i]),
+            "--advertise-client-urls", "%s://127.0.0.1:%d" % (self.scheme, self.client[i]),
             "--listen-peer-urls", "http://127.0.0.1:%d" % self.peer[i],
             "--initial-advertise-peer-urls", "http://127.0.0.1:%d" % self.peer[i],
             "--initial-cluster", self.cluster, "--initial-cluster-state", state,
-            "--heartbeat-interval", "50", "--election-timeout", "500"],
+            "--heartbeat-interval", "50", "--election-timeout", "500"] + self._tls_args(),
             log=tmp("%s.%d.log" % (self.names[i], len(_procs))))
 
     def kill(self, i=0):
@@ -167,11 +208,16 @@ class Etcd:
         that answers."""
         data = json.dumps(body).encode()
         last = None
+        ctx = None
+        if self.pki:
+            import ssl
+            ctx = ssl.create_default_context(cafile=self.pki("ca.pem"))
+            ctx.load_cert_chain(self.pki("client.pem"), self.pki("client.key"))
         for port in self.client:
             try:
-                req = urllib.request.Request("http://127.0.0.1:%d/v3/%s" % (port, path), data,
-                                             {"Content-Type": "application/json"})
-                with urllib.request.urlopen(req, timeout=5) as f:
+                req = urllib.request.Request("%s://127.0.0.1:%d/v3/%s" % (self.scheme, port, path),
+                                             data, {"Content-Type": "application/json"})
+                with urllib.request.urlopen(req, timeout=5, context=ctx) as f:
                     return json.loads(f.read().decode())
             except OSError as e:
                 last = e
@@ -210,8 +256,10 @@ class Etcd:
 
     def ctl(self, *args):
         env = dict(os.environ, ETCDCTL_API="3")
+        tls = ["--cacert", self.pki("ca.pem"), "--cert", self.pki("client.pem"), "--key",
+               self.pki("client.key")] if self.pki else []
         return subprocess.run(["etcdctl", "--endpoints", self.endpoints(), "--dial-timeout",
-                               "2s", "--command-timeout", "3s"] + list(args), env=env,
+                               "2s", "--command-timeout", "3s"] + tls + list(args), env=env,
                               capture_output=True, text=True)
 
     def raft_leader(self):
@@ -245,9 +293,10 @@ class Eepd:
                "EEP_EEPD_METRICS_PORT": str(self.metrics), "EEP_EEPD_FAULT_INJECTION": "1",
                "EEP_EEPD_NUM_EXPERTS": "16", "EEP_EEPD_REDUNDANT_EXPERTS": "1",
                "EEP_LOG_LEVEL": "info", "EEP_ETCD_TIMEOUT_MS": "2000"}
+        env.update(etcd.client_env())
         if extra:
             env.update(extra)
-        self.log = tmp("eepd-%s.log" % rid)
+        self.log = tmp("eepd-%s-%d.log" % (rid, len(_procs)))
         self.proc = spawn([os.path.join(BIN, "eepd")], env=env, log=self.log)
         wait_for(lambda: self.health() is not None, 20, "eepd %s to serve" % rid)
 
@@ -286,6 +335,7 @@ class Agent:
         self.lock = threading.Lock()
         env = {"EEP_ETCD_ENDPOINTS": etcd.endpoints(), "EEP_JOB": job, "EEP_LOG_LEVEL": "info",
                "EEP_ETCD_TIMEOUT_MS": "2000"}
+        env.update(etcd.client_env())
         if extra_env:
             env.update(extra_env)
         self.log = tmp("agent-%s-%d.log" % (name, id(self)))

@@ -25,6 +25,9 @@ by tests/run.sh (cmocka-style lines).  Run one case with CONTROL_TEST_CASES=name
   api_during_outage  (#10) etcd SIGSTOPped 5 s: every Health and GetStatus call to either
                      replica (2 s deadline, a Cordon waiting on etcd meanwhile) answers, and
                      Health says etcd_ok false
+  etcd_mtls          etcd over https with client certificates: eepd and agents with the test
+                     CA's client certificate publish and join; an agent without one, or with a
+                     rogue CA's, cannot join
   leader_stale_events (#1) etcd SIGSTOPped 5 s past the leader lease, then an unleased value put
                      into the leader key and deleted: afterwards one replica leads and publishes
 Exit 0 pass, 1 fail, 77 skip.
@@ -36,8 +39,8 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from eepd_testlib import (BIN, Agent, Eepd, Etcd, check, need, pb_member,  # noqa: E402
-                          pb_view, run_cases, wait_for)
+from eepd_testlib import (BIN, Agent, Eepd, Etcd, check, make_pki, need,  # noqa: E402
+                          pb_member, pb_view, run_cases, wait_for)
 
 EEPCTL = os.path.join(BIN, "eepctl")
 AGENT = os.path.join(BIN, "eep-agent")
@@ -339,6 +342,29 @@ def case_api_during_outage():
     wait_for(lambda: len(leaders(reps)) == 1, 15, "one leader after the outage")
 
 
+def case_etcd_mtls():
+    import shutil
+    if shutil.which("openssl") is None:
+        print("skip: openssl is not installed")
+        return
+    p = make_pki("pki-etcd")
+    e = Etcd(1, "t", pki=p)
+    job = job_name("mtls")
+    d = Eepd(e, job, "t1")
+    agents = [Agent(e, job, 5, "t%d" % i) for i in range(2)]
+    all_in_view(agents, 20, "two agents in a view over mutual TLS")
+    check((d.health() or {}).get("etcd_ok"), "eepd's health over TLS")
+    for what, env in (("no client certificate", {"EEP_ETCD_CERT": "", "EEP_ETCD_KEY": ""}),
+                      ("a rogue CA's certificate", {"EEP_ETCD_CERT": p("badclient.pem"),
+                                                    "EEP_ETCD_KEY": p("badclient.key")})):
+        r = subprocess.run([AGENT, "--ttl", "5"], env=dict(os.environ, EEP_JOB=job,
+                           EEP_ETCD_ENDPOINTS=e.endpoints(), EEP_ETCD_TIMEOUT_MS="1000",
+                           EEP_ETCD_CA=p("ca.pem"), **env), capture_output=True, text=True,
+                           timeout=20)
+        check(r.returncode == 1 and "cannot join" in r.stderr,
+              "an agent with %s: exit %d %r" % (what, r.returncode, r.stderr[-300:]))
+
+
 def leaders(reps):
     out = []
     for d in reps:
@@ -392,6 +418,7 @@ def main():
         ("agent_pause_view", case_agent_pause_view),
         ("big_prefix", case_big_prefix),
         ("api_during_outage", case_api_during_outage),
+        ("etcd_mtls", case_etcd_mtls),
         ("leader_stale_events", case_leader_stale_events),
     ])
 

@@ -6,6 +6,9 @@ case is counted by tests/run.sh.  Run one case with CONTROL_TEST_CASES=name.
   etcd_restart       (#2) etcd killed and restarted on its data dir after the agents' TTL: the
                      agents rejoin as new members and no view ever holds their old ids (etcd
                      restores the old leases, so the agents must revoke them first)
+  raft_election      (#3) 3-member etcd, its raft leader killed (and restarted) three times: no
+                     agent lease (TTL 2 s) and not eepd's leader lease is lost, and a join right
+                     after each election is published within 2 s
 Exit 0 pass, 1 fail, 77 skip.
 """
 import os
@@ -48,11 +51,41 @@ def case_etcd_restart():
     check(len(keys) == n, "%d member keys in etcd, %d agents" % (len(keys), n))
 
 
+def case_raft_election():
+    e = Etcd(3, "q")
+    job = "raft%d" % os.getpid()
+    d = Eepd(e, job, "q1", {"EEP_EEPD_LEASE_TTL_S": "3"})
+    agents = [Agent(e, job, 2, "q%d" % i) for i in range(4)]
+    all_in_view(agents, 20, "4 agents in a view")
+    won = open(d.log).read().count("is the leader")
+    lost_total, joins = 0, []
+    for rnd in range(3):
+        victim = e.raft_leader()
+        e.kill(victim)
+        time.sleep(3)  # more than an agent TTL after the raft leader died
+        joiner = Agent(e, job, 2, "j%d" % rnd)
+        t = time.monotonic()
+        agents.append(joiner)
+        all_in_view(agents, 15, "a join after raft election %d" % rnd)
+        joins.append(time.monotonic() - t)
+        e.restart(victim)
+        time.sleep(1)
+    for a in agents:
+        lost_total += len(a.evs("lease_lost"))
+    print("raft elections: %d agent leases lost, eepd elections won %d -> %d, joins %s s"
+          % (lost_total, won, open(d.log).read().count("is the leader"),
+             ", ".join("%.2f" % j for j in joins)), flush=True)
+    check(lost_total == 0, "%d agent leases lost over 3 raft elections" % lost_total)
+    check(open(d.log).read().count("is the leader") == won, "eepd lost and re-won its leader lease")
+    check(max(joins) < 2.0, "a join after an election took %.2f s" % max(joins))
+
+
 def main():
     need(["etcd", "etcdctl", os.path.join(BIN, "eepd"), os.path.join(BIN, "eep-agent"),
           os.path.join(BIN, "eepctl")])
     return run_cases([
         ("etcd_restart", case_etcd_restart),
+        ("raft_election", case_raft_election),
     ])
 
 
