@@ -14,7 +14,8 @@ LIBEEP_CONTROL_A := $(BUILD)/lib/libeep_control.a
 
 CONTROL_SRCS += control/rpc/rpc_client.c control/rpc/rpc_client_stream.c \
                 control/etcd/etcd.c control/etcd/etcd_watch.c control/etcd/etcd_lease.c \
-                control/etcd/etcd_knobs.c
+                control/etcd/etcd_knobs.c \
+                control/tool/tool.c
 
 # Objects under control/ get gRPC's flags (never CUDA's) and wait for the
 # generated headers (order-only).

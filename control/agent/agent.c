@@ -20,10 +20,12 @@
 
 #include "control/agent/agent_knobs.h"
 #include "control/etcd/etcd.h"
+#include "util/clock.h"
 #include "util/log.h"
 #include "proto/eep.pb-c.h"
 
-#define EEP_AGENT_KEY_MAX 768
+#define EEP_AGENT_KEY_MAX   768
+#define EEP_AGENT_EPOCH_MAX (1ull << 53) /* eepd's EEPD_EPOCH_MAX */
 
 struct eep_agent {
     eep_agent_config_t      cfg;
@@ -59,8 +61,10 @@ struct eep_agent {
     uint64_t          latest_epoch;
     uint64_t          handed_epoch;
     uint64_t          losses;
-    int64_t           retry_at_ms; /* after a failed rejoin or resync: not before this */
-    int               lease_dead;  /* etcd said the lease is gone: no revoke needed */
+    int64_t           retry_at_ms;     /* after a failed rejoin or resync: not before this */
+    int               lease_dead;      /* etcd said the lease is gone (still revoked: see below) */
+    int64_t           stale_leases[8]; /* old leases whose revoke did not get through (reg_lock) */
+    size_t            n_stale;
 };
 
 static int64_t eep_agent_now_ms(void)
@@ -176,10 +180,24 @@ static int eep_agent_offer_view(eep_agent_t *agent, const uint8_t *value, size_t
 {
     Eep__V1__View *v = eep__v1__view__unpack(NULL, len, value);
     uint8_t       *copy;
+    uint64_t       known;
     int            newer = 0;
 
     if (v == NULL) {
         eep_warn(EEP_SUBSYS_AGENT, "view/current does not decode (%zu bytes); ignored", len);
+        return 0;
+    }
+    pthread_mutex_lock(&agent->lock);
+    known = agent->latest_epoch;
+    pthread_mutex_unlock(&agent->lock);
+    /* A forged 2^64-1 once wedged every rank (nothing could follow it): epochs live in
+     * [1, 2^53] and move by at most max_epoch_jump (eepd holds the same rule). */
+    if (v->epoch == 0 || v->epoch > EEP_AGENT_EPOCH_MAX ||
+        (known > 0 && v->epoch > known && v->epoch - known > (uint64_t)agent->cfg.max_epoch_jump)) {
+        eep_error(EEP_SUBSYS_AGENT,
+                  "view/current holds epoch %llu, implausible after %llu; ignored as corrupt",
+                  (unsigned long long)v->epoch, (unsigned long long)known);
+        eep__v1__view__free_unpacked(v, NULL);
         return 0;
     }
     copy = malloc(len ? len : 1);
@@ -228,6 +246,37 @@ static void eep_agent_on_view(const eep_etcd_event_t *events, size_t count, int6
     }
 }
 
+/*
+ * @return 1 when @p kv (view/current as read) is a view eepd published: eepd writes views/<N> and
+ * view/current in one Txn, so both have the same mod revision.  A fresh agent has no epoch to
+ * judge a jump by, and a forged view/current (epoch 10^9, say) would otherwise hide every real
+ * view after it; such a value is skipped and the next publish (eepd repairs it) comes by watch.
+ */
+static int eep_agent_view_published(eep_agent_t *agent, const eep_etcd_kv_t *kv)
+{
+    Eep__V1__View   *v = eep__v1__view__unpack(NULL, kv->value_len, kv->value);
+    char             key[EEP_AGENT_KEY_MAX];
+    eep_etcd_range_t r;
+    int              ok = 0;
+
+    if (v == NULL) {
+        return 1; /* eep_agent_offer_view reports it */
+    }
+    snprintf(key, sizeof(key), "%sviews/%020llu", agent->prefix, (unsigned long long)v->epoch);
+    if (eep_etcd_range(agent->etcd, key, 0, &r) == EEP_OK) {
+        ok = r.count == 1 && r.kvs[0].mod_revision == kv->mod_revision;
+        eep_etcd_range_free(&r);
+    }
+    if (!ok) {
+        eep_warn(EEP_SUBSYS_AGENT,
+                 "view/current (epoch %llu) is not the view published as views/%llu; waiting "
+                 "for the next view",
+                 (unsigned long long)v->epoch, (unsigned long long)v->epoch);
+    }
+    eep__v1__view__free_unpacked(v, NULL);
+    return ok;
+}
+
 static eep_status_t eep_agent_follow_views(eep_agent_t *agent)
 {
     char             key[EEP_AGENT_KEY_MAX];
@@ -239,7 +288,7 @@ static eep_status_t eep_agent_follow_views(eep_agent_t *agent)
     if (status != EEP_OK) {
         return status;
     }
-    if (r.count == 1) {
+    if (r.count == 1 && eep_agent_view_published(agent, &r.kvs[0])) {
         eep_agent_offer_view(agent, r.kvs[0].value, r.kvs[0].value_len);
     }
     status = eep_etcd_watch_create(agent->etcd, key, 0, r.revision + 1, eep_agent_on_view, agent,
@@ -332,6 +381,8 @@ err_revoke:
     return status;
 }
 
+static void eep_agent_revoke_or_keep(eep_agent_t *agent, int64_t lease);
+
 /* reg_lock held: forget the old registration (its lease may still live after an eviction). */
 static void eep_agent_drop_registration(eep_agent_t *agent)
 {
@@ -340,7 +391,7 @@ static void eep_agent_drop_registration(eep_agent_t *agent)
 
     pthread_mutex_lock(&agent->lock);
     watch               = agent->member_watch;
-    lease               = agent->lease_dead ? 0 : agent->lease;
+    lease               = agent->lease;
     agent->member_watch = NULL;
     agent->lease        = 0;
     agent->lease_dead   = 0;
@@ -349,10 +400,48 @@ static void eep_agent_drop_registration(eep_agent_t *agent)
         eep_etcd_watch_cancel(watch);
     }
     if (lease != 0) {
-        /* After an eviction the lease still lives (and keeps a keepalive stream): end it.  After
-         * an expiry etcd answers NOT_FOUND, which the client logs; harmless. */
-        eep_etcd_lease_revoke(agent->etcd, lease);
+        /* Revoke even a lease we counted lost: a restarted etcd restores leases (with a fresh
+         * TTL), and the old member key would sit beside the new one, a dead rank in the next
+         * views (issue 25 #2).  After an eviction the lease still lives: end it.  After a real
+         * expiry etcd answers NOT_FOUND, which the client logs; harmless.  When etcd does not
+         * answer, the revoke is retried before the next registration. */
+        eep_agent_revoke_or_keep(agent, lease);
     }
+}
+
+/* reg_lock held: revoke @p lease, or remember it for eep_agent_revoke_stale(). */
+static void eep_agent_revoke_or_keep(eep_agent_t *agent, int64_t lease)
+{
+    eep_status_t status = eep_etcd_lease_revoke(agent->etcd, lease);
+
+    if (status != EEP_ERR_CONTROL_UNAVAILABLE && status != EEP_ERR_TIMEOUT) {
+        return;
+    }
+    if (agent->n_stale == sizeof(agent->stale_leases) / sizeof(agent->stale_leases[0])) {
+        eep_warn(EEP_SUBSYS_AGENT, "too many unrevoked leases: lease %llx left to expire",
+                 (unsigned long long)agent->stale_leases[0]);
+        memmove(agent->stale_leases, agent->stale_leases + 1,
+                (agent->n_stale - 1) * sizeof(agent->stale_leases[0]));
+        agent->n_stale--;
+    }
+    agent->stale_leases[agent->n_stale++] = lease;
+}
+
+/* reg_lock held: revoke the old leases first; EEP_OK once none is left. */
+static eep_status_t eep_agent_revoke_stale(eep_agent_t *agent)
+{
+    while (agent->n_stale > 0) {
+        int64_t      lease  = agent->stale_leases[agent->n_stale - 1];
+        eep_status_t status = eep_etcd_lease_revoke(agent->etcd, lease);
+
+        if (status == EEP_ERR_CONTROL_UNAVAILABLE || status == EEP_ERR_TIMEOUT) {
+            return status;
+        }
+        eep_info(EEP_SUBSYS_AGENT, "old lease %llx revoked before registering again",
+                 (unsigned long long)lease);
+        agent->n_stale--;
+    }
+    return EEP_OK;
 }
 
 static int eep_agent_key_exists(eep_agent_t *agent, const char *key, int *exists_p)
@@ -382,7 +471,8 @@ static void *eep_agent_main(void *arg)
             pthread_mutex_unlock(&agent->lock);
             pthread_mutex_lock(&agent->reg_lock);
             eep_agent_drop_registration(agent);
-            if (!agent->left && !agent->stop && eep_agent_register(agent) != EEP_OK) {
+            if (!agent->left && !agent->stop &&
+                (eep_agent_revoke_stale(agent) != EEP_OK || eep_agent_register(agent) != EEP_OK)) {
                 pthread_mutex_lock(&agent->lock);
                 agent->need_rejoin = 1; /* retried in 500 ms */
                 agent->retry_at_ms = eep_agent_now_ms() + 500;
@@ -702,15 +792,40 @@ err_nomem:
     return EEP_ERR_NO_MEMORY;
 }
 
-eep_status_t eep_agent_poll(eep_agent_t *agent, eep_agent_view_t **view_p)
+/* eep_agent_poll; @p held_p says a newer view waits for the lease to be confirmed. */
+static eep_status_t eep_agent_poll_held(eep_agent_t *agent, eep_agent_view_t **view_p, int *held_p)
 {
     uint8_t     *bytes = NULL;
     size_t       len   = 0;
     char         my_id[256];
     eep_status_t status;
+    int64_t      lease, deadline = 0;
 
     if (agent == NULL || view_p == NULL) {
         return EEP_ERR_INVALID_ARG;
+    }
+    pthread_mutex_lock(&agent->lock);
+    if (agent->lost_pending) {
+        agent->lost_pending = 0;
+        pthread_mutex_unlock(&agent->lock);
+        return EEP_ERR_LEASE_LOST;
+    }
+    if (agent->latest_epoch <= agent->handed_epoch || agent->latest == NULL) {
+        pthread_mutex_unlock(&agent->lock);
+        return EEP_INPROGRESS;
+    }
+    lease = agent->registered ? agent->lease : 0;
+    pthread_mutex_unlock(&agent->lock);
+    /* Never hand out a view the lease no longer backs (issue 25 #4): after a pause (SIGSTOP, a
+     * stalled host) past the TTL, a view that still gives us a rank may be in the queue while
+     * the lease is already gone.  Hold it until a keepalive answer renews the lease, or the
+     * loss is reported (EEP_ERR_LEASE_LOST first, then views for the new member). */
+    if (lease != 0 && eep_etcd_lease_deadline(agent->etcd, lease, &deadline) == EEP_OK &&
+        (int64_t)eep_clock_ms() >= deadline) {
+        eep_debug(EEP_SUBSYS_AGENT, "lease %llx unconfirmed past its ttl: view held back",
+                  (unsigned long long)lease);
+        *held_p = 1;
+        return EEP_INPROGRESS;
     }
     pthread_mutex_lock(&agent->lock);
     if (agent->lost_pending) {
@@ -738,15 +853,26 @@ eep_status_t eep_agent_poll(eep_agent_t *agent, eep_agent_view_t **view_p)
     return status;
 }
 
+eep_status_t eep_agent_poll(eep_agent_t *agent, eep_agent_view_t **view_p)
+{
+    int held = 0;
+
+    return eep_agent_poll_held(agent, view_p, &held);
+}
+
 eep_status_t eep_agent_wait(eep_agent_t *agent, int timeout_ms, eep_agent_view_t **view_p)
 {
     int64_t      deadline = eep_agent_now_ms() + timeout_ms;
     eep_status_t status;
 
+    if (agent == NULL || view_p == NULL) {
+        return EEP_ERR_INVALID_ARG;
+    }
     for (;;) {
         struct timespec ts;
+        int             held = 0;
 
-        status = eep_agent_poll(agent, view_p);
+        status = eep_agent_poll_held(agent, view_p, &held);
         if (status != EEP_INPROGRESS) {
             return status;
         }
@@ -760,7 +886,7 @@ eep_status_t eep_agent_wait(eep_agent_t *agent, int timeout_ms, eep_agent_view_t
             ts.tv_nsec -= 1000000000;
         }
         pthread_mutex_lock(&agent->lock);
-        if (!agent->lost_pending && agent->latest_epoch <= agent->handed_epoch) {
+        if (!agent->lost_pending && (held || agent->latest_epoch <= agent->handed_epoch)) {
             pthread_cond_timedwait(&agent->cond, &agent->lock, &ts);
         }
         pthread_mutex_unlock(&agent->lock);

@@ -13,6 +13,10 @@ static const eep_knob_t eep_agent_knobs[] = {
     EEP_KNOB_ROW(eep_agent_config_t, "EEP_AGENT_GPU_UUID", "", EEP_KNOB_STRING, gpu_uuid,
                  EEP_KNOB_STARTUP, 0, 0,
                  "GPU uuid published in the member key when the runtime passes none."),
+    EEP_KNOB_ROW(eep_agent_config_t, "EEP_AGENT_MAX_EPOCH_JUMP", "1000000", EEP_KNOB_INT,
+                 max_epoch_jump, EEP_KNOB_STARTUP, 1, 1000000000,
+                 "A view whose epoch is this far past the newest one seen (or above 2^53) is "
+                 "corrupt: logged and ignored, never handed to the runtime."),
 };
 
 EEP_KNOB_TABLE(eep_agent_knob_table, "agent", eep_agent_knobs, eep_agent_config_t);

@@ -9,6 +9,7 @@ typedef struct {
     int64_t lease_ttl_s;
     int     rdma;
     char    gpu_uuid[EEP_KNOB_STRING_MAX];
+    int64_t max_epoch_jump;
 } eep_agent_config_t;
 
 extern const eep_knob_table_t eep_agent_knob_table;

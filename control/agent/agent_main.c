@@ -14,8 +14,9 @@
 #include <time.h>
 
 #include "control/agent/agent.h"
-#include "util/config.h"
+#include "control/tool/tool.h"
 #include "util/clock.h"
+#include "util/config.h"
 #include "util/log.h"
 
 static volatile sig_atomic_t eep_agent_main_stop;
@@ -24,6 +25,15 @@ static void eep_agent_main_signal(int sig)
 {
     (void)sig;
     eep_agent_main_stop = 1;
+}
+
+/* The start of one event line: {"t_ms":..,"event":..,"member":.. (the caller closes it). */
+static void eep_agent_main_event(const char *event, const char *member)
+{
+    printf("{\"t_ms\":%lld,\"event\":", eep_clock_wall_ms());
+    eep_tool_json_str(stdout, event);
+    printf(",\"member\":");
+    eep_tool_json_str(stdout, member);
 }
 
 int main(int argc, char **argv)
@@ -42,8 +52,18 @@ int main(int argc, char **argv)
     for (a = 1; a < argc; a++) {
         if (a + 1 < argc && strcmp(argv[a], "--job") == 0) {
             p.job = argv[++a];
-        } else if (a + 1 < argc && strcmp(argv[a], "--ttl") == 0) {
-            p.lease_ttl_s = atoi(argv[++a]);
+        } else if (strcmp(argv[a], "--ttl") == 0) {
+            int64_t ttl = 0;
+
+            if (a + 1 >= argc) {
+                fprintf(stderr, "eep-agent: --ttl needs a value\n");
+                return 2;
+            }
+            /* 0, -1 or "abc" once meant the knob's default: now a usage error. */
+            if (eep_tool_parse_i64("eep-agent", "--ttl", argv[++a], 1, 3600, &ttl) != EEP_OK) {
+                return 2;
+            }
+            p.lease_ttl_s = (int)ttl;
         } else if (a + 1 < argc && strcmp(argv[a], "--gpu") == 0) {
             p.gpu_uuid = argv[++a];
         } else {
@@ -67,27 +87,30 @@ int main(int argc, char **argv)
         if (eep_agent_member_id(agent, now_id, sizeof(now_id)) == EEP_OK &&
             strcmp(now_id, id) != 0) {
             snprintf(id, sizeof(id), "%s", now_id);
-            printf("{\"t_ms\":%lld,\"event\":\"registered\",\"member\":\"%s\"}\n",
-                   eep_clock_wall_ms(), id);
+            eep_agent_main_event("registered", id);
+            printf("}\n");
         }
         status = eep_agent_wait(agent, 100, &view);
         if (status == EEP_ERR_LEASE_LOST) {
-            printf("{\"t_ms\":%lld,\"event\":\"lease_lost\",\"member\":\"%s\"}\n",
-                   eep_clock_wall_ms(), id);
+            eep_agent_main_event("lease_lost", id);
+            printf("}\n");
         } else if (status == EEP_OK) {
-            printf("{\"t_ms\":%lld,\"event\":\"view\",\"epoch\":%llu,\"rank\":%d,\"n\":%u,"
-                   "\"reason\":\"%s\",\"members\":[",
-                   eep_clock_wall_ms(), (unsigned long long)view->epoch, view->my_rank,
-                   view->n_ranks, view->reason);
+            eep_agent_main_event("view", id);
+            printf(",\"epoch\":%llu,\"rank\":%d,\"n\":%u,\"reason\":",
+                   (unsigned long long)view->epoch, view->my_rank, view->n_ranks);
+            eep_tool_json_str(stdout, view->reason);
+            printf(",\"members\":[");
             for (i = 0; i < view->n_ranks; i++) {
-                printf("%s\"%s\"", i ? "," : "", view->members[i].id);
+                printf("%s", i ? "," : "");
+                eep_tool_json_str(stdout, view->members[i].id);
             }
             printf("]}\n");
             eep_agent_view_free(view);
         }
     }
     eep_agent_leave(agent);
-    printf("{\"t_ms\":%lld,\"event\":\"left\",\"member\":\"%s\"}\n", eep_clock_wall_ms(), id);
+    eep_agent_main_event("left", id);
+    printf("}\n");
     eep_agent_destroy(agent);
     return 0;
 }

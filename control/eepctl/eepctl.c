@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "control/rpc/rpc_client.h"
+#include "control/tool/tool.h"
 #include "util/log.h"
 #include "proto/eep.pb-c.h"
 
@@ -44,19 +45,7 @@ static int eepctl_usage(FILE *out)
 
 static void eepctl_json_str(const char *s)
 {
-    putchar('"');
-    for (; s != NULL && *s; s++) {
-        unsigned char c = (unsigned char)*s;
-
-        if (c == '"' || c == '\\') {
-            printf("\\%c", c);
-        } else if (c < 0x20) {
-            printf("\\u%04x", c);
-        } else {
-            putchar(c);
-        }
-    }
-    putchar('"');
+    eep_tool_json_str(stdout, s);
 }
 
 static void eepctl_json_member(const Eep__V1__Member *m)
@@ -366,12 +355,27 @@ int main(int argc, char **argv)
             o.cert = argv[++i];
         } else if (i + 1 < argc && strcmp(a, "--key") == 0) {
             o.key = argv[++i];
-        } else if (i + 1 < argc && strcmp(a, "--timeout-ms") == 0) {
-            o.timeout_ms = atoi(argv[++i]);
-        } else if (i + 1 < argc && strcmp(a, "--from") == 0) {
-            from = strtoull(argv[++i], NULL, 10);
-        } else if (i + 1 < argc && strcmp(a, "--count") == 0) {
-            count = atol(argv[++i]);
+        } else if (strcmp(a, "--timeout-ms") == 0 || strcmp(a, "--from") == 0 ||
+                   strcmp(a, "--count") == 0) {
+            /* Whole numbers in range or usage error: "abc" or "-1" once meant a default, or
+             * (--from -1) 2^64-1, a watch that waited for ever. */
+            int64_t lo = strcmp(a, "--from") == 0 ? 0 : 1, v = 0;
+            int64_t hi = strcmp(a, "--timeout-ms") == 0 ? 3600000 : INT64_MAX;
+
+            if (i + 1 >= argc) {
+                fprintf(stderr, "eepctl: %s needs a value\n", a);
+                return 2;
+            }
+            if (eep_tool_parse_i64("eepctl", a, argv[++i], lo, hi, &v) != EEP_OK) {
+                return 2;
+            }
+            if (a[2] == 't') {
+                o.timeout_ms = (int)v;
+            } else if (a[2] == 'f') {
+                from = (uint64_t)v;
+            } else {
+                count = (long)v;
+            }
         } else if (a[0] == '-') {
             fprintf(stderr, "eepctl: unknown option '%s'\n", a);
             return eepctl_usage(stderr);
@@ -385,9 +389,6 @@ int main(int argc, char **argv)
     }
     if (cmd == NULL) {
         return eepctl_usage(stderr);
-    }
-    if (o.timeout_ms <= 0) {
-        o.timeout_ms = 5000;
     }
     eep_rpc_init();
     if (strcmp(cmd, "status") == 0) {

@@ -148,6 +148,14 @@ static int eepd_in_view(const eepd_t *eepd, const char *id)
 
 static void eepd_note_change(eepd_t *eepd, const char *reason, int urgent)
 {
+    if (eepd->publishing) {
+        /* Seen while a publish is in flight: it still needs a look after that one lands. */
+        if (!eepd->late_changes) {
+            snprintf(eepd->late_reason, sizeof(eepd->late_reason), "%s", reason);
+        }
+        eepd->late_changes = 1;
+        eepd->late_urgent |= urgent;
+    }
     if (eepd->settle.pending_since_ms < 0) {
         snprintf(eepd->reason, sizeof(eepd->reason), "%s", reason);
     }
@@ -155,33 +163,163 @@ static void eepd_note_change(eepd_t *eepd, const char *reason, int urgent)
     eepd->urgent |= urgent;
 }
 
+static uint64_t eepd_max_jump(const eepd_t *eepd)
+{
+    return eepd->cfg.max_epoch_jump > 0 ? (uint64_t)eepd->cfg.max_epoch_jump : 1000000;
+}
+
+/* Mark view/current as needing a fresh view from the leader (absent, corrupt, foreign, old). */
+static void eepd_current_bad(eepd_t *eepd, const char *why)
+{
+    if (!eepd->current_bad) {
+        eep_warn(EEP_SUBSYS_EEPD, "view/current %s%s", why,
+                 eepd->is_leader ? ": the leader publishes a new view over it" : "");
+    }
+    eepd->current_bad = 1;
+    if (eepd->is_leader) {
+        eepd_note_change(eepd, "repair", 1);
+    }
+}
+
+/*
+ * view/current was seen (watch, startup read, re-read) at @p mod_rev, or is absent (@p value
+ * NULL, mod_rev 0).  Whatever it holds, its revision is what the next publish compares, so
+ * garbage or a deletion never blocks publishing; a value that does not decode, or whose epoch is
+ * implausible (0, above 2^53, or a jump past max_epoch_jump), is counted and ignored, and a
+ * plausible epoch raises max_epoch even when the view is not adopted, so no epoch is reused.
+ */
 static void eepd_adopt_view(eepd_t *eepd, const uint8_t *value, size_t len, int64_t mod_rev)
 {
-    Eep__V1__View *v = eep__v1__view__unpack(NULL, len, value);
+    Eep__V1__View *v;
 
+    eepd->view_mod_rev = mod_rev;
+    if (value == NULL) {
+        eepd_current_bad(eepd, "is absent");
+        return;
+    }
+    v = eep__v1__view__unpack(NULL, len, value);
     if (v == NULL) {
+        eepd->corrupt_views++;
         eep_error(EEP_SUBSYS_EEPD, "view/current does not decode (%zu bytes); ignored", len);
+        eepd_current_bad(eepd, "is corrupt");
+        return;
+    }
+    if (!eepd_epoch_plausible(eepd->max_epoch, v->epoch, eepd_max_jump(eepd))) {
+        eepd->corrupt_views++;
+        eep_error(EEP_SUBSYS_EEPD,
+                  "view/current holds epoch %llu, implausible after %llu (at most +%llu, never "
+                  "above 2^53); ignored as corrupt",
+                  (unsigned long long)v->epoch, (unsigned long long)eepd->max_epoch,
+                  (unsigned long long)eepd_max_jump(eepd));
+        eep__v1__view__free_unpacked(v, NULL);
+        eepd_current_bad(eepd, "holds an implausible epoch");
+        return;
+    }
+    if (v->epoch > eepd->max_epoch) {
+        eepd->max_epoch = v->epoch;
+    }
+    if (eepd->publishing && v->epoch == eepd->publishing_epoch && eepd->is_leader &&
+        !eepd->adopting_own) {
+        /* Our publish in flight, seen through the watch before its Txn reply: ours. */
+        eepd->own_publish_rev = mod_rev;
+        eepd->adopting_own    = 1;
+        eepd_adopt_view(eepd, value, len, mod_rev);
+        eepd->adopting_own = 0;
+        eep__v1__view__free_unpacked(v, NULL);
         return;
     }
     if (eepd->view != NULL && eepd_epoch_check(eepd->view->epoch, v->epoch) != EEP_OK) {
-        /* Our own publish arrives again through the watch: keep the revision fresh. */
-        if (v->epoch == eepd->view->epoch && mod_rev > eepd->view_mod_rev) {
-            eepd->view_mod_rev = mod_rev;
+        /* Our own publish arriving again through the watch is fine; an older or equal epoch
+         * written by anyone else is not the current view. */
+        if (!(v->epoch == eepd->view->epoch && mod_rev == eepd->view_adopted_rev)) {
+            eepd_current_bad(eepd, "holds an old epoch");
         }
         eep__v1__view__free_unpacked(v, NULL);
         return;
     }
+    if (eepd->is_leader && mod_rev != eepd->own_publish_rev && mod_rev > eepd->leader_create_rev) {
+        /* Only the leader writes view/current: a newer view it did not write after it won is
+         * foreign.  Its epoch is taken (never reused); the leader's membership goes over it. */
+        eep__v1__view__free_unpacked(v, NULL);
+        eepd_current_bad(eepd, "was written by someone else while this replica leads");
+        return;
+    }
+    eepd->current_bad = 0;
     if (eepd->view != NULL) {
         eep__v1__view__free_unpacked(eepd->view, NULL);
     }
-    eepd->view         = v;
-    eepd->view_mod_rev = mod_rev;
+    eepd->view             = v;
+    eepd->view_adopted_rev = mod_rev;
     eep_info(EEP_SUBSYS_EEPD, "view %llu: %zu ranks (%s, by %s)", (unsigned long long)v->epoch,
              v->n_members, v->reason, v->leader);
     eepd_api_broadcast(eepd);
-    /* Members that changed while this view was in flight still need a look. */
-    if (eepd->is_leader) {
+    /* Members that changed while this view was in flight still need a look (our own publish
+     * carries them over itself: eepd_publish_done). */
+    if (eepd->is_leader && !eepd->adopting_own) {
         eepd_note_change(eepd, "reconcile", 0);
+    }
+}
+
+/*
+ * Why the Member value of a members/ key is over its bounds, or NULL (then *m_p is the decoded
+ * member or NULL if it does not decode).
+ */
+static const char *eepd_member_oversized(const eepd_t *eepd, const uint8_t *value, size_t len,
+                                         Eep__V1__Member **m_p)
+{
+    size_t max = eepd->cfg.max_member_bytes > 0 ? (size_t)eepd->cfg.max_member_bytes : 4096;
+    Eep__V1__Member *m;
+    size_t           i;
+
+    *m_p = NULL;
+    if (len > max) {
+        return "value over EEP_EEPD_MAX_MEMBER_BYTES";
+    }
+    m    = eep__v1__member__unpack(NULL, len, value);
+    *m_p = m;
+    if (m == NULL) {
+        return NULL;
+    }
+    if (strlen(m->id) > 200) {
+        return "id over 200 bytes";
+    }
+    if (strlen(m->host) > 255) {
+        return "host over 255 bytes";
+    }
+    if (strlen(m->gpu_uuid) > 128) {
+        return "gpu uuid over 128 bytes";
+    }
+    if (strlen(m->endpoint) > 256) {
+        return "endpoint over 256 bytes";
+    }
+    if (m->n_rdma_nics > 64) {
+        return "more than 64 rdma nics";
+    }
+    for (i = 0; i < m->n_rdma_nics; i++) {
+        if (strlen(m->rdma_nics[i]) > 64) {
+            return "an rdma nic name over 64 bytes";
+        }
+    }
+    return NULL;
+}
+
+/* A views/<epoch> key: its epoch counts toward max_epoch (never reuse one still in history). */
+static void eepd_note_history_key(eepd_t *eepd, const char *digits)
+{
+    char              *end;
+    unsigned long long e = strtoull(digits, &end, 10);
+
+    if (*end != '\0' || end == digits) {
+        return;
+    }
+    if (!eepd_epoch_plausible(eepd->max_epoch, e, eepd_max_jump(eepd))) {
+        eepd->corrupt_views++;
+        eep_error(EEP_SUBSYS_EEPD, "views/%s: implausible epoch after %llu; ignored", digits,
+                  (unsigned long long)eepd->max_epoch);
+        return;
+    }
+    if (e > eepd->max_epoch) {
+        eepd->max_epoch = e;
     }
 }
 
@@ -207,9 +345,25 @@ static void eepd_apply(eepd_t *eepd, int type, const char *key, const uint8_t *v
             }
             return;
         } else {
-            Eep__V1__Member *m = eep__v1__member__unpack(NULL, len, value);
+            Eep__V1__Member *m;
             eepd_member_t   *old;
+            const char      *why;
 
+            why = eepd_member_oversized(eepd, value, len, &m);
+            if (why != NULL) {
+                /* Bounded here, where it enters: one huge field once blocked every publish
+                 * (the view is written twice in one Txn, past etcd's request limit). */
+                eepd->members_rejected++;
+                eep_error(EEP_SUBSYS_EEPD, "member %s: %s (%zu bytes); ignored", id, why, len);
+                if (m != NULL) {
+                    eep__v1__member__free_unpacked(m, NULL);
+                }
+                if (eepd_member_find(eepd, id) != NULL) {
+                    eepd_member_remove(eepd, id);
+                    eepd_note_change(eepd, "lost", 0);
+                }
+                return;
+            }
             if (m == NULL || strcmp(m->id, id) != 0) {
                 eep_warn(EEP_SUBSYS_EEPD, "member key %s holds no valid Member; ignored", key);
                 if (m != NULL) {
@@ -275,8 +429,29 @@ static void eepd_apply(eepd_t *eepd, int type, const char *key, const uint8_t *v
     } else if (strcmp(rel, "view/current") == 0) {
         if (type == EEPD_EV_PUT) {
             eepd_adopt_view(eepd, value, len, mod_rev);
+        } else {
+            eepd_adopt_view(eepd, NULL, 0, 0);
+        }
+    } else if (strncmp(rel, "views/", 6) == 0) {
+        if (type == EEPD_EV_PUT) {
+            eepd_note_history_key(eepd, rel + 6);
         }
     } else if (strcmp(rel, "leader") == 0) {
+        /* An event older than what we already know of the leader key is stale: the delete of
+         * an OLD leader key (an expired lease) can reach us after we won again under a new
+         * one, and must not make us step down (issue 25 #1).  DELETE events carry the delete's
+         * revision in mod_rev. */
+        if (mod_rev != 0 && mod_rev < eepd->leader_seen_rev) {
+            eep_info(EEP_SUBSYS_EEPD,
+                     "stale %s of the leader key (revision %lld < %lld); "
+                     "ignored",
+                     type == EEPD_EV_DELETE ? "delete" : "put", (long long)mod_rev,
+                     (long long)eepd->leader_seen_rev);
+            return;
+        }
+        if (mod_rev > eepd->leader_seen_rev) {
+            eepd->leader_seen_rev = mod_rev;
+        }
         if (type == EEPD_EV_DELETE) {
             if (eepd->is_leader) {
                 eep_warn(EEP_SUBSYS_EEPD, "leader key deleted: stepping down");
@@ -370,6 +545,9 @@ static void eepd_drain_events(eepd_t *eepd)
 {
     eepd_event_t *ev, *next;
 
+    if (eepd->syncing) {
+        return; /* the snapshot in flight goes first (eepd_sync_done) */
+    }
     pthread_mutex_lock(&eepd->lock);
     ev            = eepd->ev_head;
     eepd->ev_head = eepd->ev_tail = NULL;
@@ -401,131 +579,293 @@ static void eepd_drain_events(eepd_t *eepd)
     }
 }
 
-/* Read everything under the prefix, then watch from the next revision. */
-static eep_status_t eepd_sync(eepd_t *eepd)
+/* Helper thread: read everything under the prefix, then watch from the next revision. */
+static void eepd_sync_run(eep_etcd_t *etcd, eepd_job_t *job)
 {
-    eep_etcd_range_t r;
-    eep_status_t     status;
-    size_t           i;
-
-    if (eepd->watch != NULL) {
-        eep_etcd_watch_cancel(eepd->watch);
-        eepd->watch = NULL;
+    job->status = eep_etcd_range(etcd, job->keys[0], 1, &job->r1);
+    if (job->status != EEP_OK) {
+        return;
     }
-    eepd_drain_events(eepd);
-    eepd->etcd_round_trips++;
-    status = eep_etcd_range(eepd->etcd, eepd->prefix, 1, &r);
-    if (status != EEP_OK) {
-        return status;
+    job->have_r1 = 1;
+    job->status  = eep_etcd_watch_create(etcd, job->keys[0], 1, job->r1.revision + 1, eepd_on_watch,
+                                         job->arg, &job->watch);
+}
+
+/* Loop: the mirror becomes the snapshot just read; the new watch's events (held meanwhile)
+ * follow it. */
+static void eepd_sync_done(eepd_t *eepd, eepd_job_t *job)
+{
+    eep_etcd_range_t *r = &job->r1;
+    size_t            i;
+    char              ckey[EEPD_KEY_MAX];
+    int               have_current = 0;
+
+    eepd->cron_busy    = 0;
+    eepd->syncing      = 0;
+    eepd->etcd_failing = job->status != EEP_OK && !job->have_r1;
+    if (!job->have_r1) {
+        eep_warn(EEP_SUBSYS_EEPD, "cannot read /eep/%s/ from etcd; retrying in 1 s", eepd->cfg.job);
+        return;
     }
     eepd_members_clear(eepd);
     eepd_idset_clear(&eepd->cordoned);
     eepd_idset_clear(&eepd->drained);
     eepd_idset_clear(&eepd->faults);
     eepd->leader_id[0] = '\0';
-    for (i = 0; i < r.count; i++) {
-        char *key = strndup((const char *)r.kvs[i].key, r.kvs[i].key_len);
+    eepd_key(eepd, ckey, sizeof(ckey), "view/current");
+    for (i = 0; i < r->count; i++) {
+        char *key = strndup((const char *)r->kvs[i].key, r->kvs[i].key_len);
 
         if (key != NULL) {
-            eepd_apply(eepd, EEPD_EV_PUT, key, r.kvs[i].value, r.kvs[i].value_len,
-                       r.kvs[i].create_revision, r.kvs[i].mod_revision);
+            have_current |= strcmp(key, ckey) == 0;
+            eepd_apply(eepd, EEPD_EV_PUT, key, r->kvs[i].value, r->kvs[i].value_len,
+                       r->kvs[i].create_revision, r->kvs[i].mod_revision);
             free(key);
         }
     }
-    status = eep_etcd_watch_create(eepd->etcd, eepd->prefix, 1, r.revision + 1, eepd_on_watch, eepd,
-                                   &eepd->watch);
-    eep_etcd_range_free(&r);
-    if (status == EEP_OK) {
+    if (!have_current) {
+        eepd_adopt_view(eepd, NULL, 0, 0);
+    }
+    if (eepd->is_leader && strcmp(eepd->leader_id, eepd->replica_id) != 0) {
+        eep_warn(EEP_SUBSYS_EEPD, "the leader key is gone or not ours: stepping down");
+        eepd->is_leader = 0;
+    }
+    if (job->status == EEP_OK) {
+        eepd->watch      = job->watch;
+        job->watch       = NULL;
         eepd->watch_lost = 0;
     }
-    return status;
+    eepd_drain_events(eepd);
+}
+
+static void eepd_sync(eepd_t *eepd)
+{
+    eepd_job_t *job = eepd_job_new(eepd_sync_run, eepd_sync_done);
+
+    if (job == NULL) {
+        return;
+    }
+    if (eepd->watch != NULL) {
+        eep_etcd_watch_cancel(eepd->watch);
+        eepd->watch = NULL;
+    }
+    eepd_drain_events(eepd);
+    snprintf(job->keys[0], sizeof(job->keys[0]), "%s", eepd->prefix);
+    job->arg        = eepd;
+    eepd->cron_busy = 1;
+    eepd->syncing   = 1;
+    eepd->etcd_round_trips++;
+    eepd_jobs_submit(eepd, job);
+}
+
+int eepd_etcd_ok(eepd_t *eepd)
+{
+    int64_t deadline;
+
+    if (eepd->etcd == NULL || eepd->watch == NULL || eepd->watch_lost || eepd->etcd_failing) {
+        return 0;
+    }
+    /* A leader makes no etcd call in the steady state: its keepalive tells whether etcd
+     * answers (one goes out every TTL/3). */
+    if (eepd->lease != 0 && eep_etcd_lease_deadline(eepd->etcd, eepd->lease, &deadline) == EEP_OK &&
+        deadline - eepd_now_ms() < eepd->cfg.lease_ttl_s * 1000 / 3) {
+        return 0;
+    }
+    return 1;
 }
 
 /* ---- election ----------------------------------------------------------------------------- */
 
-static void eepd_campaign(eepd_t *eepd)
+/* Helper thread: a lease (if we have none) with its keepalive, then the Txn that creates the
+ * leader key; a lost Txn reads the key (eepd_campaign_done may find it is ours). */
+static void eepd_campaign_run(eep_etcd_t *etcd, eepd_job_t *job)
 {
-    char           key[EEPD_KEY_MAX];
-    eep_etcd_cmp_t cmp;
-    eep_etcd_op_t  put;
-    eep_status_t   status;
-    int64_t        ttl, rev = 0;
-    int            won = 0;
+    int64_t ttl = 0;
 
-    if (eepd->lease == 0) {
-        eepd->etcd_round_trips++;
-        status = eep_etcd_lease_grant(eepd->etcd, eepd->cfg.lease_ttl_s, &eepd->lease, &ttl);
-        if (status != EEP_OK) {
-            eepd->lease = 0;
+    job->flags = 0;
+    if (job->lease == 0) {
+        job->status = eep_etcd_lease_grant(etcd, job->ttl, &job->lease, &ttl);
+        if (job->status != EEP_OK) {
+            job->lease = 0;
             return;
         }
-        if (ttl != eepd->cfg.lease_ttl_s) {
+        if (ttl != job->ttl) {
             eep_warn(EEP_SUBSYS_EEPD, "etcd granted a %lld s leader lease (asked %lld s)",
-                     (long long)ttl, (long long)eepd->cfg.lease_ttl_s);
+                     (long long)ttl, (long long)job->ttl);
         }
-        status = eep_etcd_lease_keepalive(eepd->etcd, eepd->lease, eepd_on_lease_lost, eepd);
-        if (status != EEP_OK) {
-            eep_etcd_lease_revoke(eepd->etcd, eepd->lease);
-            eepd->lease = 0;
+        job->status = eep_etcd_lease_keepalive(etcd, job->lease, eepd_on_lease_lost, job->arg);
+        if (job->status != EEP_OK) {
+            eep_etcd_lease_revoke(etcd, job->lease);
+            job->lease = 0;
             return;
         }
+        job->flags = 1; /* a new lease */
     }
-    eepd_key(eepd, key, sizeof(key), "leader");
-    memset(&cmp, 0, sizeof(cmp));
-    cmp.key    = key;
-    cmp.target = EEP_ETCD_CMP_CREATE;
-    cmp.op     = EEP_ETCD_EQUAL;
-    cmp.number = 0;
-    memset(&put, 0, sizeof(put));
-    put.type      = EEP_ETCD_OP_PUT;
-    put.key       = key;
-    put.value     = (const uint8_t *)eepd->replica_id;
-    put.value_len = strlen(eepd->replica_id);
-    put.lease     = eepd->lease;
-    eepd->etcd_round_trips++;
-    status = eep_etcd_txn(eepd->etcd, &cmp, 1, &put, 1, NULL, 0, &won, &rev);
-    if (status != EEP_OK || !won) {
+    job->ops[0].lease = job->lease;
+    job->status       = eep_etcd_txn(etcd, job->cmps, 1, job->ops, 1, NULL, 0, &job->ok, &job->rev);
+    if (job->status == EEP_OK && !job->ok &&
+        eep_etcd_range(etcd, job->keys[0], 0, &job->r1) == EEP_OK) {
+        job->have_r1 = 1;
+    }
+}
+
+static void eepd_campaign_done(eepd_t *eepd, eepd_job_t *job)
+{
+    eep_etcd_kv_t *kv = job->have_r1 && job->r1.count == 1 ? &job->r1.kvs[0] : NULL;
+
+    eepd->cron_busy    = 0;
+    eepd->etcd_failing = job->status == EEP_ERR_CONTROL_UNAVAILABLE;
+    if (job->flags) {
+        eepd->lease = job->lease;
+    }
+    if (job->status != EEP_OK || job->lease != eepd->lease || eepd->lease == 0) {
+        return; /* failed, or the lease was lost meanwhile */
+    }
+    if (!job->ok) {
+        /* Lost because the leader key exists: if it holds our id under our live lease, it is
+         * ours (we missed or mis-ordered its events) and we lead; a replica must never sit
+         * beside a key that names it while nobody leads. */
+        if (kv != NULL && kv->lease == eepd->lease && kv->value_len == strlen(eepd->replica_id) &&
+            memcmp(kv->value, eepd->replica_id, kv->value_len) == 0 && !eepd->is_leader) {
+            eepd->is_leader         = 1;
+            eepd->leader_create_rev = kv->create_revision;
+            if (kv->mod_revision > eepd->leader_seen_rev) {
+                eepd->leader_seen_rev = kv->mod_revision;
+            }
+            snprintf(eepd->leader_id, sizeof(eepd->leader_id), "%s", eepd->replica_id);
+            eep_warn(EEP_SUBSYS_EEPD,
+                     "the leader key (revision %lld) is ours under our lease: leading again",
+                     (long long)kv->create_revision);
+            eepd_note_change(eepd, "failover", 1);
+        } else if (kv != NULL && !eepd->is_leader) {
+            snprintf(eepd->leader_id, sizeof(eepd->leader_id), "%.*s", (int)kv->value_len,
+                     (const char *)kv->value);
+        }
         return;
     }
+    if (job->rev < eepd->leader_seen_rev) {
+        return; /* the key we created is already gone again (its delete was applied) */
+    }
     eepd->is_leader         = 1;
-    eepd->leader_create_rev = rev;
+    eepd->leader_create_rev = job->rev;
+    eepd->leader_seen_rev   = job->rev;
     snprintf(eepd->leader_id, sizeof(eepd->leader_id), "%s", eepd->replica_id);
     eepd->elections_won++;
     eep_info(EEP_SUBSYS_EEPD, "replica %s is the leader (revision %lld)", eepd->replica_id,
-             (long long)rev);
+             (long long)job->rev);
     /* Reconcile at once: members may have come and gone while nobody led. */
     eepd_note_change(eepd, "failover", 1);
 }
 
-/* After a failed publish: learn whether we still lead and what the current view is. */
-static void eepd_refresh(eepd_t *eepd)
+static void eepd_campaign(eepd_t *eepd)
 {
-    char             key[EEPD_KEY_MAX];
-    eep_etcd_range_t r;
+    eepd_job_t *job = eepd_job_new(eepd_campaign_run, eepd_campaign_done);
 
-    eepd_key(eepd, key, sizeof(key), "leader");
-    eepd->etcd_round_trips++;
-    if (eep_etcd_range(eepd->etcd, key, 0, &r) == EEP_OK) {
-        if (r.count == 0 || r.kvs[0].create_revision != eepd->leader_create_rev) {
+    if (job == NULL) {
+        return;
+    }
+    eepd_key(eepd, job->keys[0], sizeof(job->keys[0]), "leader");
+    snprintf(job->keys[1], sizeof(job->keys[1]), "%s", eepd->replica_id);
+    job->cmps[0] = (eep_etcd_cmp_t){
+        .key = job->keys[0], .target = EEP_ETCD_CMP_CREATE, .op = EEP_ETCD_EQUAL, .number = 0
+    };
+    job->ops[0]     = (eep_etcd_op_t){ .type      = EEP_ETCD_OP_PUT,
+                                       .key       = job->keys[0],
+                                       .value     = (const uint8_t *)job->keys[1],
+                                       .value_len = strlen(job->keys[1]) };
+    job->lease      = eepd->lease;
+    job->ttl        = eepd->cfg.lease_ttl_s;
+    job->arg        = eepd;
+    eepd->cron_busy = 1;
+    eepd->etcd_round_trips += eepd->lease == 0 ? 3 : 1;
+    eepd_jobs_submit(eepd, job);
+}
+
+/* After a failed publish (loop): whether we still lead, and what the current view is, from the
+ * two reads the publish job made. */
+static void eepd_refresh_apply(eepd_t *eepd, eepd_job_t *job)
+{
+    if (job->have_r1) {
+        if (job->r1.count == 0 || job->r1.kvs[0].create_revision != eepd->leader_create_rev) {
             if (eepd->is_leader) {
                 eep_warn(EEP_SUBSYS_EEPD, "no longer the leader: stepping down");
             }
             eepd->is_leader = 0;
         }
-        eep_etcd_range_free(&r);
     }
-    eepd_key(eepd, key, sizeof(key), "view/current");
-    eepd->etcd_round_trips++;
-    if (eep_etcd_range(eepd->etcd, key, 0, &r) == EEP_OK) {
-        if (r.count == 1) {
-            eepd_adopt_view(eepd, r.kvs[0].value, r.kvs[0].value_len, r.kvs[0].mod_revision);
+    if (job->have_r2) {
+        if (job->r2.count == 1) {
+            eepd_adopt_view(eepd, job->r2.kvs[0].value, job->r2.kvs[0].value_len,
+                            job->r2.kvs[0].mod_revision);
+        } else {
+            eepd_adopt_view(eepd, NULL, 0, 0);
         }
-        eep_etcd_range_free(&r);
     }
 }
 
 /* ---- publishing ------------------------------------------------------------------------- */
 
+/* Helper thread: the publish Txn; when it loses, read the leader key and view/current. */
+static void eepd_publish_run(eep_etcd_t *etcd, eepd_job_t *job)
+{
+    job->status = eep_etcd_txn(etcd, job->cmps, job->n_cmps, job->ops, job->n_ops, NULL, 0,
+                               &job->ok, &job->rev);
+    if (job->status != EEP_OK || job->ok) {
+        return;
+    }
+    job->have_r1 = eep_etcd_range(etcd, job->keys[2], 0, &job->r1) == EEP_OK;
+    job->have_r2 = eep_etcd_range(etcd, job->keys[1], 0, &job->r2) == EEP_OK;
+}
+
+static void eepd_publish_done(eepd_t *eepd, eepd_job_t *job)
+{
+    eepd->cron_busy    = 0;
+    eepd->publishing   = 0;
+    eepd->etcd_failing = job->status == EEP_ERR_CONTROL_UNAVAILABLE;
+    if (job->status != EEP_OK) {
+        eepd->late_changes = eepd->late_urgent = 0; /* still pending: retried at a later cron */
+        return;
+    }
+    if (!job->ok) {
+        eepd->publish_conflicts++;
+        eepd->etcd_round_trips += 2;
+        eep_warn(EEP_SUBSYS_EEPD,
+                 "publishing view %llu lost a race (leader key or view/current changed)%s; "
+                 "re-reading",
+                 (unsigned long long)job->epoch, job->flags ? " as it should (injected)" : "");
+        eepd->late_changes = eepd->late_urgent = 0;
+        eepd_refresh_apply(eepd, job);
+        return;
+    }
+    if (job->flags) {
+        eep_error(EEP_SUBSYS_EEPD, "a stale publish succeeded: the epoch guard is broken");
+    } else {
+        eepd->last_publish_ms = (double)(eepd_now_ms() - eepd->settle.pending_since_ms);
+        /* Changes seen while the Txn was in flight are found again: adopting the view notes a
+         * reconcile on the leader. */
+        eepd_settle_reset(&eepd->settle);
+        eepd->urgent    = 0;
+        eepd->reason[0] = '\0';
+    }
+    eepd->views_published++;
+    /* Every etcd call the loop made since the previous publish, this Txn included. */
+    eepd->last_view_round_trips  = eepd->etcd_round_trips - eepd->round_trips_at_publish;
+    eepd->round_trips_at_publish = eepd->etcd_round_trips;
+    eep_info(EEP_SUBSYS_EEPD, "published view %llu: %zu ranks (%s)", (unsigned long long)job->epoch,
+             job->n_ranks, job->text);
+    eepd->own_publish_rev = job->rev;
+    eepd->adopting_own    = 1;
+    eepd_adopt_view(eepd, job->value, job->value_len, job->rev);
+    eepd->adopting_own = 0;
+    if (eepd->late_changes) {
+        eepd->late_changes = 0;
+        eepd_note_change(eepd, eepd->late_reason, eepd->late_urgent);
+        eepd->late_urgent = 0;
+    }
+}
+
+/* Build the next view and queue its Txn: EEP_INPROGRESS, or EEP_OK when nothing is to be
+ * published, or an error. */
 static eep_status_t eepd_publish(eepd_t *eepd, int force)
 {
     size_t                    n_cands = eepd->n_members, n = 0, i, n_cur = 0;
@@ -539,12 +879,7 @@ static eep_status_t eepd_publish(eepd_t *eepd, int force)
     uint32_t                  n_exp = (uint32_t)eepd->cfg.num_experts;
     uint8_t                  *buf   = NULL;
     size_t                    len;
-    char                      vkey[EEPD_KEY_MAX], ckey[EEPD_KEY_MAX], lkey[EEPD_KEY_MAX];
-    char                      okey[EEPD_KEY_MAX];
-    eep_etcd_cmp_t            cmps[4];
-    eep_etcd_op_t             ops[3];
-    int                       ok = 0, n_ops = 2;
-    int64_t                   rev = 0;
+    eepd_job_t               *job;
     uint64_t                  epoch;
     eep_status_t              status = EEP_ERR_NO_MEMORY;
 
@@ -592,7 +927,19 @@ static eep_status_t eepd_publish(eepd_t *eepd, int force)
         goto out;
     }
     eepd->below_min_warned = 0;
-    epoch                  = (eepd->view != NULL ? eepd->view->epoch : 0) + 1;
+    /* The next epoch follows every epoch etcd still shows (view/current, views/<N>) and every
+     * one this replica ever saw, so a deleted view/current never makes an epoch come again. */
+    epoch = eepd->view != NULL ? eepd->view->epoch : 0;
+    if (eepd->max_epoch > epoch) {
+        epoch = eepd->max_epoch;
+    }
+    if (epoch >= EEPD_EPOCH_MAX) {
+        eep_error(EEP_SUBSYS_EEPD, "epoch %llu is at the limit 2^53: no view published",
+                  (unsigned long long)epoch);
+        status = EEP_ERR_STALE_EPOCH;
+        goto out;
+    }
+    epoch++;
     for (i = 0; i < n; i++) {
         vm[i]           = eepd->members[order[i]].member;
         vm[i]->cordoned = eepd_idset_has(&eepd->cordoned, vm[i]->id);
@@ -635,62 +982,82 @@ static eep_status_t eepd_publish(eepd_t *eepd, int force)
         goto out;
     }
     eep__v1__view__pack(&view, buf);
+    if (len > (size_t)(eepd->cfg.max_view_bytes > 0 ? eepd->cfg.max_view_bytes : 524288)) {
+        size_t big = 0, big_len = 0;
 
-    eepd_key(eepd, vkey, sizeof(vkey), "views/%020llu", (unsigned long long)epoch);
-    eepd_key(eepd, ckey, sizeof(ckey), "view/current");
-    eepd_key(eepd, lkey, sizeof(lkey), "leader");
-    memset(cmps, 0, sizeof(cmps));
-    cmps[0] = (eep_etcd_cmp_t){
-        .key = vkey, .target = EEP_ETCD_CMP_CREATE, .op = EEP_ETCD_EQUAL, .number = 0
+        for (i = 0; i < n; i++) {
+            size_t l = eep__v1__member__get_packed_size(vm[i]);
+
+            if (l > big_len) {
+                big_len = l;
+                big     = i;
+            }
+        }
+        if (!eepd->view_size_warned) {
+            eep_error(EEP_SUBSYS_EEPD,
+                      "view %llu would be %zu bytes with %zu ranks, over EEP_EEPD_MAX_VIEW_BYTES "
+                      "%lld; not published (largest member %s, %zu bytes)",
+                      (unsigned long long)epoch, len, n, (long long)eepd->cfg.max_view_bytes,
+                      n > 0 ? vm[big]->id : "-", big_len);
+            eepd->view_size_warned = 1;
+        }
+        status = EEP_ERR_NO_RESOURCE;
+        goto out;
+    }
+    eepd->view_size_warned = 0;
+
+    job = eepd_job_new(eepd_publish_run, eepd_publish_done);
+    if (job == NULL) {
+        status = EEP_ERR_NO_MEMORY;
+        goto out;
+    }
+    /* keys[0] views/<N>, [1] view/current, [2] leader, [3] the oldest kept view, [4] our id. */
+    eepd_key(eepd, job->keys[0], sizeof(job->keys[0]), "views/%020llu", (unsigned long long)epoch);
+    eepd_key(eepd, job->keys[1], sizeof(job->keys[1]), "view/current");
+    eepd_key(eepd, job->keys[2], sizeof(job->keys[2]), "leader");
+    snprintf(job->keys[4], sizeof(job->keys[4]), "%s", eepd->replica_id);
+    job->cmps[0] = (eep_etcd_cmp_t){
+        .key = job->keys[0], .target = EEP_ETCD_CMP_CREATE, .op = EEP_ETCD_EQUAL, .number = 0
     };
-    cmps[1] = (eep_etcd_cmp_t){ .key    = lkey,
-                                .target = EEP_ETCD_CMP_CREATE,
-                                .op     = EEP_ETCD_EQUAL,
-                                .number = eepd->leader_create_rev };
-    cmps[2] = (eep_etcd_cmp_t){ .key       = lkey,
-                                .target    = EEP_ETCD_CMP_VALUE,
-                                .op        = EEP_ETCD_EQUAL,
-                                .value     = (const uint8_t *)eepd->replica_id,
-                                .value_len = strlen(eepd->replica_id) };
-    cmps[3] = (eep_etcd_cmp_t){
-        .key = ckey, .target = EEP_ETCD_CMP_MOD, .op = EEP_ETCD_EQUAL, .number = eepd->view_mod_rev
+    job->cmps[1] = (eep_etcd_cmp_t){ .key    = job->keys[2],
+                                     .target = EEP_ETCD_CMP_CREATE,
+                                     .op     = EEP_ETCD_EQUAL,
+                                     .number = eepd->leader_create_rev };
+    job->cmps[2] = (eep_etcd_cmp_t){ .key       = job->keys[2],
+                                     .target    = EEP_ETCD_CMP_VALUE,
+                                     .op        = EEP_ETCD_EQUAL,
+                                     .value     = (const uint8_t *)job->keys[4],
+                                     .value_len = strlen(job->keys[4]) };
+    job->cmps[3] = (eep_etcd_cmp_t){ .key    = job->keys[1],
+                                     .target = EEP_ETCD_CMP_MOD,
+                                     .op     = EEP_ETCD_EQUAL,
+                                     .number = eepd->view_mod_rev };
+    job->n_cmps  = 4;
+    job->ops[0]  = (eep_etcd_op_t){
+         .type = EEP_ETCD_OP_PUT, .key = job->keys[0], .value = buf, .value_len = len
     };
-    memset(ops, 0, sizeof(ops));
-    ops[0] = (eep_etcd_op_t){
-        .type = EEP_ETCD_OP_PUT, .key = vkey, .value = buf, .value_len = len
+    job->ops[1] = (eep_etcd_op_t){
+        .type = EEP_ETCD_OP_PUT, .key = job->keys[1], .value = buf, .value_len = len
     };
-    ops[1] = (eep_etcd_op_t){
-        .type = EEP_ETCD_OP_PUT, .key = ckey, .value = buf, .value_len = len
-    };
+    job->n_ops = 2;
     if (epoch > (uint64_t)eepd->cfg.view_history) {
-        eepd_key(eepd, okey, sizeof(okey), "views/%020llu",
+        eepd_key(eepd, job->keys[3], sizeof(job->keys[3]), "views/%020llu",
                  (unsigned long long)(epoch - (uint64_t)eepd->cfg.view_history));
-        ops[n_ops++] = (eep_etcd_op_t){ .type = EEP_ETCD_OP_DELETE, .key = okey };
+        job->ops[job->n_ops++] = (eep_etcd_op_t){ .type = EEP_ETCD_OP_DELETE, .key = job->keys[3] };
     }
+    job->value             = buf; /* the job owns the view's bytes now */
+    job->value_len         = len;
+    buf                    = NULL;
+    job->epoch             = epoch;
+    job->n_ranks           = n;
+    job->flags             = eepd->inject_stale_publish_now;
+    eepd->publishing       = !job->flags;
+    eepd->publishing_epoch = epoch;
+    snprintf(job->text, sizeof(job->text), "%s", view.reason);
+    eepd->cron_busy = 1;
     eepd->etcd_round_trips++;
-    status = eep_etcd_txn(eepd->etcd, cmps, 4, ops, (size_t)n_ops, NULL, 0, &ok, &rev);
-    if (status != EEP_OK) {
-        goto out;
-    }
-    if (!ok) {
-        eepd->publish_conflicts++;
-        eep_warn(EEP_SUBSYS_EEPD,
-                 "publishing view %llu lost a race (leader key or "
-                 "view/current changed); re-reading",
-                 (unsigned long long)epoch);
-        eepd_refresh(eepd);
-        status = EEP_ERR_STALE_EPOCH;
-        goto out;
-    }
-    eepd->views_published++;
-    eepd->last_publish_ms = (double)(eepd_now_ms() - eepd->settle.pending_since_ms);
-    /* Every etcd call the loop made since the previous publish, this Txn included. */
-    eepd->last_view_round_trips  = eepd->etcd_round_trips - eepd->round_trips_at_publish;
-    eepd->round_trips_at_publish = eepd->etcd_round_trips;
-    eep_info(EEP_SUBSYS_EEPD, "published view %llu: %zu ranks (%s)", (unsigned long long)epoch, n,
-             view.reason);
-    eepd_adopt_view(eepd, buf, len, rev);
-    status = EEP_OK;
+    eepd_jobs_submit(eepd, job);
+    status = EEP_INPROGRESS;
 out:
     free(buf);
     free(plp);
@@ -704,80 +1071,101 @@ out:
     return status;
 }
 
+/* Helper thread: delete the suspect's member key and the report in one Txn. */
+static void eepd_fault_run(eep_etcd_t *etcd, eepd_job_t *job)
+{
+    job->status = eep_etcd_txn(etcd, NULL, 0, job->ops, 2, NULL, 0, &job->ok, NULL);
+}
+
+static void eepd_fault_done(eepd_t *eepd, eepd_job_t *job)
+{
+    const char *id = job->text;
+
+    eepd->cron_busy    = 0;
+    eepd->etcd_failing = job->status == EEP_ERR_CONTROL_UNAVAILABLE;
+    if (job->status != EEP_OK) {
+        return; /* retried at the next cron */
+    }
+    if (eepd_member_find(eepd, id) != NULL) {
+        eep_warn(EEP_SUBSYS_EEPD, "evicted member %s after a fault report", id);
+        eepd_member_remove(eepd, id);
+        eepd_note_change(eepd, "fault", 1);
+    }
+    eepd_idset_del(&eepd->faults, id);
+}
+
 /* The leader acts on fault reports: evict the suspect (its agent rejoins as a new member). */
 static void eepd_handle_faults(eepd_t *eepd)
 {
-    char          mkey[EEPD_KEY_MAX], fkey[EEPD_KEY_MAX];
-    eep_etcd_op_t ops[2];
-    int           ok = 0;
+    const char *id  = eepd->faults.ids[eepd->faults.count - 1];
+    eepd_job_t *job = eepd_job_new(eepd_fault_run, eepd_fault_done);
 
-    while (eepd->faults.count > 0) {
-        const char *id = eepd->faults.ids[eepd->faults.count - 1];
-
-        eepd_key(eepd, mkey, sizeof(mkey), "members/%s", id);
-        eepd_key(eepd, fkey, sizeof(fkey), "faults/%s", id);
-        memset(ops, 0, sizeof(ops));
-        ops[0] = (eep_etcd_op_t){ .type = EEP_ETCD_OP_DELETE, .key = mkey };
-        ops[1] = (eep_etcd_op_t){ .type = EEP_ETCD_OP_DELETE, .key = fkey };
-        eepd->etcd_round_trips++;
-        if (eep_etcd_txn(eepd->etcd, NULL, 0, ops, 2, NULL, 0, &ok, NULL) != EEP_OK) {
-            return; /* retried at the next cron */
-        }
-        if (eepd_member_find(eepd, id) != NULL) {
-            eep_warn(EEP_SUBSYS_EEPD, "evicted member %s after a fault report", id);
-            eepd_member_remove(eepd, id);
-            eepd_note_change(eepd, "fault", 1);
-        }
-        eepd_idset_del(&eepd->faults, id);
+    if (job == NULL) {
+        return;
     }
+    snprintf(job->text, sizeof(job->text), "%s", id);
+    eepd_key(eepd, job->keys[0], sizeof(job->keys[0]), "members/%s", id);
+    eepd_key(eepd, job->keys[1], sizeof(job->keys[1]), "faults/%s", id);
+    job->ops[0]     = (eep_etcd_op_t){ .type = EEP_ETCD_OP_DELETE, .key = job->keys[0] };
+    job->ops[1]     = (eep_etcd_op_t){ .type = EEP_ETCD_OP_DELETE, .key = job->keys[1] };
+    eepd->cron_busy = 1;
+    eepd->etcd_round_trips++;
+    eepd_jobs_submit(eepd, job);
 }
 
 static void eepd_cron(eepd_t *eepd, int64_t now)
 {
     eep_status_t status;
 
-    if (eepd->etcd == NULL) {
+    /* Every etcd call below is a job for the helper thread, one at a time: the loop itself
+     * never waits for etcd. */
+    if (eepd->etcd == NULL || eepd->cron_busy) {
         return;
     }
     if (eepd->watch == NULL || eepd->watch_lost) {
-        /* Each try may block the loop for an etcd deadline: at most one a second. */
-        if (now < eepd->next_sync_ms) {
-            return;
+        if (now >= eepd->next_sync_ms) {
+            eepd->next_sync_ms = now + 1000; /* a failed read is retried once a second */
+            eepd_sync(eepd);
         }
-        eepd->next_sync_ms = now + 1000;
-        if (eepd_sync(eepd) != EEP_OK) {
-            eep_warn(EEP_SUBSYS_EEPD, "cannot read /eep/%s/ from etcd; retrying in 1 s",
-                     eepd->cfg.job);
-            return;
-        }
+        return;
     }
     /* Campaign at once when the leader key is gone, and now and then anyway (a missed event). */
     if (!eepd->is_leader && now >= eepd->no_campaign_until_ms &&
         (eepd->leader_id[0] == '\0' || now - eepd->last_campaign_ms >= 2000)) {
         eepd->last_campaign_ms = now;
         eepd_campaign(eepd);
+        return;
     }
     if (eepd->inject_stale_publish && !eepd->is_leader) {
         /* Fault injection: publish as if we led, with whatever leader revision we last knew.
          * The Txn's compares on the leader key must refuse it. */
-        eepd->inject_stale_publish = 0;
-        eepd->is_leader            = 1;
+        char saved[sizeof(eepd->reason)];
+
+        snprintf(saved, sizeof(saved), "%s", eepd->reason);
+        eepd->inject_stale_publish     = 0;
+        eepd->inject_stale_publish_now = 1;
         snprintf(eepd->reason, sizeof(eepd->reason), "injected");
-        status = eepd_publish(eepd, 1);
-        if (status == EEP_OK) {
-            eep_error(EEP_SUBSYS_EEPD, "a stale publish succeeded: the epoch guard is broken");
-        }
-        eepd->is_leader = 0;
-        eepd->reason[0] = '\0';
+        eepd_publish(eepd, 1);
+        eepd->inject_stale_publish_now = 0;
+        snprintf(eepd->reason, sizeof(eepd->reason), "%s", saved);
+        return;
     }
     if (!eepd->is_leader) {
         return;
     }
-    eepd_handle_faults(eepd);
+    if (eepd->faults.count > 0) {
+        eepd_handle_faults(eepd);
+        return;
+    }
     if (eepd->settle.pending_since_ms >= 0 &&
         (eepd->urgent || eepd_settle_ready(&eepd->settle, now, eepd->cfg.settle_ms))) {
-        status = eepd_publish(eepd, 0);
-        if (status == EEP_OK) {
+        /* A corrupt, deleted or foreign view/current is overwritten even if membership is
+         * unchanged. */
+        if (eepd->current_bad && eepd->reason[0] == '\0') {
+            snprintf(eepd->reason, sizeof(eepd->reason), "repair");
+        }
+        status = eepd_publish(eepd, eepd->current_bad);
+        if (status == EEP_OK) { /* nothing to publish */
             eepd_settle_reset(&eepd->settle);
             eepd->urgent    = 0;
             eepd->reason[0] = '\0';
@@ -787,7 +1175,7 @@ static void eepd_cron(eepd_t *eepd, int64_t now)
 
 eep_status_t eepd_run(eepd_t *eepd)
 {
-    int64_t period = 1000 / eepd->cfg.hz, next_cron = 0, next_metrics = 0, now;
+    int64_t period = 1000 / eepd->cfg.hz, next_cron = 0, next_metrics = 0, now, wait;
 
     if (period < 1) {
         period = 1;
@@ -795,6 +1183,7 @@ eep_status_t eepd_run(eepd_t *eepd)
     while (!eepd->stop) {
         now = eepd_now_ms();
         if (now >= next_cron) {
+            eepd_jobs_drain(eepd);
             eepd_drain_events(eepd);
             eepd_cron(eepd, now);
             next_cron = now + period;
@@ -804,7 +1193,13 @@ eep_status_t eepd_run(eepd_t *eepd)
             }
         }
         now = eepd_now_ms();
-        eep_rpc_server_poll(eepd->rpc, (int)(next_cron > now ? next_cron - now : 0));
+        /* A job in flight is picked up within 2 ms, not at the next cron. */
+        wait = next_cron > now ? next_cron - now : 0;
+        if (eepd->jobs_in_flight > 0 && wait > 2) {
+            wait = 2;
+        }
+        eep_rpc_server_poll(eepd->rpc, (int)wait);
+        eepd_jobs_drain(eepd);
         eepd_drain_events(eepd);
     }
     return EEP_OK;
@@ -877,8 +1272,13 @@ eep_status_t eepd_create(const eepd_config_t *cfg, int with_etcd, eepd_t **eepd_
     } else {
         snprintf(eepd->replica_id, sizeof(eepd->replica_id), "%s:%d:%d", host, (int)getpid(), port);
     }
+    status = eepd_jobs_start(eepd);
+    if (status != EEP_OK) {
+        goto err_rpc;
+    }
     status = eepd_metrics_start(eepd);
     if (status != EEP_OK) {
+        eepd_jobs_stop(eepd);
         goto err_rpc;
     }
     eep_info(EEP_SUBSYS_EEPD, "replica %s: job %s, grpc port %d%s", eepd->replica_id, eepd->cfg.job,
@@ -903,6 +1303,8 @@ void eepd_destroy(eepd_t *eepd)
         return;
     }
     eepd_metrics_stop(eepd);
+    /* The helper first: its last job may answer a call or hand over a lease or a watch. */
+    eepd_jobs_stop(eepd);
     eepd_api_drop_watchers(eepd);
     eep_rpc_server_destroy(eepd->rpc);
     if (eepd->watch != NULL) {

@@ -45,6 +45,41 @@ typedef struct {
     uint64_t        from_epoch;
 } eepd_watcher_t;
 
+struct eepd;
+
+/*
+ * One piece of blocking etcd work, run on the helper thread (eepd_jobs.c): @c run sees only the
+ * job's own fields (never the loop's state), @c done then runs on the loop and applies the
+ * result.  So the loop never waits for etcd and answers reads and Health at once (issue 25 #10).
+ */
+typedef struct eepd_job {
+    struct eepd_job *next;
+    void (*run)(eep_etcd_t *etcd, struct eepd_job *job);
+    void (*done)(struct eepd *eepd, struct eepd_job *job);
+    void           *arg; /* callbacks' argument (the eepd), for watches and keepalives */
+    eep_status_t    status;
+    int             kind;
+    int             flags;
+    eep_rpc_call_t *call;      /* API jobs: answered by done */
+    char            text[320]; /* API jobs: the ack; cron jobs: the reason */
+    /* A txn of up to 4 compares and 4 ops (their keys live in keys[]). */
+    size_t         n_cmps, n_ops;
+    eep_etcd_cmp_t cmps[4];
+    eep_etcd_op_t  ops[4];
+    char           keys[8][EEPD_KEY_MAX];
+    uint8_t       *value; /* owned */
+    size_t         value_len;
+    int64_t        lease, ttl;
+    uint64_t       epoch;
+    size_t         n_ranks;
+    /* Results. */
+    int               ok;
+    int64_t           rev;
+    eep_etcd_range_t  r1, r2;
+    int               have_r1, have_r2;
+    eep_etcd_watch_t *watch;
+} eepd_job_t;
+
 typedef struct {
     char **ids;
     size_t count, cap;
@@ -64,16 +99,30 @@ typedef struct eepd {
 
     /* Current view (any replica follows it). */
     Eep__V1__View *view;
-    int64_t        view_mod_rev; /* of view/current; 0 if absent */
+    int64_t        view_mod_rev;     /* of view/current whatever it holds; 0 if absent */
+    int64_t        own_publish_rev;  /* revision of our last successful publish */
+    int64_t        view_adopted_rev; /* mod revision at which @c view was adopted */
+    int            current_bad;      /* view/current absent, corrupt or foreign: leader repairs */
+    uint64_t       max_epoch;        /* highest plausible epoch ever seen; never goes back */
+    uint64_t       corrupt_views;    /* view/current or views/<N> values ignored as corrupt */
+    uint64_t       members_rejected; /* member values over their bounds */
+    int            view_size_warned;
 
     /* Election. */
     int64_t lease; /* our replica lease, 0 if none */
     int     is_leader;
     int64_t leader_create_rev;
+    int64_t leader_seen_rev; /* newest revision of the leader key applied: older events are stale */
     char    leader_id[256];
     int64_t no_campaign_until_ms;
     int64_t last_campaign_ms;
-    int     inject_stale_publish; /* InjectFault FAULT_STALE_PUBLISH pending */
+    int     inject_stale_publish;       /* InjectFault FAULT_STALE_PUBLISH pending */
+    int     inject_stale_publish_now;   /* eepd_publish: this one is the injected one */
+    int     publishing;                 /* our publish Txn is in flight */
+    uint64_t publishing_epoch;          /* ... for this epoch */
+    int      adopting_own;              /* eepd_publish_done adopts the view it wrote */
+    int      late_changes, late_urgent; /* changes noted while publishing */
+    char     late_reason[32];
 
     /* Settle window. */
     eepd_settle_t settle;
@@ -90,6 +139,7 @@ typedef struct eepd {
     eepd_event_t     *ev_head, *ev_tail;
     eep_etcd_watch_t *watch;
     int               watch_lost;
+    int               etcd_failing; /* the loop's last etcd call found no endpoint */
     int64_t           next_sync_ms;
 
     /* Statistics (the loop writes; metrics text is a snapshot). */
@@ -114,6 +164,18 @@ typedef struct eepd {
         int          method;
     } api_slots[16];
 
+    /* The helper thread for blocking etcd work (eepd_jobs.c). */
+    pthread_t       jobs_thread;
+    int             jobs_started;
+    pthread_mutex_t jobs_lock;
+    pthread_cond_t  jobs_cond;
+    eepd_job_t     *jobs_head, *jobs_tail; /* to run */
+    eepd_job_t     *done_head, *done_tail; /* run, for the loop */
+    int             jobs_stop;
+    int             jobs_in_flight; /* queued or running, not yet drained (loop only) */
+    int             cron_busy; /* a cron job (sync, campaign, publish, eviction) is in flight */
+    int             syncing;   /* a sync is in flight: hold the new watch's events until done */
+
     volatile int stop;
 } eepd_t;
 
@@ -126,6 +188,24 @@ eepd_member_t *eepd_member_find(eepd_t *eepd, const char *id);
 int            eepd_idset_has(const eepd_idset_t *set, const char *id);
 void           eepd_key(const eepd_t *eepd, char *buf, size_t len, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+
+/** @return 1 when etcd answers: the mirror is live, the loop's last call got through, and our
+ * lease's last keepalive answer is under 2/3 TTL old (what Health reports as etcd_ok). */
+int eepd_etcd_ok(eepd_t *eepd);
+
+/* eepd_jobs.c */
+eep_status_t eepd_jobs_start(eepd_t *eepd);
+/** Queue @p job (allocated with eepd_job_new) for the helper thread. */
+void        eepd_jobs_submit(eepd_t *eepd, eepd_job_t *job);
+eepd_job_t *eepd_job_new(void (*run)(eep_etcd_t *, eepd_job_t *),
+                         void (*done)(eepd_t *, eepd_job_t *));
+void        eepd_job_free(eepd_job_t *job);
+/** On the loop: run @c done of every finished job. */
+void eepd_jobs_drain(eepd_t *eepd);
+/** Stop the helper (after its current job) and end every job left (API calls: UNAVAILABLE). */
+void eepd_jobs_stop(eepd_t *eepd);
+/** API writes: up to 4 puts / deletes of @p job->ops, or a lease revoke (@p job->lease). */
+void eepd_job_run_writes(eep_etcd_t *etcd, eepd_job_t *job);
 
 /* eepd_api.c */
 eep_status_t eepd_api_register(eepd_t *eepd);

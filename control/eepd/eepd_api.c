@@ -97,16 +97,82 @@ static int eepd_api_may_mutate(eepd_t *eepd, eep_rpc_call_t *call, int authentic
     return EEP_RPC_OK;
 }
 
-static int eepd_api_put(eepd_t *eepd, eep_rpc_call_t *call, const char *key, const uint8_t *value,
-                        size_t len)
-{
-    eep_status_t status;
+/* API writes go to the helper thread; the call is answered when etcd has answered. */
+enum { EEPD_API_JOB_WRITE, EEPD_API_JOB_STEP_DOWN };
 
-    eepd->etcd_round_trips++;
-    status = eep_etcd_put(eepd->etcd, key, value, len, 0, NULL);
-    if (status != EEP_OK) {
-        return eepd_api_fail(eepd, call, EEP_RPC_UNAVAILABLE, eep_status_string(status));
+static void eepd_api_write_done(eepd_t *eepd, eepd_job_t *job)
+{
+    if (job->call == NULL) {
+        /* The client went away (deadline) meanwhile; the write itself counts. */
+        if (job->status == EEP_OK && job->kind == EEPD_API_JOB_STEP_DOWN &&
+            eepd->lease == job->lease) {
+            eepd->lease     = 0;
+            eepd->is_leader = 0;
+        }
+        return;
     }
+    if (job->status != EEP_OK) {
+        eepd_api_fail(eepd, job->call, EEP_RPC_UNAVAILABLE, eep_status_string(job->status));
+        return;
+    }
+    if (job->kind == EEPD_API_JOB_STEP_DOWN && eepd->lease == job->lease) {
+        eepd->lease     = 0; /* a new one is granted at the next campaign */
+        eepd->is_leader = 0;
+    }
+    eepd_api_ack(eepd, job->call, job->text);
+}
+
+static eepd_job_t *eepd_api_job(eepd_t *eepd, eep_rpc_call_t *call, const char *ack)
+{
+    eepd_job_t *job = eepd_job_new(eepd_job_run_writes, eepd_api_write_done);
+
+    if (job == NULL) {
+        eepd_api_fail(eepd, call, EEP_RPC_RESOURCE_EXHAUSTED, "out of memory");
+        return NULL;
+    }
+    job->call = call;
+    snprintf(job->text, sizeof(job->text), "%s", ack);
+    return job;
+}
+
+/* Add a put (@p value non-NULL: copied; one per job) or a delete of @p key. */
+static int eepd_api_job_op(eepd_job_t *job, const char *key, const uint8_t *value, size_t len)
+{
+    eep_etcd_op_t *op = &job->ops[job->n_ops];
+
+    snprintf(job->keys[job->n_ops], sizeof(job->keys[0]), "%s", key);
+    op->key  = job->keys[job->n_ops];
+    op->type = value != NULL ? EEP_ETCD_OP_PUT : EEP_ETCD_OP_DELETE;
+    if (value != NULL) {
+        job->value = malloc(len ? len : 1);
+        if (job->value == NULL) {
+            return 0;
+        }
+        memcpy(job->value, value, len);
+        job->value_len = len;
+        op->value      = job->value;
+        op->value_len  = len;
+    }
+    job->n_ops++;
+    return 1;
+}
+
+/* The call of a queued write ended before its answer (client deadline): it is gone. */
+static void eepd_api_job_call_closed(eep_rpc_call_t *call, void *arg)
+{
+    eepd_job_t *job = arg;
+
+    (void)call;
+    job->call = NULL;
+}
+
+static int eepd_api_submit(eepd_t *eepd, eepd_job_t *job)
+{
+    eepd->etcd_round_trips += job->n_ops > 0 ? job->n_ops : 1;
+    if (job->call != NULL) {
+        eep_rpc_call_set_closed(job->call, eepd_api_job_call_closed, job);
+    }
+    eepd_jobs_submit(eepd, job);
     return EEP_RPC_OK;
 }
 
@@ -244,6 +310,7 @@ static int eepd_api_member_op(eepd_t *eepd, int method, eep_rpc_call_t *call, co
 {
     Eep__V1__MemberRequest *in = eep__v1__member_request__unpack(NULL, len, req);
     char                    key[EEPD_KEY_MAX], key2[EEPD_KEY_MAX], text[320];
+    eepd_job_t             *job;
     int                     code;
 
     if (in == NULL) {
@@ -262,28 +329,6 @@ static int eepd_api_member_op(eepd_t *eepd, int method, eep_rpc_call_t *call, co
         code = eepd_api_fail(eepd, call, EEP_RPC_NOT_FOUND, "no such member");
         goto out;
     }
-    if (method == EEPD_M_UNCORDON) {
-        eep_status_t status;
-
-        eepd_key(eepd, key, sizeof(key), "cordon/%s", in->member);
-        eepd_key(eepd, key2, sizeof(key2), "drain/%s", in->member);
-        eepd->etcd_round_trips += 2;
-        status = eep_etcd_delete(eepd->etcd, key, 0, NULL);
-        if (status == EEP_OK) {
-            status = eep_etcd_delete(eepd->etcd, key2, 0, NULL);
-        }
-        if (status != EEP_OK) {
-            code = eepd_api_fail(eepd, call, EEP_RPC_UNAVAILABLE, eep_status_string(status));
-            goto out;
-        }
-    } else {
-        eepd_key(eepd, key, sizeof(key), "%s/%s", method == EEPD_M_DRAIN ? "drain" : "cordon",
-                 in->member);
-        code = eepd_api_put(eepd, call, key, (const uint8_t *)"1", 1);
-        if (code != EEP_RPC_OK) {
-            goto out;
-        }
-    }
     eep_info(EEP_SUBSYS_EEPD, "%s member %s (from %s)",
              method == EEPD_M_DRAIN    ? "drain"
              : method == EEPD_M_CORDON ? "cordon"
@@ -294,7 +339,26 @@ static int eepd_api_member_op(eepd_t *eepd, int method, eep_rpc_call_t *call, co
              : method == EEPD_M_CORDON ? "cordoned"
                                        : "uncordoned",
              in->member);
-    code = eepd_api_ack(eepd, call, text);
+    job = eepd_api_job(eepd, call, text);
+    if (job == NULL) {
+        code = EEP_RPC_RESOURCE_EXHAUSTED;
+        goto out;
+    }
+    if (method == EEPD_M_UNCORDON) {
+        eepd_key(eepd, key, sizeof(key), "cordon/%s", in->member);
+        eepd_key(eepd, key2, sizeof(key2), "drain/%s", in->member);
+        eepd_api_job_op(job, key, NULL, 0);
+        eepd_api_job_op(job, key2, NULL, 0);
+    } else {
+        eepd_key(eepd, key, sizeof(key), "%s/%s", method == EEPD_M_DRAIN ? "drain" : "cordon",
+                 in->member);
+        if (!eepd_api_job_op(job, key, (const uint8_t *)"1", 1)) {
+            eepd_job_free(job);
+            code = eepd_api_fail(eepd, call, EEP_RPC_RESOURCE_EXHAUSTED, "out of memory");
+            goto out;
+        }
+    }
+    code = eepd_api_submit(eepd, job);
 out:
     eep__v1__member_request__free_unpacked(in, NULL);
     return code;
@@ -305,6 +369,7 @@ static int eepd_api_report_fault(eepd_t *eepd, eep_rpc_call_t *call, const uint8
 {
     Eep__V1__Fault *in = eep__v1__fault__unpack(NULL, len, req);
     char            key[EEPD_KEY_MAX];
+    eepd_job_t     *job;
     int             code;
 
     if (in == NULL) {
@@ -334,11 +399,19 @@ static int eepd_api_report_fault(eepd_t *eepd, eep_rpc_call_t *call, const uint8
         }
         eep__v1__fault__pack(in, buf);
         eepd_key(eepd, key, sizeof(key), "faults/%s", in->suspect);
-        code = eepd_api_put(eepd, call, key, buf, n);
-        free(buf);
-        if (code != EEP_RPC_OK) {
+        job = eepd_api_job(eepd, call, "fault recorded");
+        if (job == NULL || !eepd_api_job_op(job, key, buf, n)) {
+            free(buf);
+            if (job != NULL) {
+                eepd_job_free(job);
+                eepd_api_fail(eepd, call, EEP_RPC_RESOURCE_EXHAUSTED, "out of memory");
+            }
+            code = EEP_RPC_RESOURCE_EXHAUSTED;
             goto out;
         }
+        free(buf);
+        code = eepd_api_submit(eepd, job);
+        goto out;
     }
     code = eepd_api_ack(eepd, call, "fault recorded");
 out:
@@ -351,7 +424,7 @@ static int eepd_api_inject_fault(eepd_t *eepd, eep_rpc_call_t *call, const uint8
 {
     Eep__V1__InjectFaultRequest *in;
     eepd_member_t               *m;
-    eep_status_t                 status = EEP_OK;
+    eepd_job_t                  *job = NULL;
     char                         key[EEPD_KEY_MAX];
     int                          code;
 
@@ -376,12 +449,16 @@ static int eepd_api_inject_fault(eepd_t *eepd, eep_rpc_call_t *call, const uint8
             code = eepd_api_fail(eepd, call, EEP_RPC_NOT_FOUND, "no such member");
             goto out;
         }
-        eepd->etcd_round_trips++;
+        job = eepd_api_job(eepd, call, "fault injected");
+        if (job == NULL) {
+            code = EEP_RPC_RESOURCE_EXHAUSTED;
+            goto out;
+        }
         if (in->kind == EEP__V1__FAULT_KIND__FAULT_EVICT) {
             eepd_key(eepd, key, sizeof(key), "members/%s", m->id);
-            status = eep_etcd_delete(eepd->etcd, key, 0, NULL);
+            eepd_api_job_op(job, key, NULL, 0);
         } else {
-            status = eep_etcd_lease_revoke(eepd->etcd, m->member->lease);
+            job->lease = m->member->lease;
         }
         break;
     case EEP__V1__FAULT_KIND__FAULT_LEADER_STEP_DOWN:
@@ -391,12 +468,13 @@ static int eepd_api_inject_fault(eepd_t *eepd, eep_rpc_call_t *call, const uint8
         }
         /* Revoking our lease deletes the leader key; the watch then steps us down. */
         eepd->no_campaign_until_ms = eepd_now_ms() + 1000 * eepd->cfg.lease_ttl_s;
-        eepd->etcd_round_trips++;
-        status = eep_etcd_lease_revoke(eepd->etcd, eepd->lease);
-        if (status == EEP_OK) {
-            eepd->lease     = 0; /* a new one is granted at the next campaign */
-            eepd->is_leader = 0;
+        job                        = eepd_api_job(eepd, call, "fault injected");
+        if (job == NULL) {
+            code = EEP_RPC_RESOURCE_EXHAUSTED;
+            goto out;
         }
+        job->kind  = EEPD_API_JOB_STEP_DOWN;
+        job->lease = eepd->lease;
         break;
     case EEP__V1__FAULT_KIND__FAULT_STALE_PUBLISH:
         /* Pretend to lead for one publish: the epoch Txn must refuse it. */
@@ -411,13 +489,9 @@ static int eepd_api_inject_fault(eepd_t *eepd, eep_rpc_call_t *call, const uint8
         code = eepd_api_fail(eepd, call, EEP_RPC_INVALID_ARGUMENT, "unknown fault kind");
         goto out;
     }
-    if (status != EEP_OK) {
-        code = eepd_api_fail(eepd, call, EEP_RPC_UNAVAILABLE, eep_status_string(status));
-        goto out;
-    }
     eep_warn(EEP_SUBSYS_EEPD, "injected fault %d on %s (from %s)", (int)in->kind,
              in->member[0] ? in->member : "-", eep_rpc_call_peer(call));
-    code = eepd_api_ack(eepd, call, "fault injected");
+    code = job != NULL ? eepd_api_submit(eepd, job) : eepd_api_ack(eepd, call, "fault injected");
 out:
     eep__v1__inject_fault_request__free_unpacked(in, NULL);
     return code;
@@ -433,7 +507,7 @@ static int eepd_api_health(eepd_t *eepd, eep_rpc_call_t *call, const uint8_t *re
     }
     eep__v1__health_request__free_unpacked(in, NULL);
     out.serving   = 1;
-    out.etcd_ok   = eepd->etcd != NULL && !eepd->watch_lost;
+    out.etcd_ok   = eepd_etcd_ok(eepd);
     out.is_leader = eepd->is_leader;
     return eepd_api_reply(eepd, call, &out.base);
 }

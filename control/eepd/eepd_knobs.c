@@ -46,6 +46,18 @@ static const eep_knob_t eepd_knobs[] = {
     EEP_KNOB_ROW(eepd_config_t, "EEP_EEPD_MAX_MESSAGE", "1048576", EEP_KNOB_INT, max_message,
                  EEP_KNOB_STARTUP, 1024, 67108864,
                  "Largest request accepted in bytes; larger ones get RESOURCE_EXHAUSTED."),
+    EEP_KNOB_ROW(eepd_config_t, "EEP_EEPD_MAX_MEMBER_BYTES", "4096", EEP_KNOB_INT, max_member_bytes,
+                 EEP_KNOB_STARTUP, 256, 65536,
+                 "Largest Member value accepted from members/<id>; larger ones (and fields over "
+                 "their bounds: host 255, gpu uuid 128, endpoint 256, 64 NICs of 64) are ignored."),
+    EEP_KNOB_ROW(eepd_config_t, "EEP_EEPD_MAX_VIEW_BYTES", "524288", EEP_KNOB_INT, max_view_bytes,
+                 EEP_KNOB_STARTUP, 1024, 8388608,
+                 "Largest View published; a publish writes it twice in one Txn, so keep twice this "
+                 "under etcd's --max-request-bytes (1.5 MiB by default)."),
+    EEP_KNOB_ROW(eepd_config_t, "EEP_EEPD_MAX_EPOCH_JUMP", "1000000", EEP_KNOB_INT, max_epoch_jump,
+                 EEP_KNOB_STARTUP, 1, 1000000000,
+                 "A view whose epoch is this far past the highest one known (or above 2^53) is "
+                 "corrupt: logged, counted, ignored."),
 };
 
 EEP_KNOB_TABLE(eepd_knob_table, "eepd", eepd_knobs, eepd_config_t);

@@ -22,6 +22,9 @@ typedef struct {
     char    tls_ca[EEP_KNOB_STRING_MAX];
     int64_t metrics_port;
     int64_t max_message;
+    int64_t max_member_bytes;
+    int64_t max_view_bytes;
+    int64_t max_epoch_jump;
 } eepd_config_t;
 
 extern const eep_knob_table_t eepd_knob_table;

@@ -126,6 +126,12 @@ void eepd_metrics_update(eepd_t *eepd)
                 (unsigned long long)eepd->last_view_round_trips);
     eepd_metric(f, "eepd_elections_won_total", "counter", "Times this replica became leader.",
                 (unsigned long long)eepd->elections_won);
+    eepd_metric(f, "eepd_corrupt_views_total", "counter",
+                "view/current or views/<N> values ignored (undecodable, implausible epoch).",
+                (unsigned long long)eepd->corrupt_views);
+    eepd_metric(f, "eepd_members_rejected_total", "counter",
+                "Member values ignored for being over their bounds.",
+                (unsigned long long)eepd->members_rejected);
     eepd_metric(f, "eepd_faults_reported_total", "counter", "Fault reports received.",
                 (unsigned long long)eepd->faults_reported);
     eepd_metric(f, "eepd_rpc_requests_total", "counter", "RPC requests handled.",

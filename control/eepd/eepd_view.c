@@ -146,3 +146,11 @@ eep_status_t eepd_epoch_check(uint64_t prev, uint64_t next)
 {
     return next > prev ? EEP_OK : EEP_ERR_STALE_EPOCH;
 }
+
+int eepd_epoch_plausible(uint64_t known_max, uint64_t epoch, uint64_t max_jump)
+{
+    if (epoch == 0 || epoch > EEPD_EPOCH_MAX) {
+        return 0;
+    }
+    return known_max == 0 || epoch <= known_max || epoch - known_max <= max_jump;
+}

@@ -58,4 +58,13 @@ int eepd_settle_ready(const eepd_settle_t *settle, int64_t now_ms, int64_t settl
 /** @return EEP_OK when @p next may follow @p prev (strictly greater), else EEP_ERR_STALE_EPOCH. */
 eep_status_t eepd_epoch_check(uint64_t prev, uint64_t next);
 
+/* Epochs live in [1, EEPD_EPOCH_MAX]: far from wrapping, and exact in a JSON double. */
+#define EEPD_EPOCH_MAX (1ull << 53)
+
+/**
+ * @return 1 when @p epoch is plausible after @p known_max (the highest epoch seen, 0 if none):
+ * in [1, EEPD_EPOCH_MAX] and at most @p max_jump past @p known_max.  A forged 2^64-1 fails.
+ */
+int eepd_epoch_plausible(uint64_t known_max, uint64_t epoch, uint64_t max_jump);
+
 #endif

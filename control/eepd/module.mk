@@ -8,6 +8,7 @@ CONTROL_SRCS += control/rpc/rpc_server.c
 AGENT_SRCS   += control/agent/agent.c
 AGENT_SRCS   += control/agent/agent_bootstrap.c control/agent/agent_knobs.c
 EEPD_SRCS    := control/eepd/eepd.c control/eepd/eepd_api.c control/eepd/eepd_view.c \
+                control/eepd/eepd_jobs.c \
                 control/eepd/eepd_metrics.c control/eepd/eepd_knobs.c
 
 LIBEEP_AGENT_A := $(BUILD)/lib/libeep_agent.a

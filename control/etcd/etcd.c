@@ -565,15 +565,37 @@ eep_status_t eep_etcd_unary(eep_etcd_t *client, const char *method, const char *
 
 /* ---- KV --------------------------------------------------------------------------------- */
 
+/* One Range call: @p limit keys at most (0: all) at store revision @p revision (0: newest). */
+static eep_status_t eep_etcd_range_page(eep_etcd_t *client, ProtobufCBinaryData key,
+                                        ProtobufCBinaryData end, int64_t limit, int64_t revision,
+                                        Etcdserverpb__RangeResponse **resp_p)
+{
+    Etcdserverpb__RangeRequest req = ETCDSERVERPB__RANGE_REQUEST__INIT;
+
+    req.key       = key;
+    req.range_end = end;
+    req.limit     = limit;
+    req.revision  = revision;
+    return eep_etcd_unary(client, "/etcdserverpb.KV/Range", "etcd range", &req.base,
+                          &etcdserverpb__range_response__descriptor, (ProtobufCMessage **)resp_p);
+}
+
+/*
+ * A prefix is read in pages of at most EEP_ETCD_RANGE_PAGE keys, all at the first page's store
+ * revision (one consistent snapshot), so a large prefix never meets gRPC's 4 MiB message limit
+ * (issue 25 #9: 1300 members and 100 kept views once made a restarted eepd blind); a page that
+ * still exceeds it (values near etcd's 1.5 MiB request limit) is asked again at half the size.
+ */
 eep_status_t eep_etcd_range(eep_etcd_t *client, const char *key, int prefix,
                             eep_etcd_range_t *result_p)
 {
-    Etcdserverpb__RangeRequest   req  = ETCDSERVERPB__RANGE_REQUEST__INIT;
-    Etcdserverpb__RangeResponse *resp = NULL;
-    eep_etcd_range_t             result;
-    eep_status_t                 status;
-    size_t                       i, bytes;
-    uint8_t                     *data;
+    Etcdserverpb__RangeResponse **resps = NULL, **grown, *resp = NULL;
+    ProtobufCBinaryData           first = { 0, NULL }, end = { 0, NULL }, next = { 0, NULL };
+    eep_etcd_range_t              result;
+    eep_status_t                  status;
+    size_t                        i, j, bytes, n_resps = 0, n_kvs = 0, k;
+    int64_t                       limit = prefix ? EEP_ETCD_RANGE_PAGE : 0, revision = 0;
+    uint8_t                      *data;
 
     status = eep_etcd_check_client(client, "etcd range");
     if (status != EEP_OK) {
@@ -583,62 +605,104 @@ eep_status_t eep_etcd_range(eep_etcd_t *client, const char *key, int prefix,
         eep_error(EEP_SUBSYS_ETCD, "etcd range: result_p is NULL");
         return EEP_ERR_INVALID_ARG;
     }
-    status = eep_etcd_key(key, prefix, "etcd range", &req.key);
+    status = eep_etcd_key(key, prefix, "etcd range", &first);
     if (status != EEP_OK) {
         return status;
     }
-    status = eep_etcd_range_end(key, prefix, &req.range_end);
+    status = eep_etcd_range_end(key, prefix, &end);
     if (status != EEP_OK) {
         return status;
     }
-    status = eep_etcd_unary(client, "/etcdserverpb.KV/Range", "etcd range", &req.base,
-                            &etcdserverpb__range_response__descriptor, (ProtobufCMessage **)&resp);
-    free(req.range_end.data);
-    if (status != EEP_OK) {
-        return status;
+    for (;;) {
+        status = eep_etcd_range_page(client, next.data != NULL ? next : first, end, limit, revision,
+                                     &resp);
+        if (status == EEP_ERR_RPC && limit > 1) {
+            limit /= 2; /* RESOURCE_EXHAUSTED: a page over the message limit */
+            continue;
+        }
+        if (status != EEP_OK) {
+            goto out;
+        }
+        grown = realloc(resps, (n_resps + 1) * sizeof(*resps));
+        if (grown == NULL) {
+            protobuf_c_message_free_unpacked(&resp->base, NULL);
+            status = EEP_ERR_NO_MEMORY;
+            goto out;
+        }
+        resps            = grown;
+        resps[n_resps++] = resp;
+        n_kvs += resp->n_kvs;
+        if (revision == 0 && resp->header != NULL) {
+            revision = resp->header->revision;
+        }
+        if (!prefix || !resp->more || resp->n_kvs == 0) {
+            break;
+        }
+        /* The next page starts just after the last key: the key followed by a NUL byte. */
+        free(next.data);
+        next.len  = resp->kvs[resp->n_kvs - 1]->key.len + 1;
+        next.data = malloc(next.len);
+        if (next.data == NULL) {
+            status = EEP_ERR_NO_MEMORY;
+            goto out;
+        }
+        memcpy(next.data, resp->kvs[resp->n_kvs - 1]->key.data, next.len - 1);
+        next.data[next.len - 1] = 0;
     }
     /* One block: the kv array, then every key and value, each followed by a NUL. */
-    bytes = resp->n_kvs * sizeof(eep_etcd_kv_t);
-    for (i = 0; i < resp->n_kvs; i++) {
-        bytes += resp->kvs[i]->key.len + resp->kvs[i]->value.len + 2;
+    bytes = n_kvs * sizeof(eep_etcd_kv_t);
+    for (j = 0; j < n_resps; j++) {
+        for (i = 0; i < resps[j]->n_kvs; i++) {
+            bytes += resps[j]->kvs[i]->key.len + resps[j]->kvs[i]->value.len + 2;
+        }
     }
     memset(&result, 0, sizeof(result));
-    if (resp->n_kvs > 0) {
+    if (n_kvs > 0) {
         result.kvs = malloc(bytes);
         if (result.kvs == NULL) {
-            protobuf_c_message_free_unpacked(&resp->base, NULL);
-            return EEP_ERR_NO_MEMORY;
+            status = EEP_ERR_NO_MEMORY;
+            goto out;
         }
-        data = (uint8_t *)(result.kvs + resp->n_kvs);
-        for (i = 0; i < resp->n_kvs; i++) {
-            const Mvccpb__KeyValue *kv  = resp->kvs[i];
-            eep_etcd_kv_t          *out = &result.kvs[i];
+        data = (uint8_t *)(result.kvs + n_kvs);
+        k    = 0;
+        for (j = 0; j < n_resps; j++) {
+            for (i = 0; i < resps[j]->n_kvs; i++) {
+                const Mvccpb__KeyValue *kv  = resps[j]->kvs[i];
+                eep_etcd_kv_t          *out = &result.kvs[k++];
 
-            memcpy(data, kv->key.data, kv->key.len);
-            data[kv->key.len] = 0;
-            out->key          = data;
-            out->key_len      = kv->key.len;
-            data += kv->key.len + 1;
-            if (kv->value.len > 0) {
-                memcpy(data, kv->value.data, kv->value.len);
+                memcpy(data, kv->key.data, kv->key.len);
+                data[kv->key.len] = 0;
+                out->key          = data;
+                out->key_len      = kv->key.len;
+                data += kv->key.len + 1;
+                if (kv->value.len > 0) {
+                    memcpy(data, kv->value.data, kv->value.len);
+                }
+                data[kv->value.len] = 0;
+                out->value          = data;
+                out->value_len      = kv->value.len;
+                data += kv->value.len + 1;
+                out->create_revision = kv->create_revision;
+                out->mod_revision    = kv->mod_revision;
+                out->version         = kv->version;
+                out->lease           = kv->lease;
             }
-            data[kv->value.len] = 0;
-            out->value          = data;
-            out->value_len      = kv->value.len;
-            data += kv->value.len + 1;
-            out->create_revision = kv->create_revision;
-            out->mod_revision    = kv->mod_revision;
-            out->version         = kv->version;
-            out->lease           = kv->lease;
         }
     }
-    result.count    = resp->n_kvs;
-    result.revision = resp->header != NULL ? resp->header->revision : 0;
-    result.more     = resp->more;
-    protobuf_c_message_free_unpacked(&resp->base, NULL);
+    result.count    = n_kvs;
+    result.revision = revision;
+    result.more     = n_resps > 0 && !prefix && resps[n_resps - 1]->more;
     EEP_ETCD_STAT_INC(client, ranges);
     *result_p = result;
-    return EEP_OK;
+    status    = EEP_OK;
+out:
+    for (j = 0; j < n_resps; j++) {
+        protobuf_c_message_free_unpacked(&resps[j]->base, NULL);
+    }
+    free(resps);
+    free(next.data);
+    free(end.data);
+    return status;
 }
 
 void eep_etcd_range_free(eep_etcd_range_t *result)

@@ -167,6 +167,15 @@ eep_status_t eep_etcd_lease_grant(eep_etcd_t *client, int64_t ttl_s, int64_t *le
  */
 eep_status_t eep_etcd_lease_keepalive(eep_etcd_t *client, int64_t lease,
                                       eep_etcd_lease_lost_func_t lost, void *arg);
+/**
+ * Until when etcd is known to keep @p lease: one TTL (as etcd last granted it) after the send
+ * time of the last keepalive etcd answered, on the monotonic clock of eep_clock_ms().  Past it the
+ * lease may have expired, whatever the keepalive's state; callers that act on the lease's
+ * authority (a rank on a view) must wait for a fresh answer or the lost callback.
+ * @return EEP_OK, or EEP_ERR_NOT_FOUND if this client keeps no such lease alive.
+ */
+eep_status_t eep_etcd_lease_deadline(eep_etcd_t *client, int64_t lease, int64_t *deadline_ms_p);
+
 /** Stop the lease's keepalive (no lost callback) and revoke it: its keys are deleted. */
 eep_status_t eep_etcd_lease_revoke(eep_etcd_t *client, int64_t lease);
 

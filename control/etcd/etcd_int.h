@@ -21,7 +21,8 @@
 #define EEP_ETCD_POLL_MS        50  /* the client thread's timer granularity */
 #define EEP_ETCD_BACKOFF_MIN_MS 100 /* stream reconnect backoff, doubled up to the max */
 #define EEP_ETCD_BACKOFF_MAX_MS 2000
-#define EEP_ETCD_MAX_LEASES     64 /* granted TTLs remembered for keepalives */
+#define EEP_ETCD_MAX_LEASES     64  /* granted TTLs remembered for keepalives */
+#define EEP_ETCD_RANGE_PAGE     256 /* keys per page of a prefix read */
 
 typedef enum { EEP_ETCD_OWNER_WATCH, EEP_ETCD_OWNER_KEEPALIVE } eep_etcd_owner_kind_t;
 

@@ -269,6 +269,24 @@ eep_status_t eep_etcd_lease_keepalive(eep_etcd_t *client, int64_t lease,
     return status;
 }
 
+eep_status_t eep_etcd_lease_deadline(eep_etcd_t *client, int64_t lease, int64_t *deadline_ms_p)
+{
+    eep_etcd_keepalive_t *ka;
+    eep_status_t          status = EEP_ERR_NOT_FOUND;
+
+    if (client == NULL || deadline_ms_p == NULL) {
+        return EEP_ERR_INVALID_ARG;
+    }
+    pthread_mutex_lock(&client->lock);
+    ka = eep_etcd_ka_find(client, lease);
+    if (ka != NULL && !ka->ended && ka->ttl_s > 0) {
+        *deadline_ms_p = ka->last_ok_ms + ka->ttl_s * 1000;
+        status         = EEP_OK;
+    }
+    pthread_mutex_unlock(&client->lock);
+    return status;
+}
+
 eep_status_t eep_etcd_lease_revoke(eep_etcd_t *client, int64_t lease)
 {
     Etcdserverpb__LeaseRevokeRequest   req  = ETCDSERVERPB__LEASE_REVOKE_REQUEST__INIT;

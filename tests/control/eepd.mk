@@ -8,10 +8,14 @@
 #                      kill -9, SIGSTOP, leader failover, a 3-member etcd losing one; measures
 #   test_eepctl        every eepctl command, table and --json, against a real eepd
 #   test_grpc_client   Python grpcio against eepd: GetStatus, WatchViews, bad input, TLS refusal
-EEPD_TEST_BINS := $(BUILD)/tests/control/test_eepd_view $(BUILD)/tests/control/test_eepd_api
+#   test_tool          cmocka: the tools' JSON emitter and numeric flags (no etcd)
+#   test_control_faults  issue 25's quick fault and bad-data cases (real etcd, eepd, agents)
+EEPD_TEST_BINS := $(BUILD)/tests/control/test_eepd_view $(BUILD)/tests/control/test_eepd_api \
+                  $(BUILD)/tests/control/test_tool
 UNIT_TEST_BINS += $(EEPD_TEST_BINS)
 SCRIPT_TESTS   += tests/control/test_eepd_fuzz.sh tests/control/test_eepd_cluster.py \
-                  tests/control/test_eepctl.py tests/control/test_grpc_client.py
+                  tests/control/test_eepctl.py tests/control/test_grpc_client.py \
+                  tests/control/test_control_faults.py
 
 $(EEPD_TEST_BINS): $(BUILD)/tests/control/%: $(BUILD)/tests/control/%.o $(LIBEEPD_A) \
                    $(LIBEEP_CONTROL_A) $$(LIBEEP_PROTO_A) $(LIBUTIL_A)
@@ -51,3 +55,18 @@ $(EEP_AGENT_BOOT_TEST): $(BUILD)/tests/control/test_agent_bootstrap.o \
                         $(LIBEEP_CONTROL_A) $$(LIBEEP_PROTO_A) $(LIBEEP_A) $(LIBUTIL_A)
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $^ $(LDFLAGS) $(EEPD_LDLIBS) -libverbs -lcmocka
+
+# make test-faults: issue 25's slower etcd fault cases (etcd restarts, raft elections, pauses),
+# too slow for `make test`'s budget; same runner, same counts.
+CONTROL_FAULT_TESTS := tests/control/test_control_faults_slow.py
+.PHONY: test-faults
+test-faults: deps-test
+	@$(MAKE) --no-print-directory $(EEPD_BIN) $(EEPCTL_BIN) $(EEP_AGENT_BIN)
+	@BUILD=$(BUILD) SANITIZER=$(SANITIZER) tests/run.sh $(CONTROL_FAULT_TESTS)
+
+# make soak-control: tests/control/soak_control.py, a seeded fault schedule (SOAK_SECONDS,
+# default 180; SOAK_SEED, default 1) against etcd x3, eepd x2 and five agents.
+.PHONY: soak-control
+soak-control: deps-test
+	@$(MAKE) --no-print-directory $(EEPD_BIN) $(EEPCTL_BIN) $(EEP_AGENT_BIN)
+	@BUILD=$(BUILD) EEP_TEST_TIMEOUT=$${EEP_TEST_TIMEOUT:-900} tests/run.sh tests/control/soak_control.py

@@ -5,6 +5,7 @@ temporary directory, reads the agents' JSON lines in background threads, and kil
 it started at exit (atexit + SIGTERM handler).  Waits are bounded polls, never bare sleeps.
 """
 import atexit
+import base64
 import json
 import os
 import shutil
@@ -127,36 +128,138 @@ def tmp(name):
     return os.path.join(_tmp, name)
 
 
-class Etcd:
-    """A cluster of n etcd members on loopback."""
+def openssl(*args):
+    subprocess.run(["openssl"] + list(args), check=True, capture_output=True)
 
-    def __init__(self, n=1, name="e"):
+
+def make_pki(name="pki"):
+    """A test CA (and a rogue one) with server, client and badclient (rogue-signed) certificates
+    for 127.0.0.1; returns p(file) -> its path."""
+    d = tmp(name)
+    os.makedirs(d)
+    p = lambda n: os.path.join(d, n)  # noqa: E731
+    ext = p("ext.cnf")
+    with open(ext, "w") as f:
+        f.write("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
+    for ca in ("ca", "rogue"):
+        openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj",
+                "/CN=eep-test-" + ca, "-keyout", p(ca + ".key"), "-out", p(ca + ".pem"))
+    for cn, ca in (("server", "ca"), ("client", "ca"), ("badclient", "rogue")):
+        openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=" + cn, "-keyout",
+                p(cn + ".key"), "-out", p(cn + ".csr"))
+        openssl("x509", "-req", "-in", p(cn + ".csr"), "-CA", p(ca + ".pem"), "-CAkey",
+                p(ca + ".key"), "-CAcreateserial", "-days", "2", "-out", p(cn + ".pem"),
+                "-extfile", ext)
+    return p
+
+
+class Etcd:
+    """A cluster of n etcd members on loopback; with @p pki (make_pki) it serves https only and
+    requires client certificates signed by the test CA (mutual TLS)."""
+
+    def __init__(self, n=1, name="e", pki=None):
+        self.pki = pki
+        self.scheme = "https" if pki else "http"
         self.names = ["%s%d" % (name, i) for i in range(n)]
         self.client = [free_port() for _ in range(n)]
         self.peer = [free_port() for _ in range(n)]
-        cluster = ",".join("%s=http://127.0.0.1:%d" % (self.names[i], self.peer[i])
-                           for i in range(n))
-        self.procs = []
-        for i in range(n):
-            self.procs.append(spawn([
-                "etcd", "--name", self.names[i], "--data-dir", tmp(self.names[i] + ".data"),
-                "--listen-client-urls", "http://127.0.0.1:%d" % self.client[i],
-                "--advertise-client-urls", "http://127.0.0.1:%d" % self.client[i],
-                "--listen-peer-urls", "http://127.0.0.1:%d" % self.peer[i],
-                "--initial-advertise-peer-urls", "http://127.0.0.1:%d" % self.peer[i],
-                "--initial-cluster", cluster, "--initial-cluster-state", "new",
-                "--heartbeat-interval", "50", "--election-timeout", "500"],
-                log=tmp(self.names[i] + ".log")))
+        self.cluster = ",".join("%s=http://127.0.0.1:%d" % (self.names[i], self.peer[i])
+                                for i in range(n))
+        self.procs = [self._start(i, "new") for i in range(n)]
         wait_for(lambda: self.ctl("put", "/eep-test-ready", "1").returncode == 0, 30,
                  "etcd to serve")
+
+    def client_env(self):
+        """The EEP_ETCD_* settings a client of this cluster needs (TLS files)."""
+        if not self.pki:
+            return {}
+        return {"EEP_ETCD_CA": self.pki("ca.pem"), "EEP_ETCD_CERT": self.pki("client.pem"),
+                "EEP_ETCD_KEY": self.pki("client.key")}
+
+    def _tls_args(self):
+        if not self.pki:
+            return []
+        return ["--cert-file", self.pki("server.pem"), "--key-file", self.pki("server.key"),
+                "--client-cert-auth", "--trusted-ca-file", self.pki("ca.pem")]
+
+    def _start(self, i, state):
+        return spawn([
+            "etcd", "--name", self.names[i], "--data-dir", tmp(self.names[i] + ".data"),
+            "--listen-client-urls", "%s://127.0.0.1:%d" % (self.scheme, self.client[i]),
+            "--advertise-client-urls", "%s://127.0.0.1:%d" % (self.scheme, self.client[i]),
+            "--listen-peer-urls", "http://127.0.0.1:%d" % self.peer[i],
+            "--initial-advertise-peer-urls", "http://127.0.0.1:%d" % self.peer[i],
+            "--initial-cluster", self.cluster, "--initial-cluster-state", state,
+            "--heartbeat-interval", "50", "--election-timeout", "500"] + self._tls_args(),
+            log=tmp("%s.%d.log" % (self.names[i], len(_procs))))
+
+    def kill(self, i=0):
+        self.procs[i].kill()
+        self.procs[i].wait()
+
+    def restart(self, i=0):
+        """Start member i again on its data dir (after kill)."""
+        self.procs[i] = self._start(i, "existing")
+        wait_for(lambda: self.ctl("put", "/eep-test-ready", "1").returncode == 0, 30,
+                 "etcd to serve again")
+
+    def _gw(self, path, body):
+        """etcd's JSON gateway (binary keys and values, base64): one call to the first member
+        that answers."""
+        data = json.dumps(body).encode()
+        last = None
+        ctx = None
+        if self.pki:
+            import ssl
+            ctx = ssl.create_default_context(cafile=self.pki("ca.pem"))
+            ctx.load_cert_chain(self.pki("client.pem"), self.pki("client.key"))
+        for port in self.client:
+            try:
+                req = urllib.request.Request("%s://127.0.0.1:%d/v3/%s" % (self.scheme, port, path),
+                                             data, {"Content-Type": "application/json"})
+                with urllib.request.urlopen(req, timeout=5, context=ctx) as f:
+                    return json.loads(f.read().decode())
+            except OSError as e:
+                last = e
+        raise AssertionError("etcd gateway %s: %s" % (path, last))
+
+    def put_bytes(self, key, value, lease=0):
+        body = {"key": base64.b64encode(key.encode()).decode(),
+                "value": base64.b64encode(value).decode()}
+        if lease:
+            body["lease"] = str(lease)
+        return self._gw("kv/put", body)
+
+    def put_many(self, pairs):
+        """Put every (key, bytes) in one txn: one revision, as eepd's publish writes views/<N>
+        and view/current."""
+        ops = [{"request_put": {"key": base64.b64encode(k.encode()).decode(),
+                                "value": base64.b64encode(v).decode()}} for k, v in pairs]
+        return self._gw("kv/txn", {"success": ops})
+
+    def get_bytes(self, key):
+        r = self._gw("kv/range", {"key": base64.b64encode(key.encode()).decode()})
+        kvs = r.get("kvs", [])
+        return base64.b64decode(kvs[0].get("value", "")) if kvs else None
+
+    def get_kv(self, key):
+        """The raw key-value (dict with mod_revision, lease, ...) or None."""
+        r = self._gw("kv/range", {"key": base64.b64encode(key.encode()).decode()})
+        kvs = r.get("kvs", [])
+        return kvs[0] if kvs else None
+
+    def delete(self, key):
+        return self._gw("kv/deleterange", {"key": base64.b64encode(key.encode()).decode()})
 
     def endpoints(self, skip=()):
         return ",".join("127.0.0.1:%d" % p for i, p in enumerate(self.client) if i not in skip)
 
     def ctl(self, *args):
         env = dict(os.environ, ETCDCTL_API="3")
+        tls = ["--cacert", self.pki("ca.pem"), "--cert", self.pki("client.pem"), "--key",
+               self.pki("client.key")] if self.pki else []
         return subprocess.run(["etcdctl", "--endpoints", self.endpoints(), "--dial-timeout",
-                               "2s", "--command-timeout", "3s"] + list(args), env=env,
+                               "2s", "--command-timeout", "3s"] + tls + list(args), env=env,
                               capture_output=True, text=True)
 
     def raft_leader(self):
@@ -190,9 +293,10 @@ class Eepd:
                "EEP_EEPD_METRICS_PORT": str(self.metrics), "EEP_EEPD_FAULT_INJECTION": "1",
                "EEP_EEPD_NUM_EXPERTS": "16", "EEP_EEPD_REDUNDANT_EXPERTS": "1",
                "EEP_LOG_LEVEL": "info", "EEP_ETCD_TIMEOUT_MS": "2000"}
+        env.update(etcd.client_env())
         if extra:
             env.update(extra)
-        self.log = tmp("eepd-%s.log" % rid)
+        self.log = tmp("eepd-%s-%d.log" % (rid, len(_procs)))
         self.proc = spawn([os.path.join(BIN, "eepd")], env=env, log=self.log)
         wait_for(lambda: self.health() is not None, 20, "eepd %s to serve" % rid)
 
@@ -224,12 +328,16 @@ class Eepd:
 class Agent:
     """An eep-agent process; its JSON lines are collected with their arrival time."""
 
-    def __init__(self, etcd, job, ttl=2, name="a"):
+    def __init__(self, etcd, job, ttl=2, name="a", extra_env=None):
         self.started_ms = now_ms()
         self.events = []
+        self.bad_lines = []  # stdout lines that are not JSON
         self.lock = threading.Lock()
         env = {"EEP_ETCD_ENDPOINTS": etcd.endpoints(), "EEP_JOB": job, "EEP_LOG_LEVEL": "info",
                "EEP_ETCD_TIMEOUT_MS": "2000"}
+        env.update(etcd.client_env())
+        if extra_env:
+            env.update(extra_env)
         self.log = tmp("agent-%s-%d.log" % (name, id(self)))
         self.proc = spawn([os.path.join(BIN, "eep-agent"), "--ttl", str(ttl)], env=env,
                           log=self.log, stdout=subprocess.PIPE)
@@ -240,6 +348,8 @@ class Agent:
             try:
                 ev = json.loads(line)
             except ValueError:
+                with self.lock:
+                    self.bad_lines.append(line)
                 continue
             ev["rx_ms"] = now_ms()
             with self.lock:
@@ -280,3 +390,80 @@ def pct(values):
         return "n/a"
     med = v[len(v) // 2]
     return "min %.0f ms, median %.0f ms, max %.0f ms (n=%d)" % (v[0], med, v[-1], len(v))
+
+
+# ---- protobuf wire format by hand (no generated Python code needed) ---------------------------
+
+def pb_varint(n):
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def pb_bytes(num, data):
+    if isinstance(data, str):
+        data = data.encode()
+    return pb_varint(num << 3 | 2) + pb_varint(len(data)) + data
+
+
+def pb_uint(num, v):
+    return pb_varint(num << 3) + pb_varint(v)
+
+
+def pb_member(mid, host="forged", pid=1, gpu="", lease=0, nics=()):
+    """An eep.v1.Member."""
+    out = pb_bytes(1, mid) + pb_bytes(2, host) + pb_uint(4, pid)
+    for n in nics:
+        out += pb_bytes(5, n)
+    if gpu:
+        out += pb_bytes(3, gpu)
+    if lease:
+        out += pb_uint(7, lease)
+    return out
+
+
+def pb_view(epoch, member_ids, reason="forged", leader="nobody"):
+    """An eep.v1.View."""
+    out = pb_uint(1, epoch)
+    for m in member_ids:
+        out += pb_bytes(2, pb_member(m))
+    return out + pb_bytes(5, reason) + pb_bytes(6, leader)
+
+
+# ---- cases counted one by one (tests/run.sh reads cmocka's summary lines) ---------------------
+
+def run_cases(cases, only=None):
+    """Run each (name, fn) in turn; print cmocka-style lines so tests/run.sh counts every case.
+    A case fails on AssertionError (or any exception); the others still run.  CONTROL_TEST_CASES
+    (comma-separated names) runs a subset.  Returns the exit code."""
+    sel = only or [c for c in os.environ.get("CONTROL_TEST_CASES", "").split(",") if c]
+    failed = []
+    ran = 0
+    for name, fn in cases:
+        if sel and name not in sel:
+            continue
+        ran += 1
+        print("[ RUN      ] %s" % name, flush=True)
+        t = time.monotonic()
+        try:
+            fn()
+            print("[       OK ] %s (%.1f s)" % (name, time.monotonic() - t), flush=True)
+        except Exception as e:  # noqa: BLE001 - a case's failure of any kind is reported
+            import traceback
+            traceback.print_exc()
+            print("[  FAILED  ] %s: %s" % (name, e), flush=True)
+            failed.append(name)
+    print("[==========] %d test(s) run." % ran)
+    print("[  PASSED  ] %d test(s)." % (ran - len(failed)))
+    if failed:
+        print("[  FAILED  ] %d test(s), listed below:" % len(failed))
+        for n in failed:
+            print("[  FAILED  ] %s" % n)
+    sys.stdout.flush()
+    return 1 if failed else 0

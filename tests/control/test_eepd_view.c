@@ -118,6 +118,20 @@ static void test_settle_window(void **state)
     assert_true(eepd_settle_ready(&s, 1400, 100));
 }
 
+static void test_epoch_plausible(void **state)
+{
+    (void)state;
+    assert_true(eepd_epoch_plausible(0, 1, 1000));
+    assert_true(eepd_epoch_plausible(0, 123456789, 1000)); /* nothing known yet */
+    assert_false(eepd_epoch_plausible(0, 0, 1000));
+    assert_false(eepd_epoch_plausible(0, UINT64_MAX, 1000)); /* the forged 2^64-1 */
+    assert_false(eepd_epoch_plausible(0, EEPD_EPOCH_MAX + 1, 1000));
+    assert_true(eepd_epoch_plausible(0, EEPD_EPOCH_MAX, UINT64_MAX));
+    assert_true(eepd_epoch_plausible(7, 1007, 1000));
+    assert_false(eepd_epoch_plausible(7, 1008, 1000));
+    assert_true(eepd_epoch_plausible(7, 3, 1000)); /* old, not implausible: the caller decides */
+}
+
 static void test_epoch_rule(void **state)
 {
     (void)state;
@@ -146,6 +160,7 @@ int main(void)
         cmocka_unit_test(test_place_redundant),
         cmocka_unit_test(test_settle_window),
         cmocka_unit_test(test_epoch_rule),
+        cmocka_unit_test(test_epoch_plausible),
         cmocka_unit_test(test_differs),
     };
 

@@ -28,8 +28,8 @@ except ImportError:
     sys.exit(77)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from eepd_testlib import (BIN, Agent, Eepd, Etcd, check, need, run_main, tmp,  # noqa: E402
-                          wait_for)
+from eepd_testlib import (BIN, Agent, Eepd, Etcd, check, make_pki, need, run_main,  # noqa: E402
+                          tmp, wait_for)
 
 SVC = "/eep.v1.EepControl/"
 
@@ -109,29 +109,6 @@ def code_of(fn):
         return grpc.StatusCode.OK
     except grpc.RpcError as e:
         return e.code()
-
-
-def openssl(*args):
-    subprocess.run(["openssl"] + list(args), check=True, capture_output=True)
-
-
-def make_pki():
-    d = tmp("pki")
-    os.makedirs(d)
-    p = lambda n: os.path.join(d, n)  # noqa: E731
-    ext = p("ext.cnf")
-    with open(ext, "w") as f:
-        f.write("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
-    for ca in ("ca", "rogue"):
-        openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj",
-                "/CN=eep-test-" + ca, "-keyout", p(ca + ".key"), "-out", p(ca + ".pem"))
-    for name, ca in (("server", "ca"), ("client", "ca"), ("badclient", "rogue")):
-        openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=" + name, "-keyout",
-                p(name + ".key"), "-out", p(name + ".csr"))
-        openssl("x509", "-req", "-in", p(name + ".csr"), "-CA", p(ca + ".pem"), "-CAkey",
-                p(ca + ".key"), "-CAcreateserial", "-days", "2", "-out", p(name + ".pem"),
-                "-extfile", ext)
-    return p
 
 
 def read(path):

@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""test_control_faults_slow.py - issue 25's slower etcd fault cases (`make test-faults`).
+
+Real etcd, eepd and eep-agent processes on 127.0.0.1, real signals, every wait bounded; each
+case is counted by tests/run.sh.  Run one case with CONTROL_TEST_CASES=name.
+  etcd_restart       (#2) etcd killed and restarted on its data dir after the agents' TTL: the
+                     agents rejoin as new members and no view ever holds their old ids (etcd
+                     restores the old leases, so the agents must revoke them first)
+  raft_election      (#3) 3-member etcd, its raft leader killed (and restarted) three times: no
+                     agent lease (TTL 2 s) and not eepd's leader lease is lost, and a join right
+                     after each election is published within 2 s
+Exit 0 pass, 1 fail, 77 skip.
+"""
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from eepd_testlib import (BIN, Agent, Eepd, Etcd, check, need, run_cases,  # noqa: E402
+                          wait_for)
+
+
+def all_in_view(agents, timeout, what):
+    ids = lambda: sorted(a.member() or "" for a in agents)  # noqa: E731
+    return wait_for(lambda: all(a.in_view() and sorted(a.last_view()["members"]) == ids()
+                                for a in agents), timeout, what)
+
+
+def case_etcd_restart():
+    e = Etcd(1, "r")
+    job = "restart%d" % os.getpid()
+    d = Eepd(e, job, "r1")  # noqa: F841 - serves the job
+    n, ttl = 4, 5
+    agents = [Agent(e, job, ttl, "r%d" % i) for i in range(n)]
+    all_in_view(agents, 20, "%d agents in a view" % n)
+    old = set(a.member() for a in agents)
+    seen = [len(a.views()) for a in agents]
+    e.kill()
+    time.sleep(ttl + 0.5)  # the agents count their leases lost; etcd keeps them on disk
+    e.restart()
+    wait_for(lambda: all(a.member() not in old for a in agents), 30, "every agent rejoined")
+    all_in_view(agents, 30, "a view of the rejoined agents")
+    time.sleep(ttl + 1)  # an old lease etcd restored would have shown by now
+    for a, k in zip(agents, seen):
+        for v in a.views()[k:]:
+            check(v["n"] <= n, "a view of %d ranks after the restart (%d agents live): %s"
+                  % (v["n"], n, v["members"]))
+            stale = old & set(v["members"])
+            check(not stale, "view %d holds old ids %s" % (v["epoch"], sorted(stale)))
+    keys = e.keys("/eep/%s/members/" % job)
+    check(len(keys) == n, "%d member keys in etcd, %d agents" % (len(keys), n))
+
+
+def case_raft_election():
+    e = Etcd(3, "q")
+    job = "raft%d" % os.getpid()
+    d = Eepd(e, job, "q1", {"EEP_EEPD_LEASE_TTL_S": "3"})
+    agents = [Agent(e, job, 2, "q%d" % i) for i in range(4)]
+    all_in_view(agents, 20, "4 agents in a view")
+    won = open(d.log).read().count("is the leader")
+    lost_total, joins = 0, []
+    for rnd in range(3):
+        victim = e.raft_leader()
+        e.kill(victim)
+        time.sleep(3)  # more than an agent TTL after the raft leader died
+        joiner = Agent(e, job, 2, "j%d" % rnd)
+        t = time.monotonic()
+        agents.append(joiner)
+        all_in_view(agents, 15, "a join after raft election %d" % rnd)
+        joins.append(time.monotonic() - t)
+        e.restart(victim)
+        time.sleep(1)
+    for a in agents:
+        lost_total += len(a.evs("lease_lost"))
+    print("raft elections: %d agent leases lost, eepd elections won %d -> %d, joins %s s"
+          % (lost_total, won, open(d.log).read().count("is the leader"),
+             ", ".join("%.2f" % j for j in joins)), flush=True)
+    check(lost_total == 0, "%d agent leases lost over 3 raft elections" % lost_total)
+    check(open(d.log).read().count("is the leader") == won, "eepd lost and re-won its leader lease")
+    check(max(joins) < 2.0, "a join after an election took %.2f s" % max(joins))
+
+
+def main():
+    need(["etcd", "etcdctl", os.path.join(BIN, "eepd"), os.path.join(BIN, "eep-agent"),
+          os.path.join(BIN, "eepctl")])
+    return run_cases([
+        ("etcd_restart", case_etcd_restart),
+        ("raft_election", case_raft_election),
+    ])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
