@@ -10,7 +10,7 @@
  * cuStreamWriteValue64, single writer by construction.  A lost peer fails nothing: its requests
  * complete as dropped (NCCL 2.28.9's ncclCommShrink refuses a parent whose GIN proxy saw an
  * error: init.cc:2568 ncclCommEnsureReady -> ncclCommGetAsyncError, init.cc:2717, set from
- * iput's result, gin_host.cc:34 and gin_host_proxy.cc:~475); the death is reported by
+ * iput's result, gin_host.cc:34 and gin_host_proxy.cc:488); the death is reported by
  * eep_gin_peers_lost and by the library's own bounded waits.  Nothing here ever waits. */
 #include <poll.h>
 #include <stdio.h>
