@@ -219,8 +219,10 @@ eep_nccl_result_t eep_gin_close_listen(void *listen_comm);
 eep_nccl_result_t eep_gin_connect(void *ctx, void *handles[], int nranks, int rank,
                                   void *listen_comm, void **coll_comm);
 eep_nccl_result_t eep_gin_close_coll(void *coll_comm);
-/* Marks a peer dead (its socket closed) and logs it once. */
+/* Marks a peer dead (its socket closed) and logs it once: its requests complete as dropped. */
 void eep_gin_peer_lost(eep_gin_comm_t *comm, int peer, const char *why);
+/* Exported (the one symbol beyond the two tables): (comm, peer) losses seen by this process. */
+uint64_t eep_gin_peers_lost(void);
 /* Makes the comm's CUDA context current in the calling thread; 0, or -1 without CUDA. */
 int eep_gin_comm_bind_cuda(eep_gin_comm_t *comm);
 

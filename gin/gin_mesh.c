@@ -209,6 +209,8 @@ int eep_gin_comm_bind_cuda(eep_gin_comm_t *comm)
     return EEP_GIN_CU(cuCtxSetCurrent(comm->cuctx));
 }
 
+static uint64_t eep_gin_lost_total; /* (comm, peer) losses seen by this process */
+
 void eep_gin_peer_lost(eep_gin_comm_t *comm, int peer, const char *why)
 {
     if (comm->peers[peer].dead) {
@@ -218,8 +220,16 @@ void eep_gin_peer_lost(eep_gin_comm_t *comm, int peer, const char *why)
     if (comm->broken_peer < 0) {
         comm->broken_peer = peer;
     }
-    EEP_GIN_WARN("rank %d: peer rank %d lost (%s); this comm's GIN requests now fail", comm->rank,
+    __atomic_fetch_add(&eep_gin_lost_total, 1, __ATOMIC_RELEASE);
+    EEP_GIN_WARN("rank %d: peer rank %d lost (%s); GIN requests to it are dropped", comm->rank,
                  peer, why);
+}
+
+/* The plugin's own death report (NCCL has none that leaves the comm shrinkable, gin/README.md):
+ * how many (comm, peer) losses this process has seen.  Found with dlopen(RTLD_NOLOAD) + dlsym. */
+__attribute__((visibility("default"))) uint64_t eep_gin_peers_lost(void)
+{
+    return __atomic_load_n(&eep_gin_lost_total, __ATOMIC_ACQUIRE);
 }
 
 eep_nccl_result_t eep_gin_close_coll(void *coll_comm)

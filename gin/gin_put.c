@@ -7,13 +7,17 @@
  * GIN's ordering rule, and done means the source was consumed and the record is queued behind the
  * data.  Signals are applied by their owner (NCCL's signal buffer cannot be exported): the one
  * progress thread of the comm reads the record and adds, on the GPU by a read (D2H) and a
- * cuStreamWriteValue64, single writer by construction.  A lost peer fails every request of the
- * comm: iput/iputSignal return ncclRemoteError (what stops NCCL's progress thread and reaches
- * ncclCommGetAsyncError), test reports done with an error.  Nothing here ever waits. */
+ * cuStreamWriteValue64, single writer by construction.  A lost peer fails nothing: its requests
+ * complete as dropped (NCCL 2.28.9's ncclCommShrink refuses a parent whose GIN proxy saw an
+ * error: init.cc:2568 ncclCommEnsureReady -> ncclCommGetAsyncError, init.cc:2717, set from
+ * iput's result, gin_host.cc:34 and gin_host_proxy.cc:488); the death is reported by
+ * eep_gin_peers_lost and by the library's own bounded waits.  Nothing here ever waits. */
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
+#include <unistd.h>
 
 #include "gin/gin_int.h"
 
@@ -121,6 +125,16 @@ static void eep_gin_stray_inline_note(eep_gin_comm_t *comm, const eep_gin_reg_t 
                  comm->rank, (void *)at, (long long)src_off, (void *)src->base, where);
 }
 
+/* Copies size bytes at this process's address `from` without faulting: 0, or -1 when any of them
+ * is not mapped readable (process_vm_readv on ourselves reports EFAULT instead of SIGSEGV). */
+static int eep_gin_read_self(void *to, const void *from, size_t size)
+{
+    struct iovec local  = { .iov_base = to, .iov_len = size };
+    struct iovec remote = { .iov_base = (void *)(uintptr_t)from, .iov_len = size };
+
+    return process_vm_readv(getpid(), &local, 1, &remote, 1, 0) == (ssize_t)size ? 0 : -1;
+}
+
 static eep_nccl_result_t eep_gin_put(eep_gin_comm_t *comm, uint64_t src_off, eep_gin_reg_t *src,
                                      size_t size, uint64_t dst_off, eep_gin_reg_t *dst,
                                      uint32_t rank, const eep_gin_wire_t *sig, void **request)
@@ -136,10 +150,7 @@ static eep_nccl_result_t eep_gin_put(eep_gin_comm_t *comm, uint64_t src_off, eep
     }
     p    = &comm->peers[rank];
     self = rank == (uint32_t)comm->rank;
-    if (comm->broken_peer >= 0) {
-        return EEP_NCCL_REMOTE_ERROR;
-    }
-    if (size > 0) {
+    if (size > 0 && !p->dead) {
         if (src == NULL || dst == NULL || src->magic != EEP_GIN_REG_MAGIC ||
             dst->magic != EEP_GIN_REG_MAGIC || dst_off > dst->peer[rank].size ||
             size > dst->peer[rank].size - dst_off ||
@@ -152,6 +163,10 @@ static eep_nccl_result_t eep_gin_put(eep_gin_comm_t *comm, uint64_t src_off, eep
         if (!eep_gin_in_range(src->size, src_off, size)) {
             eep_gin_stray_inline_note(comm, src, src_off);
         }
+    }
+    if (p->dead) { /* dropped: completes in order, as a NIC's write to a dead node would */
+        size = 0;
+        sig  = NULL;
     }
     pthread_mutex_lock(&comm->lock);
     if (p->tail - p->head >= EEP_GIN_RING) {
@@ -178,7 +193,18 @@ static eep_nccl_result_t eep_gin_put(eep_gin_comm_t *comm, uint64_t src_off, eep
 
         from = (const char *)((uintptr_t)src->base + (uintptr_t)src_off); /* may be stray */
         if (src_host && size <= sizeof(r->inline_val)) {
-            memcpy(&r->inline_val, from, size); /* an inline value: its slot is reused soon */
+            /* an inline value: its slot is reused soon.  A stray one (NCCL 2.28.9) is read with
+               process_vm_readv, which fails instead of faulting where nothing is mapped. */
+            if (eep_gin_in_range(src->size, src_off, size)) {
+                memcpy(&r->inline_val, from, size);
+            } else if (eep_gin_read_self(&r->inline_val, from, size) != 0) {
+                EEP_GIN_WARN("rank %d: putValue's stray value at %p is not readable: the put "
+                             "fails",
+                             comm->rank, (const void *)from);
+                r->state = EEP_GIN_REQ_FREE;
+                pthread_mutex_unlock(&comm->lock);
+                return EEP_NCCL_INVALID_ARGUMENT;
+            }
             from = (const char *)&r->inline_val;
         }
         if (self || dst->peer[rank].mapped != NULL) {
@@ -323,10 +349,14 @@ static void eep_gin_send_progress(eep_gin_comm_t *comm, int peer)
     while (p->prog < p->tail) {
         eep_gin_req_t *r = &p->ring[p->prog % EEP_GIN_RING];
 
-        if (p->dead || comm->broken_peer >= 0) {
+        if (p->dead) { /* dropped: done, so NCCL's queue and the GPU's flush move on */
+            if (r->copy_pending && eep_gin_cu.cuEventQuery(r->event) == CUDA_ERROR_NOT_READY) {
+                return; /* our own copy engine still reads the source */
+            }
+            r->copy_pending = 0;
             free(r->stage);
             r->stage = NULL;
-            r->state = EEP_GIN_REQ_FAILED;
+            r->state = EEP_GIN_REQ_DONE;
             p->prog++;
             continue;
         }
@@ -531,10 +561,9 @@ eep_nccl_result_t eep_gin_test(void *coll_comm, void *request, int *done)
         while (p->head < p->prog && p->ring[p->head % EEP_GIN_RING].state == EEP_GIN_REQ_FREE) {
             p->head++;
         }
-    } else if (r->state == EEP_GIN_REQ_FAILED || comm->broken_peer >= 0) {
-        /* NCCL 2.28.9's proxy ignores test's result (only iput's stops its progress thread, and
-         * ours fails from now on): done lets its queue drain so the GPU's flush returns; the
-         * source is consumed, as nothing will read it again. */
+    } else if (r->state == EEP_GIN_REQ_FAILED) {
+        /* A local CUDA failure.  NCCL 2.28.9's proxy ignores test's result: done lets its queue
+         * drain so the GPU's flush returns; the source is consumed (nothing reads it again). */
         *done    = 1;
         r->state = EEP_GIN_REQ_FREE;
         while (p->head < p->prog && p->ring[p->head % EEP_GIN_RING].state == EEP_GIN_REQ_FREE) {

@@ -206,6 +206,13 @@ static int gt_run_case(const gt_case_t *c, const eep_nccl_net_v11_t *net,
     return ok;
 }
 
+static void *gt_lib; /* the plugin, as gt_main loaded it */
+
+void *gt_plugin_sym(const char *name)
+{
+    return gt_lib != NULL ? dlsym(gt_lib, name) : NULL;
+}
+
 int gt_main(const gt_case_t *cases, int ncases)
 {
     void                     *lib;
@@ -218,7 +225,8 @@ int gt_main(const gt_case_t *cases, int ncases)
     if (path == NULL) {
         path = EEP_GIN_PLUGIN_PATH;
     }
-    lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    lib    = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    gt_lib = lib;
     if (lib == NULL) {
         fprintf(stderr, "cannot load the plugin %s: %s\n", path, dlerror());
         return 1;

@@ -54,6 +54,9 @@ int gt_gin_wait(gt_t *t, void *coll, void **reqs, int n, int timeout_ms);
 /* Progresses coll until *word == expect; 0, or -1 on timeout or when it passes expect. */
 int gt_gin_wait_word(gt_t *t, void *coll, const uint64_t *word, uint64_t expect, int timeout_ms);
 
+/* A symbol of the loaded plugin beyond its two tables (eep_gin_peers_lost), or NULL. */
+void *gt_plugin_sym(const char *name);
+
 int64_t gt_now_ms(void);
 /* xorshift64: the tests' reproducible randomness. */
 uint64_t gt_rand(uint64_t *state);

@@ -17,7 +17,8 @@ $(GIN_GPU_TEST): $(BUILD)/tests/gpu/gin/test_gin_gpu.o $(GIN_GPU_KERNELS)
 gin-gpu-test: check-cuda $(GIN_PLUGIN_SO) $(GIN_GPU_TEST)
 
 # make gpu-gin: the GPU machine's round for the plugin (scripts/gin-round.sh): CPU tests, the GIN
-# test at N = 2, 4, 8 with MPS and N = 2, 4 without, the runtime/barrier test at N = 2, 4, 8; under
+# test at N = 2, 4, 8 with MPS and N = 2 without, the runtime/barrier test at N = 2, 4, 8 (two
+# device calls: GIN_ROUND_PARTS="cpu gin", then GIN_ROUND_PARTS=runtime); under
 # $OUT (else $(BUILD)/gin-round) only summary.txt and one combined log per run.
 gpu-gin: gin-gpu-test $(BUILD)/tests/gpu/test_one_gpu_runtime
 	@BUILD=$(BUILD) scripts/gin-round.sh
