@@ -6,6 +6,7 @@
 # objects, and runs deploy/launch.sh with the bundle's etcd, eepd and libraries.  Logs and the
 # launcher's run directory are copied to $OUT when it is set.  Example (2 x H200, 25 s):
 #   scripts/device-run.sh --seconds 25
+# and 4 ranks on one GPU through the GIN test plugin: scripts/device-run.sh --ranks-per-gpu 4
 set -u
 bundle=${BUNDLE:-build/device-bundle.tar.xz}
 dest=/tmp/eep-device-run
@@ -13,7 +14,10 @@ dest=/tmp/eep-device-run
 rm -rf "$dest" && mkdir -p "$dest" && tar -C "$dest" -xJf "$bundle" || exit 1
 export NCCL_NVLS_ENABLE=0
 out=${OUT:-$dest}
-make -j"$(nproc)" build/lib/libeep.a >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
+make -j"$(nproc)" build/lib/libeep.a build/lib/libnccl-net-eep-gin.so >"$out/build.log" 2>&1 ||
+    { tail -30 "$out/build.log"; exit 1; }
+# --ranks-per-gpu K: the launcher loads the GIN test plugin from its build folder
+mkdir -p "$dest/build/lib" && cp build/lib/libnccl-net-eep-gin.so "$dest/build/lib/"
 nccl=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null)
 nccl_lib=${nccl:+-L$nccl/lib -Wl,-rpath,$nccl/lib}
 g++ -o "$dest/build/bin/eep-rank" "$dest"/obj/eep_rank.o "$dest"/obj/libeep_agent.a \

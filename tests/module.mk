@@ -92,3 +92,7 @@ $(EP_KERNELS_EMU_TEST) $(EP_KERNELS_EMU_WIDE): tests/emu/test_ep_kernels_emu.cc 
 include tests/control/module.mk tests/control/eepd.mk
 # GPU tests (make gpu-check): tests/gpu/module.mk.
 include tests/gpu/module.mk
+
+# Every test program, including those the folders included above added (a rule's prerequisites
+# are expanded where it is read, so the list is named again after them).
+unit-tests: $(UNIT_TEST_BINS)
