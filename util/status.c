@@ -40,6 +40,7 @@ static const eep_status_info_t eep_status_table[] = {
     EEP_STATUS_ROW(EEP_ERR_PEER_LOST, "peer lost"),
     EEP_STATUS_ROW(EEP_ERR_GROUP_LOST, "rank group lost"),
     EEP_STATUS_ROW(EEP_ERR_ABORTED, "operation aborted"),
+    EEP_STATUS_ROW(EEP_ERR_FENCED, "this rank is not in the membership view"),
     EEP_STATUS_ROW(EEP_ERR_NO_DEVICE, "no usable GPU or GPU driver"),
     EEP_STATUS_ROW(EEP_ERR_CUDA, "CUDA error"),
     EEP_STATUS_ROW(EEP_ERR_NCCL, "NCCL error"),

@@ -50,12 +50,12 @@ struct eep_ep_state {
     eep_ep_shape_t       shape;      /* ... for this shape (its first call) */
 };
 
-/* The runtime as the argument checks see it.  The membership epoch is 0 until the runtime
-   tracks views (then: the epoch of the view it was built from). */
+/* The runtime as the argument checks see it: its membership epoch is that of the view its
+   communicator was built from (eep_runtime_epoch). */
 static void eep_ep_world_of(const eep_runtime_t *rt, eep_ep_world_t *world)
 {
     world->runtime = rt;
-    world->epoch   = 0;
+    world->epoch   = rt->epoch;
     world->rank    = rt->rank;
     world->world   = rt->nranks;
 }

@@ -153,6 +153,7 @@ eep_status_t eep_runtime_create(const eep_runtime_params_t *params, eep_runtime_
     if (status != EEP_OK) {
         goto err_free;
     }
+    rt->epoch        = p.epoch;
     rt->timeout_ms   = p.timeout_ms > 0 ? p.timeout_ms : (int)rt->cfg.timeout_ms;
     rt->window_bytes = p.window_bytes > 0 ? p.window_bytes : (size_t)rt->cfg.window_bytes;
     rt->window_bytes = (rt->window_bytes + EEP_WINDOW_GRANULARITY - 1) / EEP_WINDOW_GRANULARITY *
@@ -278,6 +279,23 @@ eep_status_t eep_runtime_query(const eep_runtime_t *rt, eep_runtime_info_t *info
     info_p->window_bytes    = rt->window_bytes;
     info_p->workspace_bytes = rt->layout.data_off;
     info_p->timeout_ms      = rt->timeout_ms;
+    return EEP_OK;
+}
+
+uint64_t eep_runtime_epoch(const eep_runtime_t *rt)
+{
+    return rt != NULL ? rt->epoch : 0;
+}
+
+eep_status_t eep_runtime_set_epoch(eep_runtime_t *rt, uint64_t epoch)
+{
+    if (epoch <= rt->epoch) {
+        eep_error(EEP_SUBSYS_RUNTIME,
+                  "runtime: membership epoch %llu is not newer than the current epoch %llu",
+                  (unsigned long long)epoch, (unsigned long long)rt->epoch);
+        return EEP_ERR_STALE_EPOCH;
+    }
+    rt->epoch = epoch;
     return EEP_OK;
 }
 

@@ -54,6 +54,7 @@ struct eep_runtime {
     int                    device;
     int                    gin, gin_probed;
     int                    timeout_ms;
+    uint64_t               epoch;      /* membership epoch (eep_runtime_epoch) */
     int                    fault_seen; /* a fault was reported: abort the comm on destroy */
     void                  *cu_ctx;     /* CUcontext: the device's primary context */
     int                    cu_dev;     /* CUdevice */
@@ -82,6 +83,14 @@ struct eep_runtime {
  * @return EEP_OK, or EEP_ERR_NO_RESOURCE when the list is full.
  */
 eep_status_t eep_runtime_add_dtor(eep_runtime_t *rt, eep_runtime_dtor_func_t func, void *arg);
+
+/**
+ * Move the runtime to membership epoch @p epoch (a view was applied): handles of older epochs are
+ * refused from now on.
+ * @return EEP_OK; EEP_ERR_STALE_EPOCH when @p epoch is not newer than the current one (logged,
+ *         naming both).
+ */
+eep_status_t eep_runtime_set_epoch(eep_runtime_t *rt, uint64_t epoch);
 
 /* runtime_nccl.cc: create or adopt the communicator, probe GIN, allocate and register the window,
    create the device communicator; fills rt->{rank..rail_size, gin*, window, buf, devcomm}. */

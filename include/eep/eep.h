@@ -90,6 +90,9 @@ typedef struct {
     int              device;       /* CUDA ordinal; -1: EEP_DEVICE, else rank % visible GPUs */
     size_t           window_bytes; /* symmetric window; 0: EEP_WINDOW_SIZE */
     int              timeout_ms;   /* default device-wait deadline; 0: EEP_TIMEOUT_MS */
+    /* ---- since the second version of this struct (older callers' size leaves it 0) ---- */
+    uint64_t epoch; /* membership epoch of the view the communicator was built from (0: none,
+                       the standalone default); handles carry it (eep_runtime_epoch) */
 } eep_runtime_params_t;
 
 /* What a runtime found, for tests and tools. */
@@ -120,6 +123,14 @@ eep_status_t eep_runtime_create(const eep_runtime_params_t *params, eep_runtime_
  * the communicator instead of finalizing it when a fault was seen).  NULL is a no-op.
  */
 void eep_runtime_destroy(eep_runtime_t *rt);
+
+/**
+ * @param [in] rt  the runtime, or NULL.
+ * @return the membership epoch the runtime is in: the view its communicator was built from
+ *         (params.epoch at create, then each view applied); 0 for NULL.  Dispatch handles made in
+ *         an older epoch give EEP_ERR_STALE_EPOCH in combine and cached dispatch.
+ */
+uint64_t eep_runtime_epoch(const eep_runtime_t *rt);
 
 /** Fill @p info_p. */
 eep_status_t eep_runtime_query(const eep_runtime_t *rt, eep_runtime_info_t *info_p);

@@ -40,6 +40,7 @@ typedef enum {
     /* -60 .. -79: the rank group is unusable; rebuild it from a new membership view. */
     EEP_ERR_GROUP_LOST = -60,
     EEP_ERR_ABORTED    = -61,
+    EEP_ERR_FENCED     = -62, /* this rank is not in the membership view (removed or fenced) */
 
     /* -80 .. -99: this rank's own GPU or its libraries failed. */
     EEP_ERR_NO_DEVICE    = -80,

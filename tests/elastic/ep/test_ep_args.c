@@ -419,6 +419,61 @@ static void test_public_entry_points(void **state)
     assert_int_equal(eep_combine(NULL, DEV(0x1000), NULL, DEV(0x2000), NULL), EEP_ERR_INVALID_ARG);
 }
 
+/*
+ * The runtime's membership epoch reaches the checks: a handle made in an older epoch is refused
+ * by combine and by a cached dispatch through the public entry points, with both epochs named,
+ * before any GPU call (the runtime here has none).
+ */
+static void test_stale_epoch_through_runtime(void **state)
+{
+    eep_runtime_t       rt;
+    eep_fault_page_t    page;
+    eep_dispatch_args_t a;
+    eep_ep_handle_t    *h, *given;
+
+    (void)state;
+    memset(&rt, 0, sizeof(rt));
+    memset(&page, 0, sizeof(page));
+    rt.fault_host = &page;
+    rt.rank       = 1;
+    rt.nranks     = 4;
+    rt.epoch      = 4;
+    assert_int_equal(eep_runtime_epoch(&rt), 4);
+    valid_args(&a);
+    h = make_handle(&rt, 4, &a);
+    /* A view is applied: the runtime moves to epoch 5, the handle stays in 4. */
+    assert_int_equal(eep_runtime_set_epoch(&rt, 5), EEP_OK);
+    assert_int_equal(eep_runtime_epoch(&rt), 5);
+
+    last_msg[0] = '\0';
+    assert_int_equal(eep_combine(&rt, DEV(0x1000), h, DEV(0x2000), NULL), EEP_ERR_STALE_EPOCH);
+    assert_non_null(strstr(last_msg, "combine"));
+    assert_non_null(strstr(last_msg, "epoch 4"));
+    assert_non_null(strstr(last_msg, "epoch 5"));
+
+    a.mode      = EEP_EP_MODE_CACHED;
+    given       = h;
+    last_msg[0] = '\0';
+    assert_int_equal(eep_dispatch(&rt, &a, &given, NULL), EEP_ERR_STALE_EPOCH);
+    assert_ptr_equal(given, h); /* left untouched on error */
+    assert_non_null(strstr(last_msg, "epoch 4"));
+    assert_non_null(strstr(last_msg, "epoch 5"));
+
+    /* The same handle in the runtime's epoch passes the epoch check (and, with no GPU here, stops
+       later, at the device). */
+    h->epoch    = 5;
+    last_msg[0] = '\0';
+    assert_int_not_equal(eep_combine(&rt, DEV(0x1000), h, DEV(0x2000), NULL), EEP_ERR_STALE_EPOCH);
+    assert_null(strstr(last_msg, "membership epoch"));
+
+    /* Epochs only grow. */
+    assert_int_equal(eep_runtime_set_epoch(&rt, 5), EEP_ERR_STALE_EPOCH);
+    assert_int_equal(eep_runtime_set_epoch(&rt, 3), EEP_ERR_STALE_EPOCH);
+    assert_int_equal(eep_runtime_epoch(&rt), 5);
+    assert_int_equal(eep_runtime_epoch(NULL), 0);
+    eep_ep_handle_destroy(h);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -432,6 +487,7 @@ int main(void)
         cmocka_unit_test(test_handles),
         cmocka_unit_test(test_combine),
         cmocka_unit_test(test_public_entry_points),
+        cmocka_unit_test(test_stale_epoch_through_runtime),
     };
 
     return cmocka_run_group_tests(tests, setup, teardown);
