@@ -58,7 +58,7 @@ $(EEP_AGENT_BOOT_TEST): $(BUILD)/tests/control/test_agent_bootstrap.o \
 
 # make test-faults: issue 25's slower etcd fault cases (etcd restarts, raft elections, pauses),
 # too slow for `make test`'s budget; same runner, same counts.
-CONTROL_FAULT_TESTS := tests/control/test_control_faults_slow.py
+CONTROL_FAULT_TESTS := tests/control/test_control_faults_slow.py tests/control/test_control_partition.py
 .PHONY: test-faults
 test-faults: deps-test
 	@$(MAKE) --no-print-directory $(EEPD_BIN) $(EEPCTL_BIN) $(EEP_AGENT_BIN)
