@@ -189,6 +189,20 @@ int eep_log_enabled(eep_log_level_t level, eep_log_subsys_t subsys)
            (unsigned)subsys < EEP_SUBSYS_COUNT && (eep_log_ctx.subsys_mask & (1u << subsys));
 }
 
+/* The calling thread's last error message (eep_last_error): errors are formatted and kept here
+   even when the log level would not print them. */
+static _Thread_local char eep_log_last_error[2048]; /* a log line's message, whole */
+
+const char *eep_last_error(void)
+{
+    return eep_log_last_error;
+}
+
+void eep_last_error_clear(void)
+{
+    eep_log_last_error[0] = '\0';
+}
+
 void eep_log_write(eep_log_level_t level, eep_log_subsys_t subsys, const char *file, int line,
                    const char *fmt, ...)
 {
@@ -202,6 +216,13 @@ void eep_log_write(eep_log_level_t level, eep_log_subsys_t subsys, const char *f
     va_start(ap, fmt);
     vsnprintf(message, sizeof(message), fmt, ap);
     va_end(ap);
+    if (level == EEP_LOG_LEVEL_ERROR) {
+        snprintf(eep_log_last_error, sizeof(eep_log_last_error), "%s", message);
+        if (!eep_log_enabled(level, subsys)) {
+            errno = saved_errno;
+            return;
+        }
+    }
     if (eep_log_ctx.rank >= 0) {
         snprintf(rank, sizeof(rank), "%d", eep_log_ctx.rank);
     } else {

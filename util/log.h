@@ -73,7 +73,7 @@ const char *eep_log_subsys_name(eep_log_subsys_t subsys);
 
 #define eep_log(_level, _subsys, ...)                                                              \
     do {                                                                                           \
-        if (eep_log_enabled((_level), (_subsys))) {                                                \
+        if ((_level) == EEP_LOG_LEVEL_ERROR || eep_log_enabled((_level), (_subsys))) {             \
             eep_log_write((_level), (_subsys), __FILE__, __LINE__, __VA_ARGS__);                   \
         }                                                                                          \
     } while (0)

@@ -95,6 +95,17 @@ const char *eep_status_class_string(eep_status_class_t cls);
  */
 eep_status_t eep_status_from_errno(int err, const char *what);
 
+/**
+ * The message of the last error the library reported on the calling thread (what its error log
+ * line said, recorded whatever the log level), so that a binding can raise it with the status.
+ * @return the message, or "" when none since the thread began or since eep_last_error_clear();
+ *         valid until the thread's next error.
+ */
+const char *eep_last_error(void);
+
+/** Forget the calling thread's last error message (eep_last_error() then gives ""). */
+void eep_last_error_clear(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -126,6 +126,25 @@ static void test_errno_translation_logs(void **state)
     eep_log_set_hook(NULL, NULL);
 }
 
+/* The last error message is kept per thread whatever the log level (a binding raises it with the
+   status), replaced by the next error, and cleared on request. */
+static void test_last_error(void **state)
+{
+    (void)state;
+    eep_last_error_clear();
+    assert_string_equal(eep_last_error(), "");
+    eep_log_set_level(EEP_LOG_LEVEL_NONE); /* nothing printed, the message still kept */
+    eep_error(EEP_SUBSYS_TEST, "dispatch: num_topk %d is out of range", 99);
+    assert_string_equal(eep_last_error(), "dispatch: num_topk 99 is out of range");
+    eep_warn(EEP_SUBSYS_TEST, "a warning is not an error");
+    assert_string_equal(eep_last_error(), "dispatch: num_topk 99 is out of range");
+    eep_error(EEP_SUBSYS_TEST, "second");
+    assert_string_equal(eep_last_error(), "second");
+    eep_last_error_clear();
+    assert_string_equal(eep_last_error(), "");
+    eep_log_set_level(EEP_LOG_LEVEL_WARN);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -133,6 +152,7 @@ int main(void)
         cmocka_unit_test(test_unknown_codes),
         cmocka_unit_test(test_classes),
         cmocka_unit_test(test_errno_translation_logs),
+        cmocka_unit_test(test_last_error),
     };
 
     eep_log_set_level(EEP_LOG_LEVEL_NONE + 1); /* errors only, through the hook */
