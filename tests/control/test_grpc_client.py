@@ -28,32 +28,10 @@ except ImportError:
     sys.exit(77)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from eepd_testlib import (BIN, Agent, Eepd, Etcd, check, make_pki, need, run_main,  # noqa: E402
-                          tmp, wait_for)
+from eepd_testlib import (BIN, Agent, Eepd, Etcd, check, make_pki, need,  # noqa: E402
+                          pb_bytes, pb_uint, pb_varint, run_main, tmp, wait_for)
 
 SVC = "/eep.v1.EepControl/"
-
-
-def varint(n):
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-
-def field_bytes(num, data):
-    if isinstance(data, str):
-        data = data.encode()
-    return varint(num << 3 | 2) + varint(len(data)) + data
-
-
-def field_varint(num, v):
-    return varint(num << 3) + varint(v)
 
 
 def decode(buf):
@@ -137,7 +115,7 @@ def main():
 
     # WatchViews: the current view first, then the next one.
     stream = ch.unary_stream(SVC + "WatchViews", request_serializer=raw,
-                             response_deserializer=raw)(field_varint(1, 0), timeout=20)
+                             response_deserializer=raw)(pb_uint(1, 0), timeout=20)
     got = []
 
     def reader():
@@ -159,9 +137,9 @@ def main():
     # Malformed input over real gRPC.
     check(code_of(lambda: unary(ch, "GetStatus", b"\xff\xff\xff")) ==
           grpc.StatusCode.INVALID_ARGUMENT, "garbage -> INVALID_ARGUMENT")
-    check(code_of(lambda: unary(ch, "Drain", field_bytes(1, "../leader"))) ==
+    check(code_of(lambda: unary(ch, "Drain", pb_bytes(1, "../leader"))) ==
           grpc.StatusCode.INVALID_ARGUMENT, "bad member id -> INVALID_ARGUMENT")
-    check(code_of(lambda: unary(ch, "Drain", b"\x0a" + varint(2 << 20) + b"x" * (2 << 20))) ==
+    check(code_of(lambda: unary(ch, "Drain", b"\x0a" + pb_varint(2 << 20) + b"x" * (2 << 20))) ==
           grpc.StatusCode.RESOURCE_EXHAUSTED, "2 MiB -> RESOURCE_EXHAUSTED")
     check(code_of(lambda: unary(ch, "NoSuchMethod")) == grpc.StatusCode.UNIMPLEMENTED,
           "unknown method -> UNIMPLEMENTED")
@@ -194,21 +172,21 @@ def main():
     anon = grpc.secure_channel(addr, grpc.ssl_channel_credentials(read(p("ca.pem"))))
     check(code_of(lambda: unary(anon, "GetStatus")) == grpc.StatusCode.OK,
           "GetStatus without a client certificate")
-    for m, req in (("Drain", field_bytes(1, member)), ("Cordon", field_bytes(1, member)),
-                   ("InjectFault", field_varint(1, 1) + field_bytes(2, member))):
+    for m, req in (("Drain", pb_bytes(1, member)), ("Cordon", pb_bytes(1, member)),
+                   ("InjectFault", pb_uint(1, 1) + pb_bytes(2, member))):
         c = code_of(lambda: unary(anon, m, req))
         check(c == grpc.StatusCode.UNAUTHENTICATED, "%s without a certificate gave %s" % (m, c))
     anon.close()
     rogue = grpc.secure_channel(addr, grpc.ssl_channel_credentials(
         read(p("ca.pem")), read(p("badclient.key")), read(p("badclient.pem"))))
-    c = code_of(lambda: unary(rogue, "Drain", field_bytes(1, member)))
+    c = code_of(lambda: unary(rogue, "Drain", pb_bytes(1, member)))
     check(c != grpc.StatusCode.OK, "a certificate from another CA must not Drain")
     rogue.close()
     good = grpc.secure_channel(addr, grpc.ssl_channel_credentials(
         read(p("ca.pem")), read(p("client.key")), read(p("client.pem"))))
-    check(code_of(lambda: unary(good, "Cordon", field_bytes(1, member))) == grpc.StatusCode.OK,
+    check(code_of(lambda: unary(good, "Cordon", pb_bytes(1, member))) == grpc.StatusCode.OK,
           "Cordon with a valid certificate")
-    check(code_of(lambda: unary(good, "Uncordon", field_bytes(1, member))) ==
+    check(code_of(lambda: unary(good, "Uncordon", pb_bytes(1, member))) ==
           grpc.StatusCode.OK, "Uncordon with a valid certificate")
     good.close()
     r = eepctl("drain", member, cert=False)
