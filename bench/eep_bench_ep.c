@@ -30,6 +30,7 @@
 
 #include "eep/eep.h"
 #include "elastic/ep/ep_handle.h"
+#include "elastic/ep/ep_sm_model.h"
 #include "util/log.h"
 #include "elastic/gpu/nccl_util.h"
 #include "bench/kernels/baseline_params.h"
@@ -40,9 +41,11 @@ typedef struct {
     int               nranks;   /* > 0: fork this many local ranks */
     int               baseline; /* --baseline nccl */
     int               check;
-    int               ours;     /* run eep_dispatch/eep_combine (default; --no-ours skips) */
-    eep_ep_mode_t     mode;     /* of ours: --mode cpu-sync|no-cpu-sync|cached */
-    int               num_sms;  /* of ours: --num-sms N (0: the model / EEP_EP_NUM_SMS) */
+    int               ours;       /* run eep_dispatch/eep_combine (default; --no-ours skips) */
+    eep_ep_mode_t     mode;       /* of ours: --mode cpu-sync|no-cpu-sync|cached */
+    int               num_sms;    /* of ours: the SM budget of this run (0: the whole device) */
+    int               budgets[8]; /* --num-sms B[,B...]: one row of ours per budget */
+    int               num_budgets;
     int               skip_pad; /* of ours: --skip-padding-x (padding rows' x left as it was) */
     int               iters, warmup;
     uint64_t          seed;
@@ -60,6 +63,9 @@ typedef struct {
     double  recv_bytes; /* received-token bytes (hidden + scales), local included, per call */
     int     sms;        /* sending SMs of ours (0: not ours) */
     int     copy_sms;   /* its copying SMs */
+    int     budget;     /* its SM budget (0: the whole device) */
+    double  dispatch_hbm, combine_hbm; /* the fewest HBM bytes each moves on this rank */
+    double  hbm_gbps;                  /* this rank's device-to-device copy rate, same run */
     double  graph_dispatch_us, graph_combine_us; /* ours, one call per CUDA graph replay */
     double  graph_pair_us; /* ours, per dispatch+combine pair, GRAPH_PAIRS pairs per graph */
     int64_t errors;
@@ -84,7 +90,8 @@ static void usage(FILE *out)
             "  --gating G          random, masked, hotspot, hotspot-only, silent, masked-rank, t1\n"
             "  --mode M            ours: cpu-sync, no-cpu-sync (default) or cached\n"
             "  --no-ours           skip eep_dispatch/eep_combine (baseline only)\n"
-            "  --num-sms N         SMs of ours (0: the bandwidth model)\n"
+            "  --num-sms B[,B...]  SM budgets of ours, a row each (0: the whole device, the\n"
+            "                      bandwidth model's split; default 0)\n"
             "  --trace             print where ours' last dispatch and combine spent their time\n"
             "  --skip-padding-x    ours leaves padding rows' x and scales unwritten\n"
             "  --iters N           timed iterations (20); --warmup N (5)\n"
@@ -191,9 +198,26 @@ static int parse_opts(int argc, char **argv, bench_opts_t *o)
         case 'O':
             o->ours = 0;
             break;
-        case 'S':
-            o->num_sms = atoi(optarg);
+        case 'S': {
+            char *p = optarg, *end;
+
+            o->num_budgets = 0;
+            do {
+                long v = strtol(p, &end, 10);
+
+                if (end == p || v < 0 || v == 1 || v > 1024 || o->num_budgets == 8 ||
+                    (*end != ',' && *end != '\0')) {
+                    fprintf(stderr,
+                            "eep-bench ep: --num-sms takes up to 8 budgets, each 0 or "
+                            "2..1024, comma-separated (got '%s')\n",
+                            optarg);
+                    return -1;
+                }
+                o->budgets[o->num_budgets++] = (int)v;
+                p                            = end + 1;
+            } while (*end == ',');
             break;
+        }
         case 'T': /* read when ours' runtime starts */
             setenv("EEP_EP_TRACE", "1", 1);
             break;
@@ -219,6 +243,9 @@ static int parse_opts(int argc, char **argv, bench_opts_t *o)
             usage(stderr);
             return -1;
         }
+    }
+    if (o->num_budgets == 0) {
+        o->num_budgets = 1; /* budgets[0] = 0: the whole device */
     }
     if (optind != argc || o->iters < 1 || o->warmup < 0) {
         usage(stderr);
@@ -607,6 +634,64 @@ static double recv_token_bytes(const eep_ep_shape_t *s, const eep_ref_input_t *i
     return b;
 }
 
+/* The fewest HBM bytes of this rank's dispatch (read x once, write each expert-major row once)
+   and combine (read each row once, write out once): the floor's numerator. */
+static void hbm_bytes(const eep_ep_shape_t *s, const eep_ref_input_t *in, int rank, double *d_p,
+                      double *c_p)
+{
+    eep_ep_wire_t w;
+    int           El   = eep_ep_local_experts(s), src, t, k;
+    double        rows = 0, row_b, out_b = (double)s->hidden * 2;
+
+    eep_ep_wire_layout(s, &w);
+    row_b = (double)(w.hidden_bytes + w.scale_bytes);
+    for (src = 0; src < s->world; src++) {
+        for (t = 0; t < in[src].num_tokens; t++) {
+            for (k = 0; k < s->num_topk; k++) {
+                int64_t e = in[src].topk_idx[(size_t)t * (size_t)s->num_topk + (size_t)k];
+
+                rows += e >= 0 && e / El == rank;
+            }
+        }
+    }
+    *d_p = (double)in[rank].num_tokens * row_b + rows * row_b;
+    *c_p = rows * out_b + (double)in[rank].num_tokens * out_b;
+}
+
+/* Device-to-device copy rate of this GPU (GB/s, bytes read + written), measured now. */
+static double measure_hbm_gbps(eep_bench_ctx_t *ctx)
+{
+    const size_t bytes = (size_t)512 << 20;
+    CUdeviceptr  a = 0, b = 0;
+    double       t0, best = 0;
+    int          i;
+
+    if (ctx->cu->cuMemAlloc(&a, bytes) != CUDA_SUCCESS ||
+        ctx->cu->cuMemAlloc(&b, bytes) != CUDA_SUCCESS) {
+        goto out;
+    }
+    for (i = 0; i < 6; i++) {
+        t0 = now_us();
+        if (ctx->cu->cuMemcpyDtoDAsync(b, a, bytes, ctx->stream) != CUDA_SUCCESS ||
+            ctx->cu->cuStreamSynchronize(ctx->stream) != CUDA_SUCCESS) {
+            goto out;
+        }
+        if (i > 0) { /* the first warms up */
+            double g = 2.0 * (double)bytes / (now_us() - t0) / 1e3;
+
+            best = g > best ? g : best;
+        }
+    }
+out:
+    if (a != 0) {
+        ctx->cu->cuMemFree(a);
+    }
+    if (b != 0) {
+        ctx->cu->cuMemFree(b);
+    }
+    return best;
+}
+
 static void traffic(const eep_ep_shape_t *s, const eep_ref_input_t *in, int rank, double *d_p,
                     double *c_p)
 {
@@ -986,8 +1071,10 @@ static eep_status_t run_ours(eep_bench_ctx_t *ctx, const bench_opts_t *o, const 
     }
     print_trace(rt, ctx->rank, h->num_sms, h->num_sms + h->copy_sms);
     traffic(s, in, ctx->rank, &res->dispatch_bytes, &res->combine_bytes);
+    hbm_bytes(s, in, ctx->rank, &res->dispatch_hbm, &res->combine_hbm);
     res->sms      = h->num_sms;
     res->copy_sms = h->copy_sms;
+    res->budget   = o->num_sms;
     res->ran      = 1;
 out:
     if (status != EEP_OK && res->why[0] == '\0') {
@@ -1013,28 +1100,51 @@ out:
     return status;
 }
 
+/* The link rate of the floor: EEP_EP_LINK_GBPS when set, else the model's H200 default. */
+static double eep_bench_link_gbps(void)
+{
+    const char *v = getenv("EEP_EP_LINK_GBPS");
+    double      g = v != NULL ? atof(v) : 0.0;
+
+    return g > 0.0 ? g : EEP_EP_DEFAULT_LINK_GBPS;
+}
+
 static void print_row(const char *impl, const bench_opts_t *o, const bench_result_t *all, int world)
 {
-    double  d = 0, c = 0, db = 0, cb = 0, rb = 0;
+    double  d = 0, c = 0, db = 0, cb = 0, rb = 0, dh = 0, ch = 0, hbm = 0, link = 0;
+    double  d_floor = 0, c_floor = 0;
     int64_t errors = 0;
-    int     r, ran = 1, sms = 0, copy = 0;
-    char    smsbuf[32];
+    int     r, ran = 1, sms = 0, copy = 0, budget = 0;
+    char    smsbuf[48], floorbuf[64];
 
     for (r = 0; r < world; r++) {
-        d    = fmax(d, all[r].dispatch_us);
-        c    = fmax(c, all[r].combine_us);
-        db   = fmax(db, all[r].dispatch_bytes);
-        cb   = fmax(cb, all[r].combine_bytes);
-        rb   = fmax(rb, all[r].recv_bytes);
-        sms  = all[r].sms > sms ? all[r].sms : sms;
-        copy = all[r].copy_sms > copy ? all[r].copy_sms : copy;
+        d      = fmax(d, all[r].dispatch_us);
+        c      = fmax(c, all[r].combine_us);
+        db     = fmax(db, all[r].dispatch_bytes);
+        cb     = fmax(cb, all[r].combine_bytes);
+        rb     = fmax(rb, all[r].recv_bytes);
+        sms    = all[r].sms > sms ? all[r].sms : sms;
+        copy   = all[r].copy_sms > copy ? all[r].copy_sms : copy;
+        budget = all[r].budget > budget ? all[r].budget : budget;
+        dh     = fmax(dh, all[r].dispatch_hbm);
+        ch     = fmax(ch, all[r].combine_hbm);
+        hbm    = r == 0 || all[r].hbm_gbps < hbm ? all[r].hbm_gbps : hbm;
         errors += all[r].errors;
         ran &= all[r].ran;
     }
-    if (sms > 0) {
-        snprintf(smsbuf, sizeof(smsbuf), "%d+%d", sms, copy);
+    if (sms > 0 && budget > 0) {
+        snprintf(smsbuf, sizeof(smsbuf), "%d: %d+%d", budget, sms, copy);
+    } else if (sms > 0) {
+        snprintf(smsbuf, sizeof(smsbuf), "all: %d+%d", sms, copy);
     } else {
         snprintf(smsbuf, sizeof(smsbuf), "-");
+    }
+    /* The floor: link bytes at the link's rate or HBM bytes at the copy rate measured in this
+       run, whichever takes longer (RESULTS tables state both rates). */
+    link = eep_bench_link_gbps();
+    if (hbm > 0 && dh > 0) {
+        d_floor = fmax(dh / hbm / 1e3, world > 1 ? db / link / 1e3 : 0.0);
+        c_floor = fmax(ch / hbm / 1e3, world > 1 ? cb / link / 1e3 : 0.0);
     }
     if (!ran) {
         const char *why = "see the log";
@@ -1052,14 +1162,18 @@ static void print_row(const char *impl, const bench_opts_t *o, const bench_resul
         return;
     }
     printf("| %-8s | %d | %5d | %5d | %2d | %4d | %-4s | %-12s | %9.1f | %7.1f | %9.1f | %7.1f | "
-           "%-6s | %7.1f | %6s |\n",
+           "%-6s | %7.1f | %-11s | %s |\n",
            impl, world, o->tokens, o->shape.hidden, o->shape.num_topk, o->shape.num_experts,
            o->shape.dtype == EEP_DTYPE_FP8_E4M3 ? "fp8" : "bf16", o->gating, d, db / d / 1e3, c,
            cb / c / 1e3,
            !o->check     ? "skip"
            : errors == 0 ? "ok"
                          : "FAIL",
-           rb / d / 1e3, smsbuf);
+           rb / d / 1e3, smsbuf,
+           d_floor > 0 ? (snprintf(floorbuf, sizeof(floorbuf), "%.1f / %.1f (%.1fx / %.1fx)",
+                                   d_floor, c_floor, d / d_floor, c / c_floor),
+                          floorbuf)
+                       : "-");
     fflush(stdout);
 }
 
@@ -1077,7 +1191,8 @@ static int rank_main(const bench_opts_t *opts, eep_bootstrap_t *bs)
     CUdevice           dev;
     CUcontext          cuctx = NULL;
     eep_status_t       status;
-    int                ndev = 0, r, rc = 1, have_ref = 0;
+    int                ndev = 0, r, b, rc = 1, have_ref = 0;
+    double             hbm_rate = 0;
     size_t             hb, sb, T;
 
     ctx.rank  = eep_bootstrap_rank(bs);
@@ -1193,7 +1308,19 @@ static int rank_main(const bench_opts_t *opts, eep_bootstrap_t *bs)
 
     if (ctx.rank == 0) {
         printf("| impl     | n | T     | H     | K  | E    | type | gating       | dispatch us | "
-               "GB/s    | combine us | GB/s    | check  | recv GB/s | SMs |\n");
+               "GB/s    | combine us | GB/s    | check  | recv GB/s | SMs budget: send+copy | "
+               "floor us d / c (x floor) |\n");
+    }
+    {
+        double g = measure_hbm_gbps(&ctx);
+
+        if (ctx.rank == 0) {
+            printf("floor: HBM %.0f GB/s (device-to-device copy, read + write, this run), link "
+                   "%.0f GB/s (EEP_EP_LINK_GBPS or 430); dispatch reads x once and writes each "
+                   "row once, combine reads each row once and writes out once\n",
+                   g, eep_bench_link_gbps());
+        }
+        hbm_rate = g;
     }
     rc = 0;
     /* The baseline first: its row is out even if ours then fails or hangs. */
@@ -1201,6 +1328,8 @@ static int rank_main(const bench_opts_t *opts, eep_bootstrap_t *bs)
         memset(&mine, 0, sizeof(mine));
         status = run_baseline(&ctx, &o, in, recv, y, have_ref ? out[ctx.rank] : NULL, &din, &mine);
         mine.recv_bytes = recv_token_bytes(&o.shape, in, ctx.rank);
+        mine.hbm_gbps   = hbm_rate;
+        hbm_bytes(&o.shape, in, ctx.rank, &mine.dispatch_hbm, &mine.combine_hbm);
         if (status != EEP_OK) {
             fprintf(stderr, "rank %d: baseline failed: %s\n", ctx.rank, eep_status_string(status));
             mine.ran = 0;
@@ -1216,10 +1345,12 @@ static int rank_main(const bench_opts_t *opts, eep_bootstrap_t *bs)
             rc |= all[r].errors != 0 || !all[r].ran;
         }
     }
-    if (o.ours) {
+    for (b = 0; o.ours && b < o.num_budgets; b++) {
+        o.num_sms = o.budgets[b];
         memset(&mine, 0, sizeof(mine));
         status = run_ours(&ctx, &o, in, recv, y, have_ref ? out[ctx.rank] : NULL, &din, &mine);
         mine.recv_bytes = recv_token_bytes(&o.shape, in, ctx.rank);
+        mine.hbm_gbps   = hbm_rate;
         if (status != EEP_OK && status != EEP_ERR_UNSUPPORTED) {
             fprintf(stderr, "rank %d: ours failed: %s\n", ctx.rank, eep_status_string(status));
         }

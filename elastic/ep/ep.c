@@ -380,6 +380,7 @@ eep_status_t eep_dispatch(eep_runtime_t *rt, const eep_dispatch_args_t *args,
     eep_ep_handle_t      *h, *created = NULL;
     eep_jit_kernel_t     *kernel;
     eep_status_t          status;
+    eep_ep_sm_plan_t      plan;
     int                   El, NC, sw, sms, copy, idx_bits;
     unsigned              grid;
     size_t                dyn;
@@ -401,15 +402,16 @@ eep_status_t eep_dispatch(eep_runtime_t *rt, const eep_dispatch_args_t *args,
     if ((status = eep_ep_prepare(rt, &shape, &cu, &st, &p)) != EEP_OK) {
         return status;
     }
-    El  = p.num_local;
-    sms = eep_ep_pick_sms(&st->cfg, &shape, st->device_sms, 0.0, args->num_sms);
-    if (sms < 1) {
+    El = p.num_local;
+    /* Senders and copiers within the call's SM budget (docs/dispatch.md 5). */
+    if (eep_ep_plan_sms(&st->cfg, &shape, st->device_sms, 0.0, args->num_sms,
+                        args->mode == EEP_EP_MODE_CPU_SYNC, EEP_EPK_MAX_SEND_BLOCKS, &plan) != 0) {
+        eep_error(EEP_SUBSYS_KERNEL, "dispatch: no SM plan for this shape on %d SMs",
+                  st->device_sms);
         return EEP_ERR_INVALID_ARG;
     }
-    sms = sms > EEP_EPK_MAX_SEND_BLOCKS ? EEP_EPK_MAX_SEND_BLOCKS : sms;
-    /* Copy blocks: the rest of the device unless a knob says otherwise (docs/dispatch.md 5). */
-    copy = st->cfg.copy_sms > 0 ? (int)st->cfg.copy_sms : st->device_sms - sms;
-    copy = copy < 1 ? 1 : copy;
+    sms  = plan.send;
+    copy = plan.copy;
     h    = *handle_p;
     if (h == NULL) {
         status = eep_ep_handle_create(rt, world.epoch, rt->rank, &created);
@@ -496,6 +498,7 @@ eep_status_t eep_dispatch(eep_runtime_t *rt, const eep_dispatch_args_t *args,
         h->num_tokens    = args->num_tokens;
         h->num_sms       = sms;
         h->copy_sms      = copy;
+        h->combine_sms   = plan.combine;
         h->num_recv_rows = rows;
         h->has_layout    = 1;
         h->epoch         = world.epoch;
@@ -539,8 +542,8 @@ eep_status_t eep_combine(eep_runtime_t *rt, const void *y, const eep_ep_handle_t
     if ((status = eep_ep_kernel(rt, st, 1, 0, 0, 0, &handle->shape, &kernel)) != EEP_OK) {
         return status;
     }
-    return eep_jit_launch_ex(kernel, (unsigned)(handle->num_sms + handle->copy_sms),
-                             EEP_EPK_THREADS, 0, stream, &p, sizeof(p), st->launch_flags);
+    return eep_jit_launch_ex(kernel, (unsigned)handle->combine_sms, EEP_EPK_THREADS, 0, stream, &p,
+                             sizeof(p), st->launch_flags);
 }
 
 eep_status_t eep_ep_trace_copy(eep_runtime_t *rt, int combine, uint64_t *stamps, size_t n)

@@ -164,8 +164,10 @@ eep_status_t eep_ep_dispatch_args_check(const eep_dispatch_args_t *a, const eep_
     if (a->topk_idx_dtype != EEP_INDEX_INT32 && a->topk_idx_dtype != EEP_INDEX_INT64) {
         return eep_ep_bad(call, "topk_idx_dtype", "neither EEP_INDEX_INT32 nor EEP_INDEX_INT64");
     }
-    if (a->num_sms < 0 || a->num_sms > 1024) {
-        return eep_ep_bad(call, "num_sms", "must be 0 (the model) or a positive SM count");
+    if (a->num_sms < 0 || a->num_sms == 1 || a->num_sms > 1024) {
+        return eep_ep_bad(call, "num_sms",
+                          "must be 0 (the model, the whole device) or a budget of 2..1024 SMs "
+                          "(senders and copiers together)");
     }
     status = eep_ep_check_shape(a, world, &s);
     if (status != EEP_OK) {

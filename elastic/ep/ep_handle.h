@@ -25,7 +25,8 @@ struct eep_ep_handle {
     eep_ep_shape_t shape;         /* world, max tokens, hidden, K, experts, alignment, dtype */
     int            num_tokens;    /* T of the dispatch that made the layout */
     int            num_sms;       /* the dispatch's sending blocks */
-    int            copy_sms;      /* its copying blocks; combine runs on num_sms + copy_sms */
+    int            copy_sms;      /* its copying blocks */
+    int            combine_sms;   /* blocks of its combines: the budget, else send + copy */
     int            has_layout;    /* a non-cached dispatch filled the arrays below */
     uint64_t       seq;           /* call number of that dispatch */
     int64_t        num_recv_rows; /* padded rows: exact (CPU_SYNC) or rows_max */

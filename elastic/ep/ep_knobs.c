@@ -6,8 +6,9 @@
 static const eep_knob_t eep_ep_knobs[] = {
     EEP_KNOB_ROW(eep_ep_config_t, "EEP_EP_NUM_SMS", "0", EEP_KNOB_INT, num_sms, EEP_KNOB_RUNTIME, 0,
                  1024,
-                 "SMs for dispatch/combine kernels when a call passes num_sms = 0; 0 runs the "
-                 "bandwidth model (docs/dispatch.md)."),
+                 "SM budget of dispatch/combine (senders and copiers together) when a call "
+                 "passes num_sms = 0; 0: the whole device, the bandwidth model's split "
+                 "(docs/dispatch.md 5)."),
     EEP_KNOB_ROW(eep_ep_config_t, "EEP_EP_LINK_GBPS", "0", EEP_KNOB_DOUBLE, link_gbps,
                  EEP_KNOB_RUNTIME, 0, 0,
                  "NVLink bandwidth out of one GPU in GB/s for the SM model; 0: measured from the "
@@ -29,8 +30,9 @@ static const eep_knob_t eep_ep_knobs[] = {
                  1024, "SM model: the fewest SMs it picks."),
     EEP_KNOB_ROW(eep_ep_config_t, "EEP_EP_COPY_SMS", "0", EEP_KNOB_INT, copy_sms, EEP_KNOB_RUNTIME,
                  0, 1024,
-                 "Blocks that copy received tokens into the expert-major outputs (and run the "
-                 "combine), beside the num_sms sending ones; 0: the device's SMs minus those."),
+                 "Blocks that copy received tokens into the expert-major outputs; without a "
+                 "budget beside the model's senders (0: the device's SMs minus those), within "
+                 "a budget at most its size - 1 (0: the model's split of it)."),
     EEP_KNOB_ROW(eep_ep_config_t, "EEP_EP_TRACE", "0", EEP_KNOB_INT, trace, EEP_KNOB_RUNTIME, 0, 1,
                  "1: the kernels stamp %globaltimer at each phase, per block, for the last "
                  "dispatch and combine (eep-bench ep --trace prints them); costs a few stores."),

@@ -139,3 +139,54 @@ int eep_ep_pick_sms(const eep_ep_config_t *cfg, const eep_ep_shape_t *shape, int
     }
     return n < 1 ? 1 : n > device_sms ? device_sms : n;
 }
+
+int eep_ep_plan_sms(const eep_ep_config_t *cfg, const eep_ep_shape_t *shape, int device_sms,
+                    double link_gbps, int requested, int cpu_sync, int max_send,
+                    eep_ep_sm_plan_t *plan)
+{
+    eep_ep_config_t  model_cfg;
+    eep_ep_sm_plan_t pl = { 0 };
+    int              S, B, copy_knob;
+
+    if (plan == NULL || max_send < 1 || requested < 0) {
+        return -1;
+    }
+    /* The model's senders on the whole device (the budget knob is not a sender count here). */
+    if (cfg != NULL) {
+        model_cfg         = *cfg;
+        model_cfg.num_sms = 0;
+    }
+    S = eep_ep_pick_sms(cfg != NULL ? &model_cfg : NULL, shape, device_sms, link_gbps, 0);
+    if (S < 1) {
+        return -1;
+    }
+    S         = S > max_send ? max_send : S;
+    copy_knob = cfg != NULL && cfg->copy_sms > 0 ? (int)cfg->copy_sms : 0;
+    B         = requested > 0 ? requested : cfg != NULL && cfg->num_sms > 0 ? (int)cfg->num_sms : 0;
+    if (B == 0) {
+        pl.send    = S;
+        pl.copy    = copy_knob > 0 ? copy_knob : device_sms - S;
+        pl.copy    = pl.copy < 1 ? 1 : pl.copy;
+        pl.combine = pl.send + pl.copy;
+        *plan      = pl;
+        return 0;
+    }
+    B         = B > device_sms ? device_sms : B;
+    B         = B < 2 ? 2 : B;
+    pl.budget = B;
+    if (cpu_sync) {
+        pl.send = B - 1 < S ? B - 1 : S;
+        pl.copy = copy_knob > 0 && copy_knob < B ? copy_knob : B;
+    } else if (copy_knob > 0) {
+        pl.copy = copy_knob < B - 1 ? copy_knob : B - 1;
+        pl.send = B - pl.copy;
+        pl.send = pl.send > max_send ? max_send : pl.send;
+    } else {
+        pl.send = (int)floor((double)B * (double)S / (double)device_sms + 0.5);
+        pl.send = pl.send < 1 ? 1 : pl.send > B - 1 ? B - 1 : pl.send > S ? S : pl.send;
+        pl.copy = B - pl.send;
+    }
+    pl.combine = B;
+    *plan      = pl;
+    return 0;
+}

@@ -76,9 +76,11 @@ double eep_ep_expected_groups(int num_experts, int num_topk, int groups);
 int eep_ep_sm_model_run(const eep_ep_sm_model_t *model, eep_ep_sm_estimate_t *est_p);
 
 /*
- * The SM count of one call, by precedence: the call's num_sms (> 0), else the knob
- * EEP_EP_NUM_SMS (> 0), else the model with the knobs' constants (EEP_EP_LINK_GBPS 0: the
+ * The sending SMs of one call on the whole device, by precedence: the call's num_sms (> 0), else
+ * the knob EEP_EP_NUM_SMS (> 0), else the model with the knobs' constants (EEP_EP_LINK_GBPS 0: the
  * device's @p link_gbps if > 0, else the H200 default).  Always clamped to [1, device_sms].
+ * Dispatch and combine plan their blocks with eep_ep_plan_sms (below), which reads the model
+ * through this with requested 0 and the budget knob left out.
  * @param [in] cfg        the ep knob table's values (elastic/ep/ep_knobs.h), or NULL for defaults.
  * @param [in] link_gbps  the device's measured NVLink bandwidth, 0 if unknown.
  * @return the SM count, or -1 for a bad shape.
@@ -86,6 +88,39 @@ int eep_ep_sm_model_run(const eep_ep_sm_model_t *model, eep_ep_sm_estimate_t *es
 struct eep_ep_config;
 int eep_ep_pick_sms(const struct eep_ep_config *cfg, const eep_ep_shape_t *shape, int device_sms,
                     double link_gbps, int requested);
+
+/*
+ * The blocks of one dispatch and of the combines of its handle.  A budget B (the call's num_sms,
+ * else EEP_EP_NUM_SMS; 0: none) is the most SMs the call occupies at any moment, senders and
+ * copiers together:
+ *   - NO_CPU_SYNC and CACHED (one grid): send + copy = B, the counter being the first copy block;
+ *     the split is the model's full-device split scaled to B (send = round(B * S / device), at
+ *     least 1, at most B - 1 and S, where S is the model's senders), or EEP_EP_COPY_SMS copy
+ *     blocks (at most B - 1) when that knob is set;
+ *   - CPU_SYNC (two launches one after the other): B - 1 senders (at most S) and the counter,
+ *     then min(B, EEP_EP_COPY_SMS or B) copy blocks;
+ *   - the combine runs on B blocks.
+ * Without a budget: the model's S senders, EEP_EP_COPY_SMS or the rest of the device copying, and
+ * the combine on both (the whole device).  A budget of 1 is raised to 2 (a sender and a counter,
+ * the fewest a dispatch runs on); budgets above the device are the device.
+ */
+typedef struct {
+    int send;    /* sending blocks */
+    int copy;    /* copying blocks (one grid: the counter is the first of them) */
+    int combine; /* blocks of the combines of this dispatch's handle */
+    int budget;  /* B after clamping; 0: none given */
+} eep_ep_sm_plan_t;
+
+/**
+ * Plan the blocks of one call (see above).
+ * @param [in]  cfg        the ep knob table's values, or NULL for defaults.
+ * @param [in]  cpu_sync   1 for EEP_EP_MODE_CPU_SYNC (two launches), else 0.
+ * @param [in]  max_send   the kernel's limit on sending blocks (EEP_EPK_MAX_SEND_BLOCKS).
+ * @return 0, or -1 for a bad shape, device or limit (plan untouched).
+ */
+int eep_ep_plan_sms(const struct eep_ep_config *cfg, const eep_ep_shape_t *shape, int device_sms,
+                    double link_gbps, int requested, int cpu_sync, int max_send,
+                    eep_ep_sm_plan_t *plan);
 
 #ifdef __cplusplus
 }

@@ -116,7 +116,12 @@ typedef struct {
     int max_tokens_per_rank; /* sizes every buffer; the same on every rank and every call */
 
     eep_ep_mode_t mode;
-    int           num_sms; /* 0: the bandwidth model (or EEP_EP_NUM_SMS); else this many */
+    /*
+     * SM budget: the most SMs this call (and the combines of its handle) occupy at once, senders
+     * and copiers together, split inside it by the bandwidth model; 2..1024 (above the device's
+     * count: the device).  0: EEP_EP_NUM_SMS, and when that is 0 too, the whole device.
+     */
+    int num_sms;
 
     /* ---- outputs (device memory, 16-byte aligned) ---- */
     /*

@@ -282,6 +282,9 @@ static void test_tokens_topk_experts_alignment(void **state)
     valid_args(&a);
     a.num_sms = -2;
     expect_fail(&a, NULL, EEP_ERR_INVALID_ARG, "num_sms");
+    /* a budget of one SM cannot hold a sender and a copier */
+    a.num_sms = 1;
+    expect_fail(&a, NULL, EEP_ERR_INVALID_ARG, "num_sms");
 }
 
 static void test_fp8_needs_scales(void **state)

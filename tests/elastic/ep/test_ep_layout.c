@@ -385,6 +385,76 @@ static void test_pick_sms(void **state)
     assert_int_equal(eep_ep_pick_sms(NULL, &s, 132, 0.0, 0), 16);
 }
 
+/* The SM budget of a call: send + copy never exceed it, the combine runs on it (issue 27). */
+static void test_plan_sms(void **state)
+{
+    eep_ep_shape_t   s1 = shape(1, 4096, 7168, 8, 256, 128, EEP_DTYPE_BF16);
+    eep_ep_shape_t   s8 = shape(8, 4096, 7168, 8, 256, 128, EEP_DTYPE_BF16);
+    eep_ep_config_t  cfg;
+    eep_ep_sm_plan_t pl;
+    int              b, w;
+
+    (void)state;
+    assert_int_equal(eep_config_load(&eep_ep_knob_table, &cfg), EEP_OK);
+    /* No budget: today's whole-device plan (the model's senders, the rest copying). */
+    assert_int_equal(eep_ep_plan_sms(&cfg, &s1, 132, 0.0, 0, 0, 64, &pl), 0);
+    assert_int_equal(pl.send, 16);
+    assert_int_equal(pl.copy, 116);
+    assert_int_equal(pl.combine, 132);
+    assert_int_equal(pl.budget, 0);
+    /* Every budget, both worlds, both launch shapes: within it, at least one of each role. */
+    for (w = 0; w < 2; w++) {
+        for (b = 2; b <= 140; b++) {
+            const eep_ep_shape_t *s = w == 0 ? &s1 : &s8;
+            int                   B = b > 132 ? 132 : b;
+
+            assert_int_equal(eep_ep_plan_sms(&cfg, s, 132, 0.0, b, 0, 64, &pl), 0);
+            assert_int_equal(pl.send + pl.copy, B);
+            assert_true(pl.send >= 1 && pl.copy >= 1);
+            assert_true(pl.send <= eep_ep_pick_sms(NULL, s, 132, 0.0, 0));
+            assert_int_equal(pl.combine, B);
+            assert_int_equal(eep_ep_plan_sms(&cfg, s, 132, 0.0, b, 1, 64, &pl), 0);
+            assert_true(pl.send >= 1 && pl.send + 1 <= B); /* the senders and the counter */
+            assert_true(pl.copy >= 1 && pl.copy <= B);     /* the copy launch, after them */
+            assert_int_equal(pl.combine, B);
+        }
+    }
+    /* The full-device split scaled down: one rank at 24 SMs sends on 3 (16/132 of 24). */
+    assert_int_equal(eep_ep_plan_sms(&cfg, &s1, 132, 0.0, 24, 0, 64, &pl), 0);
+    assert_int_equal(pl.send, 3);
+    assert_int_equal(pl.copy, 21);
+    /* The knob is the default budget; the call's budget beats it. */
+    cfg.num_sms = 16;
+    assert_int_equal(eep_ep_plan_sms(&cfg, &s1, 132, 0.0, 0, 0, 64, &pl), 0);
+    assert_int_equal(pl.send + pl.copy, 16);
+    assert_int_equal(eep_ep_plan_sms(&cfg, &s1, 132, 0.0, 32, 0, 64, &pl), 0);
+    assert_int_equal(pl.send + pl.copy, 32);
+    /* A knob budget of 1 is the fewest a dispatch runs on: 2. */
+    cfg.num_sms = 1;
+    assert_int_equal(eep_ep_plan_sms(&cfg, &s1, 132, 0.0, 0, 0, 64, &pl), 0);
+    assert_int_equal(pl.send + pl.copy, 2);
+    /* EEP_EP_COPY_SMS fixes the copiers inside the budget (at most B - 1). */
+    cfg.num_sms  = 0;
+    cfg.copy_sms = 8;
+    assert_int_equal(eep_ep_plan_sms(&cfg, &s1, 132, 0.0, 24, 0, 64, &pl), 0);
+    assert_int_equal(pl.copy, 8);
+    assert_int_equal(pl.send, 16);
+    assert_int_equal(eep_ep_plan_sms(&cfg, &s1, 132, 0.0, 4, 0, 64, &pl), 0);
+    assert_int_equal(pl.copy, 3);
+    assert_int_equal(pl.send, 1);
+    /* The kernel's sender limit holds. */
+    cfg.copy_sms = 2;
+    assert_int_equal(eep_ep_plan_sms(&cfg, &s8, 132, 0.0, 132, 0, 64, &pl), 0);
+    assert_int_equal(pl.send, 64);
+    /* Bad input: no plan, and the plan is left alone. */
+    pl.send = 77;
+    assert_int_equal(eep_ep_plan_sms(&cfg, &s1, 0, 0.0, 24, 0, 64, &pl), -1);
+    assert_int_equal(eep_ep_plan_sms(&cfg, &s1, 132, 0.0, -3, 0, 64, &pl), -1);
+    assert_int_equal(eep_ep_plan_sms(&cfg, &s1, 132, 0.0, 24, 0, 0, &pl), -1);
+    assert_int_equal(eep_ep_plan_sms(&cfg, &s1, 132, 0.0, 24, 0, 64, NULL), -1);
+    assert_int_equal(pl.send, 77);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -394,6 +464,7 @@ int main(void)
         cmocka_unit_test(test_combine_lines),     cmocka_unit_test(test_layout_equal),
         cmocka_unit_test(test_expected_groups),   cmocka_unit_test(test_sm_model),
         cmocka_unit_test(test_knobs_table),       cmocka_unit_test(test_pick_sms),
+        cmocka_unit_test(test_plan_sms),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
