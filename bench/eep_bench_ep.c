@@ -47,6 +47,7 @@ typedef struct {
     int               budgets[8]; /* --num-sms B[,B...]: one row of ours per budget */
     int               num_budgets;
     int               skip_pad; /* of ours: --skip-padding-x (padding rows' x left as it was) */
+    eep_ep_layout_t   layout;   /* of ours: --layout expert|rank */
     int               iters, warmup;
     uint64_t          seed;
     const char       *gating; /* random, masked, hotspot, hotspot-only, silent, masked-rank, t1 */
@@ -94,6 +95,7 @@ static void usage(FILE *out)
             "                      bandwidth model's split; default 0)\n"
             "  --trace             print where ours' last dispatch and combine spent their time\n"
             "  --skip-padding-x    ours leaves padding rows' x and scales unwritten\n"
+            "  --layout L          ours: expert (expert-major, default) or rank (rank-major)\n"
             "  --iters N           timed iterations (20); --warmup N (5)\n"
             "  --seed S            (1); --no-check skips the CPU reference\n");
 }
@@ -121,6 +123,7 @@ static int parse_opts(int argc, char **argv, bench_opts_t *o)
         { "trace", no_argument, NULL, 'T' },
         { "skip-padding-x", no_argument, NULL, 'P' },
         { "max-tokens", required_argument, NULL, 'M' },
+        { "layout", required_argument, NULL, 'L' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
@@ -223,6 +226,16 @@ static int parse_opts(int argc, char **argv, bench_opts_t *o)
             break;
         case 'P':
             o->skip_pad = 1;
+            break;
+        case 'L':
+            if (strcmp(optarg, "expert") == 0) {
+                o->layout = EEP_EP_LAYOUT_EXPERT_MAJOR;
+            } else if (strcmp(optarg, "rank") == 0) {
+                o->layout = EEP_EP_LAYOUT_RANK_MAJOR;
+            } else {
+                fprintf(stderr, "eep-bench ep: --layout is expert or rank\n");
+                return -1;
+            }
             break;
         case 'm':
             if (strcmp(optarg, "cpu-sync") == 0) {
@@ -384,16 +397,18 @@ static int64_t diff(const char *what, const void *got, const void *want, size_t 
 
 /* Check the baseline's dispatch outputs against the reference, every element. */
 static int64_t check_dispatch(eep_bench_ctx_t *ctx, const eep_ep_shape_t *s, const eep_bl_view_t *v,
-                              const eep_ref_recv_t *r, int skip_pad)
+                              const eep_ref_recv_t *r, int skip_pad, int rank_major)
 {
-    const eep_cuda_sym_t *cu = ctx->cu;
+    /* expert-major: El + 1 offsets; rank-major: world + 1 rows before each source */
+    const size_t          n_off = rank_major ? (size_t)s->world + 1 : (size_t)r->num_local + 1;
+    const eep_cuda_sym_t *cu    = ctx->cu;
     size_t   rows = (size_t)v->capacity, K = (size_t)s->num_topk, El = (size_t)r->num_local;
     size_t   hb = (size_t)s->hidden * eep_ep_elem_bytes(s->dtype);
     size_t   sb = s->dtype == EEP_DTYPE_FP8_E4M3 ? (size_t)s->hidden / 128 * 4 : 0;
     size_t   nr = (size_t)r->num_rows;
     uint8_t *x = malloc(rows * hb + 1), *sc = malloc(rows * sb + 1), *poison;
-    int32_t *idx = malloc(rows * K * 4 + 4), *cnt = malloc(El * 4 + 4), *off = malloc(El * 4 + 8);
-    int32_t *want_off = malloc(El * 4 + 8);
+    int32_t *idx = malloc(rows * K * 4 + 4), *cnt = malloc(El * 4 + 4), *off = malloc(n_off * 4);
+    int32_t *want_off = malloc(n_off * 4);
     float   *wts      = malloc(rows * K * 4 + 4);
     int64_t  bad      = 0;
     size_t   i, big = rows * hb > rows * K * 4 ? rows * hb : rows * K * 4;
@@ -409,15 +424,15 @@ static int64_t check_dispatch(eep_bench_ctx_t *ctx, const eep_ep_shape_t *s, con
         cu->cuMemcpyDtoH(idx, v->recv_topk_idx, rows * K * 4) != CUDA_SUCCESS ||
         cu->cuMemcpyDtoH(wts, v->recv_topk_weights, rows * K * 4) != CUDA_SUCCESS ||
         cu->cuMemcpyDtoH(cnt, v->expert_counts, El * 4) != CUDA_SUCCESS ||
-        cu->cuMemcpyDtoH(off, v->expert_offsets, (El + 1) * 4) != CUDA_SUCCESS) {
+        cu->cuMemcpyDtoH(off, v->expert_offsets, n_off * 4) != CUDA_SUCCESS) {
         bad = -1;
         goto out;
     }
-    for (i = 0; i <= El; i++) {
+    for (i = 0; i < n_off; i++) {
         want_off[i] = (int32_t)r->expert_offsets[i];
     }
     bad += diff("expert_counts", cnt, r->expert_counts, El, 4, ctx->rank);
-    bad += diff("expert_offsets", off, want_off, El + 1, 4, ctx->rank);
+    bad += diff("expert_offsets", off, want_off, n_off, 4, ctx->rank);
     if (skip_pad) {
         /* padding rows must still hold the poison: nothing was written there */
         for (i = 0; i < nr; i++) {
@@ -466,7 +481,9 @@ static eep_status_t poison_outputs(eep_bench_ctx_t *ctx, const eep_ep_shape_t *s
     CU_TRY(cu->cuMemsetD8Async(v->recv_topk_idx, 0xa5, rows * K * 4, ctx->stream));
     CU_TRY(cu->cuMemsetD8Async(v->recv_topk_weights, 0xa5, rows * K * 4, ctx->stream));
     CU_TRY(cu->cuMemsetD8Async(v->expert_counts, 0xa5, El * 4, ctx->stream));
-    CU_TRY(cu->cuMemsetD8Async(v->expert_offsets, 0xa5, (El + 1) * 4, ctx->stream));
+    CU_TRY(cu->cuMemsetD8Async(v->expert_offsets, 0xa5,
+                               ((El > (size_t)s->world ? El : (size_t)s->world) + 1) * 4,
+                               ctx->stream));
     CU_TRY(cu->cuMemsetD8Async(v->out, 0xa5, (size_t)s->max_tokens * (size_t)s->hidden * 2,
                                ctx->stream));
 out:
@@ -542,7 +559,7 @@ static eep_status_t run_baseline(eep_bench_ctx_t *ctx, const bench_opts_t *o,
             fprintf(stderr, "rank %d: baseline flagged token %d as bad\n", ctx->rank, bad_token);
             res->errors++;
         }
-        res->errors += check_dispatch(ctx, s, &v, r, 0);
+        res->errors += check_dispatch(ctx, s, &v, r, 0, 0);
         /* y in the reference layout (the checked one), NaN in padding rows. */
         CU_TRY(cu->cuMemsetD8(y, 0xff, (size_t)v.capacity * (size_t)s->hidden * 2));
         if (r->num_rows > 0) {
@@ -634,10 +651,12 @@ static double recv_token_bytes(const eep_ep_shape_t *s, const eep_ref_input_t *i
     return b;
 }
 
-/* The fewest HBM bytes of this rank's dispatch (read x once, write each expert-major row once)
-   and combine (read each row once, write out once): the floor's numerator. */
-static void hbm_bytes(const eep_ep_shape_t *s, const eep_ref_input_t *in, int rank, double *d_p,
-                      double *c_p)
+/* The fewest HBM bytes of this rank's dispatch (read x once, write each row of the layout once:
+   expert-major, a row per (token, local expert); rank-major, a row per received token) and
+   combine (read each row once, write out once): the floor's numerator.  Padding rows are not
+   counted (a layout that needs them pays for them above the floor). */
+static void hbm_bytes(const eep_ep_shape_t *s, const eep_ref_input_t *in, int rank,
+                      eep_ep_layout_t layout, double *d_p, double *c_p)
 {
     eep_ep_wire_t w;
     int           El   = eep_ep_local_experts(s), src, t, k;
@@ -650,7 +669,12 @@ static void hbm_bytes(const eep_ep_shape_t *s, const eep_ref_input_t *in, int ra
             for (k = 0; k < s->num_topk; k++) {
                 int64_t e = in[src].topk_idx[(size_t)t * (size_t)s->num_topk + (size_t)k];
 
-                rows += e >= 0 && e / El == rank;
+                if (e >= 0 && e / El == rank) {
+                    rows++;
+                    if (layout == EEP_EP_LAYOUT_RANK_MAJOR) {
+                        break; /* one row per received token */
+                    }
+                }
             }
         }
     }
@@ -952,7 +976,8 @@ static eep_status_t run_ours(eep_bench_ctx_t *ctx, const bench_opts_t *o, const 
     CU_TRY(cu->cuMemAlloc(&v.recv_topk_idx, (size_t)rows * K * 4 + 16));
     CU_TRY(cu->cuMemAlloc(&v.recv_topk_weights, (size_t)rows * K * 4 + 16));
     CU_TRY(cu->cuMemAlloc(&v.expert_counts, El * 4 + 16));
-    CU_TRY(cu->cuMemAlloc(&v.expert_offsets, (El + 1) * 4 + 16));
+    CU_TRY(cu->cuMemAlloc(&v.expert_offsets,
+                          (El > (size_t)s->world ? El : (size_t)s->world) * 4 + 20));
     CU_TRY(cu->cuMemAlloc(&v.out, (size_t)s->max_tokens * (size_t)s->hidden * 2 + 16));
     CU_TRY(cu->cuMemAlloc(&y, (size_t)rows * (size_t)s->hidden * 2 + 16));
 
@@ -981,6 +1006,7 @@ static eep_status_t run_ours(eep_bench_ctx_t *ctx, const bench_opts_t *o, const 
     a.host_expert_counts  = host_counts;
     a.num_recv_rows_p     = &num_rows;
     a.skip_padding_x      = o->skip_pad;
+    a.layout              = o->layout;
     /* Cached mode needs a layout first. */
     a.mode = o->mode == EEP_EP_MODE_CACHED ? EEP_EP_MODE_NO_CPU_SYNC : o->mode;
 
@@ -1006,7 +1032,8 @@ static eep_status_t run_ours(eep_bench_ctx_t *ctx, const bench_opts_t *o, const 
     if (o->check) {
         const eep_ref_recv_t *r = &recv[ctx->rank];
 
-        res->errors += check_dispatch(ctx, s, &v, r, o->skip_pad);
+        res->errors += check_dispatch(ctx, s, &v, r, o->skip_pad,
+                                      o->layout == EEP_EP_LAYOUT_RANK_MAJOR);
         if (o->mode == EEP_EP_MODE_CPU_SYNC) {
             res->errors += diff("host_expert_counts", host_counts, r->expert_counts, El, 4,
                                 ctx->rank);
@@ -1071,7 +1098,7 @@ static eep_status_t run_ours(eep_bench_ctx_t *ctx, const bench_opts_t *o, const 
     }
     print_trace(rt, ctx->rank, h->num_sms, h->num_sms + h->copy_sms);
     traffic(s, in, ctx->rank, &res->dispatch_bytes, &res->combine_bytes);
-    hbm_bytes(s, in, ctx->rank, &res->dispatch_hbm, &res->combine_hbm);
+    hbm_bytes(s, in, ctx->rank, o->layout, &res->dispatch_hbm, &res->combine_hbm);
     res->sms      = h->num_sms;
     res->copy_sms = h->copy_sms;
     res->budget   = o->num_sms;
@@ -1192,6 +1219,8 @@ static int rank_main(const bench_opts_t *opts, eep_bootstrap_t *bs)
     CUcontext          cuctx = NULL;
     eep_status_t       status;
     int                ndev = 0, r, b, rc = 1, have_ref = 0;
+    eep_ref_recv_t    *rm   = NULL; /* --layout rank: ours' reference */
+    uint16_t         **rm_y = NULL, **rm_out = NULL;
     double             hbm_rate = 0;
     size_t             hb, sb, T;
 
@@ -1239,6 +1268,27 @@ static int rank_main(const bench_opts_t *opts, eep_bootstrap_t *bs)
             eep_ref_combine_src(&o.shape, in, recv, (const uint16_t *const *)y, ctx.rank,
                                 out[ctx.rank]) != EEP_OK) {
             goto out;
+        }
+        /* Ours in the rank-major layout: its own reference (every rank's, for the combine). */
+        if (o.layout == EEP_EP_LAYOUT_RANK_MAJOR) {
+            rm     = calloc((size_t)ctx.world, sizeof(*rm));
+            rm_y   = calloc((size_t)ctx.world, sizeof(*rm_y));
+            rm_out = calloc((size_t)ctx.world, sizeof(*rm_out));
+            if (rm == NULL || rm_y == NULL || rm_out == NULL) {
+                goto out;
+            }
+            for (r = 0; r < ctx.world; r++) {
+                if (eep_ref_rank_major(&o.shape, in, r, &rm[r]) != EEP_OK ||
+                    (rm_y[r] = make_y(&o.shape, &rm[r], r)) == NULL ||
+                    (rm_out[r] = malloc((size_t)in[r].num_tokens * (size_t)o.shape.hidden * 2 +
+                                        2)) == NULL) {
+                    goto out;
+                }
+            }
+            if (eep_ref_combine_rank_major(&o.shape, in, rm, (const uint16_t *const *)rm_y,
+                                           rm_out) != EEP_OK) {
+                goto out;
+            }
         }
     }
 
@@ -1329,7 +1379,8 @@ static int rank_main(const bench_opts_t *opts, eep_bootstrap_t *bs)
         status = run_baseline(&ctx, &o, in, recv, y, have_ref ? out[ctx.rank] : NULL, &din, &mine);
         mine.recv_bytes = recv_token_bytes(&o.shape, in, ctx.rank);
         mine.hbm_gbps   = hbm_rate;
-        hbm_bytes(&o.shape, in, ctx.rank, &mine.dispatch_hbm, &mine.combine_hbm);
+        hbm_bytes(&o.shape, in, ctx.rank, EEP_EP_LAYOUT_EXPERT_MAJOR, &mine.dispatch_hbm,
+                  &mine.combine_hbm);
         if (status != EEP_OK) {
             fprintf(stderr, "rank %d: baseline failed: %s\n", ctx.rank, eep_status_string(status));
             mine.ran = 0;
@@ -1348,7 +1399,9 @@ static int rank_main(const bench_opts_t *opts, eep_bootstrap_t *bs)
     for (b = 0; o.ours && b < o.num_budgets; b++) {
         o.num_sms = o.budgets[b];
         memset(&mine, 0, sizeof(mine));
-        status = run_ours(&ctx, &o, in, recv, y, have_ref ? out[ctx.rank] : NULL, &din, &mine);
+        status = rm != NULL ? run_ours(&ctx, &o, in, rm, rm_y, rm_out[ctx.rank], &din, &mine)
+                            : run_ours(&ctx, &o, in, recv, y, have_ref ? out[ctx.rank] : NULL, &din,
+                                       &mine);
         mine.recv_bytes = recv_token_bytes(&o.shape, in, ctx.rank);
         mine.hbm_gbps   = hbm_rate;
         if (status != EEP_OK && status != EEP_ERR_UNSUPPORTED) {
@@ -1415,7 +1468,19 @@ out:
         if (out != NULL) {
             free(out[r]);
         }
+        if (rm != NULL) {
+            eep_ref_recv_free(&rm[r]);
+        }
+        if (rm_y != NULL) {
+            free(rm_y[r]);
+        }
+        if (rm_out != NULL) {
+            free(rm_out[r]);
+        }
     }
+    free(rm);
+    free(rm_y);
+    free(rm_out);
     free(in);
     free(recv);
     free(y);

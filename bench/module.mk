@@ -59,20 +59,21 @@ bench-ep-modes: $(EEP_BENCH)
 	        --tokens 128 --skip-padding-x --dtype $$d --mode $$m $(EEP_BENCH_EP_MODES_ARGS); \
 	done; done
 
-# Issue 27's table: the same shapes at SM budgets 8, 16, 24, 32 and the whole device (0), each
-# row with its floor (eep-bench prints the HBM rate it measured and the link rate it assumed).
+# Issue 27's table: the same shapes at SM budgets 8, 16, 24, 32 and the whole device (0), both
+# output layouts (expert-major, rank-major), each row with its floor (eep-bench prints the HBM rate it measured and the link rate it assumed).
 EEP_BENCH_EP_BUDGETS ?= 8,16,24,32,0
 .PHONY: bench-ep-budgets
 bench: bench-ep-budgets
 bench-ep-budgets: $(EEP_BENCH)
 	@test "$(EEP_BENCH_NRANKS)" -ge 1 2>/dev/null \
 	    || { echo "bench-ep-budgets: no GPU (set EEP_BENCH_NRANKS)"; exit 1; }
-	@set -e; for t in 4096 128; do for d in bf16 fp8; do for m in cpu-sync no-cpu-sync cached; do \
-	    echo "T $$t $$d $$m budgets $(EEP_BENCH_EP_BUDGETS)"; \
+	@set -e; for l in expert rank; do for t in 4096 128; do for d in bf16 fp8; do \
+	    for m in cpu-sync no-cpu-sync cached; do \
+	    echo "T $$t $$d $$m layout $$l budgets $(EEP_BENCH_EP_BUDGETS)"; \
 	    $(EEP_BENCH) ep --nranks $(EEP_BENCH_NRANKS) --baseline nccl --experts 256 --hidden 7168 \
-	        --topk 8 --tokens $$t --dtype $$d --mode $$m --num-sms $(EEP_BENCH_EP_BUDGETS) \
-	        $(EEP_BENCH_EP_MODES_ARGS); \
-	done; done; done
+	        --topk 8 --tokens $$t --dtype $$d --mode $$m --layout $$l \
+	        --num-sms $(EEP_BENCH_EP_BUDGETS) $(EEP_BENCH_EP_MODES_ARGS); \
+	done; done; done; done
 
 # eep-bench barrier: barrier latency against NCCL, one process per GPU through tests/gpu/launch.sh.
 .PHONY: bench-barrier

@@ -9,8 +9,9 @@
 #          beside the NCCL baseline), then make bench-barrier
 #   jit    eep-jit-bench --gpu (cold/warm JIT, the EP pair per rank count, the shrink prefetch)
 #   membw  make bench-membw (per-SM HBM and NVLink copy rates)
-#   budget checked dispatch/combine at SM budgets 2, 8, 24 and the device (T 512), make
-#          bench-ep-budgets, and the sender/copier split at budgets 8 and 24 (EEP_EP_COPY_SMS)
+#   budget checked dispatch/combine at SM budgets 2, 8, 24 and the device (T 512), both layouts,
+#          make bench-ep-budgets, and with BUDGET_SPLIT=1 the sender/copier split at budgets 8
+#          and 24 (EEP_EP_COPY_SMS)
 #   digest (alone) print the kernel sources' digest that a round's summary.txt shows, and stop
 #   trace  eep-bench ep --trace at 2 ranks (1 on a one-GPU machine): where the time goes (phase
 #          stamps per block group) at T 128 alignment 1 and T 4096 alignment 1 and 128
@@ -70,11 +71,14 @@ for part in "${parts[@]}"; do
             echo "bench-barrier: skipped (it needs 2 GPUs, have $ngpu)" | tee -a "$out/summary.txt"
         fi ;;
     budget) # issue 27: checked rows at small budgets, the budget table, the split sweep
-        run_part budget-check sh -c 'make build/bin/eep-bench && for m in cpu-sync no-cpu-sync cached; do
+        run_part budget-check sh -c 'make build/bin/eep-bench &&
+            for l in expert rank; do for m in cpu-sync no-cpu-sync cached; do
             build/bin/eep-bench ep --nranks 1 --experts 256 --hidden 7168 --topk 8 --tokens 512 \
-                --dtype bf16 --mode $m --num-sms 2,8,24,0 --iters 3 || exit 1; done'
+                --dtype bf16 --mode $m --layout $l --num-sms 2,8,24,0 --iters 3 || exit 1;
+            done; done; build/bin/eep-bench ep --nranks 1 --experts 256 --hidden 7168 --topk 8 \
+                --tokens 128 --dtype fp8 --mode cached --layout rank --num-sms 24,0 --iters 3'
         run_part bench-ep-budgets make bench-ep-budgets EEP_BENCH_NRANKS="$ngpu"
-        run_part budget-split sh -c 'for t in 4096 128; do for b in 8 24; do for s in 1 2 3 4 6; do
+        [ -n "${BUDGET_SPLIT:-}" ] && run_part budget-split sh -c 'for t in 4096 128; do for b in 8 24; do for s in 1 2 3 4 6; do
             echo "== T $t budget $b senders $s"; EEP_EP_COPY_SMS=$((b - s)) build/bin/eep-bench ep \
                 --nranks 1 --experts 256 --hidden 7168 --topk 8 --tokens $t --dtype bf16 \
                 --mode no-cpu-sync --num-sms $b --no-check --iters 50 | grep "^| ours"; done; done; done' ;;

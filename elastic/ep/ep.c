@@ -430,6 +430,7 @@ eep_status_t eep_dispatch(eep_runtime_t *rt, const eep_dispatch_args_t *args,
     dyn                 = (size_t)(1 + 2 * sw) * (size_t)NC * 4;
     p.scan_warps        = sw;
     p.send_blocks       = sms;
+    p.rank_major        = eep_ep_args_layout(args) == EEP_EP_LAYOUT_RANK_MAJOR;
     p.skip_pad_x        = args->size >= offsetof(eep_dispatch_args_t, skip_padding_x) + sizeof(int)
                               ? args->skip_padding_x
                               : 0;
@@ -465,7 +466,7 @@ eep_status_t eep_dispatch(eep_runtime_t *rt, const eep_dispatch_args_t *args,
     if (status != EEP_OK) {
         goto fail;
     }
-    rows = eep_ep_rows_max(&shape);
+    rows = eep_ep_layout_rows_max(&shape, eep_ep_args_layout(args));
     if (args->mode == EEP_EP_MODE_CPU_SYNC) {
         size_t hb = (size_t)shape.hidden * eep_ep_elem_bytes(shape.dtype);
         size_t sb = shape.dtype == EEP_DTYPE_FP8_E4M3 ? (size_t)shape.hidden / 128 * 4 : 0;
@@ -501,6 +502,7 @@ eep_status_t eep_dispatch(eep_runtime_t *rt, const eep_dispatch_args_t *args,
         h->combine_sms   = plan.combine;
         h->num_recv_rows = rows;
         h->has_layout    = 1;
+        h->layout        = (int)eep_ep_args_layout(args);
         h->epoch         = world.epoch;
         h->rank          = rt->rank;
     }

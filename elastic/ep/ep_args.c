@@ -135,6 +135,19 @@ static eep_status_t eep_ep_check_shape(const eep_dispatch_args_t *a, const eep_e
     return EEP_OK;
 }
 
+eep_ep_layout_t eep_ep_args_layout(const eep_dispatch_args_t *a)
+{
+    return a->size >= offsetof(eep_dispatch_args_t, layout) + sizeof(a->layout)
+               ? a->layout
+               : EEP_EP_LAYOUT_EXPERT_MAJOR;
+}
+
+int64_t eep_ep_layout_rows_max(const eep_ep_shape_t *s, eep_ep_layout_t layout)
+{
+    return layout == EEP_EP_LAYOUT_RANK_MAJOR ? (int64_t)s->world * s->max_tokens
+                                              : eep_ep_rows_max(s);
+}
+
 eep_status_t eep_ep_dispatch_args_check(const eep_dispatch_args_t *a, const eep_ep_world_t *world,
                                         const eep_ep_handle_t *handle, eep_ep_shape_t *shape_p)
 {
@@ -156,6 +169,11 @@ eep_status_t eep_ep_dispatch_args_check(const eep_dispatch_args_t *a, const eep_
     if (a->size >= offsetof(eep_dispatch_args_t, skip_padding_x) + sizeof(int) &&
         a->skip_padding_x != 0 && a->skip_padding_x != 1) {
         return eep_ep_bad("dispatch", "args->skip_padding_x", "must be 0 or 1");
+    }
+    if (eep_ep_args_layout(a) != EEP_EP_LAYOUT_EXPERT_MAJOR &&
+        eep_ep_args_layout(a) != EEP_EP_LAYOUT_RANK_MAJOR) {
+        return eep_ep_bad(call, "layout",
+                          "neither EEP_EP_LAYOUT_EXPERT_MAJOR nor EEP_EP_LAYOUT_RANK_MAJOR");
     }
     if (a->mode != EEP_EP_MODE_CPU_SYNC && a->mode != EEP_EP_MODE_NO_CPU_SYNC &&
         a->mode != EEP_EP_MODE_CACHED) {
@@ -209,7 +227,7 @@ eep_status_t eep_ep_dispatch_args_check(const eep_dispatch_args_t *a, const eep_
         return status;
     }
     if (a->mode != EEP_EP_MODE_CPU_SYNC) {
-        int64_t rows_max = eep_ep_rows_max(&s);
+        int64_t rows_max = eep_ep_layout_rows_max(&s, eep_ep_args_layout(a));
 
         if (a->recv_capacity < rows_max) {
             eep_error(EEP_SUBSYS_KERNEL,
@@ -236,14 +254,17 @@ eep_status_t eep_ep_dispatch_args_check(const eep_dispatch_args_t *a, const eep_
         if (handle->num_tokens != a->num_tokens || handle->shape.num_topk != a->num_topk ||
             handle->shape.num_experts != a->num_experts ||
             handle->shape.alignment != a->expert_alignment ||
-            handle->shape.max_tokens != a->max_tokens_per_rank) {
+            handle->shape.max_tokens != a->max_tokens_per_rank ||
+            handle->layout != (int)eep_ep_args_layout(a)) {
             eep_error(EEP_SUBSYS_KERNEL,
                       "dispatch: invalid argument handle: cached mode needs the "
                       "shape of the dispatch that made it (num_tokens %d/%d, num_topk %d/%d, "
-                      "num_experts %d/%d, expert_alignment %d/%d, max_tokens_per_rank %d/%d)",
+                      "num_experts %d/%d, expert_alignment %d/%d, max_tokens_per_rank %d/%d, "
+                      "layout %d/%d)",
                       a->num_tokens, handle->num_tokens, a->num_topk, handle->shape.num_topk,
                       a->num_experts, handle->shape.num_experts, a->expert_alignment,
-                      handle->shape.alignment, a->max_tokens_per_rank, handle->shape.max_tokens);
+                      handle->shape.alignment, a->max_tokens_per_rank, handle->shape.max_tokens,
+                      (int)eep_ep_args_layout(a), handle->layout);
             return EEP_ERR_INVALID_ARG;
         }
     } else if (handle != NULL) {

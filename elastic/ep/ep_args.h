@@ -49,6 +49,12 @@ eep_status_t eep_ep_combine_args_check(const void *y, const eep_ep_handle_t *han
 eep_status_t eep_ep_handle_check(const eep_ep_handle_t *handle, const eep_ep_world_t *world,
                                  const char *what);
 
+/** The call's output layout (expert-major for callers whose struct predates the field). */
+eep_ep_layout_t eep_ep_args_layout(const eep_dispatch_args_t *args);
+
+/** The most rows a dispatch of @p shape can receive in @p layout (the outputs' worst case). */
+int64_t eep_ep_layout_rows_max(const eep_ep_shape_t *shape, eep_ep_layout_t layout);
+
 /**
  * CPU_SYNC, once the exact row count is known: check that the caller's buffers hold it.
  * @return EEP_OK or EEP_ERR_INVALID_ARG naming recv_capacity.

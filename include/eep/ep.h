@@ -87,6 +87,25 @@ typedef enum {
     EEP_EP_MODE_CACHED = 2,
 } eep_ep_mode_t;
 
+/* How eep_dispatch lays out what a rank receives (eep_dispatch_args_t.layout). */
+typedef enum {
+    /*
+     * One row per (token, local expert) pair, grouped by local expert (0..El-1), each group in
+     * source rank then token order and padded to expert_alignment: ready for grouped GEMMs.
+     */
+    EEP_EP_LAYOUT_EXPERT_MAJOR = 0,
+    /*
+     * One row per received token, sources ascending, each source's tokens in their order
+     * (DeepEP's normal-mode layout, for frameworks that permute themselves): recv_topk_idx holds
+     * the token's local expert ids (-1 elsewhere), recv_topk_weights their weights,
+     * recv_expert_counts the tokens per local expert, and recv_expert_offsets [world + 1] the
+     * rows before each source.  At most world * max_tokens_per_rank rows; no padding rows.
+     * The combine of such a handle takes one row per received token (the caller's own sum of
+     * the token's local expert outputs, weighted as it likes).
+     */
+    EEP_EP_LAYOUT_RANK_MAJOR = 1,
+} eep_ep_layout_t;
+
 /*
  * CPU_SYNC allocation hook: return @p bytes of device memory (16-byte aligned) for output @p what
  * ("recv_x", "recv_x_scales", "recv_topk_idx", "recv_topk_weights"), or NULL to fail the call
@@ -135,7 +154,8 @@ typedef struct {
     int32_t *recv_topk_idx;      /* [rows, num_topk]: local expert id (0..El-1) or -1 */
     float   *recv_topk_weights;  /* [rows, num_topk]: the weight where recv_topk_idx >= 0, else 0 */
     int32_t *recv_expert_counts; /* [El] real (unpadded) rows per local expert, GPU */
-    int32_t *recv_expert_offsets; /* [El + 1] exclusive prefix sums of padded counts, GPU */
+    int32_t *recv_expert_offsets; /* [El + 1] exclusive prefix sums of padded counts, GPU;
+                                     rank-major: [world + 1] rows before each source */
 
     /* CPU_SYNC only */
     eep_ep_alloc_func_t alloc; /* NULL: use the buffers above; else fills them */
@@ -152,6 +172,9 @@ typedef struct {
      * backward pass reads every row, and stale NaN would poison the weight gradients).
      */
     int skip_padding_x;
+
+    /* ---- since the third version (older callers' size leaves it expert-major) ---- */
+    eep_ep_layout_t layout; /* EEP_EP_LAYOUT_EXPERT_MAJOR (0) or EEP_EP_LAYOUT_RANK_MAJOR */
 } eep_dispatch_args_t;
 
 /**
@@ -187,7 +210,8 @@ eep_status_t eep_dispatch(eep_runtime_t *rt, const eep_dispatch_args_t *args,
  *             w[t][k] * float(y[row(t, k)]) ),
  * every sum accumulated in fp32 from 0 with fmaf (partial) and plain adds (total), every bf16
  * rounding to nearest even.  The order is fixed, so the result is bitwise reproducible.  A token
- * with no expert gives zeros.
+ * with no expert gives zeros.  A rank-major handle (EEP_EP_LAYOUT_RANK_MAJOR): p_r = y[row(t)],
+ * the one row rank r received for t, as given (the caller summed its local experts).
  *
  * @param [in]  rt      the runtime that made @p handle.
  * @param [in]  y       [rows, hidden] bf16, the expert outputs in the handle's received layout

@@ -12,7 +12,8 @@
 
 /* Shared state of the expanders (the copy from received records to expert-major rows). */
 struct eep_epk_copy_smem {
-    int n[EEP_EPK_MAX_WORLD]; /* records from each source */
+    int n[EEP_EPK_MAX_WORLD];         /* records from each source */
+    int nbase[EEP_EPK_MAX_WORLD + 1]; /* rank-major: rows before each source (sum of n) */
     int counts[256];
     int offsets[257];
     int pad_base[257];            /* padding rows of experts < e */
@@ -163,13 +164,22 @@ eep_epk_copy_records(const eep_epk_params_t &p, unsigned long long seq, int xb, 
             my_id    = ids[lane];
             my_w     = wts[lane];
             my_local = my_id >= lo && my_id < lo + El;
-            if (my_local) {
+            if (my_local && !p.rank_major) {
                 const int e = my_id - lo;
 
                 my_row = Mode == EEP_EPK_CACHED
                              ? ((const int *)p.h_recv_rows)[rec * K + lane]
                              : sm.offsets[e] + src_prefix[s * El + e] + pos[lane];
             }
+        }
+        /* Rank-major: the record's one row (sources ascending, then slots), held by its first
+           local lane; the handle gives that lane the row and weight 1, so that the combine sums
+           bf16(1 * y[row]) = y[row], the caller's own sum of its local experts. */
+        const unsigned local_mask = __ballot_sync(0xffffffffu, my_local);
+        const bool     rm_lane    = p.rank_major && local_mask != 0 &&
+                             (int)lane == __ffs((int)local_mask) - 1;
+        if (rm_lane) {
+            my_row = sm.nbase[s] + i;
         }
         /* Handle: rows and weights per lane, token, ordinal among the token's ranks. */
         unsigned dst_bit = ((int)lane < K && my_id >= 0) ? 1u << (unsigned)(my_id / El) : 0u;
@@ -178,7 +188,9 @@ eep_epk_copy_records(const eep_epk_params_t &p, unsigned long long seq, int xb, 
             if (Mode != EEP_EPK_CACHED) {
                 ((int *)p.h_recv_rows)[rec * K + lane] = my_row;
             }
-            ((float *)p.h_recv_w)[rec * K + lane] = my_local ? my_w : 0.0f;
+            ((float *)p.h_recv_w)[rec * K + lane] = p.rank_major ? (rm_lane ? 1.0f : 0.0f)
+                                                    : my_local   ? my_w
+                                                                 : 0.0f;
         }
         if (lane == 0 && c == 0 && Mode != EEP_EPK_CACHED) {
             ((int *)p.h_recv_tok)[rec] = ids[2 * K];
@@ -344,6 +356,18 @@ __device__ void eep_epk_expand(const eep_epk_params_t &p, unsigned long long seq
         }
     }
     __syncthreads();
+    if (p.rank_major) {
+        if (threadIdx.x == 0) {
+            int run = 0;
+
+            for (int s = 0; s < EEP_EPK_W(p); s++) {
+                sm.nbase[s] = run;
+                run += sm.n[s];
+            }
+            sm.nbase[EEP_EPK_W(p)] = run;
+        }
+        __syncthreads();
+    }
     if (Mode != EEP_EPK_CACHED) {
         eep_epk_layout_scan(sm, El, p.alignment);
         __syncthreads();
@@ -355,11 +379,16 @@ __device__ void eep_epk_expand(const eep_epk_params_t &p, unsigned long long seq
         eep_epk_stamp(p, 6);
     }
     if (xb == 0) {
+        for (int s = threadIdx.x; p.rank_major && s <= EEP_EPK_W(p); s += blockDim.x) {
+            ((int *)p.recv_offsets)[s] = sm.nbase[s];
+        }
         for (int e = threadIdx.x; e <= El; e += blockDim.x) {
             if (e < El) {
                 ((int *)p.recv_counts)[e] = sm.counts[e];
             }
-            ((int *)p.recv_offsets)[e] = sm.offsets[e];
+            if (!p.rank_major) {
+                ((int *)p.recv_offsets)[e] = sm.offsets[e];
+            }
             if (Mode != EEP_EPK_CACHED) {
                 if (e < El) {
                     ((int *)p.h_counts)[e] = sm.counts[e];
@@ -385,7 +414,7 @@ __device__ void eep_epk_expand(const eep_epk_params_t &p, unsigned long long seq
        grows): a linear walk from expert 0 cost ~60 us at one rank, T 128, 256 experts,
        alignment 128 (31744 rows). */
     int e = 0; /* pad_base[e] <= j, for every j of this warp from here on */
-    for (int j = gw; j < sm.pad_base[El]; j += gwarps) {
+    for (int j = gw; j < (p.rank_major ? 0 : sm.pad_base[El]); j += gwarps) {
         int hi = El; /* pad_base[hi] > j */
 
         while (hi - e > 1) {

@@ -398,6 +398,18 @@ __device__ void eep_epk_publish(const eep_epk_params_t &p, unsigned long long se
         }
         csm.counts[e] = running;
     }
+    if (p.rank_major && threadIdx.x == 0) { /* rank-major: rows before each source */
+        int run = 0;
+
+        for (int s = 0; s < W; s++) {
+            const unsigned long long *slot =
+                (const unsigned long long *)(my_counts +
+                                             ((unsigned long long)s * 2 + parity) * p.slot_bytes);
+            csm.nbase[s] = run;
+            run += (int)(unsigned)(slot[EEP_EPK_SLOT_TOKENS] & 0xffffffffull);
+        }
+        csm.nbase[W] = run;
+    }
     __syncthreads();
     eep_epk_layout_scan(csm, El, p.alignment);
     __syncthreads();
@@ -405,7 +417,9 @@ __device__ void eep_epk_publish(const eep_epk_params_t &p, unsigned long long se
         volatile unsigned long long *mirror = (volatile unsigned long long *)p.host_mirror;
 
         for (int e = threadIdx.x; e <= El; e += blockDim.x) {
-            mirror[e] = (unsigned long long)(unsigned)(e < El ? csm.counts[e] : csm.offsets[El]);
+            mirror[e] = (unsigned long long)(unsigned)(e < El         ? csm.counts[e]
+                                                       : p.rank_major ? csm.nbase[W]
+                                                                      : csm.offsets[El]);
         }
         __threadfence_system();
         __syncthreads();
@@ -419,7 +433,12 @@ __device__ void eep_epk_publish(const eep_epk_params_t &p, unsigned long long se
         if (e < El) {
             ((int *)p.recv_counts)[e] = csm.counts[e];
         }
-        ((int *)p.recv_offsets)[e] = csm.offsets[e];
+        if (!p.rank_major) {
+            ((int *)p.recv_offsets)[e] = csm.offsets[e];
+        }
+    }
+    for (int s = threadIdx.x; p.rank_major && s <= W; s += blockDim.x) {
+        ((int *)p.recv_offsets)[s] = csm.nbase[s];
     }
 }
 

@@ -107,13 +107,17 @@ typedef struct eep_epk_params {
     unsigned long long chunk_flags;  /* u64 [EEP_EPK_MAX_SEND_BLOCKS]: = sequence once written */
     int                skip_pad_x;   /* 1: padding rows get ids -1 and weights 0 only */
     int                lines;        /* EEP_EPK_LINES_*: which transfers are flagged lines */
+    int                rank_major;   /* 1: rank-major outputs, each received token once */
+    int                pad_rm;
 
     /* dispatch inputs */
     unsigned long long x, x_scales, topk_idx, topk_weights;
     /* dispatch outputs (user) */
     unsigned long long recv_x, recv_x_scales, recv_topk_idx, recv_topk_weights;
-    unsigned long long recv_counts, recv_offsets;
-    unsigned long long host_mirror; /* CPU_SYNC: device address of pinned u64[El + 2] */
+    unsigned long long recv_counts;  /* [El] real rows per local expert */
+    unsigned long long recv_offsets; /* expert-major: [El + 1] padded prefix; rank-major: [W + 1]
+                                        rows before each source */
+    unsigned long long host_mirror;  /* CPU_SYNC: device address of pinned u64[El + 2] */
 
     /* handle arrays (device) */
     unsigned long long h_counts;    /* [El] */
@@ -130,6 +134,6 @@ typedef struct eep_epk_params {
 } eep_epk_params_t;
 
 EEP_LAYOUT_ASSERT(sizeof(void *) == 8, "64-bit pointers");
-EEP_LAYOUT_ASSERT(sizeof(eep_epk_params_t) == 368, "eep_epk_params_t size");
+EEP_LAYOUT_ASSERT(sizeof(eep_epk_params_t) == 376, "eep_epk_params_t size");
 
 #endif /* EEP_KERNELS_EP_PARAMS_H */

@@ -528,3 +528,140 @@ eep_status_t eep_ref_combine(const eep_ep_shape_t *s, const eep_ref_input_t *inp
     }
     return EEP_OK;
 }
+
+/* ---------------------------------------------------------------------------------------- */
+/* Rank-major layout                                                                          */
+
+eep_status_t eep_ref_rank_major(const eep_ep_shape_t *s, const eep_ref_input_t *inputs, int rank,
+                                eep_ref_recv_t *rm)
+{
+    eep_ep_wire_t w;
+    const int     El = eep_ep_local_experts(s), K = s->num_topk, W = s->world;
+    const int64_t lo   = (int64_t)rank * El;
+    int64_t       rows = 0, row;
+    int           src, t, k;
+
+    eep_ep_wire_layout(s, &w);
+    memset(rm, 0, sizeof(*rm));
+    for (src = 0; src < W; src++) {
+        for (t = 0; t < inputs[src].num_tokens; t++) {
+            for (k = 0; k < K; k++) {
+                const int64_t e = inputs[src].topk_idx[(size_t)t * K + k];
+
+                if (e >= lo && e < lo + El) {
+                    rows++;
+                    break;
+                }
+            }
+        }
+    }
+    rm->num_local      = El;
+    rm->num_rows       = rows;
+    rm->expert_counts  = calloc((size_t)El, sizeof(int32_t));
+    rm->expert_offsets = calloc((size_t)W + 1, sizeof(int64_t));
+    rm->tokens_from    = calloc((size_t)W, sizeof(int32_t));
+    rm->x              = calloc((size_t)rows * w.hidden_bytes + 1, 1);
+    rm->x_scales       = calloc((size_t)rows * w.scale_bytes / 4 + 1, sizeof(float));
+    rm->topk_idx       = calloc((size_t)rows * K + 1, sizeof(int32_t));
+    rm->topk_weights   = calloc((size_t)rows * K + 1, sizeof(float));
+    rm->src_rank       = calloc((size_t)rows + 1, sizeof(int32_t));
+    rm->src_token      = calloc((size_t)rows + 1, sizeof(int32_t));
+    rm->src_lane       = calloc((size_t)rows + 1, sizeof(int32_t));
+    if (rm->expert_counts == NULL || rm->expert_offsets == NULL || rm->tokens_from == NULL ||
+        rm->x == NULL || rm->x_scales == NULL || rm->topk_idx == NULL || rm->topk_weights == NULL ||
+        rm->src_rank == NULL || rm->src_token == NULL || rm->src_lane == NULL) {
+        eep_ref_recv_free(rm);
+        return EEP_ERR_NO_MEMORY;
+    }
+    row = 0;
+    for (src = 0; src < W; src++) {
+        rm->expert_offsets[src] = row;
+        for (t = 0; t < inputs[src].num_tokens; t++) {
+            const int64_t *idx   = inputs[src].topk_idx + (size_t)t * K;
+            int            first = -1;
+
+            for (k = 0; k < K; k++) {
+                if (idx[k] >= lo && idx[k] < lo + El) {
+                    first = first < 0 ? k : first;
+                }
+            }
+            if (first < 0) {
+                continue;
+            }
+            memcpy(rm->x + (size_t)row * w.hidden_bytes, inputs[src].x + (size_t)t * w.hidden_bytes,
+                   w.hidden_bytes);
+            if (w.scale_bytes != 0) {
+                memcpy((uint8_t *)rm->x_scales + (size_t)row * w.scale_bytes,
+                       (const uint8_t *)inputs[src].x_scales + (size_t)t * w.scale_bytes,
+                       w.scale_bytes);
+            }
+            for (k = 0; k < K; k++) {
+                const int local = idx[k] >= lo && idx[k] < lo + El;
+
+                rm->topk_idx[(size_t)row * K + k]     = local ? (int32_t)(idx[k] - lo) : -1;
+                rm->topk_weights[(size_t)row * K + k] = local ? inputs[src]
+                                                                    .topk_weights[(size_t)t * K + k]
+                                                              : 0.0f;
+                rm->expert_counts[idx[k] - lo] += local;
+            }
+            rm->src_rank[row]  = src;
+            rm->src_token[row] = t;
+            rm->src_lane[row]  = first;
+            rm->tokens_from[src]++;
+            row++;
+        }
+    }
+    rm->expert_offsets[W] = row;
+    return EEP_OK;
+}
+
+eep_status_t eep_ref_combine_rank_major(const eep_ep_shape_t *s, const eep_ref_input_t *inputs,
+                                        const eep_ref_recv_t *rm, const uint16_t *const *y,
+                                        uint16_t *const *out)
+{
+    const size_t H = (size_t)s->hidden, T = (size_t)s->max_tokens;
+    const int    W      = s->world;
+    int64_t     *row_of = malloc((size_t)W * T * sizeof(int64_t) + 1); /* [r][t] for one src */
+    float       *total  = malloc(H * sizeof(float));
+    int          src, r;
+
+    if (row_of == NULL || total == NULL) {
+        free(row_of);
+        free(total);
+        return EEP_ERR_NO_MEMORY;
+    }
+    for (src = 0; src < W; src++) {
+        int64_t row;
+        int     t;
+
+        for (size_t i = 0; i < (size_t)W * T; i++) {
+            row_of[i] = -1;
+        }
+        for (r = 0; r < W; r++) {
+            for (row = 0; row < rm[r].num_rows; row++) {
+                if (rm[r].src_rank[row] == src) {
+                    row_of[(size_t)r * T + (size_t)rm[r].src_token[row]] = row;
+                }
+            }
+        }
+        for (t = 0; t < inputs[src].num_tokens; t++) {
+            size_t h;
+
+            for (h = 0; h < H; h++) {
+                total[h] = 0.0f;
+            }
+            for (r = 0; r < W; r++) {
+                row = row_of[(size_t)r * T + (size_t)t];
+                for (h = 0; row >= 0 && h < H; h++) {
+                    total[h] += eep_ref_bf16_to_f32(y[r][(size_t)row * H + h]);
+                }
+            }
+            for (h = 0; h < H; h++) {
+                out[src][(size_t)t * H + h] = eep_ref_f32_to_bf16(total[h]);
+            }
+        }
+    }
+    free(row_of);
+    free(total);
+    return EEP_OK;
+}

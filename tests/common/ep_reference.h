@@ -133,6 +133,25 @@ eep_status_t eep_ref_combine_src(const eep_ep_shape_t *shape, const eep_ref_inpu
                                  const eep_ref_recv_t *recv, const uint16_t *const *y, int src,
                                  uint16_t *out);
 
+/* ---- rank-major layout (EEP_EP_LAYOUT_RANK_MAJOR) ---- */
+
+/**
+ * Rank @p rank's rank-major outputs in @p rm (free with eep_ref_recv_free): one row per received
+ * token, sources ascending, then token order; ids local or -1, weights 0 where -1; expert_counts
+ * per local expert; expert_offsets [world + 1] rows before each source; src_lane the token's
+ * first local lane.  The inputs must have passed eep_ref_dispatch.
+ */
+eep_status_t eep_ref_rank_major(const eep_ep_shape_t *shape, const eep_ref_input_t *inputs,
+                                int rank, eep_ref_recv_t *rm);
+
+/**
+ * Combine of rank-major handles: y[r] holds one row per row of rm[r] (the caller's sum of its
+ * local experts); out[s][t] = bf16(sum over ranks r ascending holding t of float(y_r[row])).
+ */
+eep_status_t eep_ref_combine_rank_major(const eep_ep_shape_t *shape, const eep_ref_input_t *inputs,
+                                        const eep_ref_recv_t *rm, const uint16_t *const *y,
+                                        uint16_t *const *out);
+
 /** splitmix64 step: the generator's only source of randomness (also for tests). */
 uint64_t eep_ref_rand(uint64_t *state);
 

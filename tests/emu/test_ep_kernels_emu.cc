@@ -156,8 +156,27 @@ enum { FAULT_NONE, FAULT_SILENT_PEER, FAULT_BAD_ID, FAULT_DUP_ID, SKIP_PADDING_X
 /* Gating beyond the balanced default (the issue's edge cases, as make gpu-check has them). */
 enum { GATING_BALANCED, GATING_MASKED, GATING_HOTSPOT, GATING_SILENT_RANK };
 
-static int g_cases;   /* run_case calls that ran */
-static int g_skipped; /* and those that cannot run in this build */
+static int g_cases;      /* run_case calls that ran */
+static int g_skipped;    /* and those that cannot run in this build */
+static int g_rank_major; /* 1: the cases run with rank-major outputs (EEP_EP_LAYOUT_RANK_MAJOR) */
+
+/* The expected outputs of every rank in the layout under test. */
+static bool reference(const eep_ep_shape_t &s, const eep_ref_input_t *in, eep_ref_recv_t *rr)
+{
+    if (eep_ref_dispatch(&s, in, rr, NULL, NULL) != EEP_OK) {
+        return false;
+    }
+    for (int r = 0; g_rank_major && r < s.world; r++) {
+        eep_ref_recv_t rm;
+
+        if (eep_ref_rank_major(&s, in, r, &rm) != EEP_OK) {
+            return false;
+        }
+        eep_ref_recv_free(&rr[r]);
+        rr[r] = rm;
+    }
+    return true;
+}
 
 /* A case this build cannot run, and why. */
 static void skip_case(const char *name, const char *why)
@@ -220,7 +239,7 @@ static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, i
     for (int r = 0; r < W; r++) {
         eep_ref_input_generate(&s, &gen, r, &in[r]);
     }
-    if (eep_ref_dispatch(&s, in, rr, NULL, NULL) != EEP_OK) {
+    if (!reference(s, in, rr)) {
         printf("%s: the CPU reference failed\n", name);
         return 1;
     }
@@ -259,6 +278,7 @@ static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, i
                        1000000000ull;
         q.send_blocks = S;
         q.skip_pad_x  = fault == SKIP_PADDING_X;
+        q.rank_major  = g_rank_major;
         q.x           = U(shm_alloc(wire.hidden_bytes * T));
         memcpy((void *)q.x, in[r].x, wire.hidden_bytes * n);
         if (wire.scale_bytes != 0) {
@@ -274,7 +294,7 @@ static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, i
         q.recv_topk_idx     = U(shm_alloc((size_t)rows * K * 4));
         q.recv_topk_weights = U(shm_alloc((size_t)rows * K * 4));
         q.recv_counts       = U(shm_alloc((size_t)El * 4));
-        q.recv_offsets      = U(shm_alloc((size_t)(El + 1) * 4));
+        q.recv_offsets      = U(shm_alloc((size_t)(std::max(El, W) + 1) * 4));
         q.h_counts          = U(shm_alloc((size_t)El * 4));
         q.h_offsets         = U(shm_alloc((size_t)(El + 1) * 8));
         q.h_send_slot       = U(shm_alloc((size_t)T * W * 4));
@@ -305,7 +325,8 @@ static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, i
                 }
             }
         }
-        return eep_ref_combine(&s, in, rr, y.data(), out_ref.data()) == EEP_OK;
+        return (g_rank_major ? eep_ref_combine_rank_major(&s, in, rr, y.data(), out_ref.data())
+                             : eep_ref_combine(&s, in, rr, y.data(), out_ref.data())) == EEP_OK;
     };
     if (!set_y(0)) {
         printf("%s: the CPU combine reference failed\n", name);
@@ -393,7 +414,7 @@ static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, i
             }
             eep_ref_recv_free(&rr[r]);
         }
-        if (pair > 0 && eep_ref_dispatch(&s, in, rr, NULL, NULL) != EEP_OK) {
+        if (pair > 0 && !reference(s, in, rr)) {
             printf("%s: the CPU reference failed\n", name);
             return 1;
         }
@@ -406,7 +427,7 @@ static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, i
             memset((void *)p[r].recv_topk_idx, 0xa5, (size_t)rows * K * 4);
             memset((void *)p[r].recv_topk_weights, 0xa5, (size_t)rows * K * 4);
             memset((void *)p[r].recv_counts, 0xa5, (size_t)El * 4);
-            memset((void *)p[r].recv_offsets, 0xa5, (size_t)(El + 1) * 4);
+            memset((void *)p[r].recv_offsets, 0xa5, (size_t)(std::max(El, W) + 1) * 4);
             memset(out[r], 0xa5, (size_t)T * H * 2);
         }
         snprintf(what, sizeof(what), "%s pair %d dispatch", name, pair);
@@ -446,7 +467,12 @@ static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, i
                 if (e < El) {
                     check(cnt[e] == rr[r].expert_counts[e], "expert count", r, e);
                 }
-                check(off[e] == rr[r].expert_offsets[e], "expert offset", r, e);
+                if (!g_rank_major) {
+                    check(off[e] == rr[r].expert_offsets[e], "expert offset", r, e);
+                }
+            }
+            for (int src = 0; g_rank_major && src <= W; src++) {
+                check(off[src] == rr[r].expert_offsets[src], "rows before a source", r, src);
             }
             for (int64_t row = 0; row < rr[r].num_rows; row++) {
                 if (fault == SKIP_PADDING_X && rr[r].src_rank[row] < 0) {
@@ -633,6 +659,36 @@ int main(void)
         skip_case(decode_bf16, why);
         skip_case(decode_fp8, why);
     }
+    /* Rank-major outputs (issue 27): each received token one row, no padding rows; the combine
+       takes one row per received token.  The modes, the silent and hotspot gatings, masked
+       lanes, plain records, a slow sender, and the decode shape at the 8-rank decode build. */
+    g_rank_major       = 1;
+    eep_shim_slow_rank = W > 1 ? 1 : 0;
+    fails += run_case("rank-major: no-cpu-sync bf16, slow sender", EEP_EPK_NO_CPU_SYNC,
+                      EEP_DTYPE_BF16, 0, 3);
+    fails += run_case("rank-major: cached bf16, slow sender", EEP_EPK_CACHED, EEP_DTYPE_BF16, 0, 3);
+    fails += run_case("rank-major: cpu-sync fp8, slow sender", EEP_EPK_CPU_SYNC, EEP_DTYPE_FP8_E4M3,
+                      0, 3);
+    eep_shim_slow_rank = -1;
+    fails += run_case("rank-major: masked lanes (30% -1)", EEP_EPK_NO_CPU_SYNC, EEP_DTYPE_BF16, 0,
+                      2, FAULT_NONE, GATING_MASKED);
+    fails += run_case("rank-major: hotspot, cpu-sync fp8", EEP_EPK_CPU_SYNC, EEP_DTYPE_FP8_E4M3, 0,
+                      2, FAULT_NONE, GATING_HOTSPOT);
+    fails += run_case("rank-major: silent rank 1, cached", EEP_EPK_CACHED, EEP_DTYPE_BF16, 0, 2,
+                      FAULT_NONE, GATING_SILENT_RANK);
+    fails += run_case("rank-major: cached bf16, 40 tokens, plain records", EEP_EPK_CACHED,
+                      EEP_DTYPE_BF16, 40, 2, FAULT_NONE, GATING_BALANCED,
+                      EEP_EP_DISPATCH_LINES_MAX_TOKENS + 1);
+    if (EEP_EPK_RECOUNT_MAX_IDS > 0) {
+        fails += run_case("rank-major decode shape: no-cpu-sync bf16, 128 tokens, H 7168, 256 "
+                          "experts",
+                          EEP_EPK_NO_CPU_SYNC, EEP_DTYPE_BF16, 0, 2, FAULT_NONE, GATING_BALANCED,
+                          128, 256 / W, 7168, 128);
+    } else {
+        skip_case("rank-major decode shape", "this build has the decode-size count off "
+                                             "(_w8k8_decode runs it)");
+    }
+    g_rank_major = 0;
     printf("%d passed, %d failed, %d skipped\n", g_cases - fails, fails, g_skipped);
     return fails == 0 ? 0 : 1;
 }

@@ -169,6 +169,34 @@ static void test_struct_version(void **state)
     expect_fail(&a, NULL, EEP_ERR_INVALID_ARG, "args->skip_padding_x");
     a.size = offsetof(eep_dispatch_args_t, num_recv_rows_p) + sizeof(int64_t *);
     assert_int_equal(eep_ep_dispatch_args_check(&a, &world4, NULL, NULL), EEP_OK);
+    /* The third version's layout: a known one; a second-version caller's size never reaches it
+       (garbage there is expert-major). */
+    valid_args(&a);
+    a.layout = (eep_ep_layout_t)7;
+    expect_fail(&a, NULL, EEP_ERR_INVALID_ARG, "layout");
+    a.size = offsetof(eep_dispatch_args_t, layout);
+    assert_int_equal(eep_ep_args_layout(&a), EEP_EP_LAYOUT_EXPERT_MAJOR);
+    assert_int_equal(eep_ep_dispatch_args_check(&a, &world4, NULL, NULL), EEP_OK);
+}
+
+/* Rank-major outputs: at most world * max_tokens rows, fewer than expert-major's worst case. */
+static void test_rank_major_capacity(void **state)
+{
+    eep_dispatch_args_t a;
+    eep_ep_shape_t      s;
+
+    (void)state;
+    valid_args(&a);
+    a.layout = EEP_EP_LAYOUT_RANK_MAJOR;
+    assert_int_equal(eep_ep_dispatch_args_check(&a, &world4, NULL, &s), EEP_OK);
+    assert_int_equal(eep_ep_layout_rows_max(&s, EEP_EP_LAYOUT_RANK_MAJOR),
+                     (int64_t)s.world * s.max_tokens);
+    assert_true(eep_ep_layout_rows_max(&s, EEP_EP_LAYOUT_EXPERT_MAJOR) >
+                eep_ep_layout_rows_max(&s, EEP_EP_LAYOUT_RANK_MAJOR));
+    a.recv_capacity = (int64_t)s.world * s.max_tokens;
+    assert_int_equal(eep_ep_dispatch_args_check(&a, &world4, NULL, NULL), EEP_OK);
+    a.recv_capacity--;
+    expect_fail(&a, NULL, EEP_ERR_INVALID_ARG, "recv_capacity");
 }
 
 static void test_null_and_misaligned_pointers(void **state)
@@ -331,10 +359,13 @@ static void test_handles(void **state)
 
     h = make_handle(&rt_a, world4.epoch, &a);
     assert_int_equal(eep_ep_dispatch_args_check(&a, &world4, h, NULL), EEP_OK);
-    /* Same shape needed to reuse a layout. */
+    /* Same shape needed to reuse a layout, and the same output layout. */
     a.num_tokens--;
     expect_fail(&a, h, EEP_ERR_INVALID_ARG, "handle");
     a.num_tokens++;
+    a.layout = EEP_EP_LAYOUT_RANK_MAJOR;
+    expect_fail(&a, h, EEP_ERR_INVALID_ARG, "layout 1/0");
+    a.layout = EEP_EP_LAYOUT_EXPERT_MAJOR;
     /* Older membership epoch. */
     h->epoch = world4.epoch - 1;
     expect_fail(&a, h, EEP_ERR_STALE_EPOCH, "epoch");
@@ -482,6 +513,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_valid_passes),
         cmocka_unit_test(test_struct_version),
+        cmocka_unit_test(test_rank_major_capacity),
         cmocka_unit_test(test_null_and_misaligned_pointers),
         cmocka_unit_test(test_hidden_size),
         cmocka_unit_test(test_tokens_topk_experts_alignment),
