@@ -78,6 +78,11 @@ for part in "${parts[@]}"; do
             done; done; build/bin/eep-bench ep --nranks 1 --experts 256 --hidden 7168 --topk 8 \
                 --tokens 128 --dtype fp8 --mode cached --layout rank --num-sms 24,0 --iters 3'
         run_part bench-ep-budgets make bench-ep-budgets EEP_BENCH_NRANKS="$ngpu"
+        [ -n "${BUDGET_SPLIT:-}" ] && run_part budget-split-rank sh -c 'for b in 24 8; do for s in 1 2 3 4 6 8 12; do
+            [ $s -lt $b ] || continue; echo "== T 4096 rank-major budget $b senders $s"
+            EEP_EP_COPY_SMS=$((b - s)) build/bin/eep-bench ep --nranks 1 --experts 256 --hidden 7168 \
+                --topk 8 --tokens 4096 --dtype bf16 --mode no-cpu-sync --layout rank --num-sms $b \
+                --no-check --iters 50 | grep "^| ours"; done; done'
         [ -n "${BUDGET_SPLIT:-}" ] && run_part budget-split sh -c 'for t in 4096 128; do for b in 8 24; do for s in 1 2 3 4 6; do
             echo "== T $t budget $b senders $s"; EEP_EP_COPY_SMS=$((b - s)) build/bin/eep-bench ep \
                 --nranks 1 --experts 256 --hidden 7168 --topk 8 --tokens $t --dtype bf16 \
