@@ -78,6 +78,11 @@ for part in "${parts[@]}"; do
             done; done; build/bin/eep-bench ep --nranks 1 --experts 256 --hidden 7168 --topk 8 \
                 --tokens 128 --dtype fp8 --mode cached --layout rank --num-sms 24,0 --iters 3'
         run_part bench-ep-budgets make bench-ep-budgets EEP_BENCH_NRANKS="$ngpu"
+        run_part budget-no-ce sh -c 'for m in cpu-sync cached; do for ce in 0 1; do
+            echo "== T 4096 rank-major $m EEP_EP_COPY_ENGINE=$ce"; EEP_EP_COPY_ENGINE=$ce \
+            build/bin/eep-bench ep --nranks 1 --experts 256 --hidden 7168 --topk 8 --tokens 4096 \
+                --dtype bf16 --mode $m --layout rank --num-sms 8,24,0 --no-check --iters 50 |
+            grep "^| ours"; done; done'
         [ -n "${BUDGET_SPLIT:-}" ] && run_part budget-split-rank sh -c 'for b in 24 8; do for s in 1 2 3 4 6 8 12; do
             [ $s -lt $b ] || continue; echo "== T 4096 rank-major budget $b senders $s"
             EEP_EP_COPY_SMS=$((b - s)) build/bin/eep-bench ep --nranks 1 --experts 256 --hidden 7168 \

@@ -369,6 +369,38 @@ static eep_status_t eep_ep_outputs(const eep_dispatch_args_t *a, int64_t rows, s
     return EEP_OK;
 }
 
+/*
+ * One rank, rank-major, every token received (the host knows it: CPU_SYNC's exact count, or a
+ * cached dispatch on such a layout): recv_x is x row for row, so the copy engine moves it (no
+ * SM), and the copy blocks write the metadata only (p->ce_copied).  EEP_EP_COPY_ENGINE 0: off.
+ */
+static eep_status_t eep_ep_copy_engine(const eep_cuda_sym_t *cu, const struct eep_ep_state *st,
+                                       const eep_ep_shape_t *shape, const eep_dispatch_args_t *a,
+                                       int64_t rows, void *stream, eep_epk_params_t *p)
+{
+    const size_t T  = (size_t)a->num_tokens;
+    const size_t hb = (size_t)shape->hidden * eep_ep_elem_bytes(shape->dtype);
+    const size_t sb = shape->dtype == EEP_DTYPE_FP8_E4M3 ? (size_t)shape->hidden / 128 * 4 : 0;
+    eep_status_t status;
+
+    p->ce_copied = 0;
+    if (!st->cfg.copy_engine || shape->world != 1 || !p->rank_major || rows != (int64_t)T ||
+        T == 0) {
+        return EEP_OK;
+    }
+    status = eep_status_from_cu(
+        cu->cuMemcpyDtoDAsync((CUdeviceptr)p->recv_x, (CUdeviceptr)p->x, T * hb, (CUstream)stream),
+        "cuMemcpyDtoDAsync");
+    if (status == EEP_OK && sb != 0) {
+        status = eep_status_from_cu(cu->cuMemcpyDtoDAsync((CUdeviceptr)p->recv_x_scales,
+                                                          (CUdeviceptr)p->x_scales, T * sb,
+                                                          (CUstream)stream),
+                                    "cuMemcpyDtoDAsync");
+    }
+    p->ce_copied = status == EEP_OK;
+    return status;
+}
+
 eep_status_t eep_dispatch(eep_runtime_t *rt, const eep_dispatch_args_t *args,
                           eep_ep_handle_t **handle_p, void *stream)
 {
@@ -459,6 +491,12 @@ eep_status_t eep_dispatch(eep_runtime_t *rt, const eep_dispatch_args_t *args,
     if (args->mode == EEP_EP_MODE_CPU_SYNC) {
         __atomic_store_n(&st->mirror[El + 1], 0, __ATOMIC_RELEASE);
     }
+    /* A cached dispatch on an exact one-rank rank-major layout: the rows by the copy engine. */
+    if (args->mode == EEP_EP_MODE_CACHED && h->exact_rows &&
+        (status = eep_ep_copy_engine(cu, st, &shape, args, h->num_recv_rows, stream, &p)) !=
+            EEP_OK) {
+        goto fail;
+    }
     /* Senders, then the counter; without CPU sync the copy blocks too (the counter is one). */
     grid   = (unsigned)(sms + (args->mode == EEP_EP_MODE_CPU_SYNC ? 1 : copy));
     status = eep_jit_launch_ex(kernel, grid, EEP_EPK_THREADS, dyn, stream, &p, sizeof(p),
@@ -482,6 +520,7 @@ eep_status_t eep_dispatch(eep_runtime_t *rt, const eep_dispatch_args_t *args,
             }
         }
         if ((status = eep_ep_outputs(args, rows, hb, sb, &p)) != EEP_OK ||
+            (status = eep_ep_copy_engine(cu, st, &shape, args, rows, stream, &p)) != EEP_OK ||
             (status = eep_ep_kernel(rt, st, 0, idx_bits, (int)args->mode, 1, &shape, &kernel)) !=
                 EEP_OK ||
             (status = eep_jit_launch_ex(kernel, (unsigned)copy, EEP_EPK_THREADS, dyn, stream, &p,
@@ -503,6 +542,7 @@ eep_status_t eep_dispatch(eep_runtime_t *rt, const eep_dispatch_args_t *args,
         h->num_recv_rows = rows;
         h->has_layout    = 1;
         h->layout        = (int)eep_ep_args_layout(args);
+        h->exact_rows    = args->mode == EEP_EP_MODE_CPU_SYNC;
         h->epoch         = world.epoch;
         h->rank          = rt->rank;
     }

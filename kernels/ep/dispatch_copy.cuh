@@ -218,6 +218,13 @@ eep_epk_copy_records(const eep_epk_params_t &p, unsigned long long seq, int xb, 
             const unsigned ub        = (unsigned)((unsigned long long)nu * c / CHK);
             const unsigned ue        = (unsigned)((unsigned long long)nu * (c + 1) / CHK);
             unsigned       rows_mask = __ballot_sync(0xffffffffu, my_row >= 0);
+            /* The copy engine already moved x to recv_x row for row (p.ce_copied, one rank,
+               rank-major, every token received): a record whose row is its token's index needs
+               its metadata only.  Warp-uniform (the row is the first local lane's). */
+            const int  first_row = rows_mask != 0
+                                       ? __shfl_sync(0xffffffffu, my_row, __ffs((int)rows_mask) - 1)
+                                       : -1;
+            const bool ce_done   = p.ce_copied && local && first_row == (int)t_src;
             /* a flagged record's lines (8 x 4 a round), or a plain one's (or x's) vectors (8 per
                lane a round) */
             const bool lines = LL && !local;
@@ -234,7 +241,7 @@ eep_epk_copy_records(const eep_epk_params_t &p, unsigned long long seq, int xb, 
                full mask): a piece narrower than 32 vectors, e.g. fp8 H 2048 split 8 ways, left
                lanes out and hung the warp */
             for (unsigned b0 = LL && local ? ub * EEP_LL_DATA_SLOTS : ub;
-                 b0 < (LL && local ? min(ue * EEP_LL_DATA_SLOTS, (unsigned)nv) : ue);
+                 !ce_done && b0 < (LL && local ? min(ue * EEP_LL_DATA_SLOTS, (unsigned)nv) : ue);
                  b0 += lines ? 8u * EEP_LL_WARP_LINES : 32u * 8u) {
                 uint4 r8[8];
 
@@ -279,7 +286,7 @@ eep_epk_copy_records(const eep_epk_params_t &p, unsigned long long seq, int xb, 
             for (unsigned m = c == 0 ? rows_mask : 0u; m != 0; m &= m - 1) {
                 const int r = __shfl_sync(0xffffffffu, my_row, __ffs(m) - 1);
 
-                if (p.scale_bytes != 0) {
+                if (p.scale_bytes != 0 && !ce_done) {
                     eep_epk_copy4((unsigned char *)p.recv_x_scales +
                                       (unsigned long long)r * p.scale_bytes,
                                   scales, p.scale_bytes, lane, 32);

@@ -154,11 +154,15 @@ enum { FAULT_NONE, FAULT_SILENT_PEER, FAULT_BAD_ID, FAULT_DUP_ID, SKIP_PADDING_X
 #define BAD_ID 4099 /* an expert id past every build's experts */
 
 /* Gating beyond the balanced default (the edge cases, as make gpu-check has them). */
-enum { GATING_BALANCED, GATING_MASKED, GATING_HOTSPOT, GATING_SILENT_RANK };
+enum { GATING_BALANCED, GATING_MASKED, GATING_HOTSPOT, GATING_SILENT_RANK, GATING_MASKED_RANK };
 
 static int g_cases;      /* run_case calls that ran */
 static int g_skipped;    /* and those that cannot run in this build */
 static int g_rank_major; /* 1: the cases run with rank-major outputs (EEP_EP_LAYOUT_RANK_MAJOR) */
+/* 1: as eep_dispatch does at one rank (EEP_EP_COPY_ENGINE), the "copy engine" (a memcpy here)
+   fills recv_x with x when every token is received, before the copy launch; 2: it fills it with
+   a sentinel instead, and the copy blocks must leave it there (they write metadata only). */
+static int g_copy_engine;
 
 /* The expected outputs of every rank in the layout under test. */
 static bool reference(const eep_ep_shape_t &s, const eep_ref_input_t *in, eep_ref_recv_t *rr)
@@ -233,6 +237,8 @@ static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, i
     } else if (gating == GATING_HOTSPOT) {
         gen.hotspot_expert = 0; /* every token to expert 0 only (rank 0), the other lanes -1 */
         gen.hotspot_only   = 1;
+    } else if (gating == GATING_MASKED_RANK) {
+        gen.masked_rank = 0; /* rank 0's tokens have only -1 entries: nothing is received */
     } else if (gating == GATING_SILENT_RANK) {
         gen.silent_rank = 1; /* rank 1 has no tokens: it sends nothing, still receives */
     }
@@ -446,8 +452,39 @@ static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, i
                     check((int32_t)m[e] == rr[r].expert_counts[e], "host mirror count", r, e);
                 }
             }
+            for (int r = 0; g_copy_engine && W == 1 && r < W; r++) {
+                const uint64_t *m = (const uint64_t *)p[r].host_mirror;
+
+                p[r].ce_copied = (int64_t)m[El] == (int64_t)in[r].num_tokens;
+                if (p[r].ce_copied) {
+                    const size_t n = (size_t)in[r].num_tokens;
+
+                    if (g_copy_engine == 2) {
+                        memset((void *)p[r].recv_x, 0x3c, wire.hidden_bytes * n);
+                    } else {
+                        memcpy((void *)p[r].recv_x, (const void *)p[r].x, wire.hidden_bytes * n);
+                    }
+                    if (wire.scale_bytes != 0) {
+                        memcpy((void *)p[r].recv_x_scales, (const void *)p[r].x_scales,
+                               wire.scale_bytes * n);
+                    }
+                }
+            }
             if (!launch(eep_ep_dispatch_body<32, EEP_EPK_CPU_SYNC, 1>, p, X, dyn, what)) {
                 return 1;
+            }
+            for (int r = 0; r < W; r++) {
+                if (g_copy_engine == 2) {
+                    check(p[r].ce_copied, "every token received (the case's premise)", r, 0);
+                    for (size_t i = 0; i < wire.hidden_bytes * (size_t)in[r].num_tokens; i++) {
+                        check(((const uint8_t *)p[r].recv_x)[i] == 0x3c,
+                              "the copy engine's rows left alone", r, (long long)i);
+                    }
+                    /* the check below then compares the rows: put the real bytes in */
+                    memcpy((void *)p[r].recv_x, (const void *)p[r].x,
+                           wire.hidden_bytes * (size_t)in[r].num_tokens);
+                }
+                p[r].ce_copied = 0;
             }
         } else if (!launch(dmode == EEP_EPK_CACHED
                                ? eep_ep_dispatch_body<32, EEP_EPK_CACHED, 0>
@@ -687,6 +724,21 @@ int main(void)
     } else {
         skip_case("rank-major decode shape", "this build has the decode-size count off "
                                              "(_w8k8_decode runs it)");
+    }
+    if (W == 1) {
+        /* One rank: the copy engine moves the rows, the copy blocks only the metadata */
+        g_copy_engine = 1;
+        fails += run_case("rank-major: cpu-sync fp8, copy engine", EEP_EPK_CPU_SYNC,
+                          EEP_DTYPE_FP8_E4M3, 0, 2);
+        fails += run_case("rank-major: cpu-sync bf16, no token received (no copy engine)",
+                          EEP_EPK_CPU_SYNC, EEP_DTYPE_BF16, 0, 2, FAULT_NONE, GATING_MASKED_RANK,
+                          40);
+        g_copy_engine = 2;
+        fails += run_case("rank-major: cpu-sync bf16, copy engine rows left alone",
+                          EEP_EPK_CPU_SYNC, EEP_DTYPE_BF16, 0, 2);
+        g_copy_engine = 0;
+    } else {
+        skip_case("rank-major copy engine", "one rank only (the one-rank build runs it)");
     }
     g_rank_major = 0;
     printf("%d passed, %d failed, %d skipped\n", g_cases - fails, fails, g_skipped);
