@@ -1007,11 +1007,8 @@ static eep_status_t run_ours(eep_bench_ctx_t *ctx, const bench_opts_t *o, const 
     a.num_recv_rows_p     = &num_rows;
     a.skip_padding_x      = o->skip_pad;
     a.layout              = o->layout;
-    /* Cached mode needs a layout first (rank-major: from CPU_SYNC, whose exact row count lets a
-       one-rank cached dispatch use the copy engine, EEP_EP_COPY_ENGINE). */
-    a.mode = o->mode != EEP_EP_MODE_CACHED           ? o->mode
-             : o->layout == EEP_EP_LAYOUT_RANK_MAJOR ? EEP_EP_MODE_CPU_SYNC
-                                                     : EEP_EP_MODE_NO_CPU_SYNC;
+    /* Cached mode needs a layout first. */
+    a.mode = o->mode == EEP_EP_MODE_CACHED ? EEP_EP_MODE_NO_CPU_SYNC : o->mode;
 
     if ((status = poison_outputs(ctx, s, &v)) != EEP_OK) {
         goto out;

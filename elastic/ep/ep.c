@@ -370,13 +370,18 @@ static eep_status_t eep_ep_outputs(const eep_dispatch_args_t *a, int64_t rows, s
 }
 
 /*
- * One rank, rank-major, every token received (the host knows it: CPU_SYNC's exact count, or a
- * cached dispatch on such a layout): recv_x is x row for row, so the copy engine moves it (no
- * SM), and the copy blocks write the metadata only (p->ce_copied).  EEP_EP_COPY_ENGINE 0: off.
+ * One rank, rank-major, CPU_SYNC, every token received (the exact count says so), within an SM
+ * budget of at most EEP_EP_COPY_ENGINE_MAX_BUDGET: recv_x is x row for row, so the copy engine
+ * moves it (no SM) and the copy blocks write the metadata only (p->ce_copied).  Measured on an
+ * H200 at T 4096 bf16 (bench/RESULTS.md "SM budgets"): 160 / 88 us at budgets 8 / 24 against
+ * 255 / 105 us by the SMs, but 72 against 67 on the whole device, and a cached dispatch (whose
+ * memcpy cannot overlap the previous call's tail) 251 against 231 at 8: so CPU_SYNC with a
+ * budget only.  EEP_EP_COPY_ENGINE 0: off.
  */
+#define EEP_EP_COPY_ENGINE_MAX_BUDGET 24
 static eep_status_t eep_ep_copy_engine(const eep_cuda_sym_t *cu, const struct eep_ep_state *st,
                                        const eep_ep_shape_t *shape, const eep_dispatch_args_t *a,
-                                       int64_t rows, void *stream, eep_epk_params_t *p)
+                                       int64_t rows, int budget, void *stream, eep_epk_params_t *p)
 {
     const size_t T  = (size_t)a->num_tokens;
     const size_t hb = (size_t)shape->hidden * eep_ep_elem_bytes(shape->dtype);
@@ -385,7 +390,7 @@ static eep_status_t eep_ep_copy_engine(const eep_cuda_sym_t *cu, const struct ee
 
     p->ce_copied = 0;
     if (!st->cfg.copy_engine || shape->world != 1 || !p->rank_major || rows != (int64_t)T ||
-        T == 0) {
+        T == 0 || budget < 1 || budget > EEP_EP_COPY_ENGINE_MAX_BUDGET) {
         return EEP_OK;
     }
     status = eep_status_from_cu(
@@ -437,7 +442,11 @@ eep_status_t eep_dispatch(eep_runtime_t *rt, const eep_dispatch_args_t *args,
     El = p.num_local;
     /* Senders and copiers within the call's SM budget (docs/dispatch.md 5). */
     if (eep_ep_plan_sms(&st->cfg, &shape, st->device_sms, 0.0, args->num_sms,
-                        args->mode == EEP_EP_MODE_CPU_SYNC, EEP_EPK_MAX_SEND_BLOCKS, &plan) != 0) {
+                        (args->mode == EEP_EP_MODE_CPU_SYNC ? EEP_EP_PLAN_CPU_SYNC : 0u) |
+                            (eep_ep_args_layout(args) == EEP_EP_LAYOUT_RANK_MAJOR
+                                 ? EEP_EP_PLAN_RANK_MAJOR
+                                 : 0u),
+                        EEP_EPK_MAX_SEND_BLOCKS, &plan) != 0) {
         eep_error(EEP_SUBSYS_KERNEL, "dispatch: no SM plan for this shape on %d SMs",
                   st->device_sms);
         return EEP_ERR_INVALID_ARG;
@@ -491,12 +500,6 @@ eep_status_t eep_dispatch(eep_runtime_t *rt, const eep_dispatch_args_t *args,
     if (args->mode == EEP_EP_MODE_CPU_SYNC) {
         __atomic_store_n(&st->mirror[El + 1], 0, __ATOMIC_RELEASE);
     }
-    /* A cached dispatch on an exact one-rank rank-major layout: the rows by the copy engine. */
-    if (args->mode == EEP_EP_MODE_CACHED && h->exact_rows &&
-        (status = eep_ep_copy_engine(cu, st, &shape, args, h->num_recv_rows, stream, &p)) !=
-            EEP_OK) {
-        goto fail;
-    }
     /* Senders, then the counter; without CPU sync the copy blocks too (the counter is one). */
     grid   = (unsigned)(sms + (args->mode == EEP_EP_MODE_CPU_SYNC ? 1 : copy));
     status = eep_jit_launch_ex(kernel, grid, EEP_EPK_THREADS, dyn, stream, &p, sizeof(p),
@@ -520,7 +523,8 @@ eep_status_t eep_dispatch(eep_runtime_t *rt, const eep_dispatch_args_t *args,
             }
         }
         if ((status = eep_ep_outputs(args, rows, hb, sb, &p)) != EEP_OK ||
-            (status = eep_ep_copy_engine(cu, st, &shape, args, rows, stream, &p)) != EEP_OK ||
+            (status = eep_ep_copy_engine(cu, st, &shape, args, rows, plan.budget, stream, &p)) !=
+                EEP_OK ||
             (status = eep_ep_kernel(rt, st, 0, idx_bits, (int)args->mode, 1, &shape, &kernel)) !=
                 EEP_OK ||
             (status = eep_jit_launch_ex(kernel, (unsigned)copy, EEP_EPK_THREADS, dyn, stream, &p,
@@ -542,7 +546,6 @@ eep_status_t eep_dispatch(eep_runtime_t *rt, const eep_dispatch_args_t *args,
         h->num_recv_rows = rows;
         h->has_layout    = 1;
         h->layout        = (int)eep_ep_args_layout(args);
-        h->exact_rows    = args->mode == EEP_EP_MODE_CPU_SYNC;
         h->epoch         = world.epoch;
         h->rank          = rt->rank;
     }

@@ -29,7 +29,6 @@ struct eep_ep_handle {
     int            combine_sms;   /* blocks of its combines: the budget, else send + copy */
     int            has_layout;    /* a non-cached dispatch filled the arrays below */
     int            layout;        /* eep_ep_layout_t of that dispatch */
-    int            exact_rows;    /* num_recv_rows is the exact count (a CPU_SYNC dispatch) */
     uint64_t       seq;           /* call number of that dispatch */
     int64_t        num_recv_rows; /* padded rows: exact (CPU_SYNC) or rows_max */
 

@@ -141,9 +141,10 @@ int eep_ep_pick_sms(const eep_ep_config_t *cfg, const eep_ep_shape_t *shape, int
 }
 
 int eep_ep_plan_sms(const eep_ep_config_t *cfg, const eep_ep_shape_t *shape, int device_sms,
-                    double link_gbps, int requested, int cpu_sync, int max_send,
+                    double link_gbps, int requested, unsigned flags, int max_send,
                     eep_ep_sm_plan_t *plan)
 {
+    const int        cpu_sync = (flags & EEP_EP_PLAN_CPU_SYNC) != 0;
     eep_ep_config_t  model_cfg;
     eep_ep_sm_plan_t pl = { 0 };
     int              S, B, copy_knob;
@@ -181,6 +182,11 @@ int eep_ep_plan_sms(const eep_ep_config_t *cfg, const eep_ep_shape_t *shape, int
         pl.copy = copy_knob < B - 1 ? copy_knob : B - 1;
         pl.send = B - pl.copy;
         pl.send = pl.send > max_send ? max_send : pl.send;
+    } else if (flags & EEP_EP_PLAN_RANK_MAJOR) {
+        /* one row a token: the copy is an eighth of expert-major's, the senders' work is not */
+        pl.send = (int)floor((double)B / EEP_EP_RANK_MAJOR_SEND_SHARE + 0.5);
+        pl.send = pl.send < 1 ? 1 : pl.send > B - 1 ? B - 1 : pl.send > S ? S : pl.send;
+        pl.copy = B - pl.send;
     } else {
         pl.send = (int)floor((double)B * (double)S / (double)device_sms + 0.5);
         pl.send = pl.send < 1 ? 1 : pl.send > B - 1 ? B - 1 : pl.send > S ? S : pl.send;

@@ -95,8 +95,9 @@ int eep_ep_pick_sms(const struct eep_ep_config *cfg, const eep_ep_shape_t *shape
  * copiers together:
  *   - NO_CPU_SYNC and CACHED (one grid): send + copy = B, the counter being the first copy block;
  *     the split is the model's full-device split scaled to B (send = round(B * S / device), at
- *     least 1, at most B - 1 and S, where S is the model's senders), or EEP_EP_COPY_SMS copy
- *     blocks (at most B - 1) when that knob is set;
+ *     least 1, at most B - 1 and S, where S is the model's senders; rank-major outputs:
+ *     round(B / EEP_EP_RANK_MAJOR_SEND_SHARE) instead), or EEP_EP_COPY_SMS copy blocks (at
+ *     most B - 1) when that knob is set;
  *   - CPU_SYNC (two launches one after the other): B - 1 senders (at most S) and the counter,
  *     then min(B, EEP_EP_COPY_SMS or B) copy blocks;
  *   - the combine runs on B blocks.
@@ -104,6 +105,13 @@ int eep_ep_pick_sms(const struct eep_ep_config *cfg, const eep_ep_shape_t *shape
  * the combine on both (the whole device).  A budget of 1 is raised to 2 (a sender and a counter,
  * the fewest a dispatch runs on); budgets above the device are the device.
  */
+/* Rank-major outputs within a budget: a quarter sends (1 x H200, one rank, T 4096, budget 24:
+   6 + 18 took 135 us, 3 + 21 166 us, 8 + 16 140 us, 12 + 12 162 us; bench/RESULTS.md). */
+#define EEP_EP_RANK_MAJOR_SEND_SHARE 4.0
+/* eep_ep_plan_sms flags */
+#define EEP_EP_PLAN_CPU_SYNC         1u /* EEP_EP_MODE_CPU_SYNC: two launches */
+#define EEP_EP_PLAN_RANK_MAJOR       2u /* EEP_EP_LAYOUT_RANK_MAJOR outputs */
+
 typedef struct {
     int send;    /* sending blocks */
     int copy;    /* copying blocks (one grid: the counter is the first of them) */
@@ -114,12 +122,12 @@ typedef struct {
 /**
  * Plan the blocks of one call (see above).
  * @param [in]  cfg        the ep knob table's values, or NULL for defaults.
- * @param [in]  cpu_sync   1 for EEP_EP_MODE_CPU_SYNC (two launches), else 0.
+ * @param [in]  flags      EEP_EP_PLAN_CPU_SYNC, EEP_EP_PLAN_RANK_MAJOR.
  * @param [in]  max_send   the kernel's limit on sending blocks (EEP_EPK_MAX_SEND_BLOCKS).
  * @return 0, or -1 for a bad shape, device or limit (plan untouched).
  */
 int eep_ep_plan_sms(const struct eep_ep_config *cfg, const eep_ep_shape_t *shape, int device_sms,
-                    double link_gbps, int requested, int cpu_sync, int max_send,
+                    double link_gbps, int requested, unsigned flags, int max_send,
                     eep_ep_sm_plan_t *plan);
 
 #ifdef __cplusplus

@@ -419,6 +419,14 @@ static void test_plan_sms(void **state)
             assert_int_equal(pl.combine, B);
         }
     }
+    /* Rank-major outputs: a quarter of the budget sends (measured best at 24: 6 + 18). */
+    assert_int_equal(eep_ep_plan_sms(&cfg, &s1, 132, 0.0, 24, EEP_EP_PLAN_RANK_MAJOR, 64, &pl), 0);
+    assert_int_equal(pl.send, 6);
+    assert_int_equal(pl.copy, 18);
+    assert_int_equal(eep_ep_plan_sms(&cfg, &s1, 132, 0.0, 2, EEP_EP_PLAN_RANK_MAJOR, 64, &pl), 0);
+    assert_int_equal(pl.send + pl.copy, 2);
+    assert_int_equal(eep_ep_plan_sms(&cfg, &s1, 132, 0.0, 132, EEP_EP_PLAN_RANK_MAJOR, 64, &pl), 0);
+    assert_int_equal(pl.send, 16); /* never more than the model's senders */
     /* The full-device split scaled down: one rank at 24 SMs sends on 3 (16/132 of 24). */
     assert_int_equal(eep_ep_plan_sms(&cfg, &s1, 132, 0.0, 24, 0, 64, &pl), 0);
     assert_int_equal(pl.send, 3);
