@@ -10,8 +10,8 @@ n=${EEP_WORLD_SIZE:-2}
 bench=${GPU_TEST_EEP_BENCH:-build/bin/eep-bench}
 unset EEP_BOOTSTRAP EEP_RANK EEP_WORLD_SIZE
 fails=0
-# run ARGS...: one case at $nr ranks (default: every GPU)
-run() {
+# run1 ARGS...: one case at $nr ranks (default: every GPU)
+run1() {
     local out rc ranks=${nr:-$n}
     out=$(timeout 120 "$bench" ep --nranks "$ranks" --experts 256 --iters 2 --warmup 1 "$@" 2>&1)
     rc=$?
@@ -20,6 +20,12 @@ run() {
     else
         echo "FAIL (exit $rc) [$ranks rank(s)] $*"; echo "$out" | tail -30; fails=$((fails + 1))
     fi
+}
+# run ARGS...: the case in both output layouts, the rank-major one within a 24-SM budget (issue
+# 27: the same cases for both; at one rank CPU_SYNC there takes the copy-engine path)
+run() {
+    run1 "$@"
+    run1 "$@" --layout rank --num-sms 24
 }
 # One rank (a survivor after a shrink): every token local, the senders store metadata only and
 # the copy blocks move every byte (the SM model once gave all SMs to the senders and one block
