@@ -3,7 +3,8 @@
 
 status (table and JSON), health, watch (--count, --from), cordon/uncordon (a cordoned standby is
 kept out of views until uncordoned), drain (a new view without the member at once),
-report-fault (the leader evicts the suspect, whose agent rejoins as a new member), inject-fault
+report-fault (the leader evicts the suspect, whose agent rejoins as a new member), members named
+by rank (drain 2) as well as by id, inject-fault
 evict / revoke-lease / step-down, and inject-fault refused by a replica that did not enable it.
 """
 import json
@@ -60,16 +61,21 @@ def main():
     out, _ = future.communicate(timeout=10)
     check(json.loads(out)["epoch"] > w["epoch"], "watch --from waits for a newer view")
 
-    # drain: a view without it at once
+    # drain, the member named by its rank: a view without it at once
     target = agents[2]
-    r = json.loads(d.ctl("--json", "drain", target.member()).stdout)
-    check(r["ok"], "drain --json")
+    view = d.status()["view"]
+    rank = [m["id"] for m in view["members"]].index(target.member())
+    r = json.loads(d.ctl("--json", "drain", str(rank)).stdout)
+    check(r["ok"], "drain --json of rank %d" % rank)
     wait_for(lambda: target.member() not in agents[0].last_view()["members"], 3,
              "a view without the drained member")
     check(agents[0].last_view()["reason"] == "drain", "reason drain")
     check(target.last_view()["rank"] == -1, "the drained agent sees itself out (rank -1)")
     r = d.ctl("drain", "no-such-member", check_rc=False)
     check(r.returncode == 1 and "NOT_FOUND" in r.stderr, "drain of an unknown member")
+    r = d.ctl("drain", str(len(view["members"]) + 5), check_rc=False)
+    check(r.returncode == 2 and "has no rank" in r.stderr, "drain of a rank past the view: %d %s"
+          % (r.returncode, r.stderr))
 
     # report-fault: the suspect is evicted and rejoins as a new member
     sus = agents[1]
