@@ -38,7 +38,7 @@ int main(int argc, char **argv)
     int          c, config = 0;
 
     opterr = 0;
-    while ((c = getopt_long(argc, argv, "+h", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "+:h", longopts, NULL)) != -1) {
         switch (c) {
         case 'c':
             config = 1;

@@ -140,9 +140,12 @@ static int eep_jit_bench_usage(FILE *out)
 int main(int argc, char **argv)
 {
     static const struct option longopts[] = {
-        { "cache", required_argument, NULL, 'c' }, { "reps", required_argument, NULL, 'r' },
-        { "gpu", no_argument, NULL, 'g' },         { "only", required_argument, NULL, 'o' },
-        { "version", no_argument, NULL, 'V' },     { "help", no_argument, NULL, 'h' },
+        { "cache", required_argument, NULL, 'c' },
+        { "reps", required_argument, NULL, 'r' },
+        { "gpu", no_argument, NULL, 'g' },
+        { "only", required_argument, NULL, 'o' },
+        { "version", no_argument, NULL, 'V' },
+        { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
     eep_jit_bench_case_t cases[] = {
@@ -215,8 +218,9 @@ int main(int argc, char **argv)
         case 'r':
             v = strtol(optarg, &end, 10);
             if (*optarg == '\0' || *end != '\0' || v < 1 || v > 1000000) {
-                fprintf(stderr, "eep-jit-bench: --reps needs a whole number in [1, 1000000], "
-                                "not '%s'\n",
+                fprintf(stderr,
+                        "eep-jit-bench: --reps needs a whole number in [1, 1000000], "
+                        "not '%s'\n",
                         optarg);
                 return 2;
             }

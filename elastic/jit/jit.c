@@ -279,7 +279,7 @@ static void eep_jit_auto_arch(char *dst, size_t len)
     const eep_cuda_sym_t *cu;
     CUdevice              dev;
     int                   major = 0, minor = 0;
-    const char           *from  = "current context";
+    const char           *from = "current context";
 
     if (eep_cuda_sym_driver_loaded(&cu) != EEP_OK) {
         snprintf(dst, len, "%s", EEP_JIT_FALLBACK_ARCH);

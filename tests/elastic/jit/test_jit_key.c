@@ -281,7 +281,7 @@ static void test_arch_auto(void **state)
     eep_jit_params_t params = { .size = sizeof(params), .cache_dir = cache, .source_root = root };
     eep_jit_spec_t   spec   = base_spec();
     char             k_auto[EEP_SHA256_HEX], k_90[EEP_SHA256_HEX];
-    eep_jit_t       *jit    = NULL;
+    eep_jit_t       *jit = NULL;
 
     (void)state;
     unsetenv("EEP_JIT_ARCH");
@@ -311,9 +311,12 @@ static void test_arch_auto(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_nested_header_change), cmocka_unit_test(test_tree_copy_keys_the_same),
-        cmocka_unit_test(test_every_input_counts),   cmocka_unit_test(test_lsa_probe_key),
-        cmocka_unit_test(test_memo_sees_edits),      cmocka_unit_test(test_bad_specs),
+        cmocka_unit_test(test_nested_header_change),
+        cmocka_unit_test(test_tree_copy_keys_the_same),
+        cmocka_unit_test(test_every_input_counts),
+        cmocka_unit_test(test_lsa_probe_key),
+        cmocka_unit_test(test_memo_sees_edits),
+        cmocka_unit_test(test_bad_specs),
         cmocka_unit_test(test_arch_auto),
     };
 
