@@ -28,7 +28,7 @@ expect() {
 }
 dead=127.0.0.1:1
 
-for t in eepctl eepd eep-agent eep-info eep-jit-bench; do
+for t in eepctl eepd eep-agent eep-info eep-jit-bench eep-bench; do
     expect 0 "$t (ElasticEP) $version" "$bin/$t" --version
     expect 0 "usage: $t" "$bin/$t" --help
     expect 2 "--no-such-flag" "$bin/$t" --no-such-flag
