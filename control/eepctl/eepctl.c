@@ -8,6 +8,7 @@
  *     report-fault SUSPECT [PHASE]
  *     inject-fault evict|revoke-lease|step-down|stale-publish [MEMBER]
  *     health
+ *     top [--interval-ms=N] [--iterations=N] [--metrics=URL]   (eepctl_top.c)
  *
  * Options are getopt_long's (--opt=value or --opt value) and may follow the command too;
  * `eepctl COMMAND --help` prints that command's usage.  --addr, --ca, --cert and --key default to
@@ -22,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "control/eepctl/eepctl.h"
 #include "control/eepctl/eepctl_knobs.h"
 #include "control/rpc/rpc_client.h"
 #include "control/tool/tool.h"
@@ -29,21 +31,12 @@
 #include "util/log.h"
 #include "proto/eep.pb-c.h"
 
-typedef struct {
-    const char *addr;
-    const char *ca, *cert, *key;
-    int         json;
-    int         timeout_ms;
-    uint64_t    from;  /* watch --from */
-    long        count; /* watch --count */
-} eepctl_opts_t;
-
-static void eepctl_json_str(const char *s)
+void eepctl_json_str(const char *s)
 {
     eep_tool_json_str(stdout, s);
 }
 
-static void eepctl_json_member(const Eep__V1__Member *m)
+void eepctl_json_member(const Eep__V1__Member *m)
 {
     size_t i;
 
@@ -63,7 +56,7 @@ static void eepctl_json_member(const Eep__V1__Member *m)
            (long long)m->join_revision);
 }
 
-static void eepctl_json_view(const Eep__V1__View *v)
+void eepctl_json_view(const Eep__V1__View *v)
 {
     size_t i, j;
 
@@ -118,8 +111,8 @@ static grpc_channel *eepctl_channel(const eepctl_opts_t *o)
 }
 
 /* One unary call; prints the failure (code and message) itself. */
-static int eepctl_unary(const eepctl_opts_t *o, const char *method, const ProtobufCMessage *req,
-                        const ProtobufCMessageDescriptor *desc, ProtobufCMessage **resp_p)
+int eepctl_unary(const eepctl_opts_t *o, const char *method, const ProtobufCMessage *req,
+                 const ProtobufCMessageDescriptor *desc, ProtobufCMessage **resp_p)
 {
     grpc_channel    *ch = eepctl_channel(o);
     eep_rpc_result_t res;
@@ -385,12 +378,14 @@ static int eepctl_resolve(const eepctl_opts_t *o, const char *arg, char *id_p, s
 
 /* ---- commands ------------------------------------------------------------------------------ */
 
+enum { EEPCTL_WATCH_OPTS = 1, EEPCTL_TOP_OPTS = 2 };
+
 typedef struct eepctl_cmd {
     const char *name;
     const char *args; /* positional arguments, for the usage line */
     const char *help; /* what it does, and its own options */
     int         min_args, max_args;
-    int         watch_opts; /* takes --from and --count */
+    int         cmd_opts; /* EEPCTL_WATCH_OPTS (--from, --count), EEPCTL_TOP_OPTS */
     int (*run)(const struct eepctl_cmd *cmd, const eepctl_opts_t *o, char **args, int n_args);
 } eepctl_cmd_t;
 
@@ -410,6 +405,12 @@ static int eepctl_run_watch(const eepctl_cmd_t *cmd, const eepctl_opts_t *o, cha
 {
     (void)cmd, (void)args, (void)n;
     return eepctl_watch(o, o->from, o->count);
+}
+
+static int eepctl_run_top(const eepctl_cmd_t *cmd, const eepctl_opts_t *o, char **args, int n)
+{
+    (void)cmd, (void)args, (void)n;
+    return eepctl_top(o);
 }
 
 static int eepctl_run_member(const eepctl_cmd_t *cmd, const eepctl_opts_t *o, char **args, int n)
@@ -492,7 +493,7 @@ static const eepctl_cmd_t eepctl_cmds[] = {
       "print views as they are published\n"
       "  --from=E   start at epoch E (default: the current view)\n"
       "  --count=N  stop after N views (default: run until interrupted)",
-      0, 0, 1, eepctl_run_watch },
+      0, 0, EEPCTL_WATCH_OPTS, eepctl_run_watch },
     { "drain", "MEMBER",
       "remove a member from the next view at once\n  (graceful: node maintenance)", 1, 1, 0,
       eepctl_run_member },
@@ -510,6 +511,12 @@ static const eepctl_cmd_t eepctl_cmds[] = {
       1, 2, 0, eepctl_run_inject },
     { "health", "", "whether the replica serves, reaches etcd, and leads", 0, 0, 0,
       eepctl_run_health },
+    { "top", "",
+      "the view's ranks and eepd's counters, refreshed\n"
+      "  --interval-ms=N  refresh period (default 1000)\n"
+      "  --iterations=N   stop after N refreshes (default: until interrupted)\n"
+      "  --metrics=URL    also read eepd's counters, http://HOST:PORT/metrics",
+      0, 0, EEPCTL_TOP_OPTS, eepctl_run_top },
 };
 
 #define EEPCTL_N_CMDS (sizeof(eepctl_cmds) / sizeof(eepctl_cmds[0]))
@@ -552,7 +559,15 @@ static int eepctl_cmd_usage(const eepctl_cmd_t *cmd, FILE *out)
     return out == stderr ? 2 : 0;
 }
 
-enum { EEPCTL_OPT_TIMEOUT = 256, EEPCTL_OPT_FROM, EEPCTL_OPT_COUNT, EEPCTL_OPT_VERSION };
+enum {
+    EEPCTL_OPT_TIMEOUT = 256,
+    EEPCTL_OPT_FROM,
+    EEPCTL_OPT_COUNT,
+    EEPCTL_OPT_VERSION,
+    EEPCTL_OPT_INTERVAL,
+    EEPCTL_OPT_ITERATIONS,
+    EEPCTL_OPT_METRICS
+};
 
 static const struct option eepctl_longopts[] = {
     { "addr", required_argument, NULL, 'a' },
@@ -563,6 +578,9 @@ static const struct option eepctl_longopts[] = {
     { "timeout-ms", required_argument, NULL, EEPCTL_OPT_TIMEOUT },
     { "from", required_argument, NULL, EEPCTL_OPT_FROM },
     { "count", required_argument, NULL, EEPCTL_OPT_COUNT },
+    { "interval-ms", required_argument, NULL, EEPCTL_OPT_INTERVAL },
+    { "iterations", required_argument, NULL, EEPCTL_OPT_ITERATIONS },
+    { "metrics", required_argument, NULL, EEPCTL_OPT_METRICS },
     { "help", no_argument, NULL, 'h' },
     { "version", no_argument, NULL, EEPCTL_OPT_VERSION },
     { NULL, 0, NULL, 0 },
@@ -605,7 +623,7 @@ static int eepctl_parse(int argc, char **argv, const eepctl_cmd_t *cmd, eepctl_o
             break;
         case EEPCTL_OPT_FROM:
         case EEPCTL_OPT_COUNT:
-            if (cmd == NULL || !cmd->watch_opts) {
+            if (cmd == NULL || !(cmd->cmd_opts & EEPCTL_WATCH_OPTS)) {
                 fprintf(stderr, "eepctl: %s belongs to watch (eepctl watch %s=N)\n",
                         c == EEPCTL_OPT_FROM ? "--from" : "--count",
                         c == EEPCTL_OPT_FROM ? "--from" : "--count");
@@ -623,6 +641,35 @@ static int eepctl_parse(int argc, char **argv, const eepctl_cmd_t *cmd, eepctl_o
                 o->count = (long)v;
             }
             break;
+        case EEPCTL_OPT_INTERVAL:
+        case EEPCTL_OPT_ITERATIONS:
+        case EEPCTL_OPT_METRICS: {
+            const char *flag = c == EEPCTL_OPT_INTERVAL     ? "--interval-ms"
+                               : c == EEPCTL_OPT_ITERATIONS ? "--iterations"
+                                                            : "--metrics";
+
+            if (cmd == NULL || !(cmd->cmd_opts & EEPCTL_TOP_OPTS)) {
+                fprintf(stderr, "eepctl: %s belongs to top (eepctl top %s=...)\n", flag, flag);
+                return 2;
+            }
+            if (c == EEPCTL_OPT_METRICS) {
+                if (eepctl_top_check_url(optarg) != 0) {
+                    return 2;
+                }
+                o->metrics = optarg;
+                break;
+            }
+            if (eep_tool_parse_i64("eepctl", flag, optarg, c == EEPCTL_OPT_INTERVAL ? 10 : 1,
+                                   c == EEPCTL_OPT_INTERVAL ? 3600000 : INT64_MAX, &v) != EEP_OK) {
+                return 2;
+            }
+            if (c == EEPCTL_OPT_INTERVAL) {
+                o->interval_ms = (int)v;
+            } else {
+                o->count = (long)v;
+            }
+            break;
+        }
         case 'h':
             return cmd != NULL ? eepctl_cmd_usage(cmd, stdout) : eepctl_usage(stdout);
         case EEPCTL_OPT_VERSION:

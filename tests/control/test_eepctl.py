@@ -4,7 +4,7 @@
 status (table and JSON), health, watch (--count, --from), cordon/uncordon (a cordoned standby is
 kept out of views until uncordoned), drain (a new view without the member at once),
 report-fault (the leader evicts the suspect, whose agent rejoins as a new member), members named
-by rank (drain 2) as well as by id, inject-fault
+by rank (drain 2) as well as by id, top (--json, eepd's /metrics), inject-fault
 evict / revoke-lease / step-down, and inject-fault refused by a replica that did not enable it.
 """
 import json
@@ -102,6 +102,20 @@ def main():
     late = Agent(etcd, job, 2, "late")
     wait_for(lambda: late.in_view(), 10, "a view published by c2")
     check(late.last_view()["epoch"] > before, "epochs continue under c2")
+    # top: one JSON object per refresh, the view's ranks and eepd's counters from /metrics
+    lines = quiet.ctl("--json", "top", "--iterations=2", "--interval-ms=50",
+                      "--metrics=http://127.0.0.1:%d/metrics" % quiet.metrics).stdout.split("\n")
+    tops = [json.loads(x) for x in lines if x]
+    check(len(tops) == 2, "top --iterations=2: %d lines" % len(tops))
+    epoch_now = quiet.status()["view"]["epoch"]
+    t = tops[-1]
+    check(t["status_ok"] and t["metrics_ok"] and t["epoch"] <= epoch_now and
+          # eepd renders its metrics every 250 ms: they may lag one view behind GetStatus
+          t["metrics"].get("eepd_view_epoch") in (t["epoch"], t["epoch"] - 1) and
+          sum(m["state"].startswith("active") for m in t["members"]) ==
+          len(quiet.status()["view"]["members"]), "top --json: %s" % t)
+    out = quiet.ctl("top", "--iterations=1").stdout
+    check("RANK" in out and late.member() in out, "top table:\n" + out)
     h = json.loads(quiet.ctl("--json", "health").stdout)
     check(h["serving"] and h["etcd_ok"] and h["is_leader"], "health --json")
     r = d.ctl("bogus", check_rc=False)

@@ -33,7 +33,7 @@ for t in eepctl eepd eep-agent eep-info eep-jit-bench eep-bench; do
     expect 0 "usage: $t" "$bin/$t" --help
     expect 2 "--no-such-flag" "$bin/$t" --no-such-flag
 done
-for c in status watch drain cordon uncordon report-fault inject-fault health; do
+for c in status watch drain cordon uncordon report-fault inject-fault health top; do
     expect 0 "usage: eepctl [OPTIONS] $c" "$bin/eepctl" "$c" --help
 done
 expect 0 "--from=E" "$bin/eepctl" watch --help
@@ -45,6 +45,9 @@ expect 2 "--from" "$bin/eepctl" watch --from=-1
 expect 2 "--count" "$bin/eepctl" --addr=$dead watch --count 0
 expect 2 "--from belongs to watch" "$bin/eepctl" --from=3 status
 expect 2 "--addr needs a value" "$bin/eepctl" --addr
+expect 2 "--metrics needs http://HOST:PORT/PATH" "$bin/eepctl" top --metrics=ftp://x/metrics
+expect 2 "--interval-ms" "$bin/eepctl" top --interval-ms=5
+expect 2 "--iterations belongs to top" "$bin/eepctl" status --iterations=2
 expect 2 "missing MEMBER" "$bin/eepctl" drain
 expect 2 "too many arguments" "$bin/eepctl" drain a-1-1 b-2-2
 expect 2 "unknown command 'bogus'" "$bin/eepctl" bogus
