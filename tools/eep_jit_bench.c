@@ -256,9 +256,7 @@ int main(int argc, char **argv)
         perror("mkdtemp");
         return 1;
     }
-    if (eep_jit_create(&params, &jit) != EEP_OK) {
-        return 1;
-    }
+    /* The context first: EEP_JIT_ARCH=auto (the default) then compiles for device 0's own arch. */
     if (gpu) {
         if (eep_cuda_sym_driver(&cu) != EEP_OK || cu->cuDeviceGet(&dev, 0) != CUDA_SUCCESS ||
             cu->cuDevicePrimaryCtxRetain(&ctx, dev) != CUDA_SUCCESS ||
@@ -266,6 +264,9 @@ int main(int argc, char **argv)
             fprintf(stderr, "eep-jit-bench: --gpu but no usable GPU\n");
             return 1;
         }
+    }
+    if (eep_jit_create(&params, &jit) != EEP_OK) {
+        return 1;
     }
     printf("cache %s, arch %s, sources %s, %d warm repetitions\n", eep_jit_cache_dir(jit),
            eep_jit_arch(jit), eep_jit_source_root(jit), reps);
