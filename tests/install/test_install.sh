@@ -12,7 +12,8 @@
 #     from its own path;
 #  4. the installed tools: eep-info names <prefix>/share/eep as the kernel source root, also after
 #     the prefix is moved, and eep-jit-bench compiles a probe kernel from there (NVRTC, no GPU);
-#  5. make uninstall removes every installed file and directory and nothing else.
+#  5. make uninstall removes every installed file and directory and nothing else;
+#  6. DESTDIR stages: files under DESTDIR/PREFIX, pkg-config files naming PREFIX alone.
 # Exit 0 pass, 1 fail, 77 skip.
 set -u
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -191,6 +192,19 @@ else
 fi
 make -C "$root" --no-print-directory BUILD="$build" uninstall PREFIX="$prefix" >/dev/null 2>&1 &&
     fail "a second uninstall (no manifest) succeeded"
+
+# 6. DESTDIR stages a package: files under DESTDIR/PREFIX, the .pc files name PREFIX alone
+clean
+if make -C "$root" --no-print-directory BUILD="$build" install DESTDIR="$tmp/stage" \
+        PREFIX=/opt/eep-pkg >"$tmp/stage.log" 2>&1; then
+    [ -f "$tmp/stage/opt/eep-pkg/lib/libeep.so.$version" ] || fail "DESTDIR: no staged libeep"
+    grep -qx "prefix=/opt/eep-pkg" "$tmp/stage/opt/eep-pkg/lib/pkgconfig/eep.pc" ||
+        fail "DESTDIR: eep.pc does not say prefix=/opt/eep-pkg"
+    grep -rq "$tmp/stage" "$tmp/stage/opt/eep-pkg/lib/pkgconfig" && fail "DESTDIR leaked into .pc"
+    clean && ok "DESTDIR=... PREFIX=/opt/eep-pkg stages a package"
+else
+    fail "make install DESTDIR: $(tail -3 "$tmp/stage.log")"
+fi
 
 [ $failed -eq 0 ] && echo "ok" || echo "$failed failures"
 [ $failed -eq 0 ]
