@@ -45,8 +45,14 @@ TOOLS      :=
 UNIT_TESTS :=
 CLEAN_EXTRA :=
 
+# The version (include/eep/version.h): shared libraries are lib*.so.$(EEP_VERSION) with the soname
+# lib*.so.$(EEP_SOVERSION).
+EEP_VERSION   := $(shell sed -n 's/^\#define EEP_VERSION_STRING *"\(.*\)"/\1/p' include/eep/version.h)
+EEP_SOVERSION := $(firstword $(subst ., ,$(EEP_VERSION)))
+
 # Output names, defined before the module.mk files use them in rules.
-# The data-plane library: CUDA (through dlopen), NCCL and libc only.
+# The data-plane library: CUDA (through dlopen), NCCL and libc only.  $(LIBEEP_SO) is a link to
+# the real file, libeep.so.$(EEP_VERSION), through libeep.so.$(EEP_SOVERSION).
 LIBEEP_SO := $(BUILD)/lib/libeep.so
 LIBEEP_A  := $(BUILD)/lib/libeep.a
 # The base every binary links: status, log, knobs, hashing.  No CUDA, no NCCL.
@@ -67,6 +73,7 @@ include proto/module.mk
 include tools/module.mk
 include tests/module.mk
 include tests/deploy/module.mk
+include tests/install/module.mk
 include bench/module.mk
 include gin/module.mk
 include tests/gin/module.mk
@@ -91,7 +98,10 @@ $(LIBUTIL_A): $(UTIL_OBJS)
 
 $(LIBEEP_SO): $(LIBEEP_OBJS) $(UTIL_OBJS)
 	@mkdir -p $(dir $@)
-	$(CXX) -shared -o $@ $^ $(LDFLAGS) $(NCCL_LDFLAGS) -ldl
+	$(CXX) -shared -Wl,-soname,libeep.so.$(EEP_SOVERSION) -o $@.$(EEP_VERSION) $^ $(LDFLAGS) \
+	    $(NCCL_LDFLAGS) -ldl
+	ln -sfn libeep.so.$(EEP_VERSION) $@.$(EEP_SOVERSION)
+	ln -sfn libeep.so.$(EEP_SOVERSION) $@
 
 $(LIBEEP_A): $(LIBEEP_OBJS) $(UTIL_OBJS)
 	@mkdir -p $(dir $@)
@@ -146,15 +156,5 @@ run: deps-run
 	@$(MAKE) --no-print-directory all
 	@BUILD=$(abspath $(BUILD)) deploy/launch.sh $(EEP_RUN_ARGS)
 
-# make install PREFIX=/usr/local: libraries, tools and public headers.  Kernels are compiled at run
-# time from their sources: EEP_JIT_SOURCE_ROOT must name a tree holding kernels/ and barrier/
-# (the build tree's root by default, compiled in).
-PREFIX ?= /usr/local
-.PHONY: install
-install: all
-	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/include/eep
-	install -m 644 $(LIBEEP_A) $(DESTDIR)$(PREFIX)/lib/
-	install -m 755 $(LIBEEP_SO) $(DESTDIR)$(PREFIX)/lib/
-	install -m 755 $(filter-out %.a,$(TOOLS)) $(DESTDIR)$(PREFIX)/bin/
-	install -m 644 $(filter %.a,$(TOOLS)) $(DESTDIR)$(PREFIX)/lib/
-	install -m 644 include/eep/*.h $(DESTDIR)$(PREFIX)/include/eep/
+# make install PREFIX=/usr/local, make uninstall: deploy/install.mk.
+include deploy/install.mk

@@ -3,13 +3,16 @@
  *
  *   eep-bench ep ...        dispatch/combine against the NCCL baseline (bench/eep_bench_ep.c)
  *   eep-bench --baseline nccl ...   the same as `eep-bench ep --baseline nccl ...`
+ *   eep-bench --version | --help
  *
+ * The driver only picks the command; each command parses its own options (ep: getopt_long).
  * A new benchmark adds its file and one row to the table below.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "eep/version.h"
 #include "eep_bench_barrier.h"
 #include "eep_bench_ep.h"
 #include "eep_bench_stats.h"
@@ -47,6 +50,10 @@ int main(int argc, char **argv)
     /* Steady-state timings: no background compile of the kernels for one rank fewer competing
        for the host during the first timed iterations (unless the caller asks for it). */
     setenv("EEP_EP_PREFETCH_SHRINK", "0", 0);
+    if (argc >= 2 && strcmp(argv[1], "--version") == 0) {
+        printf("eep-bench (ElasticEP) %s\n", eep_version());
+        return 0;
+    }
     if (argc >= 2 && argv[1][0] != '-') {
         for (i = 0; i < EEP_BENCH_NCOMMANDS; i++) {
             if (strcmp(argv[1], eep_bench_commands[i].name) == 0) {

@@ -27,7 +27,7 @@ $(BUILD)/control/%.o: control/%.c $(BUILD)/flags.stamp | $$(PROTO_GEN_H)
 # The knob tables include only util/config.h: no gRPC flags, no generated headers, so eep-info
 # links them (every knob documented) on a machine without the control plane's packages too.
 CONTROL_KNOB_OBJS := $(BUILD)/control/etcd/etcd_knobs.o $(BUILD)/control/eepd/eepd_knobs.o \
-                     $(BUILD)/control/agent/agent_knobs.o
+                     $(BUILD)/control/agent/agent_knobs.o $(BUILD)/control/eepctl/eepctl_knobs.o
 $(CONTROL_KNOB_OBJS): $(BUILD)/control/%.o: control/%.c $(BUILD)/flags.stamp
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@

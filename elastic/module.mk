@@ -17,6 +17,7 @@ LIBEEP_SRCS += elastic/jit/jit_knobs.c elastic/runtime/runtime_knobs.c elastic/e
 $(BUILD)/elastic/jit/jit_knobs.o: CPPFLAGS += -DEEP_JIT_DEFAULT_NVCC='"$(NVCC)"' \
                                               -DEEP_JIT_DEFAULT_SOURCE_ROOT='"$(CURDIR)"'
 $(BUILD)/elastic/jit/jit.o: CPPFLAGS += -DEEP_JIT_CUDA_HOME='"$(CUDA_HOME)"' \
-                                        -DEEP_JIT_NCCL_INCLUDE='"$(NCCL_HOME)/include"'
+                                        -DEEP_JIT_NCCL_INCLUDE='"$(NCCL_HOME)/include"' \
+                                        -DEEP_JIT_DEFAULT_SOURCE_ROOT='"$(CURDIR)"'
 $(BUILD)/elastic/gpu/cuda_sym.o: CPPFLAGS += \
     -DEEP_CUDA_SYM_NVRTC_FILE='"$(CUDA_HOME)/lib64/libnvrtc.so.13"'

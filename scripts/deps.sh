@@ -13,7 +13,7 @@ build_pkgs=(build-essential pkg-config libgrpc-dev protobuf-c-compiler libprotob
             libibverbs-dev libmicrohttpd-dev libcmocka-dev)
 case "$profile" in
     build) pkgs=("${build_pkgs[@]}") ;;
-    test)  pkgs=("${build_pkgs[@]}" etcd-server etcd-client python3-grpcio python3-protobuf python3-yaml clang
+    test)  pkgs=("${build_pkgs[@]}" etcd-server etcd-client python3-grpcio python3-protobuf python3-yaml python3-venv clang
                  libclang-rt-14-dev clang-format-14 openssl) ;;
     run)   pkgs=("${build_pkgs[@]}" etcd-server etcd-client) ;;
     *) echo "deps.sh: unknown profile '$profile' (build, test or run)" >&2; exit 2 ;;

@@ -1,7 +1,7 @@
 /*
  * eep_jit_bench.c - eep-jit-bench: how long the JIT takes, cold and warm, per backend.
  *
- *   eep-jit-bench [--cache DIR] [--reps N] [--gpu]
+ *   eep-jit-bench [--cache DIR] [--reps N] [--gpu] [--only NAME] [--version]
  *
  * With a fresh temp cache (default) each kernel is compiled once (cold: key + compile + store),
  * then looked up N times (warm: key + read + checksum; median reported).  Run twice with the same
@@ -9,12 +9,16 @@
  * primary context (first get_kernel, then the median of N repeated lookups) and launches the fill
  * probe over a poisoned buffer, checking every element.  The EP pair is compiled for 2 ranks and
  * then for 1 (a survivor's shrink); with EEP_JIT_PCH=1 (default) every compile after the first
- * loads NVRTC's precompiled shared headers, so compare a run with EEP_JIT_PCH=0.
+ * loads NVRTC's precompiled shared headers, so compare a run with EEP_JIT_PCH=0.  --only runs the
+ * cases whose name starts with NAME ("lsa probe / nvrtc": one small compile, what the install test
+ * uses to show that an installed tool compiles from the installed kernel sources).
  */
+#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "eep/version.h"
 #include "util/clock.h"
 #include "elastic/gpu/cuda_sym.h"
 #include "elastic/ep/ep_kernels.h"
@@ -123,8 +127,27 @@ static int eep_jit_bench_shrink(eep_jit_t *jit)
     return rc;
 }
 
+static int eep_jit_bench_usage(FILE *out)
+{
+    fprintf(out, "usage: eep-jit-bench [--cache DIR] [--reps N] [--gpu] [--only NAME] [--version]\n"
+                 "  --cache DIR  the JIT cache to use (default: a fresh temp dir: cold compiles)\n"
+                 "  --reps N     warm lookups per kernel (20)\n"
+                 "  --gpu        also load each kernel on device 0 and run the fill probe\n"
+                 "  --only NAME  only the kernels whose name starts with NAME\n");
+    return out == stderr ? 2 : 0;
+}
+
 int main(int argc, char **argv)
 {
+    static const struct option longopts[] = {
+        { "cache", required_argument, NULL, 'c' },
+        { "reps", required_argument, NULL, 'r' },
+        { "gpu", no_argument, NULL, 'g' },
+        { "only", required_argument, NULL, 'o' },
+        { "version", no_argument, NULL, 'V' },
+        { "help", no_argument, NULL, 'h' },
+        { NULL, 0, NULL, 0 },
+    };
     eep_jit_bench_case_t cases[] = {
         { .name = "lsa probe / nvrtc",
           .spec = { .header        = "kernels/probe/lsa_probe.cuh",
@@ -180,31 +203,60 @@ int main(int argc, char **argv)
     double               *t, t0, first;
     CUcontext             ctx = NULL;
     CUdevice              dev = 0;
-    size_t                c;
+    size_t                c, n_run = 0;
+    const char           *only = NULL;
+    char                 *end;
+    long                  v;
     int                   i, reps = 20, gpu = 0, rc = 0;
 
-    for (i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--cache") == 0 && i + 1 < argc) {
-            params.cache_dir = argv[++i];
-        } else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
-            reps = atoi(argv[++i]);
-        } else if (strcmp(argv[i], "--gpu") == 0) {
+    opterr = 0;
+    while ((i = getopt_long(argc, argv, "+:h", longopts, NULL)) != -1) {
+        switch (i) {
+        case 'c':
+            params.cache_dir = optarg;
+            break;
+        case 'r':
+            v = strtol(optarg, &end, 10);
+            if (*optarg == '\0' || *end != '\0' || v < 1 || v > 1000000) {
+                fprintf(stderr,
+                        "eep-jit-bench: --reps needs a whole number in [1, 1000000], "
+                        "not '%s'\n",
+                        optarg);
+                return 2;
+            }
+            reps = (int)v;
+            break;
+        case 'g':
             gpu = 1;
-        } else {
-            fprintf(stderr, "usage: eep-jit-bench [--cache DIR] [--reps N] [--gpu]\n");
+            break;
+        case 'o':
+            only = optarg;
+            break;
+        case 'V':
+            printf("eep-jit-bench (ElasticEP) %s\n", eep_version());
+            return 0;
+        case 'h':
+            return eep_jit_bench_usage(stdout);
+        case ':':
+            fprintf(stderr, "eep-jit-bench: %s needs a value\n", argv[optind - 1]);
             return 2;
+        default:
+            fprintf(stderr, "eep-jit-bench: unknown option '%s'\n", argv[optind - 1]);
+            return eep_jit_bench_usage(stderr);
         }
     }
-    if (reps < 1 || (t = malloc((size_t)reps * sizeof(*t))) == NULL) {
-        return 2;
+    if (optind < argc) {
+        fprintf(stderr, "eep-jit-bench: unexpected argument '%s'\n", argv[optind]);
+        return eep_jit_bench_usage(stderr);
+    }
+    if ((t = malloc((size_t)reps * sizeof(*t))) == NULL) {
+        return 1;
     }
     if (params.cache_dir == NULL && (params.cache_dir = mkdtemp(tmpl)) == NULL) {
         perror("mkdtemp");
         return 1;
     }
-    if (eep_jit_create(&params, &jit) != EEP_OK) {
-        return 1;
-    }
+    /* The context first: EEP_JIT_ARCH=auto (the default) then compiles for device 0's own arch. */
     if (gpu) {
         if (eep_cuda_sym_driver(&cu) != EEP_OK || cu->cuDeviceGet(&dev, 0) != CUDA_SUCCESS ||
             cu->cuDevicePrimaryCtxRetain(&ctx, dev) != CUDA_SUCCESS ||
@@ -213,12 +265,19 @@ int main(int argc, char **argv)
             return 1;
         }
     }
-    printf("cache %s, arch %s, %d warm repetitions\n", eep_jit_cache_dir(jit), eep_jit_arch(jit),
-           reps);
+    if (eep_jit_create(&params, &jit) != EEP_OK) {
+        return 1;
+    }
+    printf("cache %s, arch %s, sources %s, %d warm repetitions\n", eep_jit_cache_dir(jit),
+           eep_jit_arch(jit), eep_jit_source_root(jit), reps);
     printf("%-20s %-6s %12s %12s %14s", "kernel / backend", "first", "first ms", "compile ms",
            "warm median ms");
     printf(gpu ? " %12s %14s\n" : "\n", "load ms", "lookup med ms");
     for (c = 0; c < n_cases; c++) {
+        if (only != NULL && strncmp(cases[c].name, only, strlen(only)) != 0) {
+            continue;
+        }
+        n_run++;
         if (cases[c].ep_world > 0) {
             eep_ep_shape_t shape = eep_ep_shape_product(2);
 
@@ -265,8 +324,14 @@ int main(int argc, char **argv)
         }
         printf("\n");
     }
-    rc |= eep_jit_bench_shrink(jit);
-    if (gpu) {
+    if (only != NULL && n_run == 0) {
+        fprintf(stderr, "eep-jit-bench: no kernel's name starts with '%s'\n", only);
+        rc = 2;
+    }
+    if (only == NULL) {
+        rc |= eep_jit_bench_shrink(jit);
+    }
+    if (gpu && only == NULL) {
         rc |= eep_jit_bench_fill(jit, &cases[n_cases - 1].spec) != 0;
     }
     eep_jit_destroy(jit);

@@ -1,6 +1,7 @@
 # util/: libeep_util, the ground floor every binary links (status, log, clock, knobs, sha256).
 # No CUDA, no NCCL, nothing above it (tests/repo/test_layering.sh).
-UTIL_SRCS += util/status.c util/log.c util/clock.c util/config.c util/core_knobs.c util/sha256.c
+UTIL_SRCS += util/status.c util/log.c util/clock.c util/config.c util/core_knobs.c util/sha256.c \
+             util/version.c
 
 # The names of every knob in the tree (the unknown-variable warning), generated from the tables;
 # the build fails on a name declared twice.  Regenerated on every make (cheap; written only when

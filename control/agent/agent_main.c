@@ -1,12 +1,13 @@
 /*
  * agent_main.c - eep-agent: one agent as a process, printing what the runtime would see.
  *
- *   eep-agent [--job J] [--ttl S] [--gpu UUID]
+ *   eep-agent [--job=J] [--ttl=S] [--gpu=UUID] [--help] [--version]
  *
  * One JSON object per line on stdout, each with the wall clock in ms: "registered" (and again
  * with a new id after a lost lease), "view" (epoch, my rank, member ids), "lease_lost".  SIGTERM
  * or SIGINT leave gracefully.  Used by `make run` and the control-plane tests.
  */
+#include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,11 +16,22 @@
 
 #include "control/agent/agent.h"
 #include "control/tool/tool.h"
+#include "eep/version.h"
 #include "util/clock.h"
 #include "util/config.h"
 #include "util/log.h"
 
 static volatile sig_atomic_t eep_agent_main_stop;
+
+static int eep_agent_main_usage(FILE *out)
+{
+    fprintf(out, "usage: eep-agent [--job=J] [--ttl=S] [--gpu=UUID] [--help] [--version]\n"
+                 "  --job=J     the job (default EEP_JOB)\n"
+                 "  --ttl=S     lease TTL in seconds, 1..3600 (default EEP_AGENT_LEASE_TTL_S)\n"
+                 "  --gpu=UUID  the GPU uuid published in the member key (EEP_AGENT_GPU_UUID)\n"
+                 "one JSON object per line on stdout; SIGTERM or SIGINT leave gracefully\n");
+    return out == stderr ? 2 : 0;
+}
 
 static void eep_agent_main_signal(int sig)
 {
@@ -38,6 +50,11 @@ static void eep_agent_main_event(const char *event, const char *member)
 
 int main(int argc, char **argv)
 {
+    static const struct option longopts[] = {
+        { "job", required_argument, NULL, 'j' }, { "ttl", required_argument, NULL, 't' },
+        { "gpu", required_argument, NULL, 'g' }, { "version", no_argument, NULL, 'V' },
+        { "help", no_argument, NULL, 'h' },      { NULL, 0, NULL, 0 },
+    };
     eep_agent_params_t p;
     eep_agent_t       *agent = NULL;
     eep_agent_view_t  *view;
@@ -49,27 +66,40 @@ int main(int argc, char **argv)
 
     memset(&p, 0, sizeof(p));
     p.size = sizeof(p);
-    for (a = 1; a < argc; a++) {
-        if (a + 1 < argc && strcmp(argv[a], "--job") == 0) {
-            p.job = argv[++a];
-        } else if (strcmp(argv[a], "--ttl") == 0) {
-            int64_t ttl = 0;
+    opterr = 0;
+    while ((a = getopt_long(argc, argv, "+:h", longopts, NULL)) != -1) {
+        int64_t ttl = 0;
 
-            if (a + 1 >= argc) {
-                fprintf(stderr, "eep-agent: --ttl needs a value\n");
-                return 2;
-            }
+        switch (a) {
+        case 'j':
+            p.job = optarg;
+            break;
+        case 't':
             /* 0, -1 or "abc" once meant the knob's default: now a usage error. */
-            if (eep_tool_parse_i64("eep-agent", "--ttl", argv[++a], 1, 3600, &ttl) != EEP_OK) {
+            if (eep_tool_parse_i64("eep-agent", "--ttl", optarg, 1, 3600, &ttl) != EEP_OK) {
                 return 2;
             }
             p.lease_ttl_s = (int)ttl;
-        } else if (a + 1 < argc && strcmp(argv[a], "--gpu") == 0) {
-            p.gpu_uuid = argv[++a];
-        } else {
-            fprintf(stderr, "usage: eep-agent [--job J] [--ttl S] [--gpu UUID]\n");
-            return strcmp(argv[a], "--help") == 0 ? 0 : 2;
+            break;
+        case 'g':
+            p.gpu_uuid = optarg;
+            break;
+        case 'V':
+            printf("eep-agent (ElasticEP) %s\n", eep_version());
+            return 0;
+        case 'h':
+            return eep_agent_main_usage(stdout);
+        case ':':
+            fprintf(stderr, "eep-agent: %s needs a value\n", argv[optind - 1]);
+            return 2;
+        default:
+            fprintf(stderr, "eep-agent: unknown option '%s'\n", argv[optind - 1]);
+            return eep_agent_main_usage(stderr);
         }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "eep-agent: unexpected argument '%s'\n", argv[optind]);
+        return eep_agent_main_usage(stderr);
     }
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = eep_agent_main_signal;

@@ -157,6 +157,10 @@ typedef struct eepd {
     pthread_mutex_t metrics_lock;
     char           *metrics_text;
     void           *metrics_daemon;
+    /* Health for /healthz and /livez, a snapshot the loop takes with the metrics text. */
+    int      health_etcd_ok, health_leader;
+    uint64_t health_epoch;
+    int64_t  health_loop_ms; /* eepd_now_ms() of the loop's last snapshot; 0: none yet */
 
     /* One (eepd, method) pair per RPC method: the handlers' argument. */
     struct eepd_api_slot {

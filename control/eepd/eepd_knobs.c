@@ -42,7 +42,11 @@ static const eep_knob_t eepd_knobs[] = {
                  0, "PEM CA that signs client certificates; mutating calls need one under TLS."),
     EEP_KNOB_ROW(eepd_config_t, "EEP_EEPD_METRICS_PORT", "0", EEP_KNOB_INT, metrics_port,
                  EEP_KNOB_STARTUP, 0, 65535,
-                 "Prometheus metrics over HTTP on 127.0.0.1:<port>/metrics (0: off)."),
+                 "HTTP port of /metrics (Prometheus), /healthz (200 while etcd answers; the body "
+                 "says whether this replica leads) and /livez (200 while the loop runs); 0: off."),
+    EEP_KNOB_ROW(eepd_config_t, "EEP_EEPD_METRICS_ADDR", "127.0.0.1", EEP_KNOB_STRING, metrics_addr,
+                 EEP_KNOB_STARTUP, 0, 0,
+                 "IPv4 address the HTTP port binds (0.0.0.0: every interface, as in a pod)."),
     EEP_KNOB_ROW(eepd_config_t, "EEP_EEPD_MAX_MESSAGE", "1048576", EEP_KNOB_INT, max_message,
                  EEP_KNOB_STARTUP, 1024, 67108864,
                  "Largest request accepted in bytes; larger ones get RESOURCE_EXHAUSTED."),

@@ -21,6 +21,7 @@ typedef struct {
     char    tls_key[EEP_KNOB_STRING_MAX];
     char    tls_ca[EEP_KNOB_STRING_MAX];
     int64_t metrics_port;
+    char    metrics_addr[EEP_KNOB_STRING_MAX];
     int64_t max_message;
     int64_t max_member_bytes;
     int64_t max_view_bytes;

@@ -1,14 +1,18 @@
 /*
  * eepd_main.c - the eepd program: knobs, signals, and the loop.
  *
+ *   eepd [--help] [--version]      everything else is a knob (eep-info --config: EEP_EEPD_*)
+ *
  * SIGINT/SIGTERM set a flag the loop checks at least hz times a second; on the way out the
  * replica revokes its lease so another one leads at once.
  */
+#include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "control/eepd/eepd.h"
+#include "eep/version.h"
 #include "util/log.h"
 
 static volatile sig_atomic_t eepd_signalled;
@@ -40,10 +44,36 @@ int main(int argc, char **argv)
     struct sigaction sa;
     pthread_t        th;
 
-    if (argc > 1 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
-        printf("usage: eepd\n  configured by EEP_* knobs (see eep-info --config): EEP_JOB, "
-               "EEP_EEPD_LISTEN, EEP_ETCD_ENDPOINTS, ...\n");
-        return 0;
+    static const struct option longopts[] = {
+        { "help", no_argument, NULL, 'h' },
+        { "version", no_argument, NULL, 'V' },
+        { NULL, 0, NULL, 0 },
+    };
+    int c;
+
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, "+h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'h':
+            printf("usage: eepd [--help] [--version]\n"
+                   "  configured by EEP_* knobs (eep-info --config): EEP_JOB, EEP_ETCD_ENDPOINTS,\n"
+                   "  EEP_EEPD_LISTEN (gRPC), EEP_EEPD_METRICS_ADDR/PORT (/metrics, /healthz,\n"
+                   "  /livez), EEP_EEPD_TLS_*, ...\n");
+            return 0;
+        case 'V':
+            printf("eepd (ElasticEP) %s\n", eep_version());
+            return 0;
+        default:
+            fprintf(stderr, "eepd: unknown option '%s' (eepd --help)\n", argv[optind - 1]);
+            return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr,
+                "eepd: unexpected argument '%s': eepd takes its settings from EEP_* "
+                "knobs (eepd --help)\n",
+                argv[optind]);
+        return 2;
     }
     eep_config_check_env();
     status = eep_config_load(&eepd_knob_table, &cfg);

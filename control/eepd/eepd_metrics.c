@@ -1,8 +1,15 @@
 /*
- * eepd_metrics.c - Prometheus text metrics over HTTP, served by libmicrohttpd's own thread.
+ * eepd_metrics.c - Prometheus text metrics and the health endpoints over HTTP, served by
+ * libmicrohttpd's own thread on EEP_EEPD_METRICS_ADDR:EEP_EEPD_METRICS_PORT.
  *
- * The HTTP thread never touches the loop's state: the loop renders the whole text a few times a
- * second (eepd_metrics_update) and the handler copies that snapshot under a lock.
+ *   /metrics  Prometheus text
+ *   /healthz  readiness: 200 while etcd answers (eepd_etcd_ok, what the Health RPC reports) and
+ *             the loop runs, else 503; a JSON body says whether this replica leads and its epoch
+ *   /livez    liveness: 200 while the loop ran within EEPD_LIVE_MS, whatever etcd does (restarting
+ *             eepd cures no etcd outage)
+ *
+ * The HTTP thread never touches the loop's state: the loop renders the whole text and the health
+ * snapshot a few times a second (eepd_metrics_update) and the handler copies them under a lock.
  */
 #include "control/eepd/eepd.h"
 
@@ -14,6 +21,9 @@
 #include <string.h>
 
 #include "util/log.h"
+
+/* /livez fails when the loop's last snapshot (every 250 ms) is older than this. */
+#define EEPD_LIVE_MS 10000
 
 #if MHD_VERSION >= 0x00097002
 typedef enum MHD_Result eepd_mhd_result_t;
@@ -39,8 +49,33 @@ static eepd_mhd_result_t eepd_metrics_handler(void *cls, struct MHD_Connection *
     if (strcmp(method, "GET") != 0) {
         copy = strdup("only GET\n");
         code = MHD_HTTP_METHOD_NOT_ALLOWED;
+    } else if (strcmp(url, "/healthz") == 0 || strcmp(url, "/livez") == 0) {
+        int64_t  age;
+        int      etcd_ok, leader, live;
+        uint64_t epoch;
+
+        pthread_mutex_lock(&eepd->metrics_lock);
+        age     = eepd->health_loop_ms > 0 ? eepd_now_ms() - eepd->health_loop_ms : -1;
+        etcd_ok = eepd->health_etcd_ok;
+        leader  = eepd->health_leader;
+        epoch   = eepd->health_epoch;
+        pthread_mutex_unlock(&eepd->metrics_lock);
+        live = age >= 0 && age < EEPD_LIVE_MS;
+        if (url[1] == 'l') {
+            code = live ? MHD_HTTP_OK : MHD_HTTP_SERVICE_UNAVAILABLE;
+        } else {
+            code = live && etcd_ok ? MHD_HTTP_OK : MHD_HTTP_SERVICE_UNAVAILABLE;
+        }
+        if (asprintf(&copy,
+                     "{\"status\":\"%s\",\"loop_age_ms\":%lld,\"etcd_ok\":%s,"
+                     "\"is_leader\":%s,\"epoch\":%llu}\n",
+                     code == MHD_HTTP_OK ? "ok" : "unavailable", (long long)age,
+                     etcd_ok ? "true" : "false", leader ? "true" : "false",
+                     (unsigned long long)epoch) < 0) {
+            copy = NULL;
+        }
     } else if (strcmp(url, "/metrics") != 0) {
-        copy = strdup("see /metrics\n");
+        copy = strdup("see /metrics, /healthz, /livez\n");
         code = MHD_HTTP_NOT_FOUND;
     } else {
         pthread_mutex_lock(&eepd->metrics_lock);
@@ -55,7 +90,10 @@ static eepd_mhd_result_t eepd_metrics_handler(void *cls, struct MHD_Connection *
         free(copy);
         return MHD_NO;
     }
-    MHD_add_response_header(resp, "Content-Type", "text/plain; version=0.0.4");
+    MHD_add_response_header(resp, "Content-Type",
+                            strcmp(url, "/metrics") == 0 ? "text/plain; version=0.0.4"
+                            : copy[0] == '{'             ? "application/json"
+                                                         : "text/plain");
     ret = MHD_queue_response(conn, code, resp);
     MHD_destroy_response(resp);
     return ret;
@@ -69,20 +107,25 @@ eep_status_t eepd_metrics_start(eepd_t *eepd)
         return EEP_OK;
     }
     memset(&addr, 0, sizeof(addr));
-    addr.sin_family      = AF_INET;
-    addr.sin_port        = htons((uint16_t)eepd->cfg.metrics_port);
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_family = AF_INET;
+    addr.sin_port   = htons((uint16_t)eepd->cfg.metrics_port);
+    if (inet_pton(AF_INET, eepd->cfg.metrics_addr, &addr.sin_addr) != 1) {
+        eep_error(EEP_SUBSYS_EEPD,
+                  "EEP_EEPD_METRICS_ADDR '%s' is not an IPv4 address (127.0.0.1, 0.0.0.0, ...)",
+                  eepd->cfg.metrics_addr);
+        return EEP_ERR_INVALID_ARG;
+    }
     eepd->metrics_daemon = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG,
                                             (uint16_t)eepd->cfg.metrics_port, NULL, NULL,
                                             eepd_metrics_handler, eepd, MHD_OPTION_SOCK_ADDR,
                                             (struct sockaddr *)&addr, MHD_OPTION_END);
     if (eepd->metrics_daemon == NULL) {
-        eep_error(EEP_SUBSYS_EEPD, "cannot serve metrics on 127.0.0.1:%lld",
+        eep_error(EEP_SUBSYS_EEPD, "cannot serve metrics on %s:%lld", eepd->cfg.metrics_addr,
                   (long long)eepd->cfg.metrics_port);
         return EEP_ERR_IO;
     }
-    eep_info(EEP_SUBSYS_EEPD, "metrics on http://127.0.0.1:%lld/metrics",
-             (long long)eepd->cfg.metrics_port);
+    eep_info(EEP_SUBSYS_EEPD, "metrics on http://%s:%lld/metrics (health: /healthz, /livez)",
+             eepd->cfg.metrics_addr, (long long)eepd->cfg.metrics_port);
     return EEP_OK;
 }
 
@@ -98,16 +141,20 @@ void eepd_metrics_update(eepd_t *eepd)
     char  *text = NULL;
     size_t len  = 0;
     FILE  *f;
+    int    etcd_ok;
 
     if (eepd->metrics_daemon == NULL) {
         return;
     }
-    f = open_memstream(&text, &len);
+    etcd_ok = eepd_etcd_ok(eepd);
+    f       = open_memstream(&text, &len);
     if (f == NULL) {
         return;
     }
     eepd_metric(f, "eepd_is_leader", "gauge", "1 when this replica leads.",
                 (unsigned long long)eepd->is_leader);
+    eepd_metric(f, "eepd_etcd_ok", "gauge", "1 while etcd answers (what /healthz reports).",
+                (unsigned long long)etcd_ok);
     eepd_metric(f, "eepd_view_epoch", "gauge", "Epoch of the current view.",
                 (unsigned long long)(eepd->view != NULL ? eepd->view->epoch : 0));
     eepd_metric(f, "eepd_view_ranks", "gauge", "Ranks in the current view.",
@@ -150,7 +197,11 @@ void eepd_metrics_update(eepd_t *eepd)
     }
     pthread_mutex_lock(&eepd->metrics_lock);
     free(eepd->metrics_text);
-    eepd->metrics_text = text;
+    eepd->metrics_text   = text;
+    eepd->health_etcd_ok = etcd_ok;
+    eepd->health_leader  = eepd->is_leader;
+    eepd->health_epoch   = eepd->view != NULL ? eepd->view->epoch : 0;
+    eepd->health_loop_ms = eepd_now_ms();
     pthread_mutex_unlock(&eepd->metrics_lock);
 }
 

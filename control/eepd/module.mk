@@ -36,7 +36,9 @@ $(EEPD_BIN): $(BUILD)/control/eepd/eepd_main.o $(LIBEEPD_A) $(LIBEEP_CONTROL_A) 
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $^ $(LDFLAGS) $(EEPD_LDLIBS)
 
-$(EEPCTL_BIN): $(BUILD)/control/eepctl/eepctl.o $(LIBEEP_CONTROL_A) $$(LIBEEP_PROTO_A) $(LIBUTIL_A)
+$(EEPCTL_BIN): $(BUILD)/control/eepctl/eepctl.o $(BUILD)/control/eepctl/eepctl_top.o \
+               $(BUILD)/control/eepctl/eepctl_knobs.o \
+               $(LIBEEP_CONTROL_A) $$(LIBEEP_PROTO_A) $(LIBUTIL_A)
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $^ $(LDFLAGS) $(CONTROL_LDLIBS)
 

@@ -264,6 +264,15 @@ eep_status_t eep_cuda_sym_driver(const eep_cuda_sym_t **sym_p)
                              eep_cuda_sym_load_driver, sym_p);
 }
 
+eep_status_t eep_cuda_sym_driver_loaded(const eep_cuda_sym_t **sym_p)
+{
+    if (__atomic_load_n(&eep_cuda_sym_ctx.driver_state, __ATOMIC_ACQUIRE) != EEP_SYM_READY) {
+        return EEP_ERR_NO_DEVICE;
+    }
+    *sym_p = &eep_cuda_sym_ctx.sym;
+    return EEP_OK;
+}
+
 eep_status_t eep_cuda_sym_nvrtc(const eep_cuda_sym_t **sym_p)
 {
     return eep_cuda_sym_once(&eep_cuda_sym_ctx.nvrtc_state, &eep_cuda_sym_ctx.nvrtc_status,

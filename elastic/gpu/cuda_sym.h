@@ -162,6 +162,14 @@ typedef struct {
 eep_status_t eep_cuda_sym_driver(const eep_cuda_sym_t **sym_p);
 
 /**
+ * The driver half if someone already loaded it, without loading it (no message on a machine
+ * without a driver): for defaults that follow the GPU in use when there is one (EEP_JIT_ARCH=auto).
+ * @param [out] sym_p  the table, written only on EEP_OK.
+ * @return EEP_OK; EEP_ERR_NO_DEVICE when the driver is not loaded (yet, or at all).
+ */
+eep_status_t eep_cuda_sym_driver_loaded(const eep_cuda_sym_t **sym_p);
+
+/**
  * Load NVRTC (libnvrtc.so.13, else libnvrtc.so) once per process and resolve its functions.
  * Needs no GPU.
  * @param [out] sym_p  the table (its NVRTC half is valid).

@@ -9,7 +9,9 @@
  */
 #include "elastic/jit/jit_int.h"
 
+#include <dlfcn.h>
 #include <errno.h>
+#include <libgen.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +30,11 @@
 #ifndef EEP_JIT_NCCL_INCLUDE
 #define EEP_JIT_NCCL_INCLUDE EEP_JIT_CUDA_HOME "/include"
 #endif
+#ifndef EEP_JIT_DEFAULT_SOURCE_ROOT
+#define EEP_JIT_DEFAULT_SOURCE_ROOT "."
+#endif
+/* The architecture EEP_JIT_ARCH=auto falls back to without a loaded driver or a device. */
+#define EEP_JIT_FALLBACK_ARCH "sm_90"
 
 /* ---- small shared helpers ------------------------------------------------------------------ */
 
@@ -211,13 +218,103 @@ static eep_status_t eep_jit_default_cache_dir(char *dst, size_t len)
     return EEP_ERR_INVALID_ARG;
 }
 
+/* @return whether @p root/kernels is a directory (an installed or source tree of kernels). */
+static int eep_jit_has_kernels(const char *root)
+{
+    char        path[PATH_MAX];
+    struct stat st;
+
+    return snprintf(path, sizeof(path), "%s/kernels", root) < (int)sizeof(path) &&
+           stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* <dir of @p file>/../share/eep into @p dst when it holds kernels/. */
+static int eep_jit_share_of(const char *file, char *dst, size_t len)
+{
+    char real[PATH_MAX], share[PATH_MAX + 16];
+
+    if (file == NULL || file[0] == '\0' || realpath(file, real) == NULL) {
+        return 0;
+    }
+    /* dirname may modify its argument: real is ours */
+    if (snprintf(share, sizeof(share), "%s/../share/eep", dirname(real)) >= (int)sizeof(share) ||
+        realpath(share, real) == NULL || !eep_jit_has_kernels(real)) {
+        return 0;
+    }
+    return snprintf(dst, len, "%s", real) < (int)len;
+}
+
+eep_status_t eep_jit_default_source_root(char *buf, size_t len)
+{
+    Dl_info info;
+    char    exe[PATH_MAX];
+    ssize_t n;
+
+    /* The object this function lives in: libeep.so, or the program that linked libeep.a (for the
+     * main program dladdr may give a relative argv[0]: /proc/self/exe then). */
+    if (dladdr((void *)eep_jit_default_source_root, &info) != 0 &&
+        eep_jit_share_of(info.dli_fname, buf, len)) {
+        return EEP_OK;
+    }
+    n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (n > 0) {
+        exe[n] = '\0';
+        if (eep_jit_share_of(exe, buf, len)) {
+            return EEP_OK;
+        }
+    }
+    if (snprintf(buf, len, "%s", EEP_JIT_DEFAULT_SOURCE_ROOT) >= (int)len) {
+        return EEP_ERR_INVALID_ARG;
+    }
+    return EEP_OK;
+}
+
+/*
+ * EEP_JIT_ARCH=auto: the compute capability of the current context's device, else of device 0,
+ * through the driver only if it is already loaded (the runtime opened its device before it makes
+ * its JIT); a process without a driver gets the fallback without an error on its log.
+ */
+static void eep_jit_auto_arch(char *dst, size_t len)
+{
+    const eep_cuda_sym_t *cu;
+    CUdevice              dev;
+    int                   major = 0, minor = 0;
+    const char           *from = "current context";
+
+    if (eep_cuda_sym_driver_loaded(&cu) != EEP_OK) {
+        snprintf(dst, len, "%s", EEP_JIT_FALLBACK_ARCH);
+        eep_debug(EEP_SUBSYS_JIT, "EEP_JIT_ARCH=auto: no CUDA driver loaded, %s", dst);
+        return;
+    }
+    if (cu->cuCtxGetDevice(&dev) != CUDA_SUCCESS) {
+        from = "device 0";
+        if (cu->cuDeviceGet(&dev, 0) != CUDA_SUCCESS) {
+            snprintf(dst, len, "%s", EEP_JIT_FALLBACK_ARCH);
+            eep_debug(EEP_SUBSYS_JIT, "EEP_JIT_ARCH=auto: no device, %s", dst);
+            return;
+        }
+    }
+    if (cu->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev) !=
+            CUDA_SUCCESS ||
+        cu->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev) !=
+            CUDA_SUCCESS ||
+        major < 1 || major > 99 || minor < 0 || minor > 9) {
+        snprintf(dst, len, "%s", EEP_JIT_FALLBACK_ARCH);
+        eep_warn(EEP_SUBSYS_JIT, "EEP_JIT_ARCH=auto: cannot read the %s's compute capability, %s",
+                 from, dst);
+        return;
+    }
+    snprintf(dst, len, "sm_%d%d", major, minor);
+    eep_debug(EEP_SUBSYS_JIT, "EEP_JIT_ARCH=auto: %s of the %s", dst, from);
+}
+
 eep_status_t eep_jit_create(const eep_jit_params_t *params, eep_jit_t **jit_p)
 {
     eep_jit_config_t *cfg;
     eep_jit_t        *jit;
     eep_status_t      status;
     const char       *arch, *root;
-    char              path[PATH_MAX + 8];
+    char              path[PATH_MAX + 8], auto_arch[16], default_root[PATH_MAX];
 
     if (jit_p == NULL) {
         eep_error(EEP_SUBSYS_JIT, "eep_jit_create: jit_p is NULL");
@@ -253,15 +350,28 @@ eep_status_t eep_jit_create(const eep_jit_params_t *params, eep_jit_t **jit_p)
         goto err_free;
     }
     root = params != NULL && params->source_root != NULL ? params->source_root : cfg->source_root;
+    if (root[0] == '\0') {
+        status = eep_jit_default_source_root(default_root, sizeof(default_root));
+        if (status != EEP_OK) {
+            eep_error(EEP_SUBSYS_JIT, "the default kernel source root is too long");
+            goto err_free;
+        }
+        root = default_root;
+    }
     if (realpath(root, jit->source_root) == NULL) {
         eep_error(EEP_SUBSYS_JIT, "kernel source root %s: %m (set EEP_JIT_SOURCE_ROOT)", root);
         status = EEP_ERR_INVALID_ARG;
         goto err_free;
     }
     arch = params != NULL && params->arch != NULL ? params->arch : cfg->arch;
+    if (strcmp(arch, "auto") == 0) {
+        eep_jit_auto_arch(auto_arch, sizeof(auto_arch));
+        arch = auto_arch;
+    }
     if (strncmp(arch, "sm_", 3) != 0 || arch[3] < '1' || arch[3] > '9' ||
         strlen(arch) >= sizeof(jit->arch)) {
-        eep_error(EEP_SUBSYS_JIT, "arch '%s' is not a real GPU architecture like sm_90", arch);
+        eep_error(EEP_SUBSYS_JIT, "arch '%s' is not a real GPU architecture like sm_90 (or auto)",
+                  arch);
         status = EEP_ERR_INVALID_ARG;
         goto err_free;
     }
@@ -309,6 +419,11 @@ const char *eep_jit_cache_dir(const eep_jit_t *jit)
 const char *eep_jit_arch(const eep_jit_t *jit)
 {
     return jit->arch;
+}
+
+const char *eep_jit_source_root(const eep_jit_t *jit)
+{
+    return jit->source_root;
 }
 
 void eep_jit_destroy(eep_jit_t *jit)

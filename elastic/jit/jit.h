@@ -74,7 +74,7 @@ typedef struct {
     const char
         *cache_dir; /* NULL: EEP_JIT_CACHE_DIR, else $XDG_CACHE_HOME/eep, else ~/.cache/eep */
     const char *source_root; /* NULL: EEP_JIT_SOURCE_ROOT, else the installed/compiled-in root */
-    const char *arch;        /* NULL: "sm_90" */
+    const char *arch;        /* NULL: EEP_JIT_ARCH (auto: the current context's device) */
 } eep_jit_params_t;
 
 /* What a compile did, for tests and benchmarks. */
@@ -98,6 +98,19 @@ const char *eep_jit_cache_dir(const eep_jit_t *jit);
 
 /** @return the GPU architecture @p jit compiles for ("sm_90"). */
 const char *eep_jit_arch(const eep_jit_t *jit);
+
+/** @return the kernel source root @p jit reads (kernels/, barrier/, include/eep/ under it). */
+const char *eep_jit_source_root(const eep_jit_t *jit);
+
+/**
+ * The kernel source root used when neither the params nor EEP_JIT_SOURCE_ROOT name one: the
+ * installed tree, <dir of the object holding libeep>/../share/eep, when it has kernels/ (so an
+ * installed libeep.so, or a program linking libeep.a installed in <prefix>/bin, finds
+ * <prefix>/share/eep wherever the prefix was moved); else the source tree libeep was built from.
+ * @param [out] buf  the absolute path, @p len bytes at most.
+ * @return EEP_OK; EEP_ERR_INVALID_ARG when the path does not fit.
+ */
+eep_status_t eep_jit_default_source_root(char *buf, size_t len);
 
 /**
  * Compute the key, look the cache up, compile and store on a miss.  Needs no GPU.

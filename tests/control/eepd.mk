@@ -15,7 +15,8 @@ EEPD_TEST_BINS := $(BUILD)/tests/control/test_eepd_view $(BUILD)/tests/control/t
 UNIT_TEST_BINS += $(EEPD_TEST_BINS)
 SCRIPT_TESTS   += tests/control/test_eepd_fuzz.sh tests/control/test_eepd_cluster.py \
                   tests/control/test_eepctl.py tests/control/test_grpc_client.py \
-                  tests/control/test_control_faults.py
+                  tests/control/test_control_faults.py tests/control/test_eepd_health.py \
+                  tests/control/test_eepctl_cli.sh
 
 $(EEPD_TEST_BINS): $(BUILD)/tests/control/%: $(BUILD)/tests/control/%.o $(LIBEEPD_A) \
                    $(LIBEEP_CONTROL_A) $$(LIBEEP_PROTO_A) $(LIBUTIL_A)

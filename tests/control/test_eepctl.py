@@ -3,7 +3,8 @@
 
 status (table and JSON), health, watch (--count, --from), cordon/uncordon (a cordoned standby is
 kept out of views until uncordoned), drain (a new view without the member at once),
-report-fault (the leader evicts the suspect, whose agent rejoins as a new member), inject-fault
+report-fault (the leader evicts the suspect, whose agent rejoins as a new member), members named
+by rank (drain 2) as well as by id, top (--json, eepd's /metrics), inject-fault
 evict / revoke-lease / step-down, and inject-fault refused by a replica that did not enable it.
 """
 import json
@@ -60,16 +61,21 @@ def main():
     out, _ = future.communicate(timeout=10)
     check(json.loads(out)["epoch"] > w["epoch"], "watch --from waits for a newer view")
 
-    # drain: a view without it at once
+    # drain, the member named by its rank: a view without it at once
     target = agents[2]
-    r = json.loads(d.ctl("--json", "drain", target.member()).stdout)
-    check(r["ok"], "drain --json")
+    view = d.status()["view"]
+    rank = [m["id"] for m in view["members"]].index(target.member())
+    r = json.loads(d.ctl("--json", "drain", str(rank)).stdout)
+    check(r["ok"], "drain --json of rank %d" % rank)
     wait_for(lambda: target.member() not in agents[0].last_view()["members"], 3,
              "a view without the drained member")
     check(agents[0].last_view()["reason"] == "drain", "reason drain")
     check(target.last_view()["rank"] == -1, "the drained agent sees itself out (rank -1)")
     r = d.ctl("drain", "no-such-member", check_rc=False)
     check(r.returncode == 1 and "NOT_FOUND" in r.stderr, "drain of an unknown member")
+    r = d.ctl("drain", str(len(view["members"]) + 5), check_rc=False)
+    check(r.returncode == 2 and "has no rank" in r.stderr, "drain of a rank past the view: %d %s"
+          % (r.returncode, r.stderr))
 
     # report-fault: the suspect is evicted and rejoins as a new member
     sus = agents[1]
@@ -96,6 +102,20 @@ def main():
     late = Agent(etcd, job, 2, "late")
     wait_for(lambda: late.in_view(), 10, "a view published by c2")
     check(late.last_view()["epoch"] > before, "epochs continue under c2")
+    # top: one JSON object per refresh, the view's ranks and eepd's counters from /metrics
+    lines = quiet.ctl("--json", "top", "--iterations=2", "--interval-ms=50",
+                      "--metrics=http://127.0.0.1:%d/metrics" % quiet.metrics).stdout.split("\n")
+    tops = [json.loads(x) for x in lines if x]
+    check(len(tops) == 2, "top --iterations=2: %d lines" % len(tops))
+    epoch_now = quiet.status()["view"]["epoch"]
+    t = tops[-1]
+    check(t["status_ok"] and t["metrics_ok"] and t["epoch"] <= epoch_now and
+          # eepd renders its metrics every 250 ms: they may lag one view behind GetStatus
+          t["metrics"].get("eepd_view_epoch") in (t["epoch"], t["epoch"] - 1) and
+          sum(m["state"].startswith("active") for m in t["members"]) ==
+          len(quiet.status()["view"]["members"]), "top --json: %s" % t)
+    out = quiet.ctl("top", "--iterations=1").stdout
+    check("RANK" in out and late.member() in out, "top table:\n" + out)
     h = json.loads(quiet.ctl("--json", "health").stdout)
     check(h["serving"] and h["etcd_ok"] and h["is_leader"], "health --json")
     r = d.ctl("bogus", check_rc=False)

@@ -1,3 +1,6 @@
-# tests/deploy/: the local launcher (make run's no-GPU path) and the Kubernetes manifests.
+# tests/deploy/: the local launcher (make run's no-GPU path), the Kubernetes manifests (schemas,
+# knobs, probes against the code, TLS wiring), the container recipe (static lint) and the worker
+# pod's entry point (deploy/node-ranks.sh with a stand-in rank).
 SCRIPT_TESTS += tests/deploy/test_launch.sh tests/deploy/test_manifests.py tests/deploy/test_certs.py
-SCRIPT_TESTS += tests/deploy/test_rank_nogpu.sh
+SCRIPT_TESTS += tests/deploy/test_rank_nogpu.sh tests/deploy/test_dockerfile.py \
+                tests/deploy/test_node_ranks.sh

@@ -29,6 +29,8 @@ except ImportError:
 
 here = os.path.dirname(os.path.abspath(__file__))
 root = os.path.dirname(os.path.dirname(here))
+sys.path.insert(0, here)
+from k8s_docs import pod_specs  # noqa: E402
 build = os.environ.get("BUILD", os.path.join(root, "build"))
 k8s = os.path.join(root, "deploy", "k8s")
 for tool in ("openssl", "etcd", "etcdctl"):
@@ -108,8 +110,7 @@ def main():
                 for d in yaml.safe_load_all(f):
                     if d and d.get("kind") == "ConfigMap":
                         config.update(d.get("data", {}))
-        for d in docs:
-            spec = d.get("spec", {}).get("template", {}).get("spec", {})
+        for _, spec in (ps for d in docs for ps in pod_specs(d)):
             vols = {v["name"]: v["secret"]["secretName"] for v in spec.get("volumes", [])
                     if "secret" in v}
             for v in vols.values():

@@ -4,6 +4,9 @@
 set -u
 here=$(cd "$(dirname "$0")/../.." && pwd)
 build=${BUILD:-$here/build}
+# absolute: the process count below matches "$build/bin/eepd"; a relative "build/bin/eepd" also
+# matched other checkouts' eepd and agents on a shared machine (a failure seen in a full run)
+case $build in /*) ;; *) build=$here/$build ;; esac
 command -v etcd >/dev/null || { echo "skip: etcd is not installed"; exit 77; }
 if command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
     echo "skip: this machine has a GPU; the test covers the no-GPU path"; exit 77

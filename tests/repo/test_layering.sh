@@ -3,7 +3,7 @@
 # library so that a later change cannot quietly break them (tests/repo/test_layering_plants.sh
 # plants a violation of each rule and expects this to name it):
 #  1. libeep (the data plane) links only NCCL and libc (CUDA and NVRTC come through dlopen);
-#  2. util/ includes nothing above it (only util/ and include/eep/status.h);
+#  2. util/ includes nothing above it (only util/ and include/eep/status.h, version.h);
 #  3. control/ includes nothing of elastic/, kernels/ or barrier/ (only include/eep/), and no CUDA
 #     or NCCL header;
 #  4. elastic/ includes nothing of control/;
@@ -39,7 +39,7 @@ else
     fail 1 "$lib is missing (build first)"
 fi
 
-hits=$(incs util | grep -vE '#[[:space:]]*include[[:space:]]*"(util/|eep/status\.h")')
+hits=$(incs util | grep -vE '#[[:space:]]*include[[:space:]]*"(util/|eep/status\.h"|eep/version\.h")')
 [ -z "$hits" ] || fail 2 "util/ includes what is above it: $hits"
 
 hits=$(incs control | grep -E '"(elastic|kernels|barrier)/')

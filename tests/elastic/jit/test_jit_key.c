@@ -274,12 +274,50 @@ static void test_bad_specs(void **state)
     eep_jit_destroy(NULL);
 }
 
+/* EEP_JIT_ARCH defaults to auto: the device in use, and without a loaded driver (this test
+ * loads none) sm_90, the same key as naming it; a named arch wins; garbage is refused. */
+static void test_arch_auto(void **state)
+{
+    eep_jit_params_t params = { .size = sizeof(params), .cache_dir = cache, .source_root = root };
+    eep_jit_spec_t   spec   = base_spec();
+    char             k_auto[EEP_SHA256_HEX], k_90[EEP_SHA256_HEX];
+    eep_jit_t       *jit = NULL;
+
+    (void)state;
+    unsetenv("EEP_JIT_ARCH");
+    assert_int_equal(eep_jit_create(&params, &jit), EEP_OK);
+    assert_string_equal(eep_jit_arch(jit), "sm_90");
+    eep_jit_destroy(jit);
+    params.arch = "sm_80";
+    assert_int_equal(eep_jit_create(&params, &jit), EEP_OK);
+    assert_string_equal(eep_jit_arch(jit), "sm_80");
+    eep_jit_destroy(jit);
+    setenv("EEP_JIT_ARCH", "sm_100", 1);
+    params.arch = NULL;
+    assert_int_equal(eep_jit_create(&params, &jit), EEP_OK);
+    assert_string_equal(eep_jit_arch(jit), "sm_100");
+    eep_jit_destroy(jit);
+    setenv("EEP_JIT_ARCH", "automatic", 1);
+    jit = NULL;
+    assert_int_equal(eep_jit_create(&params, &jit), EEP_ERR_INVALID_ARG);
+    assert_null(jit);
+    assert_non_null(strstr(jt_hook_last, "automatic"));
+    unsetenv("EEP_JIT_ARCH");
+    key_of(root, "auto", &spec, k_auto);
+    key_of(root, "sm_90", &spec, k_90);
+    assert_string_equal(k_auto, k_90);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_nested_header_change), cmocka_unit_test(test_tree_copy_keys_the_same),
-        cmocka_unit_test(test_every_input_counts),   cmocka_unit_test(test_lsa_probe_key),
-        cmocka_unit_test(test_memo_sees_edits),      cmocka_unit_test(test_bad_specs),
+        cmocka_unit_test(test_nested_header_change),
+        cmocka_unit_test(test_tree_copy_keys_the_same),
+        cmocka_unit_test(test_every_input_counts),
+        cmocka_unit_test(test_lsa_probe_key),
+        cmocka_unit_test(test_memo_sees_edits),
+        cmocka_unit_test(test_bad_specs),
+        cmocka_unit_test(test_arch_auto),
     };
 
     eep_log_set_level(EEP_LOG_LEVEL_ERROR);
