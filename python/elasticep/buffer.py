@@ -123,7 +123,7 @@ class Buffer:
                    "fp8" if c == _lib.DTYPE_FP8_E4M3 else "bf16")
                   for h in [hidden] + list(extra_hidden) for c in codes]
         self.window_bytes = window_bytes or window_size(self.world, shapes)
-        p = _lib.RuntimeParams(ctypes.sizeof(_lib.RuntimeParams), self._bs, None,
+        p = _lib.RuntimeParams(ctypes.sizeof(_lib.RuntimeParams), self._bs.value, None,
                                self.device.index, self.window_bytes, timeout_ms, 0)
         _lib.check(self._lib.eep_runtime_create(ctypes.byref(p), ctypes.byref(self._rt)),
                    "Buffer: eep_runtime_create")
@@ -235,7 +235,9 @@ class Buffer:
         h = handle if handle is not None else Handle(self)
         a = _lib.DispatchArgs()
         a.size = ctypes.sizeof(a)
-        a.x, a.x_scales, a.dtype = xt.data_ptr() or None, scales.data_ptr() if scales is not None else None, code
+        a.x = xt.data_ptr() or None
+        a.x_scales = scales.data_ptr() if scales is not None else None
+        a.dtype = code
         a.topk_idx, a.topk_idx_dtype = topk_idx.data_ptr() or None, idt
         a.topk_weights = topk_weights.data_ptr() or None
         a.num_tokens, a.hidden, a.num_topk, a.num_experts = n, hidden, K, self.num_experts
@@ -249,7 +251,7 @@ class Buffer:
         allocs = {}
         rows = ctypes.c_int64(0)
         host = (ctypes.c_int32 * El)()
-        a.num_recv_rows_p = ctypes.cast(ctypes.byref(rows), ctypes.c_void_p)
+        a.num_recv_rows_p = ctypes.addressof(rows)
         if m == _lib.MODE_CPU_SYNC:
             def alloc(arg, nbytes, what):
                 try:
@@ -260,7 +262,7 @@ class Buffer:
                 return b.data_ptr()
             cb = _lib.ALLOC_FUNC(alloc)
             a.alloc = cb
-            a.host_expert_counts = ctypes.cast(host, ctypes.c_void_p)
+            a.host_expert_counts = ctypes.addressof(host)
         else:
             R = self.rows_max
             allocs["recv_x"] = t.empty((R, hidden), dtype=xdt, device=dev)
