@@ -6,7 +6,8 @@
 #   build   libeep.so, the GIN test plugin, eep-bench, libeep_ref.so (the CPU reference, for the
 #           tests' expected values); `pip install --no-build-isolation --no-deps --target` of
 #           ./python (the machine has torch and no internet), else PYTHONPATH=python
-#   cpu     python/tests/test_cpu.py with the machine's torch
+#   cpu     python/tests/test_cpu.py, test_autograd_cpu.py and test_buffer_mock.py (the Buffer's
+#           marshalling against a stand-in libeep) with the machine's torch
 #   one     python/tests/gpu_python.py at one rank (C reference, autograd, CUDA graph, overhead)
 #   two     the same at 2 ranks on the one GPU (scripts/one-gpu-cluster.sh)
 #   four    the same at 4 ranks
@@ -77,7 +78,8 @@ cluster() { # N, then the command
 for part in "${parts[@]}"; do
     case $part in
     build) run_part build 300 build || exit 1 ;;
-    cpu) py_path; run_part cpu 120 python3 python/tests/test_cpu.py -v ;;
+    cpu) py_path; run_part cpu 180 sh -c 'r=0; for t in test_cpu test_autograd_cpu \
+             test_buffer_mock; do python3 python/tests/$t.py -v || r=1; done; exit $r' ;;
     one) py_path; run_part one 280 python3 python/tests/gpu_python.py ;;
     two) py_path; run_part two 300 cluster 2 python3 "$root/python/tests/gpu_python.py" ;;
     four) py_path; run_part four 300 cluster 4 python3 "$root/python/tests/gpu_python.py" ;;

@@ -10,6 +10,7 @@ from .errors import InvalidArgument
 BF16 = "torch.bfloat16"
 FP8 = "torch.float8_e4m3fn"
 F32 = "torch.float32"
+DEVICE_TYPE = "cuda"  # tests/test_buffer_mock.py runs the Buffer on CPU tensors
 I32 = "torch.int32"
 I64 = "torch.int64"
 
@@ -30,7 +31,7 @@ def tensor(call, arg, t, dtypes, shape, allow_empty_null=True):
     if len(got) != len(shape) or any(w is not None and g != w for g, w in zip(got, shape)):
         _bad(call, arg, "shape %s, expected %s" % (list(got), ["*" if w is None else w for w in shape]))
     dev = getattr(getattr(t, "device", None), "type", None)
-    if dev != "cuda":
+    if dev != DEVICE_TYPE:
         _bad(call, arg, "on device %s, expected a CUDA tensor" % dev)
     if not t.is_contiguous():
         _bad(call, arg, "not contiguous (call .contiguous())")

@@ -284,7 +284,10 @@ class Buffer:
             b = allocs[name]
             if b.dtype == t.uint8:
                 b = b[: R * cols * t.empty((), dtype=dtype).element_size()].view(dtype)
-            return b.view(R, cols) if m == _lib.MODE_CPU_SYNC else b
+                return b.view(R, cols)
+            # cached: the handle's rows (exact when its dispatch was cpu_sync; the kernel writes
+            # no row past them), though the call needs worst-case capacity
+            return b[: h.num_rows] if m == _lib.MODE_CACHED else b
         recv_x = view("recv_x", xdt, hidden)
         recv_idx = view("recv_topk_idx", t.int32, K)
         recv_w = view("recv_topk_weights", t.float32, K)

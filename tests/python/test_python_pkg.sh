@@ -36,4 +36,5 @@ EEP_LOG_LEVEL=none EEP_SOURCE_ROOT=$root "$venv/bin/python" "$root/python/tests/
 rc=$?
 # the autograd Functions and the example's two paths with a stand-in Buffer: skipped without torch
 EEP_LOG_LEVEL=none "$venv/bin/python" "$root/python/tests/test_autograd_cpu.py" -v 2>&1 || rc=1
+EEP_LOG_LEVEL=none "$venv/bin/python" "$root/python/tests/test_buffer_mock.py" -v 2>&1 || rc=1
 exit $rc
