@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# scripts/gpu-python.sh [parts...] - the Python package on the GPU machine (issue 26), logs under
-# $OUT (or /tmp/eep-gpu-python), one summary line per part in summary.txt.
+# scripts/gpu-python.sh [parts...] - the Python package on the GPU machine (issue 26): one summary
+# line per part, then every check's line at the end; logs in /tmp/eep-gpu-python and, under $OUT,
+# summary.txt, key.txt and gpu-python-logs.tar.gz.
 #
 # Parts (default: all, in this order; about 6-9 minutes on 1 x H200, most of it JIT compiles):
 #   build   libeep.so, the GIN test plugin, eep-bench, libeep_ref.so (the CPU reference, for the
@@ -19,8 +20,25 @@
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root" || exit 1
-out=${OUT:-/tmp/eep-gpu-python}
-mkdir -p "$out"
+# logs in a work folder; $OUT (the device tool's, at most 8 files come back) gets summary.txt,
+# key.txt (every PASS/FAIL/RESULT/OVERHEAD/SUMMARY line) and one tarball of the logs
+out=/tmp/eep-gpu-python
+rm -rf "$out" && mkdir -p "$out"
+finish() {
+    grep -hE "^(PASS|FAIL|RESULT|OVERHEAD|SUMMARY|eep step|ref step)" "$out"/*.log \
+        "$out"/ranks*/rank*.log 2>/dev/null | awk '!seen[$0]++' >"$out/key.txt"
+    [ -f "$out/bench.log" ] && { echo "== eep-bench (C)"; tail -12 "$out/bench.log"; } \
+        >>"$out/key.txt"
+    echo "==== key lines"
+    cat "$out/key.txt"
+    echo "==== summary"
+    cat "$out/summary.txt"
+    if [ -n "${OUT:-}" ]; then
+        cp "$out/summary.txt" "$out/key.txt" "$OUT/" 2>/dev/null
+        tar -C /tmp -czf "$OUT/gpu-python-logs.tar.gz" eep-gpu-python 2>/dev/null
+    fi
+}
+trap finish EXIT
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1 EEP_JIT_CACHE_DIR=${EEP_JIT_CACHE_DIR:-/tmp/eep-jit-py}
 parts=("$@")
 [ ${#parts[@]} -eq 0 ] && parts=(build cpu one two four bench train train2)

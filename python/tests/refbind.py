@@ -36,7 +36,7 @@ _ref = None
 def ref():
     global _ref
     if _ref is None:
-        path = os.environ.get("EEP_REF_LIBRARY") or os.path.join(
+        path = os.environ.get("ELASTICEP_REF_LIBRARY") or os.path.join(
             os.path.dirname(__file__), "..", "..", "build", "lib", "libeep_ref.so")
         _ref = ctypes.CDLL(path)
         _ref.eep_ref_gen_init.argtypes = [ctypes.POINTER(Gen), c_uint64]

@@ -19,7 +19,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
 sys.path.insert(0, os.path.join(HERE, "..", "examples"))
 sys.path.insert(0, HERE)
-REF = os.environ.get("EEP_REF_LIBRARY") or os.path.join(HERE, "..", "..", "build", "lib",
+REF = os.environ.get("ELASTICEP_REF_LIBRARY") or os.path.join(HERE, "..", "..", "build", "lib",
                                                          "libeep_ref.so")
 
 

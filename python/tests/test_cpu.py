@@ -19,7 +19,7 @@ import unittest
 import elasticep
 from elasticep import _checks, _lib, errors
 
-ROOT = os.environ.get("EEP_SOURCE_ROOT") or os.path.join(os.path.dirname(__file__), "..", "..")
+ROOT = os.environ.get("ELASTICEP_SOURCE_ROOT") or os.path.join(os.path.dirname(__file__), "..", "..")
 
 
 class FakeDevice:

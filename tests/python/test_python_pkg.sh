@@ -32,7 +32,7 @@ case $where in
     *) echo "FAIL: elasticep imported from $where, not from the venv"; exit 1 ;;
 esac
 [ -f "$where/_native/libeep.so" ] || { echo "FAIL: libeep.so was not installed with the package"; exit 1; }
-EEP_LOG_LEVEL=none EEP_SOURCE_ROOT=$root "$venv/bin/python" "$root/python/tests/test_cpu.py" -v 2>&1
+EEP_LOG_LEVEL=none ELASTICEP_SOURCE_ROOT=$root "$venv/bin/python" "$root/python/tests/test_cpu.py" -v 2>&1
 rc=$?
 # the autograd Functions and the example's two paths with a stand-in Buffer: skipped without torch
 EEP_LOG_LEVEL=none "$venv/bin/python" "$root/python/tests/test_autograd_cpu.py" -v 2>&1 || rc=1
