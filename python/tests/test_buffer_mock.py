@@ -293,6 +293,25 @@ class TestBufferMock(unittest.TestCase):
                                 0.03 * g1.abs().max().item() + 1e-6, "grad %s" % n)
         buf.destroy()
 
+    def test_example_trains(self):
+        """The example's two runs, on the CPU, the ElasticEP one through the real Buffer: the
+        losses and first-step gradients agree as main() requires, and the loss falls."""
+        import argparse
+
+        import elasticep
+        import train_moe
+        steps = int(os.environ.get("ELASTICEP_TRAIN_STEPS", "60"))
+        a = argparse.Namespace(steps=steps, tokens=64, dim=128, ffn=128, experts_per_rank=4,
+                               topk=2, lr=3e-3, seed=1, fp8=False)
+        train_moe.DEVICE = "cpu"
+        buf = elasticep.Buffer("env", a.tokens, a.dim, a.topk, a.experts_per_rank,
+                               expert_alignment=8)
+        torch.cuda.is_available = self.saved[2]["is_available"]  # the optimizer asks too
+        le, ge = train_moe.train(a, True, buf)
+        lr_, gr = train_moe.train(a, False, None)
+        buf.destroy()
+        self.assertTrue(train_moe.compare(le, lr_, ge, gr))
+
 
 if __name__ == "__main__":
     unittest.main()
