@@ -293,6 +293,15 @@ class TestBufferMock(unittest.TestCase):
                                 0.03 * g1.abs().max().item() + 1e-6, "grad %s" % n)
         buf.destroy()
 
+    def test_gpu_script_on_cpu(self):
+        """tests/gpu_python.py's reference checks (not its graph and timing parts) through the
+        stand-in: catches mistakes of the GPU script itself before GPU time is spent on it."""
+        import gpu_python
+        gpu_python.DEVICE = "cpu"
+        gpu_python.results.clear()
+        self.assertEqual(gpu_python.main(), 0)
+        self.assertGreaterEqual(len(gpu_python.results), 12)
+
     def test_example_trains(self):
         """The example's two runs, on the CPU, the ElasticEP one through the real Buffer: the
         losses and first-step gradients agree as main() requires, and the loss falls."""
