@@ -14,7 +14,7 @@ UNIT_TEST_PLAIN := $(patsubst %.c,$(BUILD)/%,$(UNIT_TEST_SRCS))
 UNIT_TEST_BINS += $(UNIT_TEST_PLAIN)
 SCRIPT_TESTS   += tests/repo/test_layering.sh tests/repo/test_layering_plants.sh \
                   tests/repo/test_bench_args.sh tests/repo/test_knob_names.sh \
-                  tests/repo/test_format.sh
+                  tests/repo/test_format.sh tests/python/test_python_pkg.sh
 
 .PHONY: unit-tests
 unit-tests: $(UNIT_TEST_BINS)
@@ -84,6 +84,21 @@ $(EP_KERNELS_EMU_TEST) $(EP_KERNELS_EMU_WIDE): tests/emu/test_ep_kernels_emu.cc 
                         tests/emu/ep_kernel_shim.h \
                         $(wildcard kernels/ep/*.cuh kernels/ep/*.h kernels/common/*.cuh) \
                         $(EP_REFERENCE_OBJ) $(LIBEEP_A)
+	@mkdir -p $(dir $@)
+	$(CXX) -std=c++20 $(CPPFLAGS) $(WARN) -Wno-unknown-pragmas -O1 -g -ffp-contract=off -pthread \
+	    $(EMU_SHAPE) $(SAN) -o $@ $< $(EP_REFERENCE_OBJ) $(LIBEEP_A) $(LDFLAGS) $(NCCL_LDFLAGS) -ldl
+
+# test_ep_training_emu*: the training paths (issue 26: unweighted combine, top-k weight
+# gradients, fp8 and bf16 dispatches and two hidden sizes in one window) through the same kernels
+# and emulator: K 2 on 2 ranks, K 8 on 3.
+EP_TRAINING_EMU := $(BUILD)/tests/emu/test_ep_training_emu $(BUILD)/tests/emu/test_ep_training_emu_w3k8
+UNIT_TEST_BINS += $(EP_TRAINING_EMU)
+unit-tests: $(EP_TRAINING_EMU)
+$(BUILD)/tests/emu/test_ep_training_emu: EMU_SHAPE := -DEEP_EPK_FIXED_K=2 -DEEP_EPK_FIXED_W=2
+$(BUILD)/tests/emu/test_ep_training_emu_w3k8: EMU_SHAPE := -DEEP_EPK_FIXED_K=8 -DEEP_EPK_FIXED_W=3
+$(EP_TRAINING_EMU): tests/emu/test_ep_training_emu.cc tests/emu/ep_kernel_shim.h \
+                    $(wildcard kernels/ep/*.cuh kernels/ep/*.h kernels/common/*.cuh) \
+                    $(EP_REFERENCE_OBJ) $(LIBEEP_A)
 	@mkdir -p $(dir $@)
 	$(CXX) -std=c++20 $(CPPFLAGS) $(WARN) -Wno-unknown-pragmas -O1 -g -ffp-contract=off -pthread \
 	    $(EMU_SHAPE) $(SAN) -o $@ $< $(EP_REFERENCE_OBJ) $(LIBEEP_A) $(LDFLAGS) $(NCCL_LDFLAGS) -ldl

@@ -7,6 +7,9 @@
  * alternate two parities of every slot and region (docs/dispatch.md, section 3).  Kernels come
  * from the JIT (kernels/ep/dispatch.cuh, combine.cuh) and are kept in a small per-runtime table so
  * that a warm call never hashes a source file.  The layout numbers come from ep_layout.c.
+ * Several shapes share one runtime through one layout for the largest of them (its envelope:
+ * eep_ep_reserve, or the first call's shape); the training forms of combine (unweighted, top-k
+ * weight gradients) are eep_combine_ex.
  */
 #include "eep/ep.h"
 
@@ -27,6 +30,11 @@
 #include "elastic/runtime/runtime.h"
 #include "kernels/ep/ep_params.h"
 
+/* The runtime rounds windows up to this (elastic/runtime/runtime.c). */
+#define EEP_EP_WINDOW_GRANULARITY (2u << 20)
+/* The first version of eep_combine_args_t ends with topk_grad. */
+#define EEP_COMBINE_ARGS_V1_SIZE  (offsetof(eep_combine_args_t, topk_grad) + sizeof(float *))
+
 #define EEP_EP_KERNEL_SLOTS       64
 #define EEP_EP_KERNEL_KEY         64
 #define EEP_EP_SMEM_BUDGET        (160 * 1024) /* dynamic shared memory of the order masks */
@@ -46,8 +54,8 @@ struct eep_ep_state {
     uint64_t             trace[2]; /* EEP_EP_TRACE: device stamps of dispatch, combine */
     uint64_t             chunk;    /* device scratch: senders' chunk counts, then flags */
     eep_ep_kernel_slot_t kernels[EEP_EP_KERNEL_SLOTS];
-    int                  have_shape; /* the window's dispatch/combine area is laid out ... */
-    eep_ep_shape_t       shape;      /* ... for this shape (its first call) */
+    int                  have_env; /* the window's dispatch/combine area is laid out ... */
+    eep_ep_envelope_t    env;      /* ... for these shapes (eep_ep_reserve, or the first call) */
 };
 
 /* The runtime as the argument checks see it: its membership epoch is that of the view its
@@ -197,7 +205,10 @@ static eep_status_t eep_ep_kernel(eep_runtime_t *rt, struct eep_ep_state *st, in
     int                   i;
 
     /* the table's key: every input of eep_ep_kernel_spec (combine has no template arguments) */
-    snprintf(key, sizeof(key), "%s<%d, %d, %d> k%d w%d h%d %s", combine ? "c" : "d",
+    snprintf(key, sizeof(key), "%s<%d, %d, %d> k%d w%d h%d %s",
+             combine == EEP_EP_KERNEL_TOPK_GRAD ? "g"
+             : combine                          ? "c"
+                                                : "d",
              combine ? 0 : idx_bits, combine ? 0 : mode, combine ? 0 : phase, shape->num_topk,
              shape->world, shape->hidden, shape->dtype == EEP_DTYPE_FP8_E4M3 ? "fp8" : "bf16");
     for (i = 0; i < EEP_EP_KERNEL_SLOTS && st->kernels[i].kernel != NULL; i++) {
@@ -224,14 +235,38 @@ static eep_status_t eep_ep_kernel(eep_runtime_t *rt, struct eep_ep_state *st, in
     return EEP_OK;
 }
 
-/* Everything common to dispatch and combine: state, direct mode, window, base parameters. */
-static eep_status_t eep_ep_prepare(eep_runtime_t *rt, const eep_ep_shape_t *shape,
+static const char *eep_ep_dtype_name(eep_dtype_t dtype)
+{
+    return dtype == EEP_DTYPE_FP8_E4M3 ? "fp8" : "bf16";
+}
+
+/* The window holds the area laid out for @p env (else the error says how large it must be). */
+static eep_status_t eep_ep_window_check(const eep_runtime_t *rt, const eep_ep_envelope_t *env)
+{
+    eep_ep_buffer_sizes_t z;
+    size_t                ep_off = rt->layout.data_off;
+
+    eep_ep_envelope_sizes(env, &z);
+    if (ep_off + z.total_bytes > rt->window_bytes) {
+        eep_error(EEP_SUBSYS_KERNEL,
+                  "dispatch/combine: this shape needs %zu bytes of window "
+                  "after the %zu-byte workspace, the window has %zu: create the runtime with "
+                  "window_bytes >= %zu (or raise EEP_WINDOW_SIZE; eep_ep_window_size computes it)",
+                  z.total_bytes, ep_off, rt->window_bytes, ep_off + z.total_bytes);
+        return EEP_ERR_NO_RESOURCE;
+    }
+    return EEP_OK;
+}
+
+/* Everything common to dispatch and combine: state, direct mode, window, base parameters.
+   @p combine_only: the call is a combine (only its rows must fit the layout). */
+static eep_status_t eep_ep_prepare(eep_runtime_t *rt, const eep_ep_shape_t *shape, int combine_only,
                                    const eep_cuda_sym_t **cu_p, struct eep_ep_state **st_p,
                                    eep_epk_params_t *p)
 {
-    eep_ep_buffer_sizes_t z;
-    eep_status_t          status;
-    size_t                ep_off = rt->layout.data_off;
+    eep_status_t status;
+    size_t       ep_off = rt->layout.data_off;
+    const char  *misfit;
 
     if (__atomic_load_n(&rt->fault_host->abort_flag, __ATOMIC_ACQUIRE) != EEP_ABORT_NONE) {
         return eep_poll(rt);
@@ -247,40 +282,41 @@ static eep_status_t eep_ep_prepare(eep_runtime_t *rt, const eep_ep_shape_t *shap
                   EEP_EPK_MAX_WORLD, rt->nranks, rt->lsa_size);
         return EEP_ERR_UNSUPPORTED;
     }
-    if ((status = eep_ep_buffer_sizes(shape, &z)) != EEP_OK) {
-        return status;
+    /* One layout per runtime, for the largest of its shapes (the envelope): after a change, a
+       wait could find an older layout's bytes where it expects a tag, flag or count word (and
+       accept them); nothing resets the area.  Within one layout every shape finds each tag,
+       line flag, count word and call counter where the others put theirs, and the sequences
+       they hold only grow.  A membership change (world size) is a layout change too: whatever
+       shrinks or grows a runtime in place must zero this area on every rank (then a barrier)
+       and clear have_env. */
+    if (!(*st_p)->have_env) {
+        eep_ep_envelope_t env;
+
+        eep_ep_envelope_of(shape, &env);
+        if ((status = eep_ep_window_check(rt, &env)) != EEP_OK) {
+            return status;
+        }
+        (*st_p)->env      = env;
+        (*st_p)->have_env = 1;
     }
-    /* One layout per runtime: after a change, a wait could find an older layout's bytes where
-       it expects a tag, flag or count word (and accept them); nothing resets the area.  A
-       membership change (world size) is a layout change too: whatever shrinks or grows a
-       runtime in place must zero this area on every rank (then a barrier) and clear
-       have_shape. */
-    if ((*st_p)->have_shape && !eep_ep_layout_equal(&(*st_p)->shape, shape)) {
-        const eep_ep_shape_t *o = &(*st_p)->shape;
+    misfit = eep_ep_envelope_misfit(&(*st_p)->env, shape, combine_only);
+    if (misfit != NULL) {
+        const eep_ep_envelope_t *o = &(*st_p)->env;
 
         eep_error(EEP_SUBSYS_KERNEL,
-                  "dispatch/combine: this runtime's buffers are laid out for "
-                  "max_tokens_per_rank %d, hidden %d, top-k %d, %d experts, %s; this call's "
-                  "shape (%d, %d, %d, %d, %s) needs another layout: use one shape per runtime "
-                  "(or another runtime for this one)",
-                  o->max_tokens, o->hidden, o->num_topk, o->num_experts,
-                  o->dtype == EEP_DTYPE_FP8_E4M3 ? "fp8" : "bf16", shape->max_tokens, shape->hidden,
-                  shape->num_topk, shape->num_experts,
-                  shape->dtype == EEP_DTYPE_FP8_E4M3 ? "fp8" : "bf16");
+                  "dispatch/combine: this runtime's buffers are laid out for max_tokens_per_rank "
+                  "%d, up to %zu record bytes, %zu scale bytes, top-k %d, %d experts a rank, "
+                  "%zu combine row bytes; this call's shape (max_tokens_per_rank %d, hidden %d, "
+                  "top-k %d, %d experts, %s) does not fit (%s): reserve every shape the runtime "
+                  "serves with eep_ep_reserve before its first call (or use another runtime)",
+                  o->max_tokens, o->hidden_bytes, o->scale_bytes, o->num_topk, o->num_local,
+                  o->crow_data, shape->max_tokens, shape->hidden, shape->num_topk,
+                  shape->num_experts, eep_ep_dtype_name(shape->dtype), misfit);
         return EEP_ERR_UNSUPPORTED;
     }
-    (*st_p)->shape      = *shape;
-    (*st_p)->have_shape = 1;
-    if (ep_off + z.total_bytes > rt->window_bytes) {
-        eep_error(EEP_SUBSYS_KERNEL,
-                  "dispatch/combine: this shape needs %zu bytes of window "
-                  "after the %zu-byte workspace, the window has %zu: create the runtime with "
-                  "window_bytes >= %zu (or raise EEP_WINDOW_SIZE)",
-                  z.total_bytes, ep_off, rt->window_bytes, ep_off + z.total_bytes);
-        return EEP_ERR_NO_RESOURCE;
-    }
     /* shape->world is rt->nranks: the argument checks took it from this runtime */
-    if ((status = eep_ep_params_layout(shape, rt->rank, ep_off, rt->buf, p)) != EEP_OK) {
+    if ((status = eep_ep_params_layout_env(shape, &(*st_p)->env, rt->rank, ep_off, rt->buf, p)) !=
+        EEP_OK) {
         return status;
     }
     p->window      = rt->window;
@@ -436,7 +472,7 @@ eep_status_t eep_dispatch(eep_runtime_t *rt, const eep_dispatch_args_t *args,
     if (status != EEP_OK) {
         return status;
     }
-    if ((status = eep_ep_prepare(rt, &shape, &cu, &st, &p)) != EEP_OK) {
+    if ((status = eep_ep_prepare(rt, &shape, 0, &cu, &st, &p)) != EEP_OK) {
         return status;
     }
     El = p.num_local;
@@ -557,38 +593,272 @@ fail:
     return status;
 }
 
-eep_status_t eep_combine(eep_runtime_t *rt, const void *y, const eep_ep_handle_t *handle, void *out,
-                         void *stream)
+/* Check what eep_combine_ex adds to eep_combine's checks; @p shape_p: the combine's shape. */
+static eep_status_t eep_ep_combine_ex_check(const eep_combine_args_t *a, const eep_ep_handle_t *h,
+                                            eep_ep_shape_t *shape_p)
+{
+    static const char call[] = "combine";
+
+    if (a->size < EEP_COMBINE_ARGS_V1_SIZE || a->size > sizeof(*a)) {
+        eep_error(EEP_SUBSYS_KERNEL,
+                  "combine: invalid argument args->size: %zu, expected "
+                  "sizeof(eep_combine_args_t) = %zu",
+                  a->size, sizeof(*a));
+        return EEP_ERR_INVALID_ARG;
+    }
+    if (a->weighted != 0 && a->weighted != 1) {
+        eep_error(EEP_SUBSYS_KERNEL, "%s: invalid argument weighted: %d is not 0 or 1", call,
+                  a->weighted);
+        return EEP_ERR_INVALID_ARG;
+    }
+    if ((a->y_grad == NULL) != (a->topk_grad == NULL)) {
+        eep_error(EEP_SUBSYS_KERNEL,
+                  "%s: invalid argument %s: the top-k weight gradients need both y_grad and "
+                  "topk_grad",
+                  call, a->y_grad == NULL ? "y_grad" : "topk_grad");
+        return EEP_ERR_INVALID_ARG;
+    }
+    if (a->out == NULL && a->topk_grad == NULL && h->num_tokens > 0) {
+        eep_error(EEP_SUBSYS_KERNEL, "%s: invalid argument out: NULL, and no topk_grad either",
+                  call);
+        return EEP_ERR_INVALID_ARG;
+    }
+    *shape_p = h->shape;
+    if (a->hidden != 0) {
+        if (a->hidden < 0 || a->hidden % 8 != 0) {
+            eep_error(EEP_SUBSYS_KERNEL,
+                      "%s: invalid argument hidden: %d is not a positive multiple of 8 (16 "
+                      "bytes of bf16)",
+                      call, a->hidden);
+            return EEP_ERR_INVALID_ARG;
+        }
+        shape_p->hidden = a->hidden;
+        shape_p->dtype  = EEP_DTYPE_BF16; /* combines move bf16 whatever the dispatch moved */
+    }
+    return EEP_OK;
+}
+
+/* A device tensor of eep_combine_ex: non-NULL and 16-byte aligned. */
+static eep_status_t eep_ep_combine_ptr(const char *arg, const void *ptr)
+{
+    if (ptr == NULL || (uintptr_t)ptr % EEP_EP_PTR_ALIGN != 0) {
+        eep_error(EEP_SUBSYS_KERNEL, "combine: invalid argument %s: %s", arg,
+                  ptr == NULL ? "NULL pointer" : "pointer is not 16-byte aligned");
+        return EEP_ERR_INVALID_ARG;
+    }
+    return EEP_OK;
+}
+
+/* One combine launch: @p kind EEP_EP_KERNEL_COMBINE or EEP_EP_KERNEL_TOPK_GRAD. */
+static eep_status_t eep_ep_combine_launch(eep_runtime_t *rt, const eep_combine_args_t *a,
+                                          const eep_ep_handle_t *handle,
+                                          const eep_ep_shape_t *shape, int kind, void *stream)
 {
     const eep_cuda_sym_t *cu = NULL;
     struct eep_ep_state  *st = NULL;
-    eep_ep_world_t        world;
     eep_epk_params_t      p;
     eep_jit_kernel_t     *kernel;
     eep_status_t          status;
+
+    if ((status = eep_ep_prepare(rt, shape, 1, &cu, &st, &p)) != EEP_OK) {
+        return status;
+    }
+    p.num_tokens    = handle->num_tokens;
+    p.trace         = st->trace[1];
+    p.y             = (uintptr_t)a->y;
+    p.out           = (uintptr_t)a->out;
+    p.y_grad        = (uintptr_t)a->y_grad;
+    p.topk_grad     = (uintptr_t)a->topk_grad;
+    p.combine_flags = a->weighted ? 0 : EEP_EPK_COMBINE_UNWEIGHTED;
+    eep_ep_params_handle(&p, handle);
+    if ((status = eep_ep_kernel(rt, st, kind, 0, 0, 0, shape, &kernel)) != EEP_OK) {
+        return status;
+    }
+    return eep_jit_launch_ex(kernel, (unsigned)handle->combine_sms,
+                             EEP_EPK_THREADS, 0, stream, &p, sizeof(p), st->launch_flags);
+}
+
+eep_status_t eep_combine_ex(eep_runtime_t *rt, const eep_combine_args_t *args,
+                            const eep_ep_handle_t *handle, void *stream)
+{
+    eep_ep_world_t world;
+    eep_ep_shape_t shape;
+    eep_status_t   status;
 
     if (rt == NULL) {
         eep_error(EEP_SUBSYS_KERNEL, "combine: invalid argument rt: NULL runtime");
         return EEP_ERR_INVALID_ARG;
     }
+    if (args == NULL) {
+        eep_error(EEP_SUBSYS_KERNEL, "combine: invalid argument args: NULL pointer");
+        return EEP_ERR_INVALID_ARG;
+    }
     eep_ep_world_of(rt, &world);
-    status = eep_ep_combine_args_check(y, handle, out, &world);
+    /* the handle and y first (as eep_combine), then out where one is asked for */
+    status = eep_ep_combine_args_check(args->y, handle, args->out != NULL ? args->out : args->y,
+                                       &world);
     if (status != EEP_OK) {
         return status;
     }
-    if ((status = eep_ep_prepare(rt, &handle->shape, &cu, &st, &p)) != EEP_OK) {
+    if ((status = eep_ep_combine_ex_check(args, handle, &shape)) != EEP_OK) {
         return status;
     }
-    p.num_tokens = handle->num_tokens;
-    p.trace      = st->trace[1];
-    p.y          = (uintptr_t)y;
-    p.out        = (uintptr_t)out;
-    eep_ep_params_handle(&p, handle);
-    if ((status = eep_ep_kernel(rt, st, 1, 0, 0, 0, &handle->shape, &kernel)) != EEP_OK) {
+    if (args->topk_grad != NULL &&
+        ((handle->num_recv_rows > 0 &&
+          (status = eep_ep_combine_ptr("y_grad", args->y_grad)) != EEP_OK) ||
+         (handle->num_tokens > 0 &&
+          (status = eep_ep_combine_ptr("topk_grad", args->topk_grad)) != EEP_OK))) {
         return status;
     }
-    return eep_jit_launch_ex(kernel, (unsigned)handle->combine_sms, EEP_EPK_THREADS, 0, stream, &p,
-                             sizeof(p), st->launch_flags);
+    /* out, unless only the gradients were asked for (out may be NULL without tokens) */
+    if (args->out != NULL || args->topk_grad == NULL) {
+        status = eep_ep_combine_launch(rt, args, handle, &shape, EEP_EP_KERNEL_COMBINE, stream);
+        if (status != EEP_OK) {
+            return status;
+        }
+    }
+    if (args->topk_grad != NULL) {
+        status = eep_ep_combine_launch(rt, args, handle, &shape, EEP_EP_KERNEL_TOPK_GRAD, stream);
+    }
+    return status;
+}
+
+eep_status_t eep_combine(eep_runtime_t *rt, const void *y, const eep_ep_handle_t *handle, void *out,
+                         void *stream)
+{
+    eep_combine_args_t a;
+
+    memset(&a, 0, sizeof(a));
+    a.size     = sizeof(a);
+    a.y        = y;
+    a.out      = out;
+    a.weighted = 1;
+    return eep_combine_ex(rt, &a, handle, stream);
+}
+
+/* The shapes of @p d as the layout sees them (alignment 1: it sizes no buffer of the area). */
+static eep_status_t eep_ep_envelope_build(int world, const eep_ep_shape_desc_t *d, int n,
+                                          const char *call, eep_ep_envelope_t *env_p)
+{
+    eep_ep_envelope_t env;
+    const char       *why = NULL;
+    int               i;
+
+    if (d == NULL || n < 1) {
+        eep_error(EEP_SUBSYS_KERNEL, "%s: invalid argument shapes: %s", call,
+                  d == NULL ? "NULL pointer" : "num_shapes must be >= 1");
+        return EEP_ERR_INVALID_ARG;
+    }
+    for (i = 0; i < n; i++) {
+        eep_ep_shape_t s = { .world       = world,
+                             .max_tokens  = d[i].max_tokens_per_rank,
+                             .hidden      = d[i].hidden,
+                             .num_topk    = d[i].num_topk,
+                             .num_experts = d[i].num_experts,
+                             .alignment   = 1,
+                             .dtype       = d[i].dtype };
+
+        if (eep_ep_shape_check(&s, &why) != EEP_OK) {
+            break;
+        }
+        if (i == 0) {
+            eep_ep_envelope_of(&s, &env);
+        } else if (eep_ep_envelope_add(&env, &s, &why) != EEP_OK) {
+            break;
+        }
+    }
+    if (i < n) {
+        eep_error(EEP_SUBSYS_KERNEL,
+                  "%s: invalid argument shapes[%d].%s: out of range (eep/ep.h limits), or "
+                  "unlike shapes[0]'s (shapes that share a runtime share world and "
+                  "max_tokens_per_rank)",
+                  call, i, why);
+        return EEP_ERR_INVALID_ARG;
+    }
+    *env_p = env;
+    return EEP_OK;
+}
+
+eep_status_t eep_ep_window_size(int world, const eep_ep_shape_desc_t *shapes, int num_shapes,
+                                size_t *bytes_p)
+{
+    eep_workspace_layout_t ws;
+    eep_ep_buffer_sizes_t  z;
+    eep_ep_envelope_t      env;
+    eep_status_t           status;
+    size_t                 bytes;
+
+    if (bytes_p == NULL) {
+        eep_error(EEP_SUBSYS_KERNEL, "window size: invalid argument bytes_p: NULL pointer");
+        return EEP_ERR_INVALID_ARG;
+    }
+    if (world < 1 || world > EEP_EPK_MAX_WORLD) {
+        eep_error(EEP_SUBSYS_KERNEL, "window size: invalid argument world: %d is outside [1, %d]",
+                  world, EEP_EPK_MAX_WORLD);
+        return EEP_ERR_INVALID_ARG;
+    }
+    status = eep_ep_envelope_build(world, shapes, num_shapes, "window size", &env);
+    if (status != EEP_OK) {
+        return status;
+    }
+    /* the workspace's size does not depend on the window's (only checked against it) */
+    if ((status = eep_workspace_layout(world, 1, (size_t)-1, &ws)) != EEP_OK) {
+        return status;
+    }
+    eep_ep_envelope_sizes(&env, &z);
+    bytes    = ws.data_off + z.total_bytes;
+    *bytes_p = (bytes + EEP_EP_WINDOW_GRANULARITY - 1) / EEP_EP_WINDOW_GRANULARITY *
+               EEP_EP_WINDOW_GRANULARITY;
+    return EEP_OK;
+}
+
+eep_status_t eep_ep_reserve(eep_runtime_t *rt, const eep_ep_shape_desc_t *shapes, int num_shapes)
+{
+    const eep_cuda_sym_t *cu = NULL;
+    struct eep_ep_state  *st = NULL;
+    eep_ep_envelope_t     env;
+    eep_status_t          status;
+
+    if (rt == NULL) {
+        eep_error(EEP_SUBSYS_KERNEL, "reserve: invalid argument rt: NULL runtime");
+        return EEP_ERR_INVALID_ARG;
+    }
+    status = eep_ep_envelope_build(rt->nranks, shapes, num_shapes, "reserve", &env);
+    if (status != EEP_OK) {
+        return status;
+    }
+    if ((status = eep_cuda_sym_driver(&cu)) != EEP_OK ||
+        (status = eep_ep_state_get(rt, cu, &st)) != EEP_OK) {
+        return status;
+    }
+    if (st->have_env) {
+        int i, fit = 1;
+
+        for (i = 0; i < num_shapes && fit; i++) {
+            eep_ep_shape_t s = { .world       = rt->nranks,
+                                 .max_tokens  = shapes[i].max_tokens_per_rank,
+                                 .hidden      = shapes[i].hidden,
+                                 .num_topk    = shapes[i].num_topk,
+                                 .num_experts = shapes[i].num_experts,
+                                 .alignment   = 1,
+                                 .dtype       = shapes[i].dtype };
+
+            fit = eep_ep_envelope_misfit(&st->env, &s, 0) == NULL;
+        }
+        if (fit) {
+            return EEP_OK;
+        }
+        eep_error(EEP_SUBSYS_KERNEL,
+                  "reserve: the runtime's buffers are already laid out for smaller shapes (by an "
+                  "earlier reserve or call): reserve every shape before the first dispatch");
+        return EEP_ERR_BUSY;
+    }
+    if ((status = eep_ep_window_check(rt, &env)) != EEP_OK) {
+        return status;
+    }
+    st->env      = env;
+    st->have_env = 1;
+    return EEP_OK;
 }
 
 eep_status_t eep_ep_trace_copy(eep_runtime_t *rt, int combine, uint64_t *stamps, size_t n)

@@ -22,7 +22,9 @@ void eep_ep_kernel_spec(int combine, int idx_bits, int mode, int phase, const ee
     memset(spec_p, 0, sizeof(*spec_p));
     spec_p->size          = sizeof(*spec_p);
     spec_p->header        = combine ? "kernels/ep/combine.cuh" : "kernels/ep/dispatch.cuh";
-    spec_p->function      = combine ? "eep_ep_combine_body" : "eep_ep_dispatch_body";
+    spec_p->function      = combine == EEP_EP_KERNEL_TOPK_GRAD ? "eep_ep_combine_topk_grad_body"
+                            : combine                          ? "eep_ep_combine_body"
+                                                               : "eep_ep_dispatch_body";
     spec_p->template_args = combine ? NULL : names->targs;
     spec_p->defines       = names->defines;
     spec_p->param_type    = "eep_epk_params_t";

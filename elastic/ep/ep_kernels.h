@@ -18,9 +18,14 @@ typedef struct {
     char defines[160];
 } eep_ep_kernel_names_t;
 
+/* The kernel families (the @p combine argument below). */
+#define EEP_EP_KERNEL_DISPATCH  0 /* eep_ep_dispatch_body<idx_bits, mode, phase> */
+#define EEP_EP_KERNEL_COMBINE   1 /* eep_ep_combine_body */
+#define EEP_EP_KERNEL_TOPK_GRAD 2 /* eep_ep_combine_topk_grad_body (issue 26) */
+
 /**
  * The JIT spec of the dispatch kernel (@p combine 0: eep_ep_dispatch_body<idx_bits, mode, phase>)
- * or of the combine kernel for @p shape: its top-k, ranks, hidden size and element size compiled
+ * or of a combine kernel (1: the combine, 2: its top-k weight gradients) for @p shape: its top-k, ranks, hidden size and element size compiled
  * in as spec defines (EEP_EPK_FIXED_*).  The one source of both the kernels a call launches and
  * those prefetched for one rank fewer, so that their cache keys agree.  @p spec_p points into
  * @p names.

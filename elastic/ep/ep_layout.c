@@ -107,17 +107,17 @@ eep_status_t eep_ep_shape_check(const eep_ep_shape_t *s, const char **why_p)
     return EEP_OK;
 }
 
-void eep_ep_wire_layout(const eep_ep_shape_t *s, eep_ep_wire_t *wire_p)
+/* A record of @p hidden_bytes data bytes, @p scale_bytes of scales and K metadata lanes. */
+static void eep_ep_wire_of(size_t hidden_bytes, size_t scale_bytes, int num_topk,
+                           eep_ep_wire_t *wire_p)
 {
     eep_ep_wire_t w;
 
-    w.hidden_bytes = (size_t)s->hidden * eep_ep_elem_bytes(s->dtype);
-    w.scale_bytes  = s->dtype == EEP_DTYPE_FP8_E4M3
-                         ? (size_t)(s->hidden / EEP_EP_FP8_BLOCK) * sizeof(float)
-                         : 0;
+    w.hidden_bytes = hidden_bytes;
+    w.scale_bytes  = scale_bytes;
     /* K ids, K weights, the source token, K positions (the token's rank among this source's
        tokens for each of its experts: the receiver places rows without a scan) */
-    w.meta_bytes = (size_t)s->num_topk * (2 * sizeof(int32_t) + sizeof(float)) + sizeof(int32_t);
+    w.meta_bytes = (size_t)num_topk * (2 * sizeof(int32_t) + sizeof(float)) + sizeof(int32_t);
     w.scale_off  = (size_t)eep_ep_align_up((int64_t)w.hidden_bytes, EEP_EP_WIRE_ALIGN);
     w.meta_off   = w.scale_off + (size_t)eep_ep_align_up((int64_t)w.scale_bytes, EEP_EP_WIRE_ALIGN);
     /* then the tag (u64): the receiver copies a record once its tag holds the call's sequence,
@@ -128,13 +128,104 @@ void eep_ep_wire_layout(const eep_ep_shape_t *s, eep_ep_wire_t *wire_p)
     *wire_p       = w;
 }
 
-void eep_ep_record_layout(const eep_ep_shape_t *s, eep_ep_wire_t *wire_p)
+void eep_ep_wire_layout(const eep_ep_shape_t *s, eep_ep_wire_t *wire_p)
+{
+    eep_ep_wire_of(
+        (size_t)s->hidden * eep_ep_elem_bytes(s->dtype),
+        s->dtype == EEP_DTYPE_FP8_E4M3 ? (size_t)(s->hidden / EEP_EP_FP8_BLOCK) * sizeof(float) : 0,
+        s->num_topk, wire_p);
+}
+
+/* A combine row's data bytes: the bf16 channels, or the 16-byte vectors of K fp32 top-k
+   gradients (eep_ep_combine_topk_grad_body), whichever is larger. */
+static size_t eep_ep_crow_data(const eep_ep_shape_t *s)
+{
+    size_t data = (size_t)s->hidden * 2, tg = (size_t)(s->num_topk + 3) / 4 * 16;
+
+    return data > tg ? data : tg;
+}
+
+void eep_ep_envelope_of(const eep_ep_shape_t *s, eep_ep_envelope_t *env_p)
+{
+    eep_ep_wire_t w;
+
+    eep_ep_wire_layout(s, &w);
+    env_p->world        = s->world;
+    env_p->max_tokens   = s->max_tokens;
+    env_p->num_topk     = s->num_topk;
+    env_p->num_local    = eep_ep_local_experts(s);
+    env_p->hidden_bytes = w.hidden_bytes;
+    env_p->scale_bytes  = w.scale_bytes;
+    env_p->crow_data    = eep_ep_crow_data(s);
+}
+
+#define EEP_EP_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+eep_status_t eep_ep_envelope_add(eep_ep_envelope_t *env, const eep_ep_shape_t *s,
+                                 const char **why_p)
+{
+    eep_ep_envelope_t one;
+    const char       *why = NULL;
+
+    if (eep_ep_shape_check(s, &why) != EEP_OK) {
+        /* why is set */
+    } else if (s->world != env->world) {
+        why = "world";
+    } else if (s->max_tokens != env->max_tokens) {
+        why = "max_tokens_per_rank";
+    }
+    if (why != NULL) {
+        if (why_p != NULL) {
+            *why_p = why;
+        }
+        return EEP_ERR_INVALID_ARG;
+    }
+    eep_ep_envelope_of(s, &one);
+    env->num_topk     = EEP_EP_MAX(env->num_topk, one.num_topk);
+    env->num_local    = EEP_EP_MAX(env->num_local, one.num_local);
+    env->hidden_bytes = EEP_EP_MAX(env->hidden_bytes, one.hidden_bytes);
+    env->scale_bytes  = EEP_EP_MAX(env->scale_bytes, one.scale_bytes);
+    env->crow_data    = EEP_EP_MAX(env->crow_data, one.crow_data);
+    return EEP_OK;
+}
+
+const char *eep_ep_envelope_misfit(const eep_ep_envelope_t *env, const eep_ep_shape_t *s,
+                                   int combine_only)
+{
+    eep_ep_envelope_t one;
+
+    if (s->world != env->world) {
+        return "world";
+    }
+    if (s->max_tokens != env->max_tokens) {
+        return "max_tokens_per_rank";
+    }
+    eep_ep_envelope_of(s, &one);
+    if (one.num_topk > env->num_topk) {
+        return "num_topk";
+    }
+    if (one.num_local > env->num_local) {
+        return "num_experts";
+    }
+    if (one.crow_data > env->crow_data) {
+        return "hidden (combine row)";
+    }
+    if (!combine_only && one.hidden_bytes > env->hidden_bytes) {
+        return "hidden (record bytes)";
+    }
+    if (!combine_only && one.scale_bytes > env->scale_bytes) {
+        return "dtype (fp8 scales)";
+    }
+    return NULL;
+}
+
+void eep_ep_envelope_record(const eep_ep_envelope_t *env, eep_ep_wire_t *wire_p)
 {
     eep_ep_wire_t w;
     size_t        lines, shift;
 
-    eep_ep_wire_layout(s, &w);
-    if (eep_ep_lines(s) & EEP_EPK_LINES_DISPATCH) {
+    eep_ep_wire_of(env->hidden_bytes, env->scale_bytes, env->num_topk, &w);
+    if (env->max_tokens <= EEP_EP_DISPATCH_LINES_MAX_TOKENS) {
         /* the hidden bytes as flagged lines of 7 x 16 bytes (kernels/ep/ll_line.cuh), the record
            a whole number of lines so that every record starts on one */
         lines = (w.hidden_bytes + EEP_EP_COMBINE_LINE_DATA - 1) / EEP_EP_COMBINE_LINE_DATA;
@@ -146,6 +237,14 @@ void eep_ep_record_layout(const eep_ep_shape_t *s, eep_ep_wire_t *wire_p)
                                                 EEP_EP_COMBINE_LINE_BYTES);
     }
     *wire_p = w;
+}
+
+void eep_ep_record_layout(const eep_ep_shape_t *s, eep_ep_wire_t *wire_p)
+{
+    eep_ep_envelope_t env;
+
+    eep_ep_envelope_of(s, &env);
+    eep_ep_envelope_record(&env, wire_p);
 }
 
 static int64_t eep_ep_rows_max_raw(int64_t world, int64_t max_tokens, int64_t num_topk,
@@ -183,32 +282,26 @@ int64_t eep_ep_recv_rows_max(int world, int max_tokens_per_rank, int num_topk, i
     return eep_ep_rows_max(&s);
 }
 
-eep_status_t eep_ep_buffer_sizes(const eep_ep_shape_t *s, eep_ep_buffer_sizes_t *sizes_p)
+void eep_ep_envelope_sizes(const eep_ep_envelope_t *env, eep_ep_buffer_sizes_t *sizes_p)
 {
     eep_ep_buffer_sizes_t z;
     eep_ep_wire_t         wire;
-    eep_status_t          status;
     size_t                regions, off;
-    int64_t               count_words; /* a count slot: 3 header words, a word per local expert */
+    int64_t count_words = 3 + env->num_local; /* a count slot: 3 header words, one per expert */
 
-    status = eep_ep_shape_check(s, NULL);
-    if (status != EEP_OK) {
-        return status;
-    }
-    eep_ep_record_layout(s, &wire);
-    count_words           = 3 + eep_ep_local_experts(s);
+    eep_ep_envelope_record(env, &wire);
     z.count_slot_bytes    = (size_t)eep_ep_align_up(count_words * (int64_t)sizeof(uint64_t),
                                                     EEP_EP_COUNT_SLOT_ALIGN);
-    z.counts_bytes        = (size_t)s->world * EEP_EP_PARITIES * z.count_slot_bytes;
-    z.allocator_bytes     = (size_t)eep_ep_align_up((int64_t)s->world * 4, EEP_EP_REGION_ALIGN);
-    z.dispatch_recv_bytes = (size_t)EEP_EP_PARITIES * (size_t)s->world * (size_t)s->max_tokens *
+    z.counts_bytes        = (size_t)env->world * EEP_EP_PARITIES * z.count_slot_bytes;
+    z.allocator_bytes     = (size_t)eep_ep_align_up((int64_t)env->world * 4, EEP_EP_REGION_ALIGN);
+    z.dispatch_recv_bytes = (size_t)EEP_EP_PARITIES * (size_t)env->world * (size_t)env->max_tokens *
                             wire.token_bytes;
-    regions              = (size_t)(s->world < s->num_topk ? s->world : s->num_topk);
-    z.combine_row_bytes  = (eep_ep_lines(s) & EEP_EPK_LINES_COMBINE)
-                               ? ((size_t)s->hidden * 2 + EEP_EP_COMBINE_LINE_DATA - 1) /
+    regions              = (size_t)(env->world < env->num_topk ? env->world : env->num_topk);
+    z.combine_row_bytes  = env->max_tokens <= EEP_EP_COMBINE_LINES_MAX_TOKENS
+                               ? (env->crow_data + EEP_EP_COMBINE_LINE_DATA - 1) /
                                     EEP_EP_COMBINE_LINE_DATA * EEP_EP_COMBINE_LINE_BYTES
-                               : (size_t)s->hidden * 2 + EEP_EP_COMBINE_TAG_BYTES;
-    z.combine_recv_bytes = (size_t)EEP_EP_PARITIES * regions * (size_t)s->max_tokens *
+                               : env->crow_data + EEP_EP_COMBINE_TAG_BYTES;
+    z.combine_recv_bytes = (size_t)EEP_EP_PARITIES * regions * (size_t)env->max_tokens *
                            z.combine_row_bytes;
 
     off          = 0;
@@ -222,6 +315,19 @@ eep_status_t eep_ep_buffer_sizes(const eep_ep_shape_t *s, eep_ep_buffer_sizes_t 
     off += (size_t)eep_ep_align_up((int64_t)z.combine_recv_bytes, EEP_EP_REGION_ALIGN);
     z.total_bytes = (size_t)eep_ep_align_up((int64_t)off, EEP_EP_WINDOW_ALIGN);
     *sizes_p      = z;
+}
+
+eep_status_t eep_ep_buffer_sizes(const eep_ep_shape_t *s, eep_ep_buffer_sizes_t *sizes_p)
+{
+    eep_ep_envelope_t env;
+    eep_status_t      status;
+
+    status = eep_ep_shape_check(s, NULL);
+    if (status != EEP_OK) {
+        return status;
+    }
+    eep_ep_envelope_of(s, &env);
+    eep_ep_envelope_sizes(&env, sizes_p);
     return EEP_OK;
 }
 
@@ -259,14 +365,33 @@ int64_t eep_ep_expert_offsets(const int32_t *counts, int num_local, int alignmen
 eep_status_t eep_ep_params_layout(const eep_ep_shape_t *shape, int rank, size_t ep_off,
                                   const void *my_window, eep_epk_params_t *p)
 {
-    eep_ep_buffer_sizes_t z;
-    eep_ep_wire_t         wire;
-    eep_status_t          status;
+    eep_ep_envelope_t env;
+    eep_status_t      status;
 
-    if ((status = eep_ep_buffer_sizes(shape, &z)) != EEP_OK) {
+    if ((status = eep_ep_shape_check(shape, NULL)) != EEP_OK) {
         return status;
     }
-    eep_ep_record_layout(shape, &wire);
+    eep_ep_envelope_of(shape, &env);
+    return eep_ep_params_layout_env(shape, &env, rank, ep_off, my_window, p);
+}
+
+eep_status_t eep_ep_params_layout_env(const eep_ep_shape_t *shape, const eep_ep_envelope_t *env,
+                                      int rank, size_t ep_off, const void *my_window,
+                                      eep_epk_params_t *p)
+{
+    eep_ep_buffer_sizes_t z;
+    eep_ep_wire_t         wire, own;
+    eep_status_t          status;
+
+    if ((status = eep_ep_shape_check(shape, NULL)) != EEP_OK) {
+        return status;
+    }
+    if (eep_ep_envelope_misfit(env, shape, 1) != NULL) {
+        return EEP_ERR_INVALID_ARG;
+    }
+    eep_ep_envelope_sizes(env, &z);
+    eep_ep_envelope_record(env, &wire);
+    eep_ep_wire_layout(shape, &own);
     memset(p, 0, sizeof(*p));
     p->rank         = rank;
     p->world        = shape->world;
@@ -277,20 +402,21 @@ eep_status_t eep_ep_params_layout(const eep_ep_shape_t *shape, int rank, size_t 
     p->num_local    = eep_ep_local_experts(shape);
     p->alignment    = shape->alignment;
     p->token_bytes  = (unsigned)wire.token_bytes;
-    p->hidden_bytes = (unsigned)wire.hidden_bytes;
+    p->hidden_bytes = (unsigned)own.hidden_bytes; /* this call's bytes, in the envelope's record */
     p->scale_off    = (unsigned)wire.scale_off;
-    p->scale_bytes  = (unsigned)wire.scale_bytes;
+    p->scale_bytes  = (unsigned)own.scale_bytes;
     p->meta_off     = (unsigned)wire.meta_off;
     p->tag_off      = (unsigned)wire.tag_off;
     p->ctl = (unsigned long long)(uintptr_t)((const char *)my_window + ep_off + z.allocator_off);
     p->counts_off    = ep_off + z.counts_off;
     p->slot_bytes    = z.count_slot_bytes;
     p->drecv_off     = ep_off + z.dispatch_recv_off;
-    p->drecv_region  = (unsigned long long)shape->max_tokens * wire.token_bytes;
+    p->drecv_region  = (unsigned long long)env->max_tokens * wire.token_bytes;
     p->crecv_off     = ep_off + z.combine_recv_off;
     p->crecv_row     = z.combine_row_bytes;
-    p->crecv_region  = (unsigned long long)shape->max_tokens * z.combine_row_bytes;
-    p->crecv_regions = shape->world < shape->num_topk ? shape->world : shape->num_topk;
+    p->crecv_region  = (unsigned long long)env->max_tokens * z.combine_row_bytes;
+    p->crecv_regions = env->world < env->num_topk ? env->world : env->num_topk;
+    p->crow_tag      = (unsigned)env->crow_data;
     p->lines         = eep_ep_lines(shape);
     return EEP_OK;
 }

@@ -124,6 +124,47 @@ int eep_ep_lines(const eep_ep_shape_t *shape);
     tag, flag and count word sits where the other expects one. */
 int eep_ep_layout_equal(const eep_ep_shape_t *a, const eep_ep_shape_t *b);
 
+/*
+ * What a runtime's dispatch/combine area is laid out for: the largest of every shape it serves
+ * (eep_ep_reserve; else the shape of its first call), so that calls of any of them find every
+ * tag, line flag, count word and call counter of the others where they expect one.  Shapes
+ * that share one must agree on world and max_tokens (which choose the line formats).
+ */
+typedef struct {
+    int    world, max_tokens;
+    int    num_topk;     /* largest K: record metadata, combine regions */
+    int    num_local;    /* largest El: count slots */
+    size_t hidden_bytes; /* largest hidden * element size: a record's data */
+    size_t scale_bytes;  /* largest fp8 scales */
+    size_t crow_data;    /* largest combine row data: hidden * 2, or 16 * ceil(K / 4) */
+} eep_ep_envelope_t;
+
+/** The envelope of one shape (the shape must be valid). */
+void eep_ep_envelope_of(const eep_ep_shape_t *shape, eep_ep_envelope_t *env_p);
+
+/**
+ * Grow @p env to hold @p shape too.
+ * @param [out] why_p  on failure, the field that differs ("world", "max_tokens_per_rank").
+ * @return EEP_OK, or EEP_ERR_INVALID_ARG (env unchanged) for a bad shape or one of another world
+ *         or max_tokens (not logged).
+ */
+eep_status_t eep_ep_envelope_add(eep_ep_envelope_t *env, const eep_ep_shape_t *shape,
+                                 const char **why_p);
+
+/**
+ * @param [in] combine_only  1: only what a combine of @p shape uses (its row), not the records.
+ * @return NULL when calls of @p shape can use the area laid out for @p env, else the name of
+ *         the first thing that does not fit.
+ */
+const char *eep_ep_envelope_misfit(const eep_ep_envelope_t *env, const eep_ep_shape_t *shape,
+                                   int combine_only);
+
+/** Buffer sizes of an envelope (eep_ep_buffer_sizes() is that of the shape's own envelope). */
+void eep_ep_envelope_sizes(const eep_ep_envelope_t *env, eep_ep_buffer_sizes_t *sizes_p);
+
+/** The record layout of an envelope (eep_ep_record_layout() of its largest shape). */
+void eep_ep_envelope_record(const eep_ep_envelope_t *env, eep_ep_wire_t *wire_p);
+
 /** Fill the wire layout of one dispatched token. */
 void eep_ep_wire_layout(const eep_ep_shape_t *shape, eep_ep_wire_t *wire_p);
 
@@ -147,6 +188,13 @@ eep_status_t eep_ep_buffer_sizes(const eep_ep_shape_t *shape, eep_ep_buffer_size
 struct eep_epk_params;
 eep_status_t eep_ep_params_layout(const eep_ep_shape_t *shape, int rank, size_t ep_off,
                                   const void *my_window, struct eep_epk_params *params_p);
+
+/** eep_ep_params_layout for a call of @p shape in an area laid out for @p env (which it must
+    fit, eep_ep_envelope_misfit): the shape's fields from @p shape, every offset, stride, record
+    and row format from @p env. */
+eep_status_t eep_ep_params_layout_env(const eep_ep_shape_t *shape, const eep_ep_envelope_t *env,
+                                      int rank, size_t ep_off, const void *my_window,
+                                      struct eep_epk_params *params_p);
 
 /**
  * Exclusive prefix sums of the padded expert counts.

@@ -225,6 +225,85 @@ eep_status_t eep_dispatch(eep_runtime_t *rt, const eep_dispatch_args_t *args,
 eep_status_t eep_combine(eep_runtime_t *rt, const void *y, const eep_ep_handle_t *handle, void *out,
                          void *stream);
 
+/* eep_combine_ex: the combine's training forms (issue 26). */
+typedef struct {
+    size_t size; /* sizeof(eep_combine_args_t): lets the struct grow */
+
+    const void *y;      /* [rows, hidden] bf16 in the handle's received layout (padding rows
+                           ignored); device, 16-byte aligned */
+    void       *out;    /* [num_tokens, hidden] bf16, or NULL: no data combine (topk_grad only) */
+    int         hidden; /* channels of y and out; 0: the handle's (its dispatch's) */
+    /*
+     * 1: out as eep_combine (each row weighed with its top-k weight).  0: the rows summed as they
+     * are (every weight 1; the rounding points of eep_combine): the backward of dispatch, which
+     * gives grad_x[t] = the sum of the gradients of t's rows.
+     */
+    int weighted;
+    /*
+     * Top-k weight gradients, or both NULL: y_grad is [rows, hidden] bf16, the incoming gradient
+     * of out in the received layout (a cached dispatch of it on the same handle); topk_grad,
+     * [num_tokens, num_topk] fp32, gets, on the rank that sent token t, for lane k with expert
+     * id >= 0, dot(y[row], y_grad[row]) of (t, k)'s row, and 0 for lanes of id -1: the gradient
+     * of out[t] = sum_k w[t][k] y[row(t, k)] with respect to w[t][k].  The dot is fp32: lane l of
+     * one warp sums channels 8v .. 8v + 7 of vectors v = l, l + 32, ... with fmaf from 0, then
+     * the 32 sums are added in a butterfly (xor 16, 8, 4, 2, 1): bitwise reproducible.
+     */
+    const void *y_grad;
+    float      *topk_grad;
+} eep_combine_args_t;
+
+/**
+ * eep_combine with the training forms: an unweighted combine (@p args->weighted 0), the top-k
+ * weight gradients (args->topk_grad), or both.  Each of out and topk_grad is one kernel launch
+ * (out first) with its own handshake: every rank of the runtime must ask for the same ones.
+ *
+ * @param [in] rt      the runtime that made @p handle.
+ * @param [in] args    (args->size set).
+ * @param [in] handle  from eep_dispatch on this runtime and this membership epoch.
+ * @param [in] stream  CUstream, NULL: default.
+ * @return EEP_OK once enqueued; EEP_ERR_INVALID_ARG naming the argument (NULL or misaligned
+ *         pointers, y_grad without topk_grad or the reverse, neither out nor topk_grad, hidden
+ *         not a positive multiple of 8, a shape the runtime's buffers were not reserved for
+ *         (eep_ep_reserve)); EEP_ERR_STALE_EPOCH.
+ */
+eep_status_t eep_combine_ex(eep_runtime_t *rt, const eep_combine_args_t *args,
+                            const eep_ep_handle_t *handle, void *stream);
+
+/*
+ * One shape a runtime serves: what sizes its buffers.  Several shapes share a runtime (fp8
+ * forward dispatch and bf16 cached dispatch in backward, two hidden sizes for two layer kinds)
+ * when they have the same max_tokens_per_rank; the window then holds the largest of each part.
+ */
+typedef struct {
+    int         max_tokens_per_rank;
+    int         hidden;
+    int         num_topk;
+    int         num_experts;
+    eep_dtype_t dtype; /* of the dispatches (combines are bf16) */
+} eep_ep_shape_desc_t;
+
+/**
+ * The window size a runtime of @p world ranks needs to serve @p shapes (for
+ * eep_runtime_params_t.window_bytes or EEP_WINDOW_SIZE): the runtime's workspace and the
+ * dispatch/combine buffers laid out for all of them.  Pure arithmetic, no GPU needed.
+ * @param [out] bytes_p  written on success.
+ * @return EEP_OK; EEP_ERR_INVALID_ARG naming the bad shape field (or shapes of different
+ *         max_tokens_per_rank).
+ */
+eep_status_t eep_ep_window_size(int world, const eep_ep_shape_desc_t *shapes, int num_shapes,
+                                size_t *bytes_p);
+
+/**
+ * Lay the runtime's dispatch/combine buffers out for every shape in @p shapes, before the first
+ * dispatch or combine on it (without it, the first call's shape is the only one, and a later
+ * call of a larger shape is refused with a message naming this function).  Every rank must
+ * reserve the same shapes.  Calling it again with shapes that fit is a no-op.
+ * @return EEP_OK; EEP_ERR_INVALID_ARG (a bad shape, naming the field); EEP_ERR_NO_RESOURCE when
+ *         the window is too small (the message says how large it must be); EEP_ERR_BUSY when
+ *         calls already used a smaller layout.
+ */
+eep_status_t eep_ep_reserve(eep_runtime_t *rt, const eep_ep_shape_desc_t *shapes, int num_shapes);
+
 /**
  * Destroy a handle and the device memory it holds; NULL is a no-op.  The stream work that uses it
  * must have completed (or the caller keeps it alive until then).

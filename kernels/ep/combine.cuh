@@ -21,6 +21,15 @@
  * warp), and the source side waits for the tags.
  * Block 0 finally waits for every peer's start word.  The arithmetic is eep/ep.h's;
  * kernels/ep/ep_numeric.cuh fixes the roundings.
+ *
+ * Training (issue 26): p.combine_flags EEP_EPK_COMBINE_UNWEIGHTED sums the rows as they are (every
+ * weight 1: fmaf(1, y, acc) rounds as y + acc, the backward of dispatch).  The second entry,
+ *   __device__ void eep_ep_combine_topk_grad_body(const eep_epk_params_t &p);
+ * moves K fp32 values per record instead of H bf16 channels, through the same rows, tags, lines
+ * and handshake: for lane k of token t, on the rank of expert k, d = dot(y[row], y_grad[row]) (one
+ * warp: lane l sums channels of vectors l, l + 32, ... with fmaf in order, then a butterfly of
+ * adds over lanes 16, 8, 4, 2, 1; tests/common/ep_reference.c repeats it bit for bit), 0 on the
+ * other lanes, summed over the token's ranks ascending into topk_grad[t][k] (exactly d).
  */
 #ifndef EEP_KERNELS_EP_COMBINE_CUH
 #define EEP_KERNELS_EP_COMBINE_CUH
@@ -102,26 +111,99 @@ __device__ __forceinline__ void eep_epc_weighted(const eep_epk_params_t &p, int 
 }
 
 /*
+ * Top-k gradients: lane k < K gets dot(y[row_k], y_grad[row_k]) in fp32 for each row in
+ * @p rows_mask (0 elsewhere); every lane of the warp calls it.  The order: lane l sums the
+ * channels of vectors l, l + 32, ... ascending with fmaf from 0, then the lanes' sums are added
+ * in a butterfly (xor 16, 8, 4, 2, 1; IEEE adds commute, so every lane ends with one value).
+ */
+__device__ __forceinline__ float eep_epc_dots(const eep_epk_params_t &p, int my_row,
+                                              unsigned rows_mask, unsigned lane)
+{
+    const int vecs = EEP_EPK_H(p) / 8;
+    float     mine = 0.0f;
+    unsigned  m    = rows_mask;
+
+    while (m != 0) { /* warp-uniform (a ballot) */
+        const int    k   = __ffs(m) - 1;
+        const int    row = __shfl_sync(0xffffffffu, my_row, k);
+        const uint4 *yr  = (const uint4 *)((const unsigned short *)p.y +
+                                          (long long)row * EEP_EPK_H(p));
+        const uint4 *gr  = (const uint4 *)((const unsigned short *)p.y_grad +
+                                          (long long)row * EEP_EPK_H(p));
+        float        acc = 0.0f;
+
+        m &= m - 1;
+        for (int v = (int)lane; v < vecs; v += 32) {
+            float a[8], b[8];
+            eep_bf16x8_unpack(yr[v], a);
+            eep_bf16x8_unpack(gr[v], b);
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                acc = eep_fma(a[j], b[j], acc);
+            }
+        }
+#pragma unroll
+        for (int x = 16; x >= 1; x /= 2) {
+            acc = eep_add(acc, __shfl_xor_sync(0xffffffffu, acc, x));
+        }
+        if ((int)lane == k) {
+            mine = acc;
+        }
+    }
+    return mine;
+}
+
+/* The 16-byte vector @p v of a top-k gradient row: the dots of lanes 4v .. 4v + 3 (zeros for
+   v < 0).  Every lane calls it (full-mask shuffles); K <= 32 keeps 4v + 3 a lane. */
+__device__ __forceinline__ uint4 eep_epc_dot_vec(float dot, int v)
+{
+    const int b = v < 0 ? 0 : 4 * v;
+    uint4     r;
+
+    r.x = __float_as_uint(__shfl_sync(0xffffffffu, dot, (b + 0) & 31));
+    r.y = __float_as_uint(__shfl_sync(0xffffffffu, dot, (b + 1) & 31));
+    r.z = __float_as_uint(__shfl_sync(0xffffffffu, dot, (b + 2) & 31));
+    r.w = __float_as_uint(__shfl_sync(0xffffffffu, dot, (b + 3) & 31));
+    return v < 0 ? make_uint4(0u, 0u, 0u, 0u) : r;
+}
+
+/* The units of a combine row: 16-byte vectors of 8 bf16 channels, or (TG) of 4 fp32 gradients. */
+template <bool TG>
+__device__ __forceinline__ int eep_epc_vecs(const eep_epk_params_t &p)
+{
+    return TG ? (EEP_EPK_K(p) + 3) / 4 : EEP_EPK_H(p) / 8;
+}
+
+/* A record's weight for the partial: 1 in an unweighted combine. */
+__device__ __forceinline__ float eep_epc_weight(const eep_epk_params_t &p, float w)
+{
+    return (p.combine_flags & EEP_EPK_COMBINE_UNWEIGHTED) ? 1.0f : w;
+}
+
+/*
  * The expert side of one record (source @p s, index @p i): the bf16 partial of units [b, e) of
  * the source's combine row in region `ordinal`, row `token`; one warp, every lane.  LL: the units
  * are flagged 128-byte lines, stored with @p seq as their flag (kernels/ep/ll_line.cuh); else
  * they are 16-byte vectors of a plain row whose tag the caller stores after a fence.
  * @return the row.
  */
-template <bool LL>
+template <bool LL, bool TG>
 __device__ __forceinline__ unsigned char *
 eep_epc_partial(const eep_epk_params_t &p, unsigned char *const *peer_base,
                 unsigned long long region0, int s, int i, int b, int e, unsigned long long seq,
                 unsigned lane)
 {
-    const int K = EEP_EPK_K(p), vecs = EEP_EPK_H(p) / 8;
+    const int K = EEP_EPK_K(p), vecs = eep_epc_vecs<TG>(p);
 
     const long long rec       = (long long)s * p.max_tokens + i;
     const int       tok       = ((const int *)p.h_recv_tok)[rec];
     const int       ord       = ((const int *)p.h_recv_ord)[rec];
     const int       my_row    = (int)lane < K ? ((const int *)p.h_recv_rows)[rec * K + lane] : -1;
-    const float     my_w      = (int)lane < K ? ((const float *)p.h_recv_w)[rec * K + lane] : 0.0f;
+    const float     my_w      = (int)lane < K
+                                    ? eep_epc_weight(p, ((const float *)p.h_recv_w)[rec * K + lane])
+                                    : 0.0f;
     const unsigned  rows_mask = __ballot_sync(0xffffffffu, my_row >= 0);
+    const float     dot       = TG && b < e ? eep_epc_dots(p, my_row, rows_mask, lane) : 0.0f;
     unsigned char  *dst_row   = peer_base[s] + region0 + (unsigned long long)ord * p.crecv_region +
                              (unsigned long long)tok * p.crecv_row;
 
@@ -142,8 +224,15 @@ eep_epc_partial(const eep_epk_params_t &p, unsigned char *const *peer_base,
                 vv[u]   = b0 + 32 * u + (int)lane < e ? b0 + 32 * u + (int)lane : -1;
             }
         }
-        eep_epc_weighted<2, 4>(
-            p, my_row, my_w, rows_mask, [&vv](int u) { return vv[u]; }, part);
+        if (TG) {
+#pragma unroll
+            for (int u = 0; u < 2; u++) {
+                part[u] = eep_epc_dot_vec(dot, vv[u]);
+            }
+        } else {
+            eep_epc_weighted<2, 4>(
+                p, my_row, my_w, rows_mask, [&vv](int u) { return vv[u]; }, part);
+        }
 #pragma unroll
         for (int u = 0; u < 2; u++) {
             if (LL) {
@@ -193,7 +282,9 @@ struct eep_epc_token {
     unsigned       dm, rows_mask;
     int            my_row;
     float          my_w;
+    float          dot; /* TG: this lane's own top-k gradient (computed here when jl >= 0) */
     uint4         *out;
+    float         *tg;   /* TG: the token's topk_grad row */
     unsigned char *rows; /* region 0's row of the token; region j's is j crecv_region further */
 };
 
@@ -206,14 +297,20 @@ __device__ __forceinline__ int eep_epc_region_source(unsigned dm, int j)
     return __ffs(dm) - 1;
 }
 
-/* acc[u] += the 8 channels of @p pv[u], for the u where vec(u) >= 0 (fp32, in call order). */
-template <int U, typename Vec>
+/* acc[u] += the 8 channels of @p pv[u] (TG: its 4 fp32 values), for the u where vec(u) >= 0
+   (fp32, in call order). */
+template <bool TG, int U, typename Vec>
 __device__ __forceinline__ void eep_epc_accumulate(float (&acc)[U][8], const uint4 (&pv)[U],
                                                    Vec vec)
 {
 #pragma unroll
     for (int u = 0; u < U; u++) {
-        if (vec(u) >= 0) {
+        if (TG && vec(u) >= 0) {
+            acc[u][0] = eep_add(acc[u][0], __uint_as_float(pv[u].x));
+            acc[u][1] = eep_add(acc[u][1], __uint_as_float(pv[u].y));
+            acc[u][2] = eep_add(acc[u][2], __uint_as_float(pv[u].z));
+            acc[u][3] = eep_add(acc[u][3], __uint_as_float(pv[u].w));
+        } else if (vec(u) >= 0) {
             float y[8];
             eep_bf16x8_unpack(pv[u], y);
 #pragma unroll
@@ -224,16 +321,49 @@ __device__ __forceinline__ void eep_epc_accumulate(float (&acc)[U][8], const uin
     }
 }
 
+/* This rank's own partial of token @p k over vectors vec(u): weighted rows, or (TG) its dots. */
+template <bool TG, int U, int G, typename Vec>
+__device__ __forceinline__ void eep_epc_own(const eep_epk_params_t &p, const eep_epc_token &k,
+                                            Vec vec, uint4 (&own)[U])
+{
+    if (TG) {
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            own[u] = eep_epc_dot_vec(k.dot, vec(u));
+        }
+    } else {
+        eep_epc_weighted<U, G>(p, k.my_row, k.my_w, k.rows_mask, vec, own);
+    }
+}
+
+/* Store the sum of vector @p v (>= 0): 8 bf16 channels of out, or (TG) 4 top-k gradients. */
+template <bool TG>
+__device__ __forceinline__ void eep_epc_store(const eep_epk_params_t &p, const eep_epc_token &k,
+                                              int v, const float (&acc)[8])
+{
+    if (TG) {
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            if (4 * v + i < EEP_EPK_K(p)) {
+                k.tg[4 * v + i] = acc[i];
+            }
+        }
+    } else {
+        k.out[v] = eep_bf16x8_pack(acc);
+    }
+}
+
 /*
  * The sum of token @p k's partials over lines [b, e) (flagged lines, LL): the own partial first
  * (if computed here), then each region's lines loaded until their flags read @p seq, added in
  * region order.  Rounds of 8 lines (2 vectors per lane).  @return false when a wait gave up.
  */
+template <bool TG>
 __device__ __forceinline__ bool eep_epc_sum_lines(const eep_epk_params_t &p, const eep_wait_ctx &w,
                                                   const eep_epc_token &k, int b, int e,
                                                   unsigned long long seq, unsigned lane)
 {
-    const int vecs = EEP_EPK_H(p) / 8;
+    const int vecs = eep_epc_vecs<TG>(p);
 
     for (int l0 = b; l0 < e; l0 += 2 * EEP_LL_WARP_LINES) {
         int   line[2], vv[2];
@@ -250,8 +380,8 @@ __device__ __forceinline__ bool eep_epc_sum_lines(const eep_epk_params_t &p, con
             }
         }
         if (k.jl >= 0) {
-            eep_epc_weighted<2, 4>(
-                p, k.my_row, k.my_w, k.rows_mask, [&vv](int u) { return vv[u]; }, own);
+            eep_epc_own<TG, 2, 4>(
+                p, k, [&vv](int u) { return vv[u]; }, own);
         }
         for (int j = 0; j < k.n; j++) {
             uint4 pv[2];
@@ -279,12 +409,12 @@ __device__ __forceinline__ bool eep_epc_sum_lines(const eep_epk_params_t &p, con
                     return false;
                 }
             }
-            eep_epc_accumulate(acc, pv, [&vv](int u) { return vv[u]; });
+            eep_epc_accumulate<TG>(acc, pv, [&vv](int u) { return vv[u]; });
         }
 #pragma unroll
         for (int u = 0; u < 2; u++) {
             if (vv[u] >= 0) {
-                k.out[vv[u]] = eep_bf16x8_pack(acc[u]);
+                eep_epc_store<TG>(p, k, vv[u], acc[u]);
             }
         }
     }
@@ -297,6 +427,7 @@ __device__ __forceinline__ bool eep_epc_sum_lines(const eep_epk_params_t &p, con
  * rows' flight; lane j < n, j != jl, waits for region j's tag once; then rounds of 4 vectors per
  * lane, partials added in region order.  @return false when a wait gave up.
  */
+template <bool TG>
 __device__ __forceinline__ bool eep_epc_sum_rows(const eep_epk_params_t &p, const eep_wait_ctx &w,
                                                  const eep_epc_token &k, int b, int e,
                                                  unsigned long long seq, unsigned lane)
@@ -309,16 +440,15 @@ __device__ __forceinline__ bool eep_epc_sum_rows(const eep_epk_params_t &p, cons
         float     acc[4][8];
 
         if (k.jl >= 0) {
-            eep_epc_weighted<4, 2>(
-                p, k.my_row, k.my_w, k.rows_mask,
-                [v0, e](int u) { return v0 + 32 * u < e ? v0 + 32 * u : -1; }, own);
+            eep_epc_own<TG, 4, 2>(
+                p, k, [v0, e](int u) { return v0 + 32 * u < e ? v0 + 32 * u : -1; }, own);
         }
         if (!waited) {
             int ok = 1;
 
             if ((int)lane < k.n && (int)lane != k.jl) {
                 const unsigned char      *row = k.rows + (unsigned long long)lane * p.crecv_region;
-                const unsigned char      *tag_at = row + (unsigned long long)EEP_EPK_H(p) * 2;
+                const unsigned char      *tag_at = row + p.crow_tag;
                 const unsigned long long *tag    = (const unsigned long long *)tag_at;
 
                 /* the warp follows the acquire through the __syncwarp below */
@@ -351,19 +481,19 @@ __device__ __forceinline__ bool eep_epc_sum_rows(const eep_epk_params_t &p, cons
                 }
             }
             /* every u (as before the helper: conditional adds spill here) */
-            eep_epc_accumulate(acc, pv, [](int) { return 0; });
+            eep_epc_accumulate<TG>(acc, pv, [](int) { return 0; });
         }
 #pragma unroll
         for (int u = 0; u < 4; u++) {
             if (v0 + 32 * u < e) {
-                k.out[v0 + 32 * u] = eep_bf16x8_pack(acc[u]);
+                eep_epc_store<TG>(p, k, v0 + 32 * u, acc[u]);
             }
         }
     }
     return true;
 }
 
-template <bool LL>
+template <bool LL, bool TG>
 __device__ __forceinline__ void eep_epc_body(const eep_epk_params_t &p)
 {
     __shared__ int                block_failed;
@@ -371,7 +501,7 @@ __device__ __forceinline__ void eep_epc_body(const eep_epk_params_t &p)
     __shared__ int                rec_base[EEP_EPK_MAX_WORLD + 1];
     __shared__ unsigned char     *peer_base[EEP_EPK_MAX_WORLD];
 
-    const int      W = EEP_EPK_W(p), vecs = EEP_EPK_H(p) / 8;
+    const int      W = EEP_EPK_W(p), vecs = eep_epc_vecs<TG>(p);
     const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
     const int      gwarps = gridDim.x * EEP_EPK_WARPS;
 
@@ -442,8 +572,9 @@ __device__ __forceinline__ void eep_epc_body(const eep_epk_params_t &p)
             if (q0 + g < recs) {
                 const int s = eep_epc_source(rec_base, q);
 
-                row = eep_epc_partial<LL>(p, peer_base, region0, s, q - rec_base[s],
-                                          units * gw / split, units * (gw + 1) / split, seq, lane);
+                row = eep_epc_partial<LL, TG>(p, peer_base, region0, s, q - rec_base[s],
+                                              units * gw / split, units * (gw + 1) / split, seq,
+                                              lane);
                 if (!LL) {
                     eep_epk_fence_release(p);
                 }
@@ -452,7 +583,7 @@ __device__ __forceinline__ void eep_epc_body(const eep_epk_params_t &p)
                 __syncthreads();
                 if (row != nullptr && gw == 0 && lane == 0) {
                     eep_epk_fence_release(p);
-                    eep_epk_tag_store(row, (unsigned)EEP_EPK_H(p) * 2u, seq);
+                    eep_epk_tag_store(row, p.crow_tag, seq);
                 }
             }
         }
@@ -474,15 +605,15 @@ __device__ __forceinline__ void eep_epc_body(const eep_epk_params_t &p)
         }
         q                  = q < lb ? q : q + nl;
         const int      s   = eep_epc_source(rec_base, q);
-        unsigned char *row = eep_epc_partial<LL>(p, peer_base, region0, s, q - rec_base[s], 0,
-                                                 units, seq, lane);
+        unsigned char *row = eep_epc_partial<LL, TG>(p, peer_base, region0, s, q - rec_base[s], 0,
+                                                     units, seq, lane);
         if (!LL) {
             done_rows[ndone++] = row;
             if (ndone == 4) {
                 eep_epk_fence_release(p);
                 __syncwarp();
                 if (lane < 4) {
-                    eep_epk_tag_store(done_rows[lane], (unsigned)EEP_EPK_H(p) * 2u, seq);
+                    eep_epk_tag_store(done_rows[lane], p.crow_tag, seq);
                 }
                 ndone = 0;
             }
@@ -492,7 +623,7 @@ __device__ __forceinline__ void eep_epc_body(const eep_epk_params_t &p)
         eep_epk_fence_release(p);
         __syncwarp();
         if ((int)lane < ndone) {
-            eep_epk_tag_store(done_rows[lane], (unsigned)EEP_EPK_H(p) * 2u, seq);
+            eep_epk_tag_store(done_rows[lane], p.crow_tag, seq);
         }
     }
 
@@ -525,13 +656,15 @@ __device__ __forceinline__ void eep_epc_body(const eep_epk_params_t &p)
             const long long rec = (long long)p.rank * p.max_tokens + slots[p.rank];
 
             k.my_row = ((const int *)p.h_recv_rows)[rec * K + lane];
-            k.my_w   = ((const float *)p.h_recv_w)[rec * K + lane];
+            k.my_w   = eep_epc_weight(p, ((const float *)p.h_recv_w)[rec * K + lane]);
         }
         k.rows_mask = __ballot_sync(0xffffffffu, k.my_row >= 0);
-        k.out       = (uint4 *)((unsigned short *)p.out + (long long)t * EEP_EPK_H(p));
-        k.rows      = peer_base[p.rank] + region0 + (unsigned long long)t * p.crecv_row;
-        if (!(LL ? eep_epc_sum_lines(p, w, k, tb, te, seq, lane)
-                 : eep_epc_sum_rows(p, w, k, tb, te, seq, lane))) {
+        k.dot       = TG && k.jl >= 0 ? eep_epc_dots(p, k.my_row, k.rows_mask, lane) : 0.0f;
+        k.out  = TG ? nullptr : (uint4 *)((unsigned short *)p.out + (long long)t * EEP_EPK_H(p));
+        k.tg   = TG ? (float *)p.topk_grad + (long long)t * K : nullptr;
+        k.rows = peer_base[p.rank] + region0 + (unsigned long long)t * p.crecv_row;
+        if (!(LL ? eep_epc_sum_lines<TG>(p, w, k, tb, te, seq, lane)
+                 : eep_epc_sum_rows<TG>(p, w, k, tb, te, seq, lane))) {
             break;
         }
     }
@@ -554,9 +687,21 @@ __device__ void eep_ep_combine_body(const eep_epk_params_t &p)
 {
     eep_epk_prologue(p);
     if (EEP_EPK_LINES(p) & EEP_EPK_LINES_COMBINE) {
-        eep_epc_body<true>(p);
+        eep_epc_body<true, false>(p);
     } else {
-        eep_epc_body<false>(p);
+        eep_epc_body<false, false>(p);
+    }
+}
+
+/* The top-k weight gradients of a combine (the file's opening comment): topk_grad[t][k] =
+   dot(y[row], y_grad[row]) of lane k's row, through the combine's rows and handshake. */
+__device__ void eep_ep_combine_topk_grad_body(const eep_epk_params_t &p)
+{
+    eep_epk_prologue(p);
+    if (EEP_EPK_LINES(p) & EEP_EPK_LINES_COMBINE) {
+        eep_epc_body<true, true>(p);
+    } else {
+        eep_epc_body<false, true>(p);
     }
 }
 

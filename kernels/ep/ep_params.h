@@ -131,9 +131,20 @@ typedef struct eep_epk_params {
 
     /* combine */
     unsigned long long y, out;
+    /* combine, training (issue 26): the top-k weight gradients (eep_ep_combine_topk_grad_body)
+       take y_grad, [rows, hidden] bf16, the incoming gradient in the received layout, and write
+       topk_grad, [num_tokens, K] fp32; crow_tag is the tag's byte offset in a plain combine row
+       (the row's data bytes, those of the largest shape the runtime serves); combine_flags holds
+       EEP_EPK_COMBINE_UNWEIGHTED */
+    unsigned long long y_grad, topk_grad;
+    unsigned int       crow_tag;
+    int                combine_flags;
 } eep_epk_params_t;
 
+/* combine_flags */
+#define EEP_EPK_COMBINE_UNWEIGHTED 1 /* every weight 1: the rows summed as they are */
+
 EEP_LAYOUT_ASSERT(sizeof(void *) == 8, "64-bit pointers");
-EEP_LAYOUT_ASSERT(sizeof(eep_epk_params_t) == 376, "eep_epk_params_t size");
+EEP_LAYOUT_ASSERT(sizeof(eep_epk_params_t) == 400, "eep_epk_params_t size");
 
 #endif /* EEP_KERNELS_EP_PARAMS_H */

@@ -441,9 +441,100 @@ eep_status_t eep_ref_dispatch(const eep_ep_shape_t *s, const eep_ref_input_t *in
 /* ---------------------------------------------------------------------------------------- */
 /* Combine                                                                                    */
 
+/* Rows of (source @p src, token t, lane k) on every rank: row_of[r * T * K + t * K + k], -1. */
+static int32_t *eep_ref_rows_of(const eep_ep_shape_t *s, const eep_ref_recv_t *recv, int src)
+{
+    size_t   K = (size_t)s->num_topk, T = (size_t)s->max_tokens;
+    int32_t *row_of = malloc((size_t)s->world * T * K * sizeof(int32_t) + 1);
+    int64_t  row;
+    int      r;
+
+    if (row_of == NULL) {
+        return NULL;
+    }
+    memset(row_of, 0xff, (size_t)s->world * T * K * sizeof(int32_t));
+    for (r = 0; r < s->world; r++) {
+        for (row = 0; row < recv[r].num_rows; row++) {
+            if (recv[r].src_rank[row] == src) {
+                row_of[(size_t)r * T * K + (size_t)recv[r].src_token[row] * K +
+                       (size_t)recv[r].src_lane[row]] = (int32_t)row;
+            }
+        }
+    }
+    return row_of;
+}
+
+/* The kernel's dot (kernels/ep/combine.cuh, eep_epc_dots): 32 lanes' fmaf sums, a butterfly. */
+static float eep_ref_dot(const uint16_t *a, const uint16_t *b, int hidden)
+{
+    float lanes[32], next[32];
+    int   l, v, j, x;
+
+    for (l = 0; l < 32; l++) {
+        lanes[l] = 0.0f;
+        for (v = l; v < hidden / 8; v += 32) {
+            for (j = 0; j < 8; j++) {
+                lanes[l] = fmaf(eep_ref_bf16_to_f32(a[v * 8 + j]),
+                                eep_ref_bf16_to_f32(b[v * 8 + j]), lanes[l]);
+            }
+        }
+    }
+    for (x = 16; x >= 1; x /= 2) {
+        for (l = 0; l < 32; l++) {
+            next[l] = lanes[l] + lanes[l ^ x];
+        }
+        memcpy(lanes, next, sizeof(lanes));
+    }
+    return lanes[0];
+}
+
+eep_status_t eep_ref_topk_grad(const eep_ep_shape_t *s, const eep_ref_input_t *inputs,
+                               const eep_ref_recv_t *recv, const uint16_t *const *y,
+                               const uint16_t *const *g, float *const *grad)
+{
+    size_t K = (size_t)s->num_topk, T = (size_t)s->max_tokens, H = (size_t)s->hidden;
+    int    El = eep_ep_local_experts(s), src, t, k, r;
+
+    for (src = 0; src < s->world; src++) {
+        int32_t *row_of = eep_ref_rows_of(s, recv, src);
+
+        if (row_of == NULL) {
+            return EEP_ERR_NO_MEMORY;
+        }
+        for (t = 0; t < inputs[src].num_tokens; t++) {
+            const int64_t *idx = inputs[src].topk_idx + (size_t)t * K;
+
+            for (k = 0; k < (int)K; k++) {
+                float total = 0.0f;
+
+                /* the kernel adds every destination rank's lane k in rank order: 0 but on the
+                   expert's rank (0 + d and d + 0 are d) */
+                for (r = 0; r < s->world && idx[k] >= 0; r++) {
+                    if (idx[k] >= (int64_t)r * El && idx[k] < (int64_t)(r + 1) * El) {
+                        int32_t row = row_of[(size_t)r * T * K + (size_t)t * K + (size_t)k];
+
+                        total += eep_ref_dot(y[r] + (size_t)row * H, g[r] + (size_t)row * H,
+                                             (int)H);
+                    }
+                }
+                grad[src][(size_t)t * K + (size_t)k] = total;
+            }
+        }
+        free(row_of);
+    }
+    return EEP_OK;
+}
+
 eep_status_t eep_ref_combine_src(const eep_ep_shape_t *s, const eep_ref_input_t *inputs,
                                  const eep_ref_recv_t *recv, const uint16_t *const *y, int src,
                                  uint16_t *out)
+{
+    return eep_ref_combine_src_ex(s, inputs, recv, y, src, 1, out);
+}
+
+eep_status_t eep_ref_combine_src_ex(const eep_ep_shape_t *s, const eep_ref_input_t *inputs,
+                                    const eep_ref_recv_t *recv, const uint16_t *const *y, int src,
+                                    int weighted, uint16_t *out)
 {
     size_t   K = (size_t)s->num_topk, H = (size_t)s->hidden, T = (size_t)s->max_tokens;
     int      El = eep_ep_local_experts(s);
@@ -490,7 +581,7 @@ eep_status_t eep_ref_combine_src(const eep_ep_shape_t *s, const eep_ref_input_t 
                 }
                 row = row_of[(size_t)r * T * K + (size_t)t * K + (size_t)k];
                 /* The expert rank weighs with the weight it received. */
-                w  = recv[r].topk_weights[(size_t)row * K + (size_t)k];
+                w  = weighted ? recv[r].topk_weights[(size_t)row * K + (size_t)k] : 1.0f;
                 yr = y[r] + (size_t)row * H;
                 for (h = 0; h < H; h++) {
                     partial[h] = fmaf(w, eep_ref_bf16_to_f32(yr[h]), partial[h]);
@@ -517,11 +608,18 @@ eep_status_t eep_ref_combine(const eep_ep_shape_t *s, const eep_ref_input_t *inp
                              const eep_ref_recv_t *recv, const uint16_t *const *y,
                              uint16_t *const *out)
 {
+    return eep_ref_combine_ex(s, inputs, recv, y, 1, out);
+}
+
+eep_status_t eep_ref_combine_ex(const eep_ep_shape_t *s, const eep_ref_input_t *inputs,
+                                const eep_ref_recv_t *recv, const uint16_t *const *y, int weighted,
+                                uint16_t *const *out)
+{
     eep_status_t status;
     int          src;
 
     for (src = 0; src < s->world; src++) {
-        status = eep_ref_combine_src(s, inputs, recv, y, src, out[src]);
+        status = eep_ref_combine_src_ex(s, inputs, recv, y, src, weighted, out[src]);
         if (status != EEP_OK) {
             return status;
         }

@@ -152,6 +152,28 @@ eep_status_t eep_ref_combine_rank_major(const eep_ep_shape_t *shape, const eep_r
                                         const eep_ref_recv_t *rm, const uint16_t *const *y,
                                         uint16_t *const *out);
 
+/** eep_ref_combine_src, or with @p weighted 0 every weight 1 (eep_combine_ex's unweighted
+    form, the backward of dispatch). */
+eep_status_t eep_ref_combine_src_ex(const eep_ep_shape_t *shape, const eep_ref_input_t *inputs,
+                                    const eep_ref_recv_t *recv, const uint16_t *const *y, int src,
+                                    int weighted, uint16_t *out);
+
+/** eep_ref_combine for every source rank, weighted or (@p weighted 0) not. */
+eep_status_t eep_ref_combine_ex(const eep_ep_shape_t *shape, const eep_ref_input_t *inputs,
+                                const eep_ref_recv_t *recv, const uint16_t *const *y, int weighted,
+                                uint16_t *const *out);
+
+/**
+ * The top-k weight gradients (eep_combine_ex's topk_grad): grad[s], [inputs[s].num_tokens, K]
+ * fp32 (caller-allocated), gets for lane k of token t the dot of y and g (rank r's rows, both
+ * [recv[r].num_rows, hidden] bf16) at (t, k)'s row on the expert's rank, in the kernel's order
+ * (eep/ep.h), and 0 for lanes of id -1.
+ * @return EEP_OK or EEP_ERR_NO_MEMORY.
+ */
+eep_status_t eep_ref_topk_grad(const eep_ep_shape_t *shape, const eep_ref_input_t *inputs,
+                               const eep_ref_recv_t *recv, const uint16_t *const *y,
+                               const uint16_t *const *g, float *const *grad);
+
 /** splitmix64 step: the generator's only source of randomness (also for tests). */
 uint64_t eep_ref_rand(uint64_t *state);
 

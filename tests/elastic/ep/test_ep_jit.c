@@ -161,6 +161,9 @@ static void test_compile_all(void **state)
     compile_one(jit, 1, 0, 0, 0, &bf16_k8_w2);
     compile_one(jit, 1, 0, 0, 0, &fp8_k6_w8);
     compile_one(jit, 1, 0, 0, 0, &bf16_k8_w32);
+    /* the top-k weight gradients of a combine (issue 26) */
+    compile_one(jit, 2, 0, 0, 0, &bf16_k8_w2);
+    compile_one(jit, 2, 0, 0, 0, &fp8_k6_w8);
     eep_jit_destroy(jit);
 }
 

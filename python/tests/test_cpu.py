@@ -1,0 +1,226 @@
+"""CPU tests of the elasticep package (make test): no GPU, no torch needed.
+
+- the package imports without torch, and torch is only imported by the Buffer;
+- every ctypes struct has the size and field offsets of its C struct (a C program built here
+  prints them from include/eep/*.h);
+- status codes map to the exception classes, with libeep's message (eep_last_error);
+- window_size (the window-size hint) matches libeep's arithmetic and names bad fields;
+- the argument checks (dtype, shape, contiguity, alignment, device, mode) raise InvalidArgument
+  naming the argument before any launch, on fake tensors;
+- without a GPU the Buffer raises a clear exception (NoDevice, or ImportError without torch).
+"""
+import ctypes
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import elasticep
+from elasticep import _checks, _lib, errors
+
+ROOT = os.environ.get("ELASTICEP_SOURCE_ROOT") or os.path.join(os.path.dirname(__file__), "..", "..")
+
+
+class FakeDevice:
+    def __init__(self, kind):
+        self.type = kind
+
+
+class FakeTensor:
+    """What the checks read of a torch tensor."""
+
+    def __init__(self, dtype, shape, ptr=0x10000, contiguous=True, device="cuda"):
+        self.dtype, self.shape, self._ptr = "torch." + dtype, tuple(shape), ptr
+        self._contig, self.device = contiguous, FakeDevice(device)
+
+    def is_contiguous(self):
+        return self._contig
+
+    def data_ptr(self):
+        return self._ptr
+
+
+class TestImport(unittest.TestCase):
+    def test_imports_without_torch(self):
+        code = ("import sys; sys.modules['torch'] = None; import elasticep; "
+                "print(elasticep.__version__, 'torch' in [m for m in sys.modules "
+                "if sys.modules[m] is not None])")
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertEqual(out.stdout.split(), ["0.1.0", "False"])
+
+    def test_buffer_without_torch_says_so(self):
+        code = ("import sys; sys.modules['torch'] = None; import elasticep\n"
+                "try:\n elasticep.Buffer(None, 128, 1024, 8, 64)\n"
+                "except ImportError as e:\n print('ImportError', e)\n")
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        self.assertIn("ImportError elasticep.Buffer needs torch", out.stdout, out.stderr)
+
+    def test_library_loads(self):
+        l = _lib.lib()
+        self.assertEqual(l.eep_status_name(-40), b"EEP_ERR_PEER_TIMEOUT")
+
+
+class TestStructLayout(unittest.TestCase):
+    """Each ctypes struct against its C definition, compiled here."""
+
+    STRUCTS = {"eep_dispatch_args_t": _lib.DispatchArgs, "eep_combine_args_t": _lib.CombineArgs,
+               "eep_ep_shape_desc_t": _lib.ShapeDesc, "eep_bootstrap_params_t": _lib.BootstrapParams,
+               "eep_runtime_params_t": _lib.RuntimeParams, "eep_runtime_info_t": _lib.RuntimeInfo}
+
+    def test_layouts_match_c(self):
+        lines = ['#include <stdio.h>', '#include <stddef.h>', '#include "eep/eep.h"',
+                 '#include "eep/ep.h"', "int main(void) {"]
+        for cname, py in self.STRUCTS.items():
+            lines.append('printf("%s sizeof %%zu\\n", sizeof(%s));' % (cname, cname))
+            for f, _ in py._fields_:
+                lines.append('printf("%s %s %%zu\\n", offsetof(%s, %s));' % (cname, f, cname, f))
+        lines.append("return 0; }")
+        with tempfile.TemporaryDirectory() as d:
+            src, exe = os.path.join(d, "l.c"), os.path.join(d, "l")
+            with open(src, "w") as fh:
+                fh.write("\n".join(lines))
+            cc = os.environ.get("CC", "cc")
+            r = subprocess.run([cc, "-I", os.path.join(ROOT, "include"), src, "-o", exe],
+                               capture_output=True, text=True)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            got = subprocess.run([exe], capture_output=True, text=True).stdout.split("\n")
+        c = {}
+        for line in got:
+            if line:
+                parts = line.split()
+                c[tuple(parts[:-1])] = int(parts[-1])
+        for cname, py in self.STRUCTS.items():
+            self.assertEqual(c[(cname, "sizeof")], ctypes.sizeof(py), cname)
+            for f, _ in py._fields_:
+                self.assertEqual(c[(cname, f)], getattr(py, f).offset, "%s.%s" % (cname, f))
+
+
+class TestErrors(unittest.TestCase):
+    def test_classes(self):
+        cases = {-1: errors.InvalidArgument, -7: errors.InvalidArgument,
+                 -20: errors.ResourceError, -40: errors.PeerLost, -41: errors.PeerLost,
+                 -60: errors.GroupLost, -80: errors.NoDevice, -83: errors.DeviceError,
+                 -100: errors.ControlPlaneError, -120: errors.InternalError}
+        for status, cls in cases.items():
+            e = errors.from_status(status, "N", "m")
+            self.assertIs(type(e), cls)
+            self.assertEqual(e.status, status)
+        self.assertTrue(issubclass(errors.InvalidArgument, ValueError))
+
+    def test_check_carries_last_error(self):
+        with self.assertRaises(errors.InvalidArgument) as cm:
+            elasticep.window_size(0, [(128, 1024, 8, 64, "bf16")])
+        self.assertIn("EEP_ERR_INVALID_ARG", str(cm.exception))
+        self.assertIn("world", str(cm.exception))
+        self.assertEqual(cm.exception.status, -1)
+
+
+class TestWindowSize(unittest.TestCase):
+    def test_hint(self):
+        one = elasticep.window_size(2, [(128, 7168, 8, 256, "bf16")])
+        both = elasticep.window_size(2, [(128, 7168, 8, 256, "fp8"), (128, 7168, 8, 256, "bf16"),
+                                         (128, 2048, 8, 256, "bf16")])
+        fp8 = elasticep.window_size(2, [(128, 7168, 8, 256, "fp8")])
+        self.assertEqual(one % (2 << 20), 0)
+        self.assertGreaterEqual(both, one)
+        self.assertLess(fp8, one)
+
+    def test_bad_shape_named(self):
+        with self.assertRaises(errors.InvalidArgument) as cm:
+            elasticep.window_size(2, [(128, 7168, 8, 256, "bf16"), (64, 7168, 8, 256, "bf16")])
+        self.assertIn("shapes[1].max_tokens_per_rank", str(cm.exception))
+        with self.assertRaises(errors.InvalidArgument) as cm:
+            elasticep.window_size(2, [(128, 7168, 8, 256, "int4")])
+        self.assertIn("dtype", str(cm.exception))
+
+
+class TestChecks(unittest.TestCase):
+    H, K, T = 1024, 4, 16
+
+    def ok_inputs(self):
+        return (FakeTensor("bfloat16", (self.T, self.H)), FakeTensor("int64", (self.T, self.K)),
+                FakeTensor("float32", (self.T, self.K)))
+
+    def expect(self, needle, x, idx, w):
+        with self.assertRaises(errors.InvalidArgument) as cm:
+            _checks.dispatch_inputs(x, idx, w, self.H, self.K, 128)
+        self.assertIn(needle, str(cm.exception))
+
+    def test_valid(self):
+        x, i, w = self.ok_inputs()
+        self.assertEqual(_checks.dispatch_inputs(x, i, w, self.H, self.K, 128),
+                         (_lib.DTYPE_BF16, None, _lib.INDEX_INT64, self.T))
+        q, s = FakeTensor("float8_e4m3fn", (self.T, self.H)), FakeTensor("float32", (self.T, 8))
+        code, scales, _, _ = _checks.dispatch_inputs((q, s), i, w, self.H, self.K, 128)
+        self.assertEqual((code, scales), (_lib.DTYPE_FP8_E4M3, s))
+
+    def test_dtype(self):
+        x, i, w = self.ok_inputs()
+        self.expect("invalid argument x: dtype torch.float16", FakeTensor("float16", (16, 1024)), i, w)
+        self.expect("topk_idx: dtype torch.float32", x, FakeTensor("float32", (16, 4)), w)
+        self.expect("topk_weights: dtype torch.bfloat16", x, i, FakeTensor("bfloat16", (16, 4)))
+        self.expect("fp8 input needs its scales", FakeTensor("float8_e4m3fn", (16, 1024)), i, w)
+        self.expect("x_scales: dtype torch.bfloat16",
+                    (FakeTensor("float8_e4m3fn", (16, 1024)), FakeTensor("bfloat16", (16, 8))), i, w)
+
+    def test_shape(self):
+        x, i, w = self.ok_inputs()
+        self.expect("x: shape [16, 512]", FakeTensor("bfloat16", (16, 512)), i, w)
+        self.expect("topk_idx: shape [16, 3]", x, FakeTensor("int64", (16, 3)), w)
+        self.expect("topk_weights: shape [15, 4]", x, i, FakeTensor("float32", (15, 4)))
+        self.expect("more than num_max_tokens_per_rank", FakeTensor("bfloat16", (129, 1024)),
+                    FakeTensor("int64", (129, 4)), FakeTensor("float32", (129, 4)))
+
+    def test_contiguity_alignment_device(self):
+        x, i, w = self.ok_inputs()
+        self.expect("x: not contiguous", FakeTensor("bfloat16", (16, 1024), contiguous=False), i, w)
+        self.expect("topk_idx: data pointer 0x10008 is not 16-byte aligned", x,
+                    FakeTensor("int64", (16, 4), ptr=0x10008), w)
+        self.expect("x: on device cpu", FakeTensor("bfloat16", (16, 1024), device="cpu"), i, w)
+
+    def test_mode_sms_shape_args(self):
+        with self.assertRaises(errors.InvalidArgument) as cm:
+            _checks.mode("fast", None)
+        self.assertIn("mode", str(cm.exception))
+        with self.assertRaises(errors.InvalidArgument) as cm:
+            _checks.mode("cached", None)
+        self.assertIn("handle", str(cm.exception))
+        self.assertEqual(_checks.mode(None, None), _lib.MODE_NO_CPU_SYNC)
+        self.assertEqual(_checks.mode(None, object()), _lib.MODE_CACHED)
+        with self.assertRaises(errors.InvalidArgument):
+            _checks.num_sms(-1)
+        for args, needle in (((0, 1024, 8, 64, 1), "num_max_tokens_per_rank"),
+                             ((128, 1020, 8, 64, 1), "hidden"),
+                             ((128, 1024, 33, 64, 1), "num_topk"),
+                             ((128, 1024, 8, 4, 1), "num_experts"),
+                             ((128, 1024, 8, 64, 3), "expert_alignment")):
+            with self.assertRaises(errors.InvalidArgument) as cm:
+                _checks.shape_args(*args)
+            self.assertIn(needle, str(cm.exception))
+        with self.assertRaises(errors.InvalidArgument) as cm:
+            _checks.hidden_of(FakeTensor("bfloat16", (4, 512)), [1024, 2048])
+        self.assertIn("extra_hidden", str(cm.exception))
+
+
+class TestNoGpu(unittest.TestCase):
+    def test_buffer_raises_no_device(self):
+        try:
+            import torch  # noqa: F401
+        except Exception:
+            self.skipTest("torch is not installed here (the check without torch is "
+                          "test_buffer_without_torch_says_so)")
+        if torch.cuda.is_available():
+            self.skipTest("a GPU is visible")
+        with self.assertRaises(errors.NoDevice) as cm:
+            elasticep.Buffer(None, 128, 1024, 8, 64)
+        self.assertIn("no CUDA device", str(cm.exception))
+
+    def test_bad_args_raise_before_torch(self):
+        with self.assertRaises(errors.InvalidArgument):
+            elasticep.Buffer(None, 128, 1020, 8, 64)
+
+
+if __name__ == "__main__":
+    unittest.main()
