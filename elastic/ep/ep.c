@@ -611,6 +611,22 @@ static eep_status_t eep_ep_combine_ex_check(const eep_combine_args_t *a, const e
                   a->weighted);
         return EEP_ERR_INVALID_ARG;
     }
+    if (a->size >= offsetof(eep_combine_args_t, num_sms) + sizeof(int) &&
+        (a->num_sms < 0 || a->num_sms == 1 || a->num_sms > 1024)) {
+        eep_error(EEP_SUBSYS_KERNEL,
+                  "%s: invalid argument num_sms: %d is not 0 (the dispatch's budget) or a budget "
+                  "of 2..1024 SMs",
+                  call, a->num_sms);
+        return EEP_ERR_INVALID_ARG;
+    }
+    if (a->topk_grad != NULL && h->layout == EEP_EP_LAYOUT_RANK_MAJOR) {
+        eep_error(EEP_SUBSYS_KERNEL,
+                  "%s: invalid argument topk_grad: a rank-major handle has one row per token, "
+                  "the caller's sum over its experts, so there is no row per (token, k) to take "
+                  "the weight gradient from (the caller has it before summing)",
+                  call);
+        return EEP_ERR_INVALID_ARG;
+    }
     if ((a->y_grad == NULL) != (a->topk_grad == NULL)) {
         eep_error(EEP_SUBSYS_KERNEL,
                   "%s: invalid argument %s: the top-k weight gradients need both y_grad and "
@@ -674,8 +690,15 @@ static eep_status_t eep_ep_combine_launch(eep_runtime_t *rt, const eep_combine_a
     if ((status = eep_ep_kernel(rt, st, kind, 0, 0, 0, shape, &kernel)) != EEP_OK) {
         return status;
     }
-    return eep_jit_launch_ex(kernel, (unsigned)handle->combine_sms,
-                             EEP_EPK_THREADS, 0, stream, &p, sizeof(p), st->launch_flags);
+    {
+        int grid = handle->combine_sms;
+
+        if (a->size >= offsetof(eep_combine_args_t, num_sms) + sizeof(int) && a->num_sms > 0) {
+            grid = a->num_sms < st->device_sms ? a->num_sms : st->device_sms;
+        }
+        return eep_jit_launch_ex(kernel, (unsigned)grid, EEP_EPK_THREADS, 0, stream, &p, sizeof(p),
+                                 st->launch_flags);
+    }
 }
 
 eep_status_t eep_combine_ex(eep_runtime_t *rt, const eep_combine_args_t *args,

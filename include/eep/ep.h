@@ -250,6 +250,11 @@ typedef struct {
      */
     const void *y_grad;
     float      *topk_grad;
+    /*
+     * SM budget of this combine (2..1024, above the device: the device); 0: the budget of the
+     * dispatch that made the handle (its num_sms, or the whole device).
+     */
+    int num_sms;
 } eep_combine_args_t;
 
 /**

@@ -32,7 +32,7 @@ ALLOC_FUNC = ctypes.CFUNCTYPE(c_void_p, c_void_p, c_size_t, c_char_p)
 
 
 class DispatchArgs(ctypes.Structure):
-    """eep_dispatch_args_t (second version: with skip_padding_x)."""
+    """eep_dispatch_args_t (third version: with skip_padding_x and layout)."""
 
     _fields_ = [
         ("size", c_size_t),
@@ -62,6 +62,7 @@ class DispatchArgs(ctypes.Structure):
         ("host_expert_counts", c_void_p),
         ("num_recv_rows_p", c_void_p),
         ("skip_padding_x", c_int),
+        ("layout", c_int),
     ]
 
 
@@ -76,6 +77,7 @@ class CombineArgs(ctypes.Structure):
         ("weighted", c_int),
         ("y_grad", c_void_p),
         ("topk_grad", c_void_p),
+        ("num_sms", c_int),
     ]
 
 

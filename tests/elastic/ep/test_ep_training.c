@@ -219,8 +219,22 @@ static void test_combine_ex_args(void **state)
     a.y_grad    = NULL;
     assert_int_equal(eep_combine_ex(&rt, &a, h, NULL), EEP_ERR_INVALID_ARG);
     assert_non_null(strstr(eep_last_error(), "out"));
+    /* the combine's own SM budget: 0 or 2..1024 */
+    a.out     = DEV(0x20000);
+    a.num_sms = 1;
+    assert_int_equal(eep_combine_ex(&rt, &a, h, NULL), EEP_ERR_INVALID_ARG);
+    assert_non_null(strstr(eep_last_error(), "num_sms"));
+    a.num_sms = 24;
+    /* a rank-major handle has no row per (token, k): no weight gradients from it */
+    h->layout   = EEP_EP_LAYOUT_RANK_MAJOR;
+    a.topk_grad = (float *)DEV(0x40000);
+    a.y_grad    = DEV(0x30000);
+    assert_int_equal(eep_combine_ex(&rt, &a, h, NULL), EEP_ERR_INVALID_ARG);
+    assert_non_null(strstr(eep_last_error(), "topk_grad: a rank-major handle"));
+    h->layout   = EEP_EP_LAYOUT_EXPERT_MAJOR;
+    a.topk_grad = NULL;
+    a.y_grad    = NULL;
     /* a valid call passes the checks and stops at the device (no GPU here) */
-    a.out = DEV(0x20000);
     eep_last_error_clear();
     assert_int_not_equal(eep_combine_ex(&rt, &a, h, NULL), EEP_ERR_INVALID_ARG);
     eep_ep_handle_destroy(h);
