@@ -61,7 +61,7 @@ typedef struct {
     int64_t                    next_send_ms;
     int                        first_done;
     eep_status_t               first_status;
-    int                        ended; /* lost before its first reply: the creator cancels */
+    int                        ended;    /* lost before its first reply: the creator cancels */
     size_t                     failures; /* attempts that failed since the last answer */
     eep_etcd_lease_lost_func_t lost;
     void                      *arg;

@@ -130,6 +130,57 @@ def case_member_stopped():
     check(rewon == 0, "eepd lost and re-won its leader lease %d time(s)" % rewon)
 
 
+def case_followers_stopped():
+    # Two followers of a 5-member etcd hang (SIGSTOP: their sockets stay open and never answer)
+    # for longer than a keepalive interval and shorter than the TTL; they are every client's
+    # first two endpoints (the clients know only the four followers), and the clients' channels
+    # to both are connected (each follower was stopped alone before, in turn).  The cluster keeps its
+    # quorum and its raft leader: no election, only the keepalive's failover is tested.  A
+    # keepalive that waits a whole interval on each hung member spends 2 TTL/3 there plus its
+    # backoff and loses the lease; one that moves on at once after TTL/12 does not.
+    e = Etcd(5, "f")
+    job = "fstop%d" % os.getpid()
+    ttl = int(os.environ.get("STOP_TTL", "2"))
+    stop_s = float(os.environ.get("STOP_S", "1.5"))  # > TTL/3, < TTL
+    leader = e.raft_leader()
+    fol = [i for i in range(5) if i != leader]  # the clients know only the followers
+    a_, b_ = fol[0], fol[1]
+    eps = ",".join("127.0.0.1:%d" % e.client[i] for i in fol)
+    d = Eepd(e, job, "f1", {"EEP_EEPD_LEASE_TTL_S": str(ttl), "EEP_ETCD_ENDPOINTS": eps})
+    wait_for(lambda: "is the leader" in open(d.log).read(), 20, "eepd to lead")
+    agents = [Agent(e, job, ttl, "f%d" % k, {"EEP_ETCD_ENDPOINTS": eps}) for k in range(4)]
+    all_in_view(agents, 20, "4 agents in a view")
+    # Connect every client's channel to every follower, the keepalives back on the first: hang
+    # each follower alone in turn (1 s, what both the old and the new keepalive ride over), so
+    # the keepalives move round the list once.
+    for i in fol:
+        os.kill(e.procs[i].pid, signal.SIGSTOP)
+        try:
+            time.sleep(1.0)
+        finally:
+            os.kill(e.procs[i].pid, signal.SIGCONT)
+        time.sleep(1.0)
+    time.sleep(ttl)
+    base = sum(len(a.evs("lease_lost")) for a in agents)
+    won = open(d.log).read().count("is the leader")
+    for rnd in range(2):
+        for i in (a_, b_):
+            os.kill(e.procs[i].pid, signal.SIGSTOP)
+        try:
+            time.sleep(stop_s)
+        finally:
+            for i in (a_, b_):
+                os.kill(e.procs[i].pid, signal.SIGCONT)
+        time.sleep(ttl + 0.5)  # a lease lost to the stop is reported by now
+    lost = sum(len(a.evs("lease_lost")) for a in agents) - base
+    rewon = open(d.log).read().count("is the leader") - won
+    print("two of five followers stopped %.1f s together (TTL %d s), twice: %d agent leases lost "
+          "(%d before, while one was stopped at a time), eepd leader lease re-won %d time(s)"
+          % (stop_s, ttl, lost, base, rewon), flush=True)
+    check(lost == 0, "%d agent leases lost while two followers were stopped" % lost)
+    check(rewon == 0, "eepd lost and re-won its leader lease %d time(s)" % rewon)
+
+
 def main():
     need(["etcd", "etcdctl", os.path.join(BIN, "eepd"), os.path.join(BIN, "eep-agent"),
           os.path.join(BIN, "eepctl")])
@@ -137,6 +188,7 @@ def main():
         ("etcd_restart", case_etcd_restart),
         ("raft_election", case_raft_election),
         ("member_stopped", case_member_stopped),
+        ("followers_stopped", case_followers_stopped),
     ])
 
 
