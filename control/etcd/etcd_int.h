@@ -56,12 +56,13 @@ typedef struct {
     eep_etcd_owner_t           owner;
     int64_t                    lease;
     int64_t                    ttl_s;      /* 0 until known */
-    int64_t                    last_ok_ms; /* send time of the last request etcd answered */
+    int64_t                    last_ok_ms; /* arrival of the last answer (or of the grant) */
     int64_t                    sent_at_ms; /* send time of the request awaiting its reply, or 0 */
     int64_t                    next_send_ms;
     int                        first_done;
     eep_status_t               first_status;
-    int                        ended; /* lost before its first reply: the creator cancels */
+    int                        ended;    /* lost before its first reply: the creator cancels */
+    size_t                     failures; /* attempts that failed since the last answer */
     eep_etcd_lease_lost_func_t lost;
     void                      *arg;
 } eep_etcd_keepalive_t;

@@ -1,12 +1,17 @@
 /*
  * etcd_lease.c - leases: grant, revoke, and keepalive over one LeaseKeepAlive stream per lease.
  *
- * A keepalive has at most one request awaiting its reply and sends the next TTL/3 after the last
- * one was answered.  The lease counts as alive until one TTL after the SEND time of the last
- * answered request (etcd refreshed it no earlier than that), so "lost" is reported no later than
- * the lease can really have expired, whatever happened to the stream meanwhile.  A reply with
- * TTL <= 0 means etcd no longer has the lease.  A request unanswered for TTL/3 (a hung member)
- * or a failed stream moves the keepalive to the next endpoint.
+ * The rule (issue 25 #3: keepalives ride over an etcd raft election):
+ * - the lease's local deadline is the ARRIVAL time of the last answered keepalive plus the TTL
+ *   etcd returned in that answer (the grant's answer before the first one); "lost" is reported
+ *   only once that deadline has passed without an answer, or when etcd answers TTL <= 0;
+ * - a keepalive goes out every granted TTL / 3 (the TTL of the last answer, never the requested
+ *   one), at most one awaiting its reply;
+ * - a keepalive unanswered for TTL/12 (at least 150 ms: a hung or stopped member, a follower
+ *   still forwarding to a lost raft leader) or a failed stream is retried AT ONCE on the next
+ *   endpoint; only after every endpoint failed since the last answer is there a short pause
+ *   (the stream backoff, at most one attempt's time), so a keepalive is in flight somewhere
+ *   for nearly all of the TTL.
  */
 #include "control/etcd/etcd_int.h"
 
@@ -23,6 +28,21 @@ static int64_t eep_etcd_ka_period_ms(const eep_etcd_keepalive_t *ka)
     int64_t period = ka->ttl_s * 1000 / 3;
 
     return period > 100 ? period : 100;
+}
+
+/* How long a keepalive may wait for its answer before it is retried on the next endpoint: a
+ * twelfth of the TTL (a quarter interval), at least 150 ms, at most the call timeout.  Short on
+ * purpose: during a raft election a follower holds a keepalive it forwarded to the lost leader,
+ * while one sent after it saw the new leader is answered, so several tries must fit in what is
+ * left of the TTL after the first unanswered one. */
+static int64_t eep_etcd_ka_attempt_ms(const eep_etcd_keepalive_t *ka)
+{
+    int64_t attempt = ka->ttl_s * 1000 / 12;
+
+    if (attempt > ka->owner.client->timeout_ms) {
+        attempt = ka->owner.client->timeout_ms;
+    }
+    return attempt > 150 ? attempt : 150;
 }
 
 /* The lease is gone (lock held): tell the creator, or the callback, once; then let go of it. */
@@ -72,15 +92,37 @@ void eep_etcd_keepalive_on_message(eep_etcd_keepalive_t                 *ka,
         eep_etcd_ka_lost(ka, "etcd says it expired or was revoked (TTL <= 0)");
         return;
     }
+    /* Counted from the answer, with the TTL etcd gave in it (its remaining TTL after the
+     * refresh: the granted one), not from the send nor the requested TTL. */
     ka->ttl_s            = msg->ttl;
-    ka->last_ok_ms       = ka->sent_at_ms != 0 ? ka->sent_at_ms : now;
+    ka->last_ok_ms       = now;
     ka->sent_at_ms       = 0;
-    ka->next_send_ms     = ka->last_ok_ms + eep_etcd_ka_period_ms(ka);
+    ka->next_send_ms     = now + eep_etcd_ka_period_ms(ka);
     ka->owner.backoff_ms = EEP_ETCD_BACKOFF_MIN_MS;
+    ka->failures         = 0;
+    __atomic_store_n(&client->preferred, ka->owner.endpoint, __ATOMIC_RELAXED);
     if (!ka->first_done) {
         ka->first_done   = 1;
         ka->first_status = EEP_OK;
         pthread_cond_broadcast(&client->cond);
+    }
+}
+
+/* The stream failed or went unanswered (lock held): the next endpoint, at once while some
+ * endpoint is still untried since the last answer, then after a pause of at most one
+ * attempt (never the stream backoff's seconds: the lease's deadline is running). */
+static void eep_etcd_keepalive_schedule(eep_etcd_keepalive_t *ka)
+{
+    eep_etcd_t *client = ka->owner.client;
+    int64_t     now    = eep_rpc_now_ms();
+    int64_t     pause  = eep_etcd_ka_attempt_ms(ka);
+
+    eep_etcd_owner_schedule(&ka->owner);
+    ka->failures++;
+    if (ka->failures < client->n_endpoints) {
+        ka->owner.retry_at_ms = now;
+    } else if (ka->owner.retry_at_ms > now + pause) {
+        ka->owner.retry_at_ms = now + pause;
     }
 }
 
@@ -90,7 +132,7 @@ void eep_etcd_keepalive_on_closed(eep_etcd_keepalive_t *ka, const eep_rpc_result
         return;
     }
     ka->sent_at_ms = 0;
-    eep_etcd_owner_schedule(&ka->owner);
+    eep_etcd_keepalive_schedule(ka);
     eep_warn(EEP_SUBSYS_ETCD,
              "lease %llx: keepalive stream lost (%s: %s); reconnecting through "
              "%s",
@@ -119,8 +161,7 @@ void eep_etcd_keepalive_timer(eep_etcd_keepalive_t *ka, int64_t now_ms)
         return;
     }
     if (ka->sent_at_ms != 0) {
-        if (now_ms - ka->sent_at_ms > eep_etcd_ka_period_ms(ka) ||
-            now_ms - ka->sent_at_ms > client->timeout_ms) {
+        if (now_ms - ka->sent_at_ms > eep_etcd_ka_attempt_ms(ka)) {
             eep_warn(EEP_SUBSYS_ETCD,
                      "lease %llx: no keepalive reply from %s in %lld ms; trying "
                      "the next endpoint",
