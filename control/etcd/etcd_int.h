@@ -56,7 +56,7 @@ typedef struct {
     eep_etcd_owner_t           owner;
     int64_t                    lease;
     int64_t                    ttl_s;      /* 0 until known */
-    int64_t                    last_ok_ms; /* arrival of the last answer (or of the grant) */
+    int64_t                    last_ok_ms; /* send time of the last answered request (or grant) */
     int64_t                    sent_at_ms; /* send time of the request awaiting its reply, or 0 */
     int64_t                    next_send_ms;
     int                        first_done;
@@ -70,6 +70,7 @@ typedef struct {
 struct eep_etcd {
     int                    timeout_ms;
     int                    keepalive_ms;
+    int64_t                lease_grace_ms; /* 0: one TTL */
     char                 **endpoints;
     size_t                 n_endpoints;
     grpc_channel         **channels;

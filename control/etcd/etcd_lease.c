@@ -1,17 +1,23 @@
 /*
  * etcd_lease.c - leases: grant, revoke, and keepalive over one LeaseKeepAlive stream per lease.
  *
- * The rule (issue 25 #3: keepalives ride over an etcd raft election):
- * - the lease's local deadline is the ARRIVAL time of the last answered keepalive plus the TTL
- *   etcd returned in that answer (the grant's answer before the first one); "lost" is reported
- *   only once that deadline has passed without an answer, or when etcd answers TTL <= 0;
- * - a keepalive goes out every granted TTL / 3 (the TTL of the last answer, never the requested
- *   one), at most one awaiting its reply;
- * - a keepalive unanswered for TTL/12 (at least 150 ms: a hung or stopped member, a follower
- *   still forwarding to a lost raft leader) or a failed stream is retried AT ONCE on the next
- *   endpoint; only after every endpoint failed since the last answer is there a short pause
- *   (the stream backoff, at most one attempt's time), so a keepalive is in flight somewhere
- *   for nearly all of the TTL.
+ * The rule (issue 25 #3: a keepalive rides over an etcd raft election):
+ * - CONFIRMED until one TTL (the TTL of etcd's last answer, the grant's before the first) after
+ *   the SEND time of the last keepalive etcd answered: the leader refreshed the lease no
+ *   earlier than that send, so etcd keeps it at least so long (the arrival time would be later
+ *   than the refresh by the answer's way back, through a follower in etcd 3.4: not a bound).
+ *   eep_etcd_lease_deadline() reports this; past it callers hold what the lease backs.
+ * - LOST only when etcd says so (an answer with TTL <= 0), or when no answer at all came for
+ *   the TTL plus a grace (EEP_ETCD_LEASE_GRACE_MS, by default one more TTL).  Not at the end of
+ *   the confirmed time: while etcd elects a raft leader it answers no keepalive, and the new
+ *   leader then extends every lease by TTL + its election timeout (etcd's lessor Promote), so a
+ *   lease whose confirmed time ran out during an election is still etcd's.  With etcd's default
+ *   1 s election timeout the followers elect after 1-2 s, more than TTL - TTL/3 for a 2 s TTL.
+ * - a keepalive goes out every TTL/3 after the last answer, at most one awaiting its reply; one
+ *   unanswered for TTL/12 (at least 150 ms: a hung member, a follower holding it while it has
+ *   no leader) or a failed stream is retried AT ONCE on the next endpoint; only after every
+ *   endpoint failed since the last answer is there a pause (the stream backoff, at most one
+ *   attempt's time), so some keepalive is in flight for nearly all of the unanswered time.
  */
 #include "control/etcd/etcd_int.h"
 
@@ -43,6 +49,14 @@ static int64_t eep_etcd_ka_attempt_ms(const eep_etcd_keepalive_t *ka)
         attempt = ka->owner.client->timeout_ms;
     }
     return attempt > 150 ? attempt : 150;
+}
+
+/* How long past the confirmed time a keepalive goes on trying with no answer at all. */
+static int64_t eep_etcd_ka_grace_ms(const eep_etcd_keepalive_t *ka)
+{
+    int64_t grace = ka->owner.client->lease_grace_ms;
+
+    return grace > 0 ? grace : ka->ttl_s * 1000;
 }
 
 /* The lease is gone (lock held): tell the creator, or the callback, once; then let go of it. */
@@ -92,10 +106,15 @@ void eep_etcd_keepalive_on_message(eep_etcd_keepalive_t                 *ka,
         eep_etcd_ka_lost(ka, "etcd says it expired or was revoked (TTL <= 0)");
         return;
     }
-    /* Counted from the answer, with the TTL etcd gave in it (its remaining TTL after the
-     * refresh: the granted one), not from the send nor the requested TTL. */
+    /* Confirmed from the send of the answered request, for the TTL etcd gave in the answer
+     * (the lease's granted TTL, what the leader refreshed it to), not the requested one. */
+    if (ka->sent_at_ms != 0 && now - ka->last_ok_ms >= ka->ttl_s * 1000) {
+        eep_info(EEP_SUBSYS_ETCD,
+                 "lease %llx confirmed again after %lld ms without an answer (an etcd election?)",
+                 (unsigned long long)ka->lease, (long long)(now - ka->last_ok_ms));
+    }
     ka->ttl_s            = msg->ttl;
-    ka->last_ok_ms       = now;
+    ka->last_ok_ms       = ka->sent_at_ms != 0 ? ka->sent_at_ms : now;
     ka->sent_at_ms       = 0;
     ka->next_send_ms     = now + eep_etcd_ka_period_ms(ka);
     ka->owner.backoff_ms = EEP_ETCD_BACKOFF_MIN_MS;
@@ -148,8 +167,8 @@ void eep_etcd_keepalive_timer(eep_etcd_keepalive_t *ka, int64_t now_ms)
     if (ka->ended) {
         return;
     }
-    if (ka->ttl_s > 0 && now_ms - ka->last_ok_ms >= ka->ttl_s * 1000) {
-        eep_etcd_ka_lost(ka, "no keepalive reply within its TTL");
+    if (ka->ttl_s > 0 && now_ms - ka->last_ok_ms >= ka->ttl_s * 1000 + eep_etcd_ka_grace_ms(ka)) {
+        eep_etcd_ka_lost(ka, "no keepalive answer within its TTL and the grace after it");
         return;
     }
     if (ka->owner.stream == NULL) {
