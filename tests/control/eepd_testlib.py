@@ -155,10 +155,12 @@ def make_pki(name="pki"):
 
 class Etcd:
     """A cluster of n etcd members on loopback; with @p pki (make_pki) it serves https only and
-    requires client certificates signed by the test CA (mutual TLS)."""
+    requires client certificates signed by the test CA (mutual TLS).  @p raft: (heartbeat ms,
+    election timeout ms), by default short ones (50, 500); etcd's own defaults are (100, 1000)."""
 
-    def __init__(self, n=1, name="e", pki=None):
+    def __init__(self, n=1, name="e", pki=None, raft=(50, 500)):
         self.pki = pki
+        self.raft = raft
         self.scheme = "https" if pki else "http"
         self.names = ["%s%d" % (name, i) for i in range(n)]
         self.client = [free_port() for _ in range(n)]
@@ -190,7 +192,8 @@ class Etcd:
             "--listen-peer-urls", "http://127.0.0.1:%d" % self.peer[i],
             "--initial-advertise-peer-urls", "http://127.0.0.1:%d" % self.peer[i],
             "--initial-cluster", self.cluster, "--initial-cluster-state", state,
-            "--heartbeat-interval", "50", "--election-timeout", "500"] + self._tls_args(),
+            "--heartbeat-interval", str(self.raft[0]), "--election-timeout", str(self.raft[1])]
+            + self._tls_args(),
             log=tmp("%s.%d.log" % (self.names[i], len(_procs))))
 
     def kill(self, i=0):
