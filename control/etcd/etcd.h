@@ -165,10 +165,10 @@ eep_status_t eep_etcd_lease_grant(eep_etcd_t *client, int64_t ttl_s, int64_t *le
  * EEP_ERR_EXISTS if this client already keeps it alive.  Afterwards a request goes out every
  * TTL/3; one unanswered for TTL/12 is retried on the next endpoint at once.  @p lost runs once
  * with EEP_ERR_LEASE_LOST (and the keepalive stops) when etcd says the lease is gone, or when no
- * answer came for the TTL plus EEP_ETCD_LEASE_GRACE_MS (one more TTL by default) after the
- * last answered request: an etcd raft election answers nothing for a while and then extends
- * every lease, so a TTL without an answer alone does not end the lease (see
- * eep_etcd_lease_deadline for what it does end).
+ * answer came for the TTL after the last answered request - plus EEP_ETCD_LEASE_GRACE_MS (one
+ * more TTL by default) if a member held a request on a connected channel meanwhile: an etcd
+ * raft election answers nothing for a while and then extends every lease (see
+ * eep_etcd_lease_deadline for what one TTL without an answer does end).
  */
 eep_status_t eep_etcd_lease_keepalive(eep_etcd_t *client, int64_t lease,
                                       eep_etcd_lease_lost_func_t lost, void *arg);

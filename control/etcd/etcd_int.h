@@ -63,6 +63,7 @@ typedef struct {
     eep_status_t               first_status;
     int                        ended;    /* lost before its first reply: the creator cancels */
     size_t                     failures; /* attempts that failed since the last answer */
+    int                        held; /* since the last answer a member took a request, no answer */
     eep_etcd_lease_lost_func_t lost;
     void                      *arg;
 } eep_etcd_keepalive_t;

@@ -7,12 +7,16 @@
  *   earlier than that send, so etcd keeps it at least so long (the arrival time would be later
  *   than the refresh by the answer's way back, through a follower in etcd 3.4: not a bound).
  *   eep_etcd_lease_deadline() reports this; past it callers hold what the lease backs.
- * - LOST only when etcd says so (an answer with TTL <= 0), or when no answer at all came for
- *   the TTL plus a grace (EEP_ETCD_LEASE_GRACE_MS, by default one more TTL).  Not at the end of
- *   the confirmed time: while etcd elects a raft leader it answers no keepalive, and the new
- *   leader then extends every lease by TTL + its election timeout (etcd's lessor Promote), so a
- *   lease whose confirmed time ran out during an election is still etcd's.  With etcd's default
- *   1 s election timeout the followers elect after 1-2 s, more than TTL - TTL/3 for a 2 s TTL.
+ * - LOST when etcd says so (an answer with TTL <= 0), or when no answer came for the TTL plus
+ *   a grace (EEP_ETCD_LEASE_GRACE_MS, by default one more TTL) - the grace only if since the
+ *   last answer some member held a request on a connected channel (etcd is up but answers
+ *   nothing: it is electing a raft leader, or it hangs).  While etcd elects, the followers
+ *   hold keepalives, and the new leader then extends every lease by TTL + its election timeout
+ *   (etcd's lessor Promote), so a lease whose confirmed time ran out during an election is
+ *   still etcd's; with etcd's default 1 s election timeout the followers elect after 1-2 s,
+ *   more than TTL - TTL/3 for a 2 s TTL.  When no member even accepts a connection (etcd is
+ *   down), the lease is lost one TTL after its last answer as before: a restarted etcd restores
+ *   leases, and the agent must register anew then (issue 25 #2).
  * - a keepalive goes out every TTL/3 after the last answer, at most one awaiting its reply; one
  *   unanswered for TTL/12 (at least 150 ms: a hung member, a follower holding it while it has
  *   no leader) or a failed stream is retried AT ONCE on the next endpoint; only after every
@@ -51,11 +55,15 @@ static int64_t eep_etcd_ka_attempt_ms(const eep_etcd_keepalive_t *ka)
     return attempt > 150 ? attempt : 150;
 }
 
-/* How long past the confirmed time a keepalive goes on trying with no answer at all. */
+/* How long past the confirmed time a keepalive goes on trying with no answer: the grace while
+ * a member holds its requests (up, not answering), none while etcd refuses connections. */
 static int64_t eep_etcd_ka_grace_ms(const eep_etcd_keepalive_t *ka)
 {
     int64_t grace = ka->owner.client->lease_grace_ms;
 
+    if (!ka->held) {
+        return 0;
+    }
     return grace > 0 ? grace : ka->ttl_s * 1000;
 }
 
@@ -119,6 +127,7 @@ void eep_etcd_keepalive_on_message(eep_etcd_keepalive_t                 *ka,
     ka->next_send_ms     = now + eep_etcd_ka_period_ms(ka);
     ka->owner.backoff_ms = EEP_ETCD_BACKOFF_MIN_MS;
     ka->failures         = 0;
+    ka->held             = 0;
     __atomic_store_n(&client->preferred, ka->owner.endpoint, __ATOMIC_RELAXED);
     if (!ka->first_done) {
         ka->first_done   = 1;
@@ -181,6 +190,11 @@ void eep_etcd_keepalive_timer(eep_etcd_keepalive_t *ka, int64_t now_ms)
     }
     if (ka->sent_at_ms != 0) {
         if (now_ms - ka->sent_at_ms > eep_etcd_ka_attempt_ms(ka)) {
+            /* Taken on a connected channel and not answered: etcd is up (electing, hung). */
+            if (grpc_channel_check_connectivity_state(client->channels[ka->owner.endpoint], 0) ==
+                GRPC_CHANNEL_READY) {
+                ka->held = 1;
+            }
             eep_warn(EEP_SUBSYS_ETCD,
                      "lease %llx: no keepalive reply from %s in %lld ms; trying "
                      "the next endpoint",
