@@ -299,10 +299,11 @@ eep_status_t eep_etcd_create(const eep_etcd_params_t *params, eep_etcd_t **clien
     pthread_condattr_init(&cattr);
     pthread_cond_init(&client->cond, &cattr);
     pthread_condattr_destroy(&cattr);
-    client->timeout_ms   = in->timeout_ms > 0 ? in->timeout_ms : (int)cfg.timeout_ms;
-    client->keepalive_ms = in->keepalive_ms > 0 ? in->keepalive_ms : (int)cfg.keepalive_ms;
-    endpoints            = eep_etcd_pick(in->endpoints, cfg.endpoints);
-    status               = eep_etcd_split_endpoints(client, endpoints != NULL ? endpoints : "");
+    client->timeout_ms     = in->timeout_ms > 0 ? in->timeout_ms : (int)cfg.timeout_ms;
+    client->keepalive_ms   = in->keepalive_ms > 0 ? in->keepalive_ms : (int)cfg.keepalive_ms;
+    client->lease_grace_ms = cfg.lease_grace_ms;
+    endpoints              = eep_etcd_pick(in->endpoints, cfg.endpoints);
+    status                 = eep_etcd_split_endpoints(client, endpoints != NULL ? endpoints : "");
     if (status != EEP_OK) {
         goto err_free;
     }

@@ -99,7 +99,8 @@ typedef struct {
 typedef void (*eep_etcd_watch_func_t)(const eep_etcd_event_t *events, size_t count,
                                       int64_t revision, eep_status_t status, void *arg);
 
-/* Lease callback: the lease was lost (expired, revoked, or keepalive failed past its TTL). */
+/* Lease callback: the lease was lost (etcd says it expired or was revoked, or no keepalive
+ * answer came for its TTL and the grace after it). */
 typedef void (*eep_etcd_lease_lost_func_t)(int64_t lease, eep_status_t status, void *arg);
 
 /**
@@ -162,16 +163,21 @@ eep_status_t eep_etcd_lease_grant(eep_etcd_t *client, int64_t ttl_s, int64_t *le
  * Keep @p lease alive on the client's thread (a KeepAlive stream) until revoked or lost.  Returns
  * after etcd's first reply: EEP_ERR_LEASE_LOST if the lease does not exist (any more),
  * EEP_ERR_EXISTS if this client already keeps it alive.  Afterwards a request goes out every
- * TTL/3; when no reply came for a whole TTL, or etcd says the lease is gone, @p lost runs once
- * with EEP_ERR_LEASE_LOST and the keepalive stops.
+ * TTL/3; one unanswered for TTL/12 is retried on the next endpoint at once.  @p lost runs once
+ * with EEP_ERR_LEASE_LOST (and the keepalive stops) when etcd says the lease is gone, or when no
+ * answer came for the TTL after the last answered request - plus EEP_ETCD_LEASE_GRACE_MS (one
+ * more TTL by default) if a member held a request on a connected channel meanwhile: an etcd
+ * raft election answers nothing for a while and then extends every lease (see
+ * eep_etcd_lease_deadline for what one TTL without an answer does end).
  */
 eep_status_t eep_etcd_lease_keepalive(eep_etcd_t *client, int64_t lease,
                                       eep_etcd_lease_lost_func_t lost, void *arg);
 /**
  * Until when etcd is known to keep @p lease: one TTL (as etcd last granted it) after the send
  * time of the last keepalive etcd answered, on the monotonic clock of eep_clock_ms().  Past it the
- * lease may have expired, whatever the keepalive's state; callers that act on the lease's
- * authority (a rank on a view) must wait for a fresh answer or the lost callback.
+ * lease is unconfirmed: it may have expired (or etcd may be electing a leader and keep it), and
+ * callers that act on the lease's authority (a rank on a view) must wait for a fresh answer or
+ * the lost callback.
  * @return EEP_OK, or EEP_ERR_NOT_FOUND if this client keeps no such lease alive.
  */
 eep_status_t eep_etcd_lease_deadline(eep_etcd_t *client, int64_t lease, int64_t *deadline_ms_p);

@@ -56,12 +56,14 @@ typedef struct {
     eep_etcd_owner_t           owner;
     int64_t                    lease;
     int64_t                    ttl_s;      /* 0 until known */
-    int64_t                    last_ok_ms; /* send time of the last request etcd answered */
+    int64_t                    last_ok_ms; /* send time of the last answered request (or grant) */
     int64_t                    sent_at_ms; /* send time of the request awaiting its reply, or 0 */
     int64_t                    next_send_ms;
     int                        first_done;
     eep_status_t               first_status;
-    int                        ended; /* lost before its first reply: the creator cancels */
+    int                        ended;    /* lost before its first reply: the creator cancels */
+    size_t                     failures; /* attempts that failed since the last answer */
+    int                        held; /* since the last answer a member took a request, no answer */
     eep_etcd_lease_lost_func_t lost;
     void                      *arg;
 } eep_etcd_keepalive_t;
@@ -69,6 +71,7 @@ typedef struct {
 struct eep_etcd {
     int                    timeout_ms;
     int                    keepalive_ms;
+    int64_t                lease_grace_ms; /* 0: one TTL */
     char                 **endpoints;
     size_t                 n_endpoints;
     grpc_channel         **channels;

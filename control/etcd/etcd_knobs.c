@@ -21,6 +21,16 @@ static const eep_knob_t eep_etcd_knobs[] = {
                  "long closes the connection and the stream moves on.  Keep it above etcd's "
                  "--grpc-keepalive-min-time (5 s by default), or etcd drops the connection "
                  "(too_many_pings)."),
+    EEP_KNOB_ROW(eep_etcd_config_t, "EEP_ETCD_LEASE_GRACE_MS", "0", EEP_KNOB_INT, lease_grace_ms,
+                 EEP_KNOB_STARTUP, 0, 3600000,
+                 "How long a lease keepalive goes on trying, past the lease's TTL counted from "
+                 "its last answered keepalive, before it counts the lease lost with no word from "
+                 "etcd, in milliseconds; 0: one TTL.  Only while a member holds the keepalives "
+                 "on a connected channel (etcd is up and answers nothing: it elects a raft "
+                 "leader, 1-2 election timeouts, which then extends every lease by TTL + "
+                 "election timeout); when no member takes a connection the lease is lost at "
+                 "its TTL.  Meanwhile the lease is unconfirmed (what it backs is held).  An "
+                 "answer that the lease is gone ends it at once."),
     EEP_KNOB_ROW(eep_etcd_config_t, "EEP_ETCD_CA", "", EEP_KNOB_STRING, ca_file, EEP_KNOB_STARTUP,
                  0, 0, "PEM file of the CA that signed etcd's certificate; empty: plaintext."),
     EEP_KNOB_ROW(eep_etcd_config_t, "EEP_ETCD_CERT", "", EEP_KNOB_STRING, cert_file,

@@ -9,6 +9,7 @@ typedef struct {
     char    endpoints[EEP_KNOB_STRING_MAX];
     int64_t timeout_ms;
     int64_t keepalive_ms;
+    int64_t lease_grace_ms;
     char    ca_file[EEP_KNOB_STRING_MAX];
     char    cert_file[EEP_KNOB_STRING_MAX];
     char    key_file[EEP_KNOB_STRING_MAX];

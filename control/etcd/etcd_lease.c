@@ -1,12 +1,27 @@
 /*
  * etcd_lease.c - leases: grant, revoke, and keepalive over one LeaseKeepAlive stream per lease.
  *
- * A keepalive has at most one request awaiting its reply and sends the next TTL/3 after the last
- * one was answered.  The lease counts as alive until one TTL after the SEND time of the last
- * answered request (etcd refreshed it no earlier than that), so "lost" is reported no later than
- * the lease can really have expired, whatever happened to the stream meanwhile.  A reply with
- * TTL <= 0 means etcd no longer has the lease.  A request unanswered for TTL/3 (a hung member)
- * or a failed stream moves the keepalive to the next endpoint.
+ * The rule (issue 25 #3: a keepalive rides over an etcd raft election):
+ * - CONFIRMED until one TTL (the TTL of etcd's last answer, the grant's before the first) after
+ *   the SEND time of the last keepalive etcd answered: the leader refreshed the lease no
+ *   earlier than that send, so etcd keeps it at least so long (the arrival time would be later
+ *   than the refresh by the answer's way back, through a follower in etcd 3.4: not a bound).
+ *   eep_etcd_lease_deadline() reports this; past it callers hold what the lease backs.
+ * - LOST when etcd says so (an answer with TTL <= 0), or when no answer came for the TTL plus
+ *   a grace (EEP_ETCD_LEASE_GRACE_MS, by default one more TTL) - the grace only if since the
+ *   last answer some member held a request on a connected channel (etcd is up but answers
+ *   nothing: it is electing a raft leader, or it hangs).  While etcd elects, the followers
+ *   hold keepalives, and the new leader then extends every lease by TTL + its election timeout
+ *   (etcd's lessor Promote), so a lease whose confirmed time ran out during an election is
+ *   still etcd's; with etcd's default 1 s election timeout the followers elect after 1-2 s,
+ *   more than TTL - TTL/3 for a 2 s TTL.  When no member even accepts a connection (etcd is
+ *   down), the lease is lost one TTL after its last answer as before: a restarted etcd restores
+ *   leases, and the agent must register anew then (issue 25 #2).
+ * - a keepalive goes out every TTL/3 after the last answer, at most one awaiting its reply; one
+ *   unanswered for TTL/12 (at least 150 ms: a hung member, a follower holding it while it has
+ *   no leader) or a failed stream is retried AT ONCE on the next endpoint; only after every
+ *   endpoint failed since the last answer is there a pause (the stream backoff, at most one
+ *   attempt's time), so some keepalive is in flight for nearly all of the unanswered time.
  */
 #include "control/etcd/etcd_int.h"
 
@@ -23,6 +38,33 @@ static int64_t eep_etcd_ka_period_ms(const eep_etcd_keepalive_t *ka)
     int64_t period = ka->ttl_s * 1000 / 3;
 
     return period > 100 ? period : 100;
+}
+
+/* How long a keepalive may wait for its answer before it is retried on the next endpoint: a
+ * twelfth of the TTL (a quarter interval), at least 150 ms, at most the call timeout.  Short on
+ * purpose: during a raft election a follower holds a keepalive it forwarded to the lost leader,
+ * while one sent after it saw the new leader is answered, so several tries must fit in what is
+ * left of the TTL after the first unanswered one. */
+static int64_t eep_etcd_ka_attempt_ms(const eep_etcd_keepalive_t *ka)
+{
+    int64_t attempt = ka->ttl_s * 1000 / 12;
+
+    if (attempt > ka->owner.client->timeout_ms) {
+        attempt = ka->owner.client->timeout_ms;
+    }
+    return attempt > 150 ? attempt : 150;
+}
+
+/* How long past the confirmed time a keepalive goes on trying with no answer: the grace while
+ * a member holds its requests (up, not answering), none while etcd refuses connections. */
+static int64_t eep_etcd_ka_grace_ms(const eep_etcd_keepalive_t *ka)
+{
+    int64_t grace = ka->owner.client->lease_grace_ms;
+
+    if (!ka->held) {
+        return 0;
+    }
+    return grace > 0 ? grace : ka->ttl_s * 1000;
 }
 
 /* The lease is gone (lock held): tell the creator, or the callback, once; then let go of it. */
@@ -72,15 +114,43 @@ void eep_etcd_keepalive_on_message(eep_etcd_keepalive_t                 *ka,
         eep_etcd_ka_lost(ka, "etcd says it expired or was revoked (TTL <= 0)");
         return;
     }
+    /* Confirmed from the send of the answered request, for the TTL etcd gave in the answer
+     * (the lease's granted TTL, what the leader refreshed it to), not the requested one. */
+    if (ka->sent_at_ms != 0 && now - ka->last_ok_ms >= ka->ttl_s * 1000) {
+        eep_info(EEP_SUBSYS_ETCD,
+                 "lease %llx confirmed again after %lld ms without an answer (an etcd election?)",
+                 (unsigned long long)ka->lease, (long long)(now - ka->last_ok_ms));
+    }
     ka->ttl_s            = msg->ttl;
     ka->last_ok_ms       = ka->sent_at_ms != 0 ? ka->sent_at_ms : now;
     ka->sent_at_ms       = 0;
-    ka->next_send_ms     = ka->last_ok_ms + eep_etcd_ka_period_ms(ka);
+    ka->next_send_ms     = now + eep_etcd_ka_period_ms(ka);
     ka->owner.backoff_ms = EEP_ETCD_BACKOFF_MIN_MS;
+    ka->failures         = 0;
+    ka->held             = 0;
+    __atomic_store_n(&client->preferred, ka->owner.endpoint, __ATOMIC_RELAXED);
     if (!ka->first_done) {
         ka->first_done   = 1;
         ka->first_status = EEP_OK;
         pthread_cond_broadcast(&client->cond);
+    }
+}
+
+/* The stream failed or went unanswered (lock held): the next endpoint, at once while some
+ * endpoint is still untried since the last answer, then after a pause of at most one
+ * attempt (never the stream backoff's seconds: the lease's deadline is running). */
+static void eep_etcd_keepalive_schedule(eep_etcd_keepalive_t *ka)
+{
+    eep_etcd_t *client = ka->owner.client;
+    int64_t     now    = eep_rpc_now_ms();
+    int64_t     pause  = eep_etcd_ka_attempt_ms(ka);
+
+    eep_etcd_owner_schedule(&ka->owner);
+    ka->failures++;
+    if (ka->failures < client->n_endpoints) {
+        ka->owner.retry_at_ms = now;
+    } else if (ka->owner.retry_at_ms > now + pause) {
+        ka->owner.retry_at_ms = now + pause;
     }
 }
 
@@ -90,7 +160,7 @@ void eep_etcd_keepalive_on_closed(eep_etcd_keepalive_t *ka, const eep_rpc_result
         return;
     }
     ka->sent_at_ms = 0;
-    eep_etcd_owner_schedule(&ka->owner);
+    eep_etcd_keepalive_schedule(ka);
     eep_warn(EEP_SUBSYS_ETCD,
              "lease %llx: keepalive stream lost (%s: %s); reconnecting through "
              "%s",
@@ -106,8 +176,8 @@ void eep_etcd_keepalive_timer(eep_etcd_keepalive_t *ka, int64_t now_ms)
     if (ka->ended) {
         return;
     }
-    if (ka->ttl_s > 0 && now_ms - ka->last_ok_ms >= ka->ttl_s * 1000) {
-        eep_etcd_ka_lost(ka, "no keepalive reply within its TTL");
+    if (ka->ttl_s > 0 && now_ms - ka->last_ok_ms >= ka->ttl_s * 1000 + eep_etcd_ka_grace_ms(ka)) {
+        eep_etcd_ka_lost(ka, "no keepalive answer within its TTL and the grace after it");
         return;
     }
     if (ka->owner.stream == NULL) {
@@ -119,8 +189,12 @@ void eep_etcd_keepalive_timer(eep_etcd_keepalive_t *ka, int64_t now_ms)
         return;
     }
     if (ka->sent_at_ms != 0) {
-        if (now_ms - ka->sent_at_ms > eep_etcd_ka_period_ms(ka) ||
-            now_ms - ka->sent_at_ms > client->timeout_ms) {
+        if (now_ms - ka->sent_at_ms > eep_etcd_ka_attempt_ms(ka)) {
+            /* Taken on a connected channel and not answered: etcd is up (electing, hung). */
+            if (grpc_channel_check_connectivity_state(client->channels[ka->owner.endpoint], 0) ==
+                GRPC_CHANNEL_READY) {
+                ka->held = 1;
+            }
             eep_warn(EEP_SUBSYS_ETCD,
                      "lease %llx: no keepalive reply from %s in %lld ms; trying "
                      "the next endpoint",

@@ -76,12 +76,41 @@ def need(paths_or_tools):
             skip(t + " is not installed")
 
 
+_ports_given = set()
+_port_next = [0]
+
+
 def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+    """A port on 127.0.0.1 below the kernel's ephemeral range (bind(0) and every outgoing
+    connection draw from that range, so a port found free there can be some client's source
+    port a moment later), from a per-process random start, free of listeners and of TIME_WAIT
+    (a bind without SO_REUSEADDR) and never handed out twice by this process.  Another process
+    can still take it before our server binds it: Etcd retries a start that exits for it."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            hi = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        hi = 32768
+    lo = 10000
+    if hi - lo < 1000:
+        lo, hi = 10000, 65536
+    if not _port_next[0]:
+        _port_next[0] = lo + (os.getpid() * 2654435761 ^ time.time_ns()) % (hi - lo)
+    for _ in range(hi - lo):
+        port = _port_next[0]
+        _port_next[0] = lo + (port + 1 - lo) % (hi - lo)
+        if port in _ports_given:
+            continue
+        s = socket.socket()
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        finally:
+            s.close()
+        _ports_given.add(port)
+        return port
+    raise AssertionError("no free port in [%d, %d)" % (lo, hi))
 
 
 def now_ms():
@@ -155,19 +184,42 @@ def make_pki(name="pki"):
 
 class Etcd:
     """A cluster of n etcd members on loopback; with @p pki (make_pki) it serves https only and
-    requires client certificates signed by the test CA (mutual TLS)."""
+    requires client certificates signed by the test CA (mutual TLS).  @p raft: (heartbeat ms,
+    election timeout ms), by default short ones (50, 500); etcd's own defaults are (100, 1000)."""
 
-    def __init__(self, n=1, name="e", pki=None):
+    def __init__(self, n=1, name="e", pki=None, raft=(50, 500)):
         self.pki = pki
+        self.raft = raft
         self.scheme = "https" if pki else "http"
-        self.names = ["%s%d" % (name, i) for i in range(n)]
-        self.client = [free_port() for _ in range(n)]
-        self.peer = [free_port() for _ in range(n)]
-        self.cluster = ",".join("%s=http://127.0.0.1:%d" % (self.names[i], self.peer[i])
-                                for i in range(n))
-        self.procs = [self._start(i, "new") for i in range(n)]
-        wait_for(lambda: self.ctl("put", "/eep-test-ready", "1").returncode == 0, 30,
-                 "etcd to serve")
+        self.n = n
+        for attempt in range(3):  # again on new ports when one was taken before etcd bound it
+            self.names = ["%s%d" % (name if attempt == 0 else "%s%dt" % (name, attempt), i)
+                          for i in range(n)]
+            self.client = [free_port() for _ in range(n)]
+            self.peer = [free_port() for _ in range(n)]
+            self.cluster = ",".join("%s=http://127.0.0.1:%d" % (self.names[i], self.peer[i])
+                                    for i in range(n))
+            self.procs = [self._start(i, "new") for i in range(n)]
+            if wait_for(self._serving, 30, "etcd to serve") != "taken":
+                break
+            for p in self.procs:
+                p.kill()
+                p.wait()
+        check(not self._port_taken(), "etcd: a port was taken 3 times in a row")
+
+    def _serving(self):
+        """"taken" when a member lost a port (start again), True once etcd takes a write."""
+        if self._port_taken():
+            return "taken"
+        return self.ctl("put", "/eep-test-ready", "1").returncode == 0
+
+    def _port_taken(self):
+        """True when a member exited because its port was taken after it was picked."""
+        for i, p in enumerate(self.procs):
+            if p.poll() is not None and "address already in use" in open(self.logs[i],
+                                                                         errors="replace").read():
+                return True
+        return False
 
     def client_env(self):
         """The EEP_ETCD_* settings a client of this cluster needs (TLS files)."""
@@ -183,6 +235,9 @@ class Etcd:
                 "--client-cert-auth", "--trusted-ca-file", self.pki("ca.pem")]
 
     def _start(self, i, state):
+        if not hasattr(self, "logs") or len(self.logs) != self.n:
+            self.logs = [None] * self.n
+        self.logs[i] = tmp("%s.%d.log" % (self.names[i], len(_procs)))
         return spawn([
             "etcd", "--name", self.names[i], "--data-dir", tmp(self.names[i] + ".data"),
             "--listen-client-urls", "%s://127.0.0.1:%d" % (self.scheme, self.client[i]),
@@ -190,18 +245,22 @@ class Etcd:
             "--listen-peer-urls", "http://127.0.0.1:%d" % self.peer[i],
             "--initial-advertise-peer-urls", "http://127.0.0.1:%d" % self.peer[i],
             "--initial-cluster", self.cluster, "--initial-cluster-state", state,
-            "--heartbeat-interval", "50", "--election-timeout", "500"] + self._tls_args(),
-            log=tmp("%s.%d.log" % (self.names[i], len(_procs))))
+            "--heartbeat-interval", str(self.raft[0]), "--election-timeout", str(self.raft[1])]
+            + self._tls_args(), log=self.logs[i])
 
     def kill(self, i=0):
         self.procs[i].kill()
         self.procs[i].wait()
 
     def restart(self, i=0):
-        """Start member i again on its data dir (after kill)."""
-        self.procs[i] = self._start(i, "existing")
-        wait_for(lambda: self.ctl("put", "/eep-test-ready", "1").returncode == 0, 30,
-                 "etcd to serve again")
+        """Start member i again on its data dir and ports (after kill); again (3 tries) while
+        a port of its is taken by someone else."""
+        for attempt in range(3):
+            self.procs[i] = self._start(i, "existing")
+            if wait_for(self._serving, 30, "etcd to serve again") != "taken":
+                return
+            time.sleep(0.3)
+        raise AssertionError("etcd member %d: its port stayed taken" % i)
 
     def _gw(self, path, body):
         """etcd's JSON gateway (binary keys and values, base64): one call to the first member

@@ -6,7 +6,8 @@
  * the dead member reconnects through the next one and misses no event, a keepalive holds its
  * lease, and a new client whose first endpoint is the dead one still works.  A hung (SIGSTOPped)
  * first member is noticed the same way: unary calls by their per-endpoint share of the deadline,
- * streams by the client's keepalive pings.
+ * streams by the client's keepalive pings.  And the test server's own start: ports distinct and
+ * never handed out twice, and a start whose port is taken before etcd binds it is retried.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -15,6 +16,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include "control/etcd/etcd.h"
 #include "tests/control/etcd_test_util.h"
@@ -155,11 +160,85 @@ static void test_failover_when_first_member_hangs(void **state)
     eep_test_etcd_destroy(&etcd);
 }
 
+/* The port hook's state: the listener that takes member 0's client port on the first try. */
+static int taken_fd = -1, taken_port = -1;
+
+static int take_port(int port)
+{
+    struct sockaddr_in addr;
+    int                fd, one = 1;
+
+    fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    memset(&addr, 0, sizeof(addr));
+    addr.sin_family      = AF_INET;
+    addr.sin_port        = htons((uint16_t)port);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(bind(fd, (struct sockaddr *)&addr, sizeof(addr)), 0);
+    assert_int_equal(listen(fd, 1), 0);
+    return fd;
+}
+
+static void take_first_client_port(eep_test_etcd_t *etcd, int attempt)
+{
+    if (attempt == 0) {
+        taken_port = etcd->client_port[0];
+        taken_fd   = take_port(taken_port);
+    }
+}
+
+/* Lets go of the taken port after 400 ms, while a restart is retrying. */
+static void *release_later(void *arg)
+{
+    (void)arg;
+    usleep(400 * 1000);
+    close(taken_fd);
+    return NULL;
+}
+
+static void test_server_ports_distinct_and_retried(void **state)
+{
+    eep_test_etcd_t etcd;
+    pthread_t       releaser;
+    int             ports[200], i, j;
+
+    (void)state;
+    /* Distinct, below the ephemeral range, and not the ones of the clusters above. */
+    for (i = 0; i < 200; i++) {
+        ports[i] = eep_test_free_port();
+        assert_true(ports[i] >= 10000);
+        for (j = 0; j < i; j++) {
+            assert_int_not_equal(ports[i], ports[j]);
+        }
+    }
+    if (eep_test_etcd_binary() == NULL) {
+        printf("skip: no etcd binary (install etcd-server)\n");
+        skip();
+    }
+    /* Another process takes a port between the pick and etcd's bind: a second try, new ports. */
+    eep_test_etcd_ports_hook = take_first_client_port;
+    assert_int_equal(eep_test_etcd_start(&etcd, 1), 0);
+    eep_test_etcd_ports_hook = NULL;
+    printf("port %d taken before etcd bound it; started on %s\n", taken_port, etcd.endpoints);
+    assert_true(taken_port > 0);
+    assert_int_not_equal(etcd.client_port[0], taken_port);
+    close(taken_fd);
+    /* A restart keeps its ports and is retried while one is taken (here for 400 ms). */
+    eep_test_etcd_kill(&etcd, 0);
+    taken_fd = take_port(etcd.client_port[0]);
+    assert_int_equal(pthread_create(&releaser, NULL, release_later, NULL), 0);
+    assert_int_equal(eep_test_etcd_restart(&etcd, 0), 0);
+    pthread_join(releaser, NULL);
+    eep_test_etcd_destroy(&etcd);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_failover_when_first_member_dies),
         cmocka_unit_test(test_failover_when_first_member_hangs),
+        cmocka_unit_test(test_server_ports_distinct_and_retried),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,11 +1,20 @@
 /*
  * etcd_server.c - real etcd members for tests, as children of the test process.
  *
- * Ports come from binding port 0 and closing (a small race, acceptable in tests).  etcd runs with
- * short raft timings (50 ms heartbeat, 500 ms election) so a 3-member cluster elects a leader in
- * well under a second and the minimum lease TTL is 1 s, and with --grpc-keepalive-min-time 500ms
- * so a client pinging every second (strictly above the minimum: at the minimum, timer jitter
- * earns "too_many_pings" strikes) is allowed.  Health is polled over HTTP GET /health, bounded.
+ * Ports: picked below the kernel's ephemeral range (which bind(0) and every outgoing connection
+ * draw from, so a port found free there could be some client's source port a moment later),
+ * from a per-process random start, each one checked by a bind without SO_REUSEADDR (a port in
+ * TIME_WAIT, i.e. recently used, is passed over) and never handed out twice by this process.
+ * Another process can still take a port between the check and etcd's bind (the check cannot
+ * hold it for etcd): a member that exits early saying "address already in use" is retried on
+ * new ports (a whole cluster start: the peer ports are in every member's --initial-cluster) or
+ * on the same ports (a restart), at most EEP_TEST_ETCD_START_TRIES times.
+ *
+ * etcd runs with short raft timings (50 ms heartbeat, 500 ms election) so a 3-member cluster
+ * elects a leader in well under a second and the minimum lease TTL is 1 s, and with
+ * --grpc-keepalive-min-time 500ms so a client pinging every second (strictly above the minimum:
+ * at the minimum, timer jitter earns "too_many_pings" strikes) is allowed.  Health is polled over
+ * HTTP GET /health, bounded.
  */
 #include "tests/control/support/etcd_server.h"
 
@@ -25,7 +34,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#define EEP_TEST_ETCD_HEALTH_MS 20000
+#define EEP_TEST_ETCD_HEALTH_MS   20000
+#define EEP_TEST_ETCD_START_TRIES 3
 
 const char *eep_test_etcd_binary(void)
 {
@@ -41,25 +51,86 @@ const char *eep_test_etcd_binary(void)
     return NULL;
 }
 
-int eep_test_free_port(void)
+void (*eep_test_etcd_ports_hook)(eep_test_etcd_t *etcd, int attempt);
+
+/* The last ports this process handed out (a ring): none is handed out again while in it. */
+#define EEP_TEST_PORTS_KEPT 1024
+static int    eep_test_ports_given[EEP_TEST_PORTS_KEPT];
+static size_t eep_test_ports_n;
+static int    eep_test_port_next; /* 0 until the random start is drawn */
+
+static int eep_test_port_given(int port)
+{
+    size_t i, n = eep_test_ports_n < EEP_TEST_PORTS_KEPT ? eep_test_ports_n : EEP_TEST_PORTS_KEPT;
+
+    for (i = 0; i < n; i++) {
+        if (eep_test_ports_given[i] == port) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* 1 when nothing holds 127.0.0.1:@p port, not even a connection in TIME_WAIT. */
+static int eep_test_port_bindable(int port)
 {
     struct sockaddr_in addr;
-    socklen_t          len = sizeof(addr);
-    int                fd, port = -1;
+    int                fd, ok;
 
     fd = socket(AF_INET, SOCK_STREAM, 0);
     if (fd < 0) {
-        return -1;
+        return 0;
     }
     memset(&addr, 0, sizeof(addr));
     addr.sin_family      = AF_INET;
+    addr.sin_port        = htons((uint16_t)port);
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (bind(fd, (struct sockaddr *)&addr, sizeof(addr)) == 0 &&
-        getsockname(fd, (struct sockaddr *)&addr, &len) == 0) {
-        port = ntohs(addr.sin_port);
-    }
+    ok                   = bind(fd, (struct sockaddr *)&addr, sizeof(addr)) == 0;
     close(fd);
-    return port;
+    return ok;
+}
+
+/* The first port of the kernel's ephemeral range (bind(0) and outgoing connections use it). */
+static int eep_test_ephemeral_low(void)
+{
+    FILE *f   = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+    int   low = 32768, high;
+
+    if (f != NULL) {
+        if (fscanf(f, "%d %d", &low, &high) != 2) {
+            low = 32768;
+        }
+        fclose(f);
+    }
+    return low;
+}
+
+int eep_test_free_port(void)
+{
+    const int lo = 10000;
+    int       hi = eep_test_ephemeral_low(); /* exclusive */
+    int       span, tries, port;
+
+    if (hi - lo < 1000) {
+        hi = 65536; /* an unusual range: search all of the upper ports instead */
+    }
+    span = hi - lo;
+    if (eep_test_port_next == 0) {
+        struct timespec ts;
+
+        clock_gettime(CLOCK_REALTIME, &ts);
+        eep_test_port_next = lo + (int)(((unsigned)getpid() * 2654435761u ^ (unsigned)ts.tv_nsec) %
+                                        (unsigned)span);
+    }
+    for (tries = 0; tries < span; tries++) {
+        port               = eep_test_port_next;
+        eep_test_port_next = lo + (port + 1 - lo) % span;
+        if (!eep_test_port_given(port) && eep_test_port_bindable(port)) {
+            eep_test_ports_given[eep_test_ports_n++ % EEP_TEST_PORTS_KEPT] = port;
+            return port;
+        }
+    }
+    return -1;
 }
 
 static int64_t eep_test_now_ms(void)
@@ -128,6 +199,11 @@ static pid_t eep_test_etcd_spawn(eep_test_etcd_t *etcd, int i)
         snprintf(cluster + len, sizeof(cluster) - len, "%sm%d=http://127.0.0.1:%d",
                  j > 0 ? "," : "", j, etcd->peer_port[j]);
     }
+    {
+        struct stat st;
+
+        etcd->log_start[i] = stat(log, &st) == 0 ? (long)st.st_size : 0;
+    }
     pid = fork();
     if (pid != 0) {
         return pid;
@@ -155,6 +231,28 @@ static pid_t eep_test_etcd_spawn(eep_test_etcd_t *etcd, int i)
     _exit(127);
 }
 
+/* 1 when member @p i's log, from where its current run began, says its port was taken. */
+static int eep_test_etcd_addr_in_use(const eep_test_etcd_t *etcd, int i)
+{
+    char  path[320], buf[4096];
+    FILE *f;
+    int   found = 0;
+
+    snprintf(path, sizeof(path), "%s/m%d.log", etcd->dir, i);
+    f = fopen(path, "r");
+    if (f == NULL) {
+        return 0;
+    }
+    if (fseek(f, etcd->log_start[i], SEEK_SET) == 0) {
+        while (!found && fgets(buf, sizeof(buf), f) != NULL) {
+            found = strstr(buf, "address already in use") != NULL;
+        }
+    }
+    fclose(f);
+    return found;
+}
+
+/* @return 0 healthy; -2 exited early because its port was taken (retry); -1 otherwise. */
 static int eep_test_etcd_wait_healthy(eep_test_etcd_t *etcd, int i)
 {
     int64_t deadline = eep_test_now_ms() + EEP_TEST_ETCD_HEALTH_MS;
@@ -162,8 +260,15 @@ static int eep_test_etcd_wait_healthy(eep_test_etcd_t *etcd, int i)
 
     while (eep_test_now_ms() < deadline) {
         if (waitpid(etcd->pid[i], &status, WNOHANG) == etcd->pid[i]) {
-            fprintf(stderr, "etcd member %d exited early (log %s/m%d.log)\n", i, etcd->dir, i);
             etcd->pid[i] = 0;
+            if (eep_test_etcd_addr_in_use(etcd, i)) {
+                fprintf(stderr,
+                        "etcd member %d exited early: a port (client %d, peer %d) was "
+                        "taken after it was picked (log %s/m%d.log)\n",
+                        i, etcd->client_port[i], etcd->peer_port[i], etcd->dir, i);
+                return -2;
+            }
+            fprintf(stderr, "etcd member %d exited early (log %s/m%d.log)\n", i, etcd->dir, i);
             return -1;
         }
         if (eep_test_etcd_healthy(etcd->client_port[i], etcd->tls)) {
@@ -204,10 +309,68 @@ static int eep_test_etcd_make_certs(eep_test_etcd_t *etcd)
     return 0;
 }
 
+/*
+ * One try at starting every member on fresh ports (the data and logs of an earlier try are put
+ * aside first).  @return 0; -2 when a member lost a port to someone else (try again); -1.
+ */
+static int eep_test_etcd_start_attempt(eep_test_etcd_t *etcd, int attempt)
+{
+    char cmd[700];
+    int  i, ret = 0;
+
+    if (attempt > 0) {
+        for (i = 0; i < etcd->n; i++) {
+            eep_test_etcd_kill(etcd, i);
+        }
+        snprintf(cmd, sizeof(cmd),
+                 "cd '%s' && rm -rf m*.etcd && for f in m*.log; do"
+                 " [ -e \"$f\" ] && mv \"$f\" \"$f.try%d\"; done; true",
+                 etcd->dir, attempt - 1);
+        if (system(cmd) != 0) {
+            fprintf(stderr, "could not clear %s for another start\n", etcd->dir);
+            return -1;
+        }
+    }
+    etcd->endpoints[0] = '\0';
+    for (i = 0; i < etcd->n; i++) {
+        size_t len = strlen(etcd->endpoints);
+
+        etcd->client_port[i] = eep_test_free_port();
+        etcd->peer_port[i]   = eep_test_free_port();
+        if (etcd->client_port[i] < 0 || etcd->peer_port[i] < 0) {
+            fprintf(stderr, "no free port below the ephemeral range\n");
+            return -1;
+        }
+        snprintf(etcd->endpoints + len, sizeof(etcd->endpoints) - len, "%s127.0.0.1:%d",
+                 i > 0 ? "," : "", etcd->client_port[i]);
+    }
+    if (eep_test_etcd_ports_hook != NULL) {
+        eep_test_etcd_ports_hook(etcd, attempt);
+    }
+    for (i = 0; i < etcd->n; i++) {
+        etcd->pid[i] = eep_test_etcd_spawn(etcd, i);
+        if (etcd->pid[i] < 0) {
+            etcd->pid[i] = 0;
+            return -1;
+        }
+    }
+    for (i = 0; i < etcd->n && ret == 0; i++) {
+        ret = eep_test_etcd_wait_healthy(etcd, i);
+    }
+    /* A member that lost its peer port can keep another from getting healthy: a taken port
+     * anywhere means another try. */
+    for (i = 0; i < etcd->n && ret == -1; i++) {
+        if (eep_test_etcd_addr_in_use(etcd, i)) {
+            ret = -2;
+        }
+    }
+    return ret;
+}
+
 static int eep_test_etcd_start_mode(eep_test_etcd_t *etcd, int n, int tls)
 {
     const char *binary = eep_test_etcd_binary();
-    int         i;
+    int         attempt, ret = -1;
 
     memset(etcd, 0, sizeof(*etcd));
     if (binary == NULL || n < 1 || n > EEP_TEST_ETCD_MAX) {
@@ -225,27 +388,15 @@ static int eep_test_etcd_start_mode(eep_test_etcd_t *etcd, int n, int tls)
         return -1;
     }
     etcd->n = n;
-    for (i = 0; i < n; i++) {
-        size_t len = strlen(etcd->endpoints);
-
-        etcd->client_port[i] = eep_test_free_port();
-        etcd->peer_port[i]   = eep_test_free_port();
-        snprintf(etcd->endpoints + len, sizeof(etcd->endpoints) - len, "%s127.0.0.1:%d",
-                 i > 0 ? "," : "", etcd->client_port[i]);
-    }
-    for (i = 0; i < n; i++) {
-        etcd->pid[i] = eep_test_etcd_spawn(etcd, i);
-        if (etcd->pid[i] < 0) {
-            etcd->pid[i] = 0;
-            eep_test_etcd_destroy(etcd);
-            return -1;
+    for (attempt = 0; attempt < EEP_TEST_ETCD_START_TRIES; attempt++) {
+        ret = eep_test_etcd_start_attempt(etcd, attempt);
+        if (ret != -2) {
+            break;
         }
     }
-    for (i = 0; i < n; i++) {
-        if (eep_test_etcd_wait_healthy(etcd, i) != 0) {
-            eep_test_etcd_destroy(etcd);
-            return -1;
-        }
+    if (ret != 0) {
+        eep_test_etcd_destroy(etcd);
+        return -1;
     }
     return 0;
 }
@@ -334,13 +485,26 @@ int eep_test_etcd_pause(eep_test_etcd_t *etcd, int i, int stop)
 
 int eep_test_etcd_restart(eep_test_etcd_t *etcd, int i)
 {
-    eep_test_etcd_kill(etcd, i);
-    etcd->pid[i] = eep_test_etcd_spawn(etcd, i);
-    if (etcd->pid[i] < 0) {
-        etcd->pid[i] = 0;
-        return -1;
+    int attempt, ret = -1;
+
+    /* The same ports (the cluster and the clients know them): retried while someone else
+     * holds one, a moment at a time. */
+    for (attempt = 0; attempt < EEP_TEST_ETCD_START_TRIES; attempt++) {
+        if (attempt > 0) {
+            usleep(300 * 1000);
+        }
+        eep_test_etcd_kill(etcd, i);
+        etcd->pid[i] = eep_test_etcd_spawn(etcd, i);
+        if (etcd->pid[i] < 0) {
+            etcd->pid[i] = 0;
+            return -1;
+        }
+        ret = eep_test_etcd_wait_healthy(etcd, i);
+        if (ret != -2) {
+            break;
+        }
     }
-    return eep_test_etcd_wait_healthy(etcd, i);
+    return ret == 0 ? 0 : -1;
 }
 
 void eep_test_etcd_destroy(eep_test_etcd_t *etcd)
