@@ -87,6 +87,29 @@ static void eep_ep_state_destroy(eep_runtime_t *rt, void *arg)
     rt->ep = NULL;
 }
 
+/* A view gave the runtime a new window: nothing of the old layout may be read as this one's
+   (tags, flags, counts); the scratch holds call sequences, so it starts from zero again on every
+   rank, as the new window does.  Kernels stay (the table's keys hold the rank count). */
+static void eep_ep_state_view_reset(eep_runtime_t *rt, void *arg)
+{
+    const eep_cuda_sym_t *cu;
+    struct eep_ep_state  *st = rt->ep;
+
+    (void)arg;
+    if (st == NULL || eep_cuda_sym_driver(&cu) != EEP_OK) {
+        return;
+    }
+    st->have_shape = 0;
+    memset((void *)st->mirror, 0, 8 * (EEP_EP_MAX_LOCAL_EXPERTS + 2));
+    if (st->chunk != 0) {
+        eep_status_from_cu(cu->cuMemsetD8((CUdeviceptr)st->chunk, 0,
+                                          EEP_EP_CHUNK_TOTALS_BYTES +
+                                              (size_t)EEP_EPK_MAX_SEND_BLOCKS * 8),
+                           "cuMemsetD8(dispatch scratch, new view)");
+        eep_status_from_cu(cu->cuCtxSynchronize(), "cuCtxSynchronize(new view)");
+    }
+}
+
 static eep_status_t eep_ep_state_get(eep_runtime_t *rt, const eep_cuda_sym_t *cu,
                                      struct eep_ep_state **st_p)
 {
@@ -170,6 +193,9 @@ static eep_status_t eep_ep_state_get(eep_runtime_t *rt, const eep_cuda_sym_t *cu
     }
     rt->ep = st;
     status = eep_runtime_add_dtor(rt, eep_ep_state_destroy, NULL);
+    if (status == EEP_OK && rt->vm != NULL) {
+        status = eep_runtime_add_view_hook(rt, eep_ep_state_view_reset, NULL);
+    }
     if (status != EEP_OK) {
         eep_ep_state_destroy(rt, NULL);
         return status;
@@ -216,6 +242,8 @@ static eep_status_t eep_ep_kernel(eep_runtime_t *rt, struct eep_ep_state *st, in
     }
     if (st->cfg.prefetch_shrink) {
         (void)eep_ep_prefetch_shrink(rt->jit, combine, idx_bits, mode, phase, shape);
+        /* and one rank more, for the newcomer's view that grows the group back */
+        (void)eep_ep_prefetch_grow(rt->jit, combine, idx_bits, mode, phase, shape);
     }
     if (i < EEP_EP_KERNEL_SLOTS) {
         snprintf(st->kernels[i].key, sizeof(st->kernels[i].key), "%s", key);
@@ -248,6 +276,10 @@ static eep_status_t eep_ep_prepare(eep_runtime_t *rt, const eep_ep_shape_t *shap
         return EEP_ERR_UNSUPPORTED;
     }
     if ((status = eep_ep_buffer_sizes(shape, &z)) != EEP_OK) {
+        return status;
+    }
+    /* A view's expert placement (host side): refused where the kernels would place otherwise. */
+    if ((status = eep_runtime_placement_ep_check(rt, shape->num_experts)) != EEP_OK) {
         return status;
     }
     /* One layout per runtime: after a change, a wait could find an older layout's bytes where
