@@ -10,7 +10,8 @@
  * attempt is refused (EEP_ERR_EXISTS); an id under another attempt written by a rank that is not
  * the root is refused by the fetcher; a fetch with nothing published times out in its bound; a
  * report for an epoch that is not the last is refused; the root reports the last rank, eepd evicts
- * it, the root gets a view without that member and the evicted rank its lease loss.  Without an
+ * it, the root gets a view without that member and the evicted rank its lease loss; the evicted
+ * rank then reports the root from its old epoch, and eepd ignores it (the root is not evicted).  Without an
  * etcd binary every test is skipped with the reason.
  */
 #include <setjmp.h>
@@ -30,7 +31,9 @@
 #include "control/agent/agent.h"
 #include "control/agent/agent_membership.h"
 #include "control/eepd/eepd.h"
+#include "control/etcd/etcd.h"
 #include "eep/membership.h"
+#include "proto/eep.pb-c.h"
 #include "util/log.h"
 #include "tests/control/etcd_test_util.h"
 #include "tests/control/support/etcd_server.h"
@@ -62,6 +65,8 @@ enum {
     RC_REPORT,
     RC_NO_SHRUNK_VIEW,
     RC_NOT_EVICTED,
+    RC_ZOMBIE_REPORT,
+    RC_ZOMBIE_EVICTED_ROOT,
 };
 
 static void sleep_ms(int ms)
@@ -206,20 +211,90 @@ static int child_root(const eep_membership_t *ms, const eep_view_t *v, int victi
                     (unsigned long long)nv.epoch, nv.world, has ? "still in" : "gone");
             ms->ops->release(ms->ctx, &nv);
             if (!has) {
-                return RC_OK;
+                break;
             }
         }
         sleep_ms(20);
     }
-    return RC_NO_SHRUNK_VIEW;
+    if (test_now_ms() >= end) {
+        return RC_NO_SHRUNK_VIEW;
+    }
+    /* Stay a member while the evicted rank's stale report about this rank is judged. */
+    end = test_now_ms() + 6000;
+    while (test_now_ms() < end) {
+        eep_view_t nv;
+        int        changed = 0;
+
+        if (ms->ops->poll(ms->ctx, &nv, &changed) == EEP_OK && changed) {
+            ms->ops->release(ms->ctx, &nv);
+        }
+        sleep_ms(50);
+    }
+    return RC_OK;
 }
 
-static int child_other(const eep_membership_t *ms, const eep_view_t *v, int forger, int victim)
+/*
+ * The evicted rank reports the root from its old epoch under its old member id, as a zombie's
+ * agent does before it has learnt that its lease is gone (woken from SIGSTOP): the fault key as
+ * eep_agent_report_fault writes it.  eepd must not evict the root on it.
+ */
+static int zombie_report(const char *my_old_id, const char *root_id, int root, uint64_t epoch)
 {
+    Eep__V1__Fault f = EEP__V1__FAULT__INIT;
+    eep_etcd_t    *etcd = NULL;
+    uint8_t        buf[1024];
+    char           key[512];
+    eep_status_t   status;
+    size_t         len;
+
+    f.reporter     = (char *)my_old_id;
+    f.suspect      = (char *)root_id;
+    f.suspect_rank = root;
+    f.epoch        = epoch;
+    f.phase        = "dispatch";
+    f.detail       = "zombie";
+    len            = eep__v1__fault__get_packed_size(&f);
+    if (len > sizeof(buf) || eep_etcd_create(NULL, &etcd) != EEP_OK) {
+        return RC_ZOMBIE_REPORT;
+    }
+    eep__v1__fault__pack(&f, buf);
+    snprintf(key, sizeof(key), "/eep/%s/faults/%s", g_job, root_id);
+    status = eep_etcd_put(etcd, key, buf, len, 0, NULL);
+    fprintf(stderr, "victim: reported the root from epoch %llu as %s: %s\n",
+            (unsigned long long)epoch, my_old_id, eep_status_name(status));
+    if (status != EEP_OK) {
+        eep_etcd_destroy(etcd);
+        return RC_ZOMBIE_REPORT;
+    }
+    /* eepd deletes a fault key when it evicts on it (with the member key): the key must stay. */
+    sleep_ms(3000);
+    {
+        eep_etcd_range_t r;
+        int              left;
+
+        status = eep_etcd_range(etcd, key, 0, &r);
+        left   = status == EEP_OK && r.count == 1;
+        if (status == EEP_OK) {
+            eep_etcd_range_free(&r);
+        }
+        eep_etcd_destroy(etcd);
+        fprintf(stderr, "victim: the stale report is %s\n", left ? "still there (ignored)" : "gone");
+        return left ? RC_OK : RC_ZOMBIE_EVICTED_ROOT;
+    }
+}
+
+static int child_other(eep_agent_t *a, const eep_membership_t *ms, const eep_view_t *v, int forger,
+                       int victim)
+{
+    char root_id[256], my_id[256];
+
     eep_comm_uid_t u, want, junk;
     eep_status_t   status;
     int64_t        t0, waited, end;
 
+    snprintf(root_id, sizeof(root_id), "%s", v->member_ids[v->root]);
+    snprintf(my_id, sizeof(my_id), "%s", v->member_ids[v->my_rank]);
+    (void)a;
     uid_pattern(&want, v->epoch, 0);
     if (ms->ops->fetch_uid(ms->ctx, v->epoch, 0, 10000, &u) != EEP_OK) {
         return RC_FETCH;
@@ -257,7 +332,7 @@ static int child_other(const eep_membership_t *ms, const eep_view_t *v, int forg
         status = ms->ops->poll(ms->ctx, &nv, &changed);
         if (status == EEP_ERR_LEASE_LOST) {
             fprintf(stderr, "victim: lease lost\n");
-            return RC_OK;
+            return zombie_report(my_id, root_id, v->root, v->epoch);
         }
         if (status == EEP_OK && changed) {
             int out = nv.my_rank < 0;
@@ -265,7 +340,7 @@ static int child_other(const eep_membership_t *ms, const eep_view_t *v, int forg
             ms->ops->release(ms->ctx, &nv);
             if (out) {
                 fprintf(stderr, "victim: a view without it\n");
-                return RC_OK;
+                return zombie_report(my_id, root_id, v->root, v->epoch);
             }
         }
         sleep_ms(20);
@@ -308,7 +383,7 @@ static int child_rank(void)
     /* Roles from the view alone: the first non-root rank forges, the last one is evicted. */
     forger = v.root == 0 ? 1 : 0;
     victim = v.root == N_RANKS - 1 ? N_RANKS - 2 : N_RANKS - 1;
-    rc     = v.my_rank == v.root ? child_root(&ms, &v, victim) : child_other(&ms, &v, forger, victim);
+    rc     = v.my_rank == v.root ? child_root(&ms, &v, victim) : child_other(a, &ms, &v, forger, victim);
 out:
     eep_agent_membership_destroy(&ms);
     eep_agent_destroy(a);
