@@ -123,7 +123,8 @@ void eep_step_tokens(const eep_step_shape_t *s, int src, uint16_t *x)
 
     for (t = 0; t < s->tokens; t++) {
         for (h = 0; h < s->hidden; h++) {
-            int v = (int)((s->step * 5 + (uint64_t)src * 7 + (uint64_t)t * 3 + (uint64_t)h) % 9) - 4;
+            int v = (int)((s->step * 5 + (uint64_t)src * 7 + (uint64_t)t * 3 + (uint64_t)h) % 9) -
+                    4;
 
             x[(size_t)t * s->hidden + h] = eep_step_bf16((float)v / 8.0f);
         }
@@ -138,8 +139,8 @@ float eep_step_expert_scale(int e)
 int64_t eep_step_expected_recv(const eep_step_shape_t *s, int32_t *counts, uint16_t *rows)
 {
     eep_step_scratch_t sc;
-    int                el = s->experts / s->world, e, src, t, k;
-    int64_t            total = 0;
+    int                el        = s->experts / s->world, e, src, t, k;
+    int64_t            total     = 0;
     int                with_rows = rows != NULL;
     int64_t           *idx;
     float             *w;

@@ -24,10 +24,10 @@
 #include "util/config.h"
 #include "util/log.h"
 
-#define EEP_AGENT_UID_MAGIC    0x44495545u /* "EUID" little-endian */
-#define EEP_AGENT_UID_HDR      8u          /* magic (4), id length (4) */
-#define EEP_AGENT_UID_KEY_MAX  320
-#define EEP_AGENT_UID_POLL_MS  5
+#define EEP_AGENT_UID_MAGIC     0x44495545u /* "EUID" little-endian */
+#define EEP_AGENT_UID_HDR       8u          /* magic (4), id length (4) */
+#define EEP_AGENT_UID_KEY_MAX   320
+#define EEP_AGENT_UID_POLL_MS   5
 #define EEP_AGENT_MEMBER_ID_MAX 256
 
 typedef struct {
@@ -205,8 +205,7 @@ static eep_status_t eep_agent_ms_report(void *ctx, int world_rank, uint64_t epoc
     }
     suspect = m->last_ids[world_rank];
     if (eep_agent_member_id(m->agent, self, sizeof(self)) == EEP_OK && strcmp(self, suspect) == 0) {
-        eep_warn(EEP_SUBSYS_AGENT, "membership: reporting this rank itself (%s): %s", self,
-                 reason);
+        eep_warn(EEP_SUBSYS_AGENT, "membership: reporting this rank itself (%s): %s", self, reason);
     }
     return eep_agent_report_fault(m->agent, suspect, world_rank, epoch, reason, "libeep");
 }
@@ -222,7 +221,7 @@ static eep_status_t eep_agent_ms_publish(void *ctx, uint64_t epoch, int attempt,
     eep_etcd_range_t r;
     int64_t          lease = 0;
     size_t           id_len, len;
-    int              ok    = 0;
+    int              ok = 0;
     eep_status_t     status;
 
     if (attempt < 0 || attempt > 99) {

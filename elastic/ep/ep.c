@@ -102,10 +102,10 @@ static void eep_ep_state_view_reset(eep_runtime_t *rt, void *arg)
     st->have_shape = 0;
     memset((void *)st->mirror, 0, 8 * (EEP_EP_MAX_LOCAL_EXPERTS + 2));
     if (st->chunk != 0) {
-        eep_status_from_cu(cu->cuMemsetD8((CUdeviceptr)st->chunk, 0,
-                                          EEP_EP_CHUNK_TOTALS_BYTES +
-                                              (size_t)EEP_EPK_MAX_SEND_BLOCKS * 8),
-                           "cuMemsetD8(dispatch scratch, new view)");
+        eep_status_from_cu(
+            cu->cuMemsetD8((CUdeviceptr)st->chunk, 0,
+                           EEP_EP_CHUNK_TOTALS_BYTES + (size_t)EEP_EPK_MAX_SEND_BLOCKS * 8),
+            "cuMemsetD8(dispatch scratch, new view)");
         eep_status_from_cu(cu->cuCtxSynchronize(), "cuCtxSynchronize(new view)");
     }
 }

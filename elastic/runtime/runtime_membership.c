@@ -256,8 +256,8 @@ eep_status_t eep_runtime_membership_start(eep_runtime_t *rt, const eep_membershi
     }
     rt->fenced = 1;
     eep_runtime_abort(rt);
-    deadline = eep_clock_ms() + (double)(join_timeout_ms > 0 ? join_timeout_ms
-                                                               : (int)rt->cfg.init_timeout_ms);
+    deadline = eep_clock_ms() +
+               (double)(join_timeout_ms > 0 ? join_timeout_ms : (int)rt->cfg.init_timeout_ms);
     /* Bounded: each poll is the provider's quick look; between them 10 ms. */
     for (;;) {
         status = eep_runtime_view_step(rt, &changed);

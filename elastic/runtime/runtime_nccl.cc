@@ -665,7 +665,7 @@ static const eep_view_comm_ops_t eep_nccl_view_ops = {
     .abort_async     = eep_nccl_view_abort_async,
 };
 
-extern "C" eep_status_t eep_runtime_nccl_view_begin(eep_runtime_t *rt,
+extern "C" eep_status_t eep_runtime_nccl_view_begin(eep_runtime_t              *rt,
                                                     const eep_view_comm_ops_t **ops_p)
 {
     eep_runtime_nccl_t *n;
@@ -686,13 +686,13 @@ extern "C" eep_status_t eep_runtime_nccl_view_begin(eep_runtime_t *rt,
     return EEP_OK;
 }
 
-extern "C" eep_status_t eep_runtime_nccl_view_adopt(eep_runtime_t *rt, const eep_view_comm_set_t *set,
-                                                    int rank, int nranks)
+extern "C" eep_status_t
+eep_runtime_nccl_view_adopt(eep_runtime_t *rt, const eep_view_comm_set_t *set, int rank, int nranks)
 {
-    eep_runtime_nccl_t            *n  = rt->nccl;
-    const eep_nccl_view_window_t  *w  = (const eep_nccl_view_window_t *)set->window;
-    const eep_nccl_view_devcomm_t *d  = (const eep_nccl_view_devcomm_t *)set->devcomm;
-    ncclComm_t                     c  = (ncclComm_t)set->comm;
+    eep_runtime_nccl_t            *n   = rt->nccl;
+    const eep_nccl_view_window_t  *w   = (const eep_nccl_view_window_t *)set->window;
+    const eep_nccl_view_devcomm_t *d   = (const eep_nccl_view_devcomm_t *)set->devcomm;
+    ncclComm_t                     c   = (ncclComm_t)set->comm;
     ncclTeam_t                     lsa = ncclTeamLsa(c), rail = ncclTeamRail(c);
     eep_workspace_layout_t         layout;
     eep_status_t                   status;

@@ -145,17 +145,17 @@ typedef struct eep_runtime eep_runtime_t;
 
 /* Where this rank stands after eep_membership_sync(). */
 typedef struct {
-    size_t   size;  /* sizeof(eep_membership_info_t), set by the caller */
-    uint64_t epoch; /* of the view the communicator belongs to (0: none) */
-    int      rank, world;
-    int      num_experts;
-    int      num_local;                  /* experts this rank holds (may be 0) */
+    size_t                    size;  /* sizeof(eep_membership_info_t), set by the caller */
+    uint64_t                  epoch; /* of the view the communicator belongs to (0: none) */
+    int                       rank, world;
+    int                       num_experts;
+    int                       num_local;     /* experts this rank holds (may be 0) */
     const int32_t            *local_experts; /* [num_local]: global ids, by local slot */
     const eep_expert_place_t *placement;     /* [num_experts]; both valid until the next sync */
-    int         degraded; /* a peer is known dead and no view has removed it yet */
-    int         n_lost;   /* experts held by peers known dead */
-    const char *action;   /* what the last view did: "none", "shrink", "fresh" */
-    double      apply_ms; /* how long the last view's application took on this rank */
+    int                       degraded; /* a peer is known dead and no view has removed it yet */
+    int                       n_lost;   /* experts held by peers known dead */
+    const char               *action;   /* what the last view did: "none", "shrink", "fresh" */
+    double                    apply_ms; /* how long the last view's application took on this rank */
 } eep_membership_info_t;
 
 /**

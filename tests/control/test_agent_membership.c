@@ -49,7 +49,7 @@ static char            g_dir[256];
 static eepd_t         *g_child_eepd;
 
 enum {
-    RC_OK = 0,
+    RC_OK   = 0,
     RC_JOIN = 10,
     RC_NO_VIEW,
     RC_VIEW_BAD,
@@ -240,7 +240,7 @@ static int child_root(const eep_membership_t *ms, const eep_view_t *v, int victi
  */
 static int zombie_report(const char *my_old_id, const char *root_id, int root, uint64_t epoch)
 {
-    Eep__V1__Fault f = EEP__V1__FAULT__INIT;
+    Eep__V1__Fault f    = EEP__V1__FAULT__INIT;
     eep_etcd_t    *etcd = NULL;
     uint8_t        buf[1024];
     char           key[512];
@@ -278,7 +278,8 @@ static int zombie_report(const char *my_old_id, const char *root_id, int root, u
             eep_etcd_range_free(&r);
         }
         eep_etcd_destroy(etcd);
-        fprintf(stderr, "victim: the stale report is %s\n", left ? "still there (ignored)" : "gone");
+        fprintf(stderr, "victim: the stale report is %s\n",
+                left ? "still there (ignored)" : "gone");
         return left ? RC_OK : RC_ZOMBIE_EVICTED_ROOT;
     }
 }
@@ -383,7 +384,8 @@ static int child_rank(void)
     /* Roles from the view alone: the first non-root rank forges, the last one is evicted. */
     forger = v.root == 0 ? 1 : 0;
     victim = v.root == N_RANKS - 1 ? N_RANKS - 2 : N_RANKS - 1;
-    rc     = v.my_rank == v.root ? child_root(&ms, &v, victim) : child_other(a, &ms, &v, forger, victim);
+    rc     = v.my_rank == v.root ? child_root(&ms, &v, victim)
+                                 : child_other(a, &ms, &v, forger, victim);
 out:
     eep_agent_membership_destroy(&ms);
     eep_agent_destroy(a);

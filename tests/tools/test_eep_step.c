@@ -42,7 +42,7 @@ static void test_shape_check(void **state)
     assert_int_equal(eep_step_shape_check(NULL), EEP_ERR_INVALID_ARG);
     s.experts = 10; /* not a multiple of 4 */
     assert_int_equal(eep_step_shape_check(&s), EEP_ERR_INVALID_ARG);
-    s       = shape(4, 4, 1);
+    s = shape(4, 4, 1);
     assert_int_equal(eep_step_shape_check(&s), EEP_ERR_INVALID_ARG);
     s      = shape(4, 0, 1);
     s.topk = 13;
@@ -142,8 +142,7 @@ static void simulate(int world, uint64_t step)
                                 for (h = 0; h < H; h++) {
                                     float *p = &partial[((size_t)r * T + t) * H + h];
 
-                                    *p = w[t * K + k] *
-                                             eep_step_f32(y[r][(size_t)row * H + h]) +
+                                    *p = w[t * K + k] * eep_step_f32(y[r][(size_t)row * H + h]) +
                                          *p;
                                 }
                             }
@@ -211,9 +210,9 @@ static void test_expected_out_nonzero(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_shape_check),         cmocka_unit_test(test_bf16),
-        cmocka_unit_test(test_routing),             cmocka_unit_test(test_step_four_ranks),
-        cmocka_unit_test(test_step_three_ranks),    cmocka_unit_test(test_expected_out_nonzero),
+        cmocka_unit_test(test_shape_check),      cmocka_unit_test(test_bf16),
+        cmocka_unit_test(test_routing),          cmocka_unit_test(test_step_four_ranks),
+        cmocka_unit_test(test_step_three_ranks), cmocka_unit_test(test_expected_out_nonzero),
     };
 
     eep_log_set_level(EEP_LOG_LEVEL_NONE);

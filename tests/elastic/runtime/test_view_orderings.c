@@ -54,10 +54,10 @@ typedef struct {
 } fake_comm_t;
 
 typedef struct {
-    int          idx; /* 0..4 */
-    const char  *id;
-    int          live_sets; /* comm objects made and not yet released */
-    int          fail_create;
+    int                idx; /* 0..4 */
+    const char        *id;
+    int                live_sets; /* comm objects made and not yet released */
+    int                fail_create;
     eep_view_machine_t m;
     eep_membership_t   ms;
 } fake_rank_t;
@@ -416,7 +416,7 @@ static void ev_zombie_wakes(void)
 static void ev_duplicate(void)
 {
     eep_view_t v;
-    void      *set = ranks[0].m.set.comm;
+    void      *set   = ranks[0].m.set.comm;
     uint64_t   epoch = ranks[0].m.view.epoch;
 
     make_view(&v, &views[n_views - 1], "a");
@@ -458,12 +458,23 @@ static void run_ordering(const char *order)
     d_down = 1;
     for (i = 0; order[i] != '\0'; i++) {
         switch (order[i]) {
-        case 'T': ev_timeout(); break;
-        case 'V': ev_view_without_d(); break;
-        case 'N': ev_newcomer(); break;
-        case 'Z': ev_zombie_wakes(); break;
-        case 'D': ev_duplicate(); break;
-        default: fail_msg("bad event %c", order[i]);
+        case 'T':
+            ev_timeout();
+            break;
+        case 'V':
+            ev_view_without_d();
+            break;
+        case 'N':
+            ev_newcomer();
+            break;
+        case 'Z':
+            ev_zombie_wakes();
+            break;
+        case 'D':
+            ev_duplicate();
+            break;
+        default:
+            fail_msg("bad event %c", order[i]);
         }
     }
     /* The end: a b c e on one communicator of the newest epoch, in that order. */
@@ -498,7 +509,7 @@ static void run_ordering(const char *order)
 
 static int next_perm(char *s, int n)
 {
-    int i = n - 2, j = n - 1;
+    int  i = n - 2, j = n - 1;
     char t;
 
     while (i >= 0 && s[i] >= s[i + 1]) {
@@ -533,8 +544,8 @@ static void test_every_ordering(void **state)
         }
         n++;
     } while (next_perm(order, 5));
-    printf("%d orderings of T V N Z D passed; %d stray stores landed, none in a window in use\n",
-           n, with_stray);
+    printf("%d orderings of T V N Z D passed; %d stray stores landed, none in a window in use\n", n,
+           with_stray);
     assert_int_equal(n, 60);
     assert_true(with_stray > 0); /* the zombie did store somewhere: the check had teeth */
 }
