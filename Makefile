@@ -146,6 +146,14 @@ run: deps-run
 	@$(MAKE) --no-print-directory all
 	@BUILD=$(abspath $(BUILD)) deploy/launch.sh $(EEP_RUN_ARGS)
 
+# make gpu-elastic: the elastic GPU check on the one-GPU cluster (scripts/gpu-elastic.sh: 4 ranks,
+# SIGKILL/SIGSTOP of a rank mid-kernel over rounds, newcomers; detection, interruption and grow
+# times; GPU memory and fds flat).  Output in build/gpu-elastic/ (or $OUT).  Flags through
+# EEP_GPU_ELASTIC_ARGS, e.g. make gpu-elastic EEP_GPU_ELASTIC_ARGS="--rounds 5 --steps moe".
+.PHONY: gpu-elastic
+gpu-elastic:
+	@scripts/gpu-elastic.sh $(EEP_GPU_ELASTIC_ARGS)
+
 # make install PREFIX=/usr/local: libraries, tools and public headers.  Kernels are compiled at run
 # time from their sources: EEP_JIT_SOURCE_ROOT must name a tree holding kernels/ and barrier/
 # (the build tree's root by default, compiled in).

@@ -500,7 +500,14 @@ static eep_status_t eep_rank_recover(eep_rank_t *r, eep_status_t why, eep_rank_p
         if (status == EEP_OK && changed) {
             return EEP_OK;
         }
-        fenced = status == EEP_ERR_FENCED || status == EEP_ERR_LEASE_LOST;
+        if ((status == EEP_ERR_FENCED || status == EEP_ERR_LEASE_LOST) && !fenced) {
+            /* said once: this rank has no communicator until a view holds it again */
+            printf("{\"t_ms\":%lld,\"event\":\"fenced\",\"epoch\":%llu,\"status\":\"%s\"}\n",
+                   eep_clock_wall_ms(), (unsigned long long)r->info.epoch, eep_status_name(status));
+            /* rejoining as a new member takes a lease, a view and a fresh communicator */
+            deadline = eep_clock_ms() + 1000.0 * r->join_timeout_s;
+        }
+        fenced = fenced || status == EEP_ERR_FENCED || status == EEP_ERR_LEASE_LOST;
         if (status == EEP_OK && why == EEP_ERR_ABORTED) {
             /* stopped for a notice that brought no new view (a lost lease elsewhere, a view
                already applied): clear the abort and go on */
