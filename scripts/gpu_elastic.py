@@ -205,7 +205,10 @@ def run(args):
     os.makedirs(args.out, exist_ok=True)
     etcd, endpoints = start_etcd(args.etcd_bin, args.work)
     job.env.update({"EEP_JOB": f"gpu-elastic-{os.getpid()}", "EEP_ETCD_ENDPOINTS": endpoints,
-                    "EEP_AGENT_LEASE_TTL_S": "3", "EEP_AGENT_RDMA": "0"})
+                    "EEP_AGENT_LEASE_TTL_S": "3", "EEP_AGENT_RDMA": "0",
+                    # a communicator that cannot form (a member gone during its creation) fails
+                    # in 20 s instead of the default 120 s
+                    "EEP_INIT_TIMEOUT_MS": "20000", "EEP_LOG_LEVEL": "info"})
     eenv = dict(job.env)
     eenv.update({"EEP_EEPD_ID": "eepd-0", "EEP_EEPD_LISTEN": f"127.0.0.1:{free_port()}",
                  "EEP_EEPD_SETTLE_MS": str(args.settle_ms), "EEP_EEPD_NUM_EXPERTS": "12",
