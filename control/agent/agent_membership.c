@@ -24,11 +24,12 @@
 #include "util/config.h"
 #include "util/log.h"
 
-#define EEP_AGENT_UID_MAGIC     0x44495545u /* "EUID" little-endian */
-#define EEP_AGENT_UID_HDR       8u          /* magic (4), id length (4) */
-#define EEP_AGENT_UID_KEY_MAX   320
-#define EEP_AGENT_UID_POLL_MS   5
-#define EEP_AGENT_MEMBER_ID_MAX 256
+#define EEP_AGENT_UID_MAGIC      0x44495545u /* "EUID" little-endian */
+#define EEP_AGENT_UID_HDR        8u          /* magic (4), id length (4) */
+#define EEP_AGENT_UID_KEY_MAX    320
+#define EEP_AGENT_UID_POLL_MS    5
+#define EEP_AGENT_UID_ABANDON_MS 2000.0 /* a newer view is waiting: give up after this long */
+#define EEP_AGENT_MEMBER_ID_MAX  256
 
 typedef struct {
     eep_agent_t *agent;
@@ -306,7 +307,8 @@ static eep_status_t eep_agent_ms_fetch(void *ctx, uint64_t epoch, int attempt, i
 {
     eep_agent_ms_t *m = ctx;
     char            key[EEP_AGENT_UID_KEY_MAX];
-    double          deadline = eep_clock_ms() + (timeout_ms > 0 ? timeout_ms : 0);
+    double          start    = eep_clock_ms();
+    double          deadline = start + (timeout_ms > 0 ? timeout_ms : 0);
     eep_status_t    status;
 
     if (attempt < 0 || attempt > 99) {
@@ -339,8 +341,24 @@ static eep_status_t eep_agent_ms_fetch(void *ctx, uint64_t epoch, int attempt, i
                       (unsigned long long)epoch, attempt, timeout_ms);
             return EEP_ERR_TIMEOUT;
         }
+        if (eep_clock_ms() - start > EEP_AGENT_UID_ABANDON_MS &&
+            eep_agent_newest_epoch(m->agent) > epoch) {
+            /* the root skipped this view: the newer one is where everyone goes */
+            eep_warn(EEP_SUBSYS_AGENT,
+                     "fetch_uid: epoch %llu given up: no unique id after %d ms and a newer view "
+                     "is waiting",
+                     (unsigned long long)epoch, (int)EEP_AGENT_UID_ABANDON_MS);
+            return EEP_ERR_STALE_EPOCH;
+        }
         eep_clock_sleep_ms(EEP_AGENT_UID_POLL_MS);
     }
+}
+
+static int eep_agent_ms_has_newer(void *ctx, uint64_t epoch)
+{
+    eep_agent_ms_t *m = ctx;
+
+    return eep_agent_newest_epoch(m->agent) > epoch;
 }
 
 static const eep_membership_ops_t eep_agent_membership_ops = {
@@ -350,6 +368,7 @@ static const eep_membership_ops_t eep_agent_membership_ops = {
     .release      = eep_agent_ms_release,
     .publish_uid  = eep_agent_ms_publish,
     .fetch_uid    = eep_agent_ms_fetch,
+    .has_newer    = eep_agent_ms_has_newer,
 };
 
 eep_status_t eep_agent_membership_create(const eep_agent_membership_params_t *params,

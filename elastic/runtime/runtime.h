@@ -91,6 +91,7 @@ struct eep_runtime {
     int                 num_local;
     double              last_apply_ms;
     const char         *last_action;
+    uint64_t            applying_epoch; /* the view being applied (its waits may abandon it) */
 };
 
 /**

@@ -134,7 +134,8 @@ static eep_status_t eep_runtime_view_apply(eep_runtime_t *rt, const eep_view_t *
         eep_status_from_cu(cu->cuCtxSynchronize(), "cuCtxSynchronize(view)");
     }
     memset(&plan, 0, sizeof(plan));
-    status = eep_view_machine_apply(rt->vm, view, &plan);
+    rt->applying_epoch = view != NULL ? view->epoch : 0;
+    status             = eep_view_machine_apply(rt->vm, view, &plan);
     if (status == EEP_ERR_STALE_EPOCH || status == EEP_ERR_INVALID_ARG) {
         /* Nothing changed; a flag raised above for nothing is lowered again. */
         if (!rt->fenced && rt->buf != NULL && before == EEP_ABORT_NONE) {
@@ -180,14 +181,16 @@ static eep_status_t eep_runtime_view_apply(eep_runtime_t *rt, const eep_view_t *
 }
 
 /* One poll of the provider, applied.  @p changed_p: a view was applied. */
-static eep_status_t eep_runtime_view_step(eep_runtime_t *rt, int *changed_p)
+static eep_status_t eep_runtime_view_step_once(eep_runtime_t *rt, int *changed_p, int *abandoned_p)
 {
     const eep_membership_t *ms = &rt->membership;
     eep_view_t              view;
     eep_status_t            status;
-    int                     changed = 0;
+    int                     changed          = 0;
+    uint64_t                abandoned_before = rt->vm->stats.abandoned;
 
-    *changed_p = 0;
+    *changed_p   = 0;
+    *abandoned_p = 0;
     memset(&view, 0, sizeof(view));
     status = ms->ops->poll(ms->ctx, &view, &changed);
     if (status == EEP_ERR_LEASE_LOST) {
@@ -213,7 +216,23 @@ static eep_status_t eep_runtime_view_step(eep_runtime_t *rt, int *changed_p)
     if (status == EEP_OK) {
         *changed_p = 1;
     } else if (status == EEP_ERR_STALE_EPOCH) {
-        status = rt->fenced ? EEP_ERR_FENCED : EEP_OK;
+        *abandoned_p = rt->vm->stats.abandoned != abandoned_before;
+        status       = rt->fenced ? EEP_ERR_FENCED : EEP_OK;
+    }
+    return status;
+}
+
+/* A view given up for a newer one: take that one at once (bounded: a few in a row). */
+static eep_status_t eep_runtime_view_step(eep_runtime_t *rt, int *changed_p)
+{
+    eep_status_t status;
+    int          abandoned = 0, tries;
+
+    for (tries = 0; tries < 4; tries++) {
+        status = eep_runtime_view_step_once(rt, changed_p, &abandoned);
+        if (!abandoned) {
+            break;
+        }
     }
     return status;
 }

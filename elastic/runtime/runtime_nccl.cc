@@ -45,12 +45,19 @@ struct eep_runtime_nccl {
     int             pending_aborts;
 };
 
-/* Wait for a non-blocking NCCL operation on @p comm to finish, within @p deadline_ms. */
-static eep_status_t eep_nccl_wait(ncclComm_t comm, ncclResult_t res, double deadline_ms,
-                                  const char *what)
+/* Does the wait for @p arg's communicator still make sense?  1: give it up. */
+typedef int (*eep_nccl_abandon_func_t)(void *arg, double waited_ms);
+
+/*
+ * Wait for a non-blocking NCCL operation on @p comm to finish, within @p deadline_ms; with
+ * @p abandon, asked between polls, EEP_ERR_STALE_EPOCH when it says to give up.
+ */
+static eep_status_t eep_nccl_wait_ex(ncclComm_t comm, ncclResult_t res, double deadline_ms,
+                                     const char *what, eep_nccl_abandon_func_t abandon, void *arg)
 {
     struct timespec pause = { 0, 50000 };
     ncclResult_t    async = ncclSuccess;
+    double          start = eep_clock_ms();
 
     if (res != ncclSuccess && res != ncclInProgress) {
         return eep_status_from_nccl(res, comm, what);
@@ -67,8 +74,19 @@ static eep_status_t eep_nccl_wait(ncclComm_t comm, ncclResult_t res, double dead
             eep_error(EEP_SUBSYS_RUNTIME, "%s did not finish before EEP_INIT_TIMEOUT_MS", what);
             return EEP_ERR_TIMEOUT;
         }
+        if (abandon != NULL && abandon(arg, eep_clock_ms() - start)) {
+            eep_warn(EEP_SUBSYS_RUNTIME, "%s given up after %.0f ms: a newer view is waiting", what,
+                     eep_clock_ms() - start);
+            return EEP_ERR_STALE_EPOCH;
+        }
         nanosleep(&pause, NULL);
     }
+}
+
+static eep_status_t eep_nccl_wait(ncclComm_t comm, ncclResult_t res, double deadline_ms,
+                                  const char *what)
+{
+    return eep_nccl_wait_ex(comm, res, deadline_ms, what, NULL, NULL);
 }
 
 static void eep_nccl_comm_release(ncclComm_t comm, int abort, double deadline_ms)
@@ -411,6 +429,25 @@ static double eep_nccl_view_deadline(const eep_runtime_t *rt)
     return eep_clock_ms() + (double)rt->cfg.init_timeout_ms;
 }
 
+/* A creation that normally takes well under a second and has waited this long, while a newer
+   view is waiting, waits for a member that skipped this view: give it up. */
+#define EEP_NCCL_VIEW_ABANDON_MS 2000.0
+
+static int eep_nccl_view_abandon(void *arg, double waited_ms)
+{
+    const eep_runtime_t    *rt = (const eep_runtime_t *)arg;
+    const eep_membership_t *ms = &rt->membership;
+
+    return waited_ms > EEP_NCCL_VIEW_ABANDON_MS && ms->ops != NULL && ms->ops->has_newer != NULL &&
+           ms->ops->has_newer(ms->ctx, rt->applying_epoch);
+}
+
+static eep_status_t eep_nccl_view_wait(eep_runtime_t *rt, ncclComm_t comm, ncclResult_t res,
+                                       const char *what)
+{
+    return eep_nccl_wait_ex(comm, res, eep_nccl_view_deadline(rt), what, eep_nccl_view_abandon, rt);
+}
+
 static eep_status_t eep_nccl_view_shrink(void *ctx, void *old_comm, const int *exclude,
                                          int n_exclude, void **comm_p)
 {
@@ -433,7 +470,7 @@ static eep_status_t eep_nccl_view_shrink(void *ctx, void *old_comm, const int *e
         return eep_status_from_nccl(res == ncclSuccess ? ncclInternalError : res,
                                     (ncclComm_t)old_comm, "ncclCommShrink");
     }
-    status = eep_nccl_wait(newc, res, eep_nccl_view_deadline(rt), "ncclCommShrink");
+    status = eep_nccl_view_wait(rt, newc, res, "ncclCommShrink");
     if (status != EEP_OK) {
         ncclCommAbort(newc);
         return status;
@@ -474,7 +511,7 @@ static eep_status_t eep_nccl_view_create(void *ctx, const eep_comm_uid_t *uid, i
         }
         return status;
     }
-    status = eep_nccl_wait(comm, ncclSuccess, eep_nccl_view_deadline(rt), "ncclCommInitRankConfig");
+    status = eep_nccl_view_wait(rt, comm, ncclSuccess, "ncclCommInitRankConfig");
     if (status != EEP_OK) {
         ncclCommAbort(comm);
         return status;
@@ -510,10 +547,11 @@ static eep_status_t eep_nccl_view_window(void *ctx, void *comm, void **window_p)
         status = eep_status_from_cu(cu->cuCtxSynchronize(), "cuCtxSynchronize");
     }
     if (status == EEP_OK) {
-        status = eep_nccl_wait((ncclComm_t)comm,
-                               ncclCommWindowRegister((ncclComm_t)comm, w->buf, rt->window_bytes,
-                                                      &w->win, NCCL_WIN_DEFAULT),
-                               eep_nccl_view_deadline(rt), "ncclCommWindowRegister");
+        status = eep_nccl_view_wait(rt, (ncclComm_t)comm,
+                                    ncclCommWindowRegister((ncclComm_t)comm, w->buf,
+                                                           rt->window_bytes, &w->win,
+                                                           NCCL_WIN_DEFAULT),
+                                    "ncclCommWindowRegister");
     }
     if (status != EEP_OK) {
         ncclMemFree(w->buf);
@@ -555,8 +593,9 @@ static eep_status_t eep_nccl_view_devcomm(void *ctx, void *comm, void *window, v
     if (d->gin) {
         reqs.ginSignalCount = rail.nRanks;
     }
-    status = eep_nccl_wait((ncclComm_t)comm, ncclDevCommCreate((ncclComm_t)comm, &reqs, &d->dc),
-                           eep_nccl_view_deadline(rt), "ncclDevCommCreate");
+    status = eep_nccl_view_wait(rt, (ncclComm_t)comm,
+                                ncclDevCommCreate((ncclComm_t)comm, &reqs, &d->dc),
+                                "ncclDevCommCreate");
     if (status == EEP_OK && d->gin && d->dc.ginContextCount == 0) {
         eep_error(EEP_SUBSYS_RUNTIME, "the view's device communicator has no GIN context");
         status = EEP_ERR_NCCL;

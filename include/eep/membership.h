@@ -93,6 +93,13 @@ typedef struct eep_membership_ops {
      */
     eep_status_t (*fetch_uid)(void *ctx, uint64_t epoch, int attempt, int timeout_ms,
                               eep_comm_uid_t *uid_p);
+    /**
+     * Optional (NULL: never).  Is a view newer than @p epoch waiting, or this member's lease
+     * lost?  Must not block or hand anything out.  A rank that waits long for a communicator of
+     * @p epoch (a member skipped that view) abandons it when this says yes, and applies the newer
+     * view from where it was, as the other members of the skipped view do.
+     */
+    int (*has_newer)(void *ctx, uint64_t epoch);
 } eep_membership_ops_t;
 
 /* A provider: its ops and their context. */

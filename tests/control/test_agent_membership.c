@@ -67,6 +67,7 @@ enum {
     RC_NOT_EVICTED,
     RC_ZOMBIE_REPORT,
     RC_ZOMBIE_EVICTED_ROOT,
+    RC_NOT_ABANDONED,
 };
 
 static void sleep_ms(int ms)
@@ -220,7 +221,7 @@ static int child_root(const eep_membership_t *ms, const eep_view_t *v, int victi
         return RC_NO_SHRUNK_VIEW;
     }
     /* Stay a member while the evicted rank's stale report about this rank is judged. */
-    end = test_now_ms() + 6000;
+    end = test_now_ms() + 9000;
     while (test_now_ms() < end) {
         eep_view_t nv;
         int        changed = 0;
@@ -231,6 +232,28 @@ static int child_root(const eep_membership_t *ms, const eep_view_t *v, int victi
         sleep_ms(50);
     }
     return RC_OK;
+}
+
+/*
+ * Views newer than @p epoch exist now: has_newer says so, and a fetch for an id nobody publishes
+ * is given up after ~2 s (EEP_ERR_STALE_EPOCH) instead of waiting out its 10 s timeout.
+ */
+static int check_abandon(const eep_membership_t *ms, uint64_t epoch)
+{
+    eep_comm_uid_t u;
+    eep_status_t   status;
+    int64_t        t0 = test_now_ms(), waited;
+
+    if (!ms->ops->has_newer(ms->ctx, epoch) || ms->ops->has_newer(ms->ctx, UINT64_MAX - 1)) {
+        fprintf(stderr, "victim: has_newer wrong\n");
+        return RC_NOT_ABANDONED;
+    }
+    status = ms->ops->fetch_uid(ms->ctx, epoch, 5, 10000, &u);
+    waited = test_now_ms() - t0;
+    fprintf(stderr, "victim: fetch of a skipped view: %s after %lld ms\n", eep_status_name(status),
+            (long long)waited);
+    return status == EEP_ERR_STALE_EPOCH && waited >= 1900 && waited < 8000 ? RC_OK
+                                                                            : RC_NOT_ABANDONED;
 }
 
 /*
@@ -333,7 +356,9 @@ static int child_other(eep_agent_t *a, const eep_membership_t *ms, const eep_vie
         status = ms->ops->poll(ms->ctx, &nv, &changed);
         if (status == EEP_ERR_LEASE_LOST) {
             fprintf(stderr, "victim: lease lost\n");
-            return zombie_report(my_id, root_id, v->root, v->epoch);
+            return check_abandon(ms, v->epoch) != RC_OK
+                       ? RC_NOT_ABANDONED
+                       : zombie_report(my_id, root_id, v->root, v->epoch);
         }
         if (status == EEP_OK && changed) {
             int out = nv.my_rank < 0;
@@ -341,7 +366,9 @@ static int child_other(eep_agent_t *a, const eep_membership_t *ms, const eep_vie
             ms->ops->release(ms->ctx, &nv);
             if (out) {
                 fprintf(stderr, "victim: a view without it\n");
-                return zombie_report(my_id, root_id, v->root, v->epoch);
+                return check_abandon(ms, v->epoch) != RC_OK
+                           ? RC_NOT_ABANDONED
+                           : zombie_report(my_id, root_id, v->root, v->epoch);
             }
         }
         sleep_ms(20);
