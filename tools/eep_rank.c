@@ -52,9 +52,10 @@
 #include "util/config.h"
 #include "util/log.h"
 
-#define EEP_RANK_EXIT(status) ((int)-(status))
-#define EEP_RANK_EXIT_WRONG   3
-#define EEP_RANK_MAX_WORLD    8 /* MoE buffers are sized for this many ranks */
+#define EEP_RANK_EXIT(status)     ((int)-(status))
+#define EEP_RANK_EXIT_WRONG       3
+#define EEP_RANK_MAX_WORLD        8 /* MoE buffers are sized for this many ranks */
+#define EEP_RANK_FIRST_TIMEOUT_MS 60000
 
 static volatile sig_atomic_t eep_rank_stop, eep_rank_view_flag, eep_rank_arm_req;
 
@@ -78,6 +79,8 @@ typedef struct {
     eep_runtime_t        *rt;
     eep_membership_info_t info;
     uint64_t              step, good, faults;
+    int                   fresh_view; /* no good step yet in this view: a peer may still be
+                                         compiling its kernels (seconds) */
     eep_rank_phase_t      arm_phase;
     int                   arm_signal;
     double                t_us[4]; /* by phase */
@@ -227,11 +230,18 @@ static eep_status_t eep_rank_wait(eep_rank_t *r, eep_rank_phase_t phase, double 
 
 static eep_status_t eep_rank_step_barrier(eep_rank_t *r, eep_rank_phase_t *phase_p)
 {
-    double       t0 = eep_clock_ms();
-    eep_status_t status;
+    double             t0 = eep_clock_ms();
+    eep_barrier_opts_t o;
+    eep_status_t       status;
 
     *phase_p = EEP_RANK_PH_BARRIER;
-    status   = eep_barrier(r->rt, EEP_BARRIER_SEQUENTIAL, NULL);
+    memset(&o, 0, sizeof(o));
+    o.size = sizeof(o);
+    o.mode = EEP_BARRIER_SEQUENTIAL;
+    /* The first barrier of a view waits for peers that compile its variant (nvcc for GIN takes
+       seconds): EEP_RANK_FIRST_TIMEOUT_MS, not the deadline that detects a dead peer. */
+    o.timeout_ms = r->fresh_view ? EEP_RANK_FIRST_TIMEOUT_MS : 0;
+    status       = eep_barrier_ex(r->rt, &o, NULL);
     if (status != EEP_OK) {
         return status;
     }
@@ -475,6 +485,7 @@ static eep_status_t eep_rank_sync(eep_rank_t *r, int *changed_p)
     r->info.size       = sizeof(r->info);
     status             = eep_membership_sync(r->rt, changed_p, &r->info);
     if (status == EEP_OK && *changed_p) {
+        r->fresh_view = 1;
         eep_rank_line_view(r);
     }
     return status;
@@ -709,7 +720,8 @@ int main(int argc, char **argv)
     if (eep_membership_sync(r.rt, &changed, &r.info) == EEP_OK) {
         eep_rank_line_view(&r);
     }
-    start_ms = eep_clock_wall_ms();
+    r.fresh_view = 1;
+    start_ms     = eep_clock_wall_ms();
     while (!eep_rank_stop) {
         eep_rank_phase_t phase = EEP_RANK_PH_NONE;
         const char      *bad   = NULL;
@@ -756,6 +768,7 @@ int main(int argc, char **argv)
             continue;
         }
         r.good++;
+        r.fresh_view = 0;
         if (r.interval_ms > 0) {
             eep_clock_sleep_ms(r.interval_ms);
         }
