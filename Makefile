@@ -158,3 +158,12 @@ run: deps-run
 
 # make install PREFIX=/usr/local, make uninstall: deploy/install.mk.
 include deploy/install.mk
+
+# make gpu-elastic: the elastic GPU check on the one-GPU cluster (scripts/gpu-elastic.sh: 4 ranks,
+# SIGKILL/SIGSTOP of a rank mid-kernel over rounds, newcomers; detection, interruption and grow
+# times; GPU memory and fds flat).  Output in build/gpu-elastic/ (or $OUT).  Flags through
+# EEP_GPU_ELASTIC_ARGS, e.g. make gpu-elastic EEP_GPU_ELASTIC_ARGS="--rounds 5 --steps moe".
+.PHONY: gpu-elastic
+gpu-elastic:
+	@scripts/gpu-elastic.sh $(EEP_GPU_ELASTIC_ARGS)
+

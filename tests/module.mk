@@ -37,6 +37,14 @@ $(CONFIG_TEST): $(BUILD)/tests/util/test_config.o $(CONTROL_KNOB_OBJS) $(LIBEEP_
 	$(CXX) -o $@ $< $(CONTROL_KNOB_OBJS) -Wl,--whole-archive $(LIBEEP_A) -Wl,--no-whole-archive \
 	    $(LDFLAGS) $(NCCL_LDFLAGS) -lcmocka -ldl
 
+# tests/tools/test_eep_step: eep-rank's MoE step checker (tools/eep_step.c), CPU only.
+EEP_STEP_TEST := $(BUILD)/tests/tools/test_eep_step
+UNIT_TEST_BINS += $(EEP_STEP_TEST)
+unit-tests: $(EEP_STEP_TEST)
+$(EEP_STEP_TEST): $(BUILD)/tests/tools/test_eep_step.o $(BUILD)/tools/eep_step.o $(LIBEEP_A)
+	@mkdir -p $(dir $@)
+	$(CXX) -o $@ $^ $(LDFLAGS) $(NCCL_LDFLAGS) -lcmocka -ldl
+
 # JIT tests: the repository root (kernels/probe) and libeep.so (checked for not linking libcuda).
 $(BUILD)/tests/elastic/jit/test_jit%.o: CPPFLAGS += -DEEP_TEST_SOURCE_ROOT='"$(CURDIR)"'
 $(BUILD)/tests/elastic/gpu/test_cuda_sym.o: CPPFLAGS += \

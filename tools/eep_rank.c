@@ -1,86 +1,628 @@
 /*
- * eep_rank.c - eep-rank: one rank of a job as a process (what `make run` starts per GPU).
+ * eep_rank.c - eep-rank: one rank of an elastic job as a process (what `make run` and
+ * `make gpu-elastic` start per rank).
  *
- *   eep-rank [--interval-ms N] [--seconds N] [--join-timeout-s N] [--boot-timeout-ms N] [-v]
+ *   eep-rank [--steps barrier|moe] [--interval-ms N] [--seconds N] [--max-steps N]
+ *            [--timeout-ms N] [--view-wait-s N] [--join-timeout-s N] [--tokens N] [--hidden N]
+ *            [--topk N] [--experts N] [--seed N] [--arm-file PATH] [-v]
  *
- *   --interval-ms N      between barriers (100)
- *   --seconds N          run this long, then leave (0: until SIGTERM)
- *   --join-timeout-s N   give up when no view at all arrived in this long (300)
- *   --boot-timeout-ms N  each bootstrap exchange (0: EEP_BOOTSTRAP_TIMEOUT_MS)
- *   -v                   log the GPU probe's own messages
+ *   --steps barrier   each step is one sequential barrier (default: runs everywhere today)
+ *   --steps moe       each step is dispatch -> stand-in expert -> combine through eep/ep.h,
+ *                     checked bit for bit against tools/eep_step.c (seeded routing)
+ *   --interval-ms N   pause between steps (10)          --seconds N    stop after N s (0: never)
+ *   --max-steps N     stop after N good steps (0: never) --timeout-ms N device-wait deadline (500)
+ *   --view-wait-s N   give up waiting for the view that resolves a fault after N s (30)
+ *   --join-timeout-s N  give up when no view holds this rank for N s at start (300)
+ *   --tokens/--hidden/--topk/--experts/--seed   the MoE shape (64, 256, 2, 12, 1)
+ *   --arm-file PATH   on SIGUSR1, read "PHASE KILL|STOP" from PATH (PHASE: barrier, dispatch,
+ *                     combine): the next kernel of that phase is launched, then this process
+ *                     raises SIGKILL or SIGSTOP on itself (a death mid-kernel, for gpu-elastic)
  *
- * The rank joins the job through the agent (EEP_JOB, EEP_ETCD_ENDPOINTS), waits for a view that
- * holds it, bootstraps the data-plane runtime through the etcd backend for that view's epoch
- * (rank = my_rank, world = the view's size, device = EEP_DEVICE), then runs a sequential barrier
- * plus a small self-check every --interval-ms and prints one JSON line per second (epoch, rank,
- * world, barriers done, status).  Key design choice: a view change, EEP_ERR_PEER_TIMEOUT or
- * EEP_ERR_LEASE_LOST tears the runtime down and builds a new one for the newest view that holds
- * this member.  That costs a new NCCL communicator per change; shrinking the live group in place
- * is a later issue.  A peer that timed out with no newer view in sight is reported as a fault, so
- * that eepd evicts it and publishes that newer view.  SIGTERM or SIGINT leave gracefully
- * (eep_agent_leave): the others get a view without this rank at once.  Without a usable GPU it
- * prints one line and exits with EEP_ERR_NO_DEVICE's code (80).  Every wait is bounded.
+ * The rank joins through the agent (EEP_JOB, EEP_ETCD_ENDPOINTS) and creates its runtime from the
+ * membership (the agent as eep_membership_t): the first view that holds it gives rank, world and
+ * the communicator.  Between steps it calls eep_membership_sync, which applies a new view in
+ * place (shrink, or a fresh communicator for a newcomer).  A step whose device wait expires
+ * (EEP_ERR_PEER_TIMEOUT) reports the suspect (eep_membership_fault) and waits, bounded, for the
+ * view that removes it; a view that arrives while a kernel waits makes the wait stop at once
+ * (the agent's notify raises a flag the wait loop checks).  A fenced rank (removed, or its lease
+ * lost) waits for a view that holds it again.  One JSON line per step and per event on stdout:
+ *   {"t_ms":..,"event":"step","epoch":E,"rank":R,"world":W,"step":N,"ok":1,"mode":"barrier",
+ *    "barrier_us":..,"dispatch_us":..,"combine_us":..,"faults":F,"status":"EEP_OK"}
+ *   {"t_ms":..,"event":"view","epoch":E,"rank":R,"world":W,"action":"shrink","apply_ms":..,
+ *    "local_experts":L,"fds":N,"gpu_free_mb":M}
+ *   {"t_ms":..,"event":"fault","epoch":E,"status":..,"phase":..,"peer":P}
+ *   {"t_ms":..,"event":"dying","phase":..,"signal":"KILL"}   (just before a self-raised signal)
+ * Exit: 0 after SIGTERM/SIGINT or --seconds/--max-steps, 2 for usage, 3 when a step's result was
+ * wrong, else the negated eep_status_t (80: no GPU).  Every wait is bounded.
  */
+#include <dirent.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "control/agent/agent.h"
-#include "control/agent/agent_bootstrap.h"
+#include "control/agent/agent_membership.h"
 #include "eep/eep.h"
-#include "util/config.h"
+#include "eep/ep.h"
 #include "elastic/gpu/cuda_sym.h"
+#include "tools/eep_step.h"
 #include "util/clock.h"
+#include "util/config.h"
 #include "util/log.h"
 
-/* Exit codes: 0 after a graceful leave, 2 for usage, else the negated eep_status_t. */
-#define EEP_RANK_EXIT(status) ((int)-(status))
+#define EEP_RANK_EXIT(status)     ((int)-(status))
+#define EEP_RANK_EXIT_WRONG       3
+#define EEP_RANK_MAX_WORLD        8 /* MoE buffers are sized for this many ranks */
+#define EEP_RANK_FIRST_TIMEOUT_MS 60000
 
-static volatile sig_atomic_t eep_rank_stop;
+static volatile sig_atomic_t eep_rank_stop, eep_rank_view_flag, eep_rank_arm_req;
+
+typedef enum {
+    EEP_RANK_PH_NONE = 0,
+    EEP_RANK_PH_BARRIER,
+    EEP_RANK_PH_DISPATCH,
+    EEP_RANK_PH_COMBINE
+} eep_rank_phase_t;
+
+static const char *const eep_rank_phase_names[] = { "none", "barrier", "dispatch", "combine" };
 
 typedef struct {
-    int               interval_ms;
-    int               seconds;
-    int               join_timeout_s;
-    int               boot_timeout_ms;
-    eep_agent_t      *agent;
-    eep_agent_view_t *view; /* the view the runtime was built for, or NULL */
-    eep_bootstrap_t  *bs;
-    eep_runtime_t    *rt;
-    uint64_t          min_epoch; /* build only for a view at least this new */
-    uint64_t          barriers;  /* done in the current runtime */
-    uint64_t          rebuilds;
-    int               device;
-    const char       *status;     /* "joining", "running", "rebuilding", "waiting" */
-    const char       *last_error; /* eep_status_name of the last failure, or "" */
+    /* options */
+    int         moe, interval_ms, seconds, max_steps, timeout_ms, view_wait_s, join_timeout_s;
+    int         tokens, hidden, topk, experts, seed;
+    const char *arm_file;
+    /* state */
+    eep_agent_t          *agent;
+    eep_membership_t      ms;
+    eep_runtime_t        *rt;
+    eep_membership_info_t info;
+    uint64_t              step, good, faults;
+    int                   fresh_view; /* no good step yet in this view: a peer may still be
+                                         compiling its kernels (seconds) */
+    eep_rank_phase_t      arm_phase;
+    int                   arm_signal;
+    double                t_us[4]; /* by phase */
+    /* MoE device buffers */
+    void *d_x, *d_idx, *d_w, *d_recv_x, *d_recv_idx, *d_recv_w, *d_counts, *d_offsets, *d_y, *d_out;
+    uint16_t *h_x, *h_rows, *h_want_rows, *h_y, *h_out, *h_want_out;
+    int64_t  *h_idx;
+    float    *h_w;
+    int32_t  *h_counts, *h_want_counts;
+    int64_t   rows_max;
 } eep_rank_t;
 
 static void eep_rank_signal(int sig)
 {
-    (void)sig;
-    eep_rank_stop = 1;
+    if (sig == SIGUSR1) {
+        eep_rank_arm_req = 1;
+    } else {
+        eep_rank_stop = 1;
+    }
 }
 
-/* One JSON line on stdout. */
-static void eep_rank_report(const eep_rank_t *r)
+/* The agent's thread: a view or a lost lease can be polled. */
+static void eep_rank_notify(void *arg)
 {
-    printf("{\"t_ms\":%lld,\"epoch\":%llu,\"rank\":%d,\"world\":%u,\"device\":%d,"
-           "\"barriers\":%llu,\"rebuilds\":%llu,\"status\":\"%s\",\"error\":\"%s\"}\n",
-           eep_clock_wall_ms(), r->view != NULL ? (unsigned long long)r->view->epoch : 0ULL,
-           r->view != NULL ? r->view->my_rank : -1, r->view != NULL ? r->view->n_ranks : 0u,
-           r->device, (unsigned long long)r->barriers, (unsigned long long)r->rebuilds, r->status,
-           r->last_error);
+    (void)arg;
+    eep_rank_view_flag = 1;
 }
 
-/* @return EEP_OK when a CUDA driver loads and sees a device; quiet (the caller says it once). */
+static int eep_rank_fds(void)
+{
+    DIR           *d = opendir("/proc/self/fd");
+    struct dirent *e;
+    int            n = 0;
+
+    if (d == NULL) {
+        return -1;
+    }
+    while ((e = readdir(d)) != NULL) {
+        n += e->d_name[0] != '.';
+    }
+    closedir(d);
+    return n - 1; /* the directory's own fd */
+}
+
+static long long eep_rank_gpu_free_mb(void)
+{
+    const eep_cuda_sym_t *cu;
+    size_t                free_b = 0, total = 0;
+
+    if (eep_cuda_sym_driver(&cu) != EEP_OK || cu->cuMemGetInfo(&free_b, &total) != CUDA_SUCCESS) {
+        return -1;
+    }
+    return (long long)(free_b >> 20);
+}
+
+static void eep_rank_line_view(const eep_rank_t *r)
+{
+    printf("{\"t_ms\":%lld,\"event\":\"view\",\"epoch\":%llu,\"rank\":%d,\"world\":%d,"
+           "\"action\":\"%s\",\"apply_ms\":%.1f,\"local_experts\":%d,\"degraded\":%d,\"fds\":%d,"
+           "\"gpu_free_mb\":%lld}\n",
+           eep_clock_wall_ms(), (unsigned long long)r->info.epoch, r->info.rank, r->info.world,
+           r->info.action, r->info.apply_ms, r->info.num_local, r->info.degraded, eep_rank_fds(),
+           eep_rank_gpu_free_mb());
+}
+
+static void eep_rank_line_step(const eep_rank_t *r, eep_status_t status, int ok, const char *bad)
+{
+    printf("{\"t_ms\":%lld,\"event\":\"step\",\"epoch\":%llu,\"rank\":%d,\"world\":%d,"
+           "\"step\":%llu,\"ok\":%d,\"mode\":\"%s\",\"barrier_us\":%.0f,\"dispatch_us\":%.0f,"
+           "\"combine_us\":%.0f,\"faults\":%llu,\"status\":\"%s\"%s%s%s}\n",
+           eep_clock_wall_ms(), (unsigned long long)r->info.epoch, r->info.rank, r->info.world,
+           (unsigned long long)r->step, ok, r->moe ? "moe" : "barrier",
+           r->t_us[EEP_RANK_PH_BARRIER], r->t_us[EEP_RANK_PH_DISPATCH],
+           r->t_us[EEP_RANK_PH_COMBINE], (unsigned long long)r->faults, eep_status_name(status),
+           bad ? ",\"bad\":\"" : "", bad ? bad : "", bad ? "\"" : "");
+}
+
+static void eep_rank_line_fault(const eep_rank_t *r, eep_status_t status, eep_rank_phase_t phase)
+{
+    eep_fault_record_t rec;
+    int                peer = -1;
+
+    if (r->rt != NULL && eep_runtime_fault(r->rt, &rec) == EEP_OK) {
+        peer = rec.peer;
+    }
+    printf("{\"t_ms\":%lld,\"event\":\"fault\",\"epoch\":%llu,\"rank\":%d,\"world\":%d,"
+           "\"status\":\"%s\",\"phase\":\"%s\",\"peer\":%d}\n",
+           eep_clock_wall_ms(), (unsigned long long)r->info.epoch, r->info.rank, r->info.world,
+           eep_status_name(status), eep_rank_phase_names[phase], peer);
+}
+
+/* SIGUSR1 asked: read "PHASE KILL|STOP" from the arm file. */
+static void eep_rank_arm_read(eep_rank_t *r)
+{
+    char  phase[32] = "", sig[16] = "";
+    FILE *f;
+    int   i;
+
+    eep_rank_arm_req = 0;
+    if (r->arm_file == NULL || (f = fopen(r->arm_file, "r")) == NULL) {
+        eep_warn(EEP_SUBSYS_TOOL, "SIGUSR1 without a readable --arm-file: ignored");
+        return;
+    }
+    if (fscanf(f, "%31s %15s", phase, sig) != 2) {
+        phase[0] = '\0';
+    }
+    fclose(f);
+    for (i = 1; i <= EEP_RANK_PH_COMBINE; i++) {
+        if (strcmp(phase, eep_rank_phase_names[i]) == 0) {
+            r->arm_phase  = (eep_rank_phase_t)i;
+            r->arm_signal = strcmp(sig, "STOP") == 0 ? SIGSTOP : SIGKILL;
+            return;
+        }
+    }
+    eep_warn(EEP_SUBSYS_TOOL, "arm file says '%s %s': want PHASE KILL|STOP", phase, sig);
+}
+
+/* Called right after a kernel of @p phase was enqueued. */
+static void eep_rank_maybe_die(eep_rank_t *r, eep_rank_phase_t phase)
+{
+    if (r->arm_phase != phase) {
+        return;
+    }
+    printf("{\"t_ms\":%lld,\"event\":\"dying\",\"epoch\":%llu,\"rank\":%d,\"phase\":\"%s\","
+           "\"signal\":\"%s\"}\n",
+           eep_clock_wall_ms(), (unsigned long long)r->info.epoch, r->info.rank,
+           eep_rank_phase_names[phase], r->arm_signal == SIGSTOP ? "STOP" : "KILL");
+    fflush(stdout);
+    r->arm_phase = EEP_RANK_PH_NONE;
+    raise(r->arm_signal); /* SIGSTOP: continues here after SIGCONT, a zombie */
+}
+
+static int eep_rank_should_abort(void *ctx)
+{
+    (void)ctx;
+    return eep_rank_stop || eep_rank_view_flag;
+}
+
+/* Wait for the stream; a view or a signal stops the wait at once. */
+static eep_status_t eep_rank_wait(eep_rank_t *r, eep_rank_phase_t phase, double t0)
+{
+    eep_status_t status = eep_runtime_stream_wait(r->rt, NULL, eep_rank_should_abort, NULL);
+
+    r->t_us[phase] = (eep_clock_ms() - t0) * 1000.0;
+    return status;
+}
+
+static eep_status_t eep_rank_step_barrier(eep_rank_t *r, eep_rank_phase_t *phase_p)
+{
+    double             t0 = eep_clock_ms();
+    eep_barrier_opts_t o;
+    eep_status_t       status;
+
+    *phase_p = EEP_RANK_PH_BARRIER;
+    memset(&o, 0, sizeof(o));
+    o.size = sizeof(o);
+    o.mode = EEP_BARRIER_SEQUENTIAL;
+    /* The first barrier of a view waits for peers that compile its variant (nvcc for GIN takes
+       seconds): EEP_RANK_FIRST_TIMEOUT_MS, not the deadline that detects a dead peer. */
+    o.timeout_ms = r->fresh_view ? EEP_RANK_FIRST_TIMEOUT_MS : 0;
+    status       = eep_barrier_ex(r->rt, &o, NULL);
+    if (status != EEP_OK) {
+        return status;
+    }
+    eep_rank_maybe_die(r, EEP_RANK_PH_BARRIER);
+    return eep_rank_wait(r, EEP_RANK_PH_BARRIER, t0);
+}
+
+static eep_status_t eep_rank_cu(CUresult res, const char *what)
+{
+    return eep_status_from_cu(res, what);
+}
+
+/* MoE buffers, sized for EEP_RANK_MAX_WORLD ranks (fixed across views). */
+static eep_status_t eep_rank_moe_alloc(eep_rank_t *r)
+{
+    const eep_cuda_sym_t *cu;
+    size_t                T = (size_t)r->tokens, H = (size_t)r->hidden, K = (size_t)r->topk;
+    eep_status_t          status;
+    void **dev[] = { &r->d_x,      &r->d_idx,    &r->d_w,       &r->d_recv_x, &r->d_recv_idx,
+                     &r->d_recv_w, &r->d_counts, &r->d_offsets, &r->d_y,      &r->d_out };
+    size_t bytes[10];
+    int    i;
+
+    if ((status = eep_cuda_sym_driver(&cu)) != EEP_OK) {
+        return status;
+    }
+    r->rows_max = eep_ep_recv_rows_max(EEP_RANK_MAX_WORLD, r->tokens, r->topk, r->experts, 1);
+    if (r->rows_max < 0) {
+        eep_error(EEP_SUBSYS_TOOL, "the MoE shape is out of range (eep_ep_recv_rows_max)");
+        return EEP_ERR_INVALID_ARG;
+    }
+    bytes[0] = T * H * 2;
+    bytes[1] = T * K * 8;
+    bytes[2] = T * K * 4;
+    bytes[3] = (size_t)r->rows_max * H * 2;
+    bytes[4] = (size_t)r->rows_max * K * 4;
+    bytes[5] = (size_t)r->rows_max * K * 4;
+    bytes[6] = (size_t)r->experts * 4;
+    bytes[7] = ((size_t)r->experts + 1) * 4;
+    bytes[8] = (size_t)r->rows_max * H * 2;
+    bytes[9] = T * H * 2;
+    for (i = 0; i < 10; i++) {
+        CUdeviceptr p = 0;
+
+        status = eep_rank_cu(cu->cuMemAlloc(&p, bytes[i] + 16), "cuMemAlloc(eep-rank)");
+        if (status != EEP_OK) {
+            return status;
+        }
+        *dev[i] = (void *)p;
+    }
+    r->h_x           = malloc(bytes[0]);
+    r->h_idx         = malloc(bytes[1]);
+    r->h_w           = malloc(bytes[2]);
+    r->h_rows        = malloc(bytes[3]);
+    r->h_want_rows   = malloc(bytes[3]);
+    r->h_y           = malloc(bytes[8]);
+    r->h_out         = malloc(bytes[9]);
+    r->h_want_out    = malloc(bytes[9]);
+    r->h_counts      = malloc(bytes[6]);
+    r->h_want_counts = malloc(bytes[6]);
+    if (r->h_x == NULL || r->h_idx == NULL || r->h_w == NULL || r->h_rows == NULL ||
+        r->h_want_rows == NULL || r->h_y == NULL || r->h_out == NULL || r->h_want_out == NULL ||
+        r->h_counts == NULL || r->h_want_counts == NULL) {
+        return EEP_ERR_NO_MEMORY;
+    }
+    return EEP_OK;
+}
+
+static void eep_rank_moe_free(eep_rank_t *r)
+{
+    const eep_cuda_sym_t *cu;
+    void *dev[] = { r->d_x,      r->d_idx,    r->d_w,       r->d_recv_x, r->d_recv_idx,
+                    r->d_recv_w, r->d_counts, r->d_offsets, r->d_y,      r->d_out };
+    int   i;
+
+    if (eep_cuda_sym_driver(&cu) == EEP_OK) {
+        for (i = 0; i < 10; i++) {
+            if (dev[i] != NULL) {
+                cu->cuMemFree((CUdeviceptr)dev[i]);
+            }
+        }
+    }
+    free(r->h_x);
+    free(r->h_idx);
+    free(r->h_w);
+    free(r->h_rows);
+    free(r->h_want_rows);
+    free(r->h_y);
+    free(r->h_out);
+    free(r->h_want_out);
+    free(r->h_counts);
+    free(r->h_want_counts);
+}
+
+/*
+ * dispatch (NO_CPU_SYNC: the call returns once enqueued, so an armed death lands mid-kernel) ->
+ * counts and rows to the host, checked -> the stand-in expert -> combine -> output checked.
+ * @p bad_p names the first wrong part, or NULL.
+ */
+static eep_status_t eep_rank_step_moe(eep_rank_t *r, eep_rank_phase_t *phase_p, const char **bad_p)
+{
+    const eep_cuda_sym_t *cu;
+    eep_step_shape_t      s;
+    eep_dispatch_args_t   a;
+    eep_ep_handle_t      *h = NULL;
+    eep_status_t          status;
+    int64_t               rows;
+    int                   e, el;
+    double                t0;
+
+    *bad_p = NULL;
+    if ((status = eep_cuda_sym_driver(&cu)) != EEP_OK) {
+        return status;
+    }
+    memset(&s, 0, sizeof(s));
+    s.world   = r->info.world;
+    s.rank    = r->info.rank;
+    s.tokens  = r->tokens;
+    s.hidden  = r->hidden;
+    s.topk    = r->topk;
+    s.experts = r->experts;
+    s.seed    = (uint64_t)r->seed;
+    s.step    = r->step;
+    if ((status = eep_step_shape_check(&s)) != EEP_OK) {
+        return status;
+    }
+    el = s.experts / s.world;
+    eep_step_routing(&s, s.rank, r->h_idx, r->h_w);
+    eep_step_tokens(&s, s.rank, r->h_x);
+    if ((status = eep_rank_cu(
+             cu->cuMemcpyHtoD((CUdeviceptr)r->d_x, r->h_x, (size_t)s.tokens * s.hidden * 2),
+             "HtoD(x)")) != EEP_OK ||
+        (status = eep_rank_cu(
+             cu->cuMemcpyHtoD((CUdeviceptr)r->d_idx, r->h_idx, (size_t)s.tokens * s.topk * 8),
+             "HtoD(topk_idx)")) != EEP_OK ||
+        (status = eep_rank_cu(
+             cu->cuMemcpyHtoD((CUdeviceptr)r->d_w, r->h_w, (size_t)s.tokens * s.topk * 4),
+             "HtoD(weights)")) != EEP_OK) {
+        return status;
+    }
+    memset(&a, 0, sizeof(a));
+    a.size                = sizeof(a);
+    a.x                   = r->d_x;
+    a.dtype               = EEP_DTYPE_BF16;
+    a.topk_idx            = r->d_idx;
+    a.topk_idx_dtype      = EEP_INDEX_INT64;
+    a.topk_weights        = r->d_w;
+    a.num_tokens          = s.tokens;
+    a.hidden              = s.hidden;
+    a.num_topk            = s.topk;
+    a.num_experts         = s.experts;
+    a.expert_alignment    = 1;
+    a.max_tokens_per_rank = s.tokens;
+    a.mode                = EEP_EP_MODE_NO_CPU_SYNC;
+    a.recv_capacity       = r->rows_max;
+    a.recv_x              = r->d_recv_x;
+    a.recv_topk_idx       = r->d_recv_idx;
+    a.recv_topk_weights   = r->d_recv_w;
+    a.recv_expert_counts  = r->d_counts;
+    a.recv_expert_offsets = r->d_offsets;
+
+    *phase_p = EEP_RANK_PH_DISPATCH;
+    t0       = eep_clock_ms();
+    status   = eep_dispatch(r->rt, &a, &h, NULL);
+    if (status != EEP_OK) {
+        return status;
+    }
+    eep_rank_maybe_die(r, EEP_RANK_PH_DISPATCH);
+    status = eep_rank_wait(r, EEP_RANK_PH_DISPATCH, t0);
+    if (status != EEP_OK) {
+        goto out;
+    }
+    /* What arrived, against what every rank's seeded routing says must arrive. */
+    rows = eep_step_expected_recv(&s, r->h_want_counts, r->h_want_rows);
+    if (rows < 0) {
+        status = EEP_ERR_NO_MEMORY;
+        goto out;
+    }
+    status = eep_rank_cu(cu->cuMemcpyDtoH(r->h_counts, (CUdeviceptr)r->d_counts, (size_t)el * 4),
+                         "DtoH(counts)");
+    if (status == EEP_OK && memcmp(r->h_counts, r->h_want_counts, (size_t)el * 4) != 0) {
+        *bad_p = "counts";
+    }
+    if (status == EEP_OK && *bad_p == NULL) {
+        status = eep_rank_cu(
+            cu->cuMemcpyDtoH(r->h_rows, (CUdeviceptr)r->d_recv_x, (size_t)rows * s.hidden * 2),
+            "DtoH(recv_x)");
+        if (status == EEP_OK && eep_step_compare(r->h_rows, r->h_want_rows, rows * s.hidden) >= 0) {
+            *bad_p = "rows";
+        }
+    }
+    if (status != EEP_OK || *bad_p != NULL) {
+        goto out;
+    }
+    for (e = 0; e < el; e++) {
+        /* the stand-in expert must be the view's: the local experts the sync reported */
+        if (r->info.local_experts != NULL && r->info.num_local == el &&
+            r->info.local_experts[e] != s.rank * el + e) {
+            *bad_p = "placement";
+            goto out;
+        }
+    }
+    eep_step_expert_apply(&s, r->h_counts, r->h_rows, r->h_y);
+    status = eep_rank_cu(cu->cuMemcpyHtoD((CUdeviceptr)r->d_y, r->h_y, (size_t)rows * s.hidden * 2),
+                         "HtoD(y)");
+    if (status != EEP_OK) {
+        goto out;
+    }
+    *phase_p = EEP_RANK_PH_COMBINE;
+    t0       = eep_clock_ms();
+    status   = eep_combine(r->rt, r->d_y, h, r->d_out, NULL);
+    if (status != EEP_OK) {
+        goto out;
+    }
+    eep_rank_maybe_die(r, EEP_RANK_PH_COMBINE);
+    status = eep_rank_wait(r, EEP_RANK_PH_COMBINE, t0);
+    if (status != EEP_OK) {
+        goto out;
+    }
+    status = eep_rank_cu(
+        cu->cuMemcpyDtoH(r->h_out, (CUdeviceptr)r->d_out, (size_t)s.tokens * s.hidden * 2),
+        "DtoH(out)");
+    if (status == EEP_OK) {
+        status = eep_step_expected_out(&s, r->h_want_out);
+    }
+    if (status == EEP_OK &&
+        eep_step_compare(r->h_out, r->h_want_out, (int64_t)s.tokens * s.hidden) >= 0) {
+        *bad_p = "out";
+    }
+out:
+    eep_ep_handle_destroy(h);
+    return status;
+}
+
+/* Apply whatever view is there.  @return what eep_membership_sync returned. */
+static eep_status_t eep_rank_sync(eep_rank_t *r, int *changed_p)
+{
+    eep_status_t status;
+
+    eep_rank_view_flag = 0;
+    r->info.size       = sizeof(r->info);
+    status             = eep_membership_sync(r->rt, changed_p, &r->info);
+    if (status == EEP_OK && *changed_p) {
+        r->fresh_view = 1;
+        eep_rank_line_view(r);
+    }
+    return status;
+}
+
+/*
+ * After a failed step: wait (bounded) for a view that gives this rank a working communicator
+ * again.  A timed-out peer is reported first.  @return EEP_OK when steps can go on.
+ */
+static eep_status_t eep_rank_recover(eep_rank_t *r, eep_status_t why, eep_rank_phase_t phase)
+{
+    double       deadline;
+    eep_status_t status;
+    int          changed = 0, reported = 0, fenced = 0;
+
+    eep_rank_line_fault(r, why, phase);
+    r->faults++;
+    deadline = eep_clock_ms() + 1000.0 * (why == EEP_ERR_FENCED || why == EEP_ERR_LEASE_LOST
+                                              ? r->join_timeout_s
+                                              : r->view_wait_s);
+    while (!eep_rank_stop) {
+        status = eep_rank_sync(r, &changed);
+        if (status == EEP_OK && changed) {
+            return EEP_OK;
+        }
+        if ((status == EEP_ERR_FENCED || status == EEP_ERR_LEASE_LOST) && !fenced) {
+            /* said once: this rank has no communicator until a view holds it again */
+            printf("{\"t_ms\":%lld,\"event\":\"fenced\",\"epoch\":%llu,\"status\":\"%s\"}\n",
+                   eep_clock_wall_ms(), (unsigned long long)r->info.epoch, eep_status_name(status));
+            /* rejoining as a new member takes a lease, a view and a fresh communicator */
+            deadline = eep_clock_ms() + 1000.0 * r->join_timeout_s;
+        }
+        fenced = fenced || status == EEP_ERR_FENCED || status == EEP_ERR_LEASE_LOST;
+        if (status == EEP_OK && why == EEP_ERR_ABORTED) {
+            /* stopped for a notice that brought no new view (a lost lease elsewhere, a view
+               already applied): clear the abort and go on */
+            return eep_runtime_clear_fault(r->rt);
+        }
+        if (status == EEP_OK && why == EEP_ERR_PEER_TIMEOUT && !reported) {
+            /* nothing newer in sight: name the suspect so that eepd evicts it */
+            eep_membership_fault(r->rt, eep_rank_phase_names[phase]);
+            reported = 1;
+        }
+        if (eep_clock_ms() > deadline) {
+            eep_error(EEP_SUBSYS_TOOL, "no view resolved %s within %d s (%s)", eep_status_name(why),
+                      fenced ? r->join_timeout_s : r->view_wait_s, eep_status_name(status));
+            return fenced ? EEP_ERR_FENCED : EEP_ERR_TIMEOUT;
+        }
+        eep_clock_sleep_ms(5);
+    }
+    return EEP_ERR_ABORTED;
+}
+
+static int eep_rank_usage(const char *bad)
+{
+    if (bad != NULL) {
+        fprintf(stderr, "eep-rank: bad argument '%s'\n", bad);
+    }
+    fprintf(stderr, "usage: eep-rank [--steps barrier|moe] [--interval-ms N] [--seconds N] "
+                    "[--max-steps N] [--timeout-ms N] [--view-wait-s N] [--join-timeout-s N] "
+                    "[--tokens N] [--hidden N] [--topk N] [--experts N] [--seed N] "
+                    "[--arm-file PATH] [-v]\n");
+    return bad != NULL ? 2 : 0;
+}
+
+/* @return 0, or 2 after printing the usage. */
+static int eep_rank_args(eep_rank_t *r, int argc, char **argv, int *verbose_p)
+{
+    static const struct {
+        const char *name;
+        size_t      off;
+        int         min;
+    } ints[] = {
+        { "--interval-ms", offsetof(eep_rank_t, interval_ms), 0 },
+        { "--seconds", offsetof(eep_rank_t, seconds), 0 },
+        { "--max-steps", offsetof(eep_rank_t, max_steps), 0 },
+        { "--timeout-ms", offsetof(eep_rank_t, timeout_ms), 1 },
+        { "--view-wait-s", offsetof(eep_rank_t, view_wait_s), 1 },
+        { "--join-timeout-s", offsetof(eep_rank_t, join_timeout_s), 1 },
+        { "--tokens", offsetof(eep_rank_t, tokens), 1 },
+        { "--hidden", offsetof(eep_rank_t, hidden), 8 },
+        { "--topk", offsetof(eep_rank_t, topk), 1 },
+        { "--experts", offsetof(eep_rank_t, experts), 1 },
+        { "--seed", offsetof(eep_rank_t, seed), 0 },
+    };
+    int a, i;
+
+    for (a = 1; a < argc; a++) {
+        char *end = NULL;
+        long  v;
+
+        if (strcmp(argv[a], "-v") == 0) {
+            *verbose_p = 1;
+            continue;
+        }
+        if (strcmp(argv[a], "-h") == 0 || strcmp(argv[a], "--help") == 0) {
+            eep_rank_usage(NULL);
+            return 1;
+        }
+        if (a + 1 >= argc) {
+            return eep_rank_usage(argv[a]);
+        }
+        if (strcmp(argv[a], "--steps") == 0) {
+            if (strcmp(argv[a + 1], "moe") != 0 && strcmp(argv[a + 1], "barrier") != 0) {
+                return eep_rank_usage(argv[a + 1]);
+            }
+            r->moe = strcmp(argv[++a], "moe") == 0;
+            continue;
+        }
+        if (strcmp(argv[a], "--arm-file") == 0) {
+            r->arm_file = argv[++a];
+            continue;
+        }
+        for (i = 0; i < (int)(sizeof(ints) / sizeof(ints[0])); i++) {
+            if (strcmp(argv[a], ints[i].name) == 0) {
+                break;
+            }
+        }
+        if (i == (int)(sizeof(ints) / sizeof(ints[0]))) {
+            return eep_rank_usage(argv[a]);
+        }
+        v = strtol(argv[a + 1], &end, 10);
+        if (*end != '\0' || v < ints[i].min || v > 100000000) {
+            return eep_rank_usage(argv[a]);
+        }
+        *(int *)((char *)r + ints[i].off) = (int)v;
+        a++;
+    }
+    return 0;
+}
+
+/* @return EEP_OK when a CUDA driver loads and sees a device; quiet unless @p verbose. */
 static eep_status_t eep_rank_gpu_check(int verbose)
 {
-    const eep_cuda_sym_t *cu = NULL;
-    eep_status_t          status;
+    const eep_cuda_sym_t *cu    = NULL;
     eep_log_level_t       level = EEP_LOG_LEVEL_NONE;
+    eep_status_t          status;
     int                   count = 0, l;
 
     /* The configured level, to put back after the quiet probe. */
@@ -102,222 +644,32 @@ static eep_status_t eep_rank_gpu_check(int verbose)
     return status != EEP_OK ? EEP_ERR_NO_DEVICE : EEP_OK;
 }
 
-/*
- * The group is changing (or this rank leaves): abort rather than finalize, so that no teardown
- * step waits on a rank that already left (finalizing is bounded too, by EEP_INIT_TIMEOUT_MS, but
- * that is seconds per change).
- */
-static void eep_rank_teardown(eep_rank_t *r)
-{
-    if (r->rt != NULL) {
-        eep_runtime_abort(r->rt);
-    }
-    eep_runtime_destroy(r->rt);
-    r->rt = NULL;
-    eep_bootstrap_destroy(r->bs);
-    r->bs       = NULL;
-    r->barriers = 0;
-}
-
-/* Drop the runtime and its view; build again only for a view newer than @p epoch_done. */
-static void eep_rank_drop(eep_rank_t *r, eep_status_t why, uint64_t epoch_done)
-{
-    r->last_error = eep_status_name(why);
-    eep_rank_teardown(r);
-    eep_agent_view_free(r->view);
-    r->view      = NULL;
-    r->min_epoch = epoch_done + 1;
-    r->status    = "waiting";
-}
-
-/*
- * A peer did not arrive (runtime fault record or bootstrap timeout).  If a newer view comes
- * within a moment, the peer most likely left through it: no report.  Otherwise report it, so that
- * eepd evicts it and publishes the view to rebuild for.
- */
-static void eep_rank_suspect(eep_rank_t *r, int peer, const char *phase, eep_agent_view_t **newer_p)
-{
-    eep_agent_view_t *v = NULL;
-    eep_status_t      status;
-
-    status = eep_agent_wait(r->agent, 1000, &v);
-    if (status == EEP_OK) {
-        *newer_p = v;
-        return;
-    }
-    if (status == EEP_ERR_LEASE_LOST || r->view == NULL || peer < 0 ||
-        (uint32_t)peer >= r->view->n_ranks || peer == r->view->my_rank) {
-        return;
-    }
-    eep_warn(EEP_SUBSYS_TOOL,
-             "peer %d (member %s) did not arrive in %s of view %llu: reporting "
-             "it",
-             peer, r->view->members[peer].id, phase, (unsigned long long)r->view->epoch);
-    eep_agent_report_fault(r->agent, r->view->members[peer].id, peer, r->view->epoch, phase,
-                           "eep-rank");
-}
-
-/* Build the runtime for @p view (taken over).  On failure the view is dropped. */
-static eep_status_t eep_rank_build(eep_rank_t *r, eep_agent_view_t *view,
-                                   eep_agent_view_t **newer_p)
-{
-    eep_agent_bootstrap_params_t bp;
-    eep_runtime_params_t         rp;
-    eep_runtime_info_t           info;
-    eep_status_t                 status;
-    int                          missing;
-
-    r->view   = view;
-    r->status = "rebuilding";
-    eep_log_set_rank(view->my_rank);
-    eep_info(EEP_SUBSYS_TOOL, "building the runtime for view %llu: rank %d of %u",
-             (unsigned long long)view->epoch, view->my_rank, view->n_ranks);
-    memset(&bp, 0, sizeof(bp));
-    bp.size       = sizeof(bp);
-    bp.agent      = r->agent;
-    bp.view       = view;
-    bp.timeout_ms = r->boot_timeout_ms;
-    status        = eep_agent_bootstrap_create(&bp, &r->bs);
-    if (status != EEP_OK) {
-        goto err;
-    }
-    memset(&rp, 0, sizeof(rp));
-    rp.size      = sizeof(rp);
-    rp.bootstrap = r->bs;
-    rp.device    = -1; /* EEP_DEVICE, else rank modulo the visible GPUs */
-    status       = eep_runtime_create(&rp, &r->rt);
-    if (status != EEP_OK) {
-        if (status == EEP_ERR_TIMEOUT && eep_agent_bootstrap_missing(r->bs, &missing) == EEP_OK) {
-            eep_rank_suspect(r, missing, "bootstrap", newer_p);
-        }
-        goto err;
-    }
-    if (eep_runtime_query(r->rt, &info) == EEP_OK) {
-        r->device = info.device;
-    }
-    r->rebuilds++;
-    r->status     = "running";
-    r->last_error = "";
-    return EEP_OK;
-
-err:
-    eep_error(EEP_SUBSYS_TOOL, "view %llu: runtime not built (%s); waiting for a newer view",
-              (unsigned long long)view->epoch, eep_status_name(status));
-    eep_rank_drop(r, status, view->epoch);
-    return status;
-}
-
-/* While the barrier runs: keep reading the view feed; a newer view, a lost lease or a signal
-   makes the wait pointless (the runtime is rebuilt either way). */
-typedef struct {
-    eep_rank_t        *r;
-    eep_agent_view_t **v_p;
-    int                lease_lost;
-} eep_rank_watch_t;
-
-static int eep_rank_should_abort(void *ctx)
-{
-    eep_rank_watch_t *w = ctx;
-
-    if (*w->v_p == NULL && !w->lease_lost) {
-        w->lease_lost = eep_agent_poll(w->r->agent, w->v_p) == EEP_ERR_LEASE_LOST;
-    }
-    return eep_rank_stop || w->lease_lost ||
-           (*w->v_p != NULL && (*w->v_p)->epoch > w->r->view->epoch);
-}
-
-/*
- * One barrier and its self-check: the runtime still matches the view it was built for.  The
- * barrier is waited for without blocking the view feed: when a newer view arrives (a peer left or
- * died), the lease is lost, or SIGTERM comes, the runtime is aborted so the kernel leaves at once
- * instead of at its deadline (EEP_TIMEOUT_MS, 30 s by default).  A view taken here is handed back
- * through @p v_p for the main loop to act on.
- */
-static eep_status_t eep_rank_step(eep_rank_t *r, eep_agent_view_t **v_p)
-{
-    eep_runtime_info_t info;
-    eep_rank_watch_t   watch = { r, v_p, 0 };
-    eep_status_t       status;
-
-    status = eep_barrier(r->rt, EEP_BARRIER_SEQUENTIAL, NULL);
-    if (status == EEP_OK) {
-        status = eep_runtime_stream_wait(r->rt, NULL, eep_rank_should_abort, &watch);
-    }
-    if (watch.lease_lost) {
-        return EEP_ERR_LEASE_LOST;
-    }
-    if (status != EEP_OK) {
-        return status;
-    }
-    status = eep_runtime_query(r->rt, &info);
-    if (status == EEP_OK &&
-        (info.rank != r->view->my_rank || info.nranks != (int)r->view->n_ranks)) {
-        eep_error(EEP_SUBSYS_TOOL,
-                  "self-check: the runtime is rank %d of %d, the view says %d "
-                  "of %u",
-                  info.rank, info.nranks, r->view->my_rank, r->view->n_ranks);
-        status = EEP_ERR_INTERNAL;
-    }
-    if (status == EEP_OK) {
-        r->barriers++;
-    }
-    return status;
-}
-
-static int eep_rank_usage(const char *bad)
-{
-    if (bad != NULL) {
-        fprintf(stderr, "eep-rank: bad argument '%s'\n", bad);
-    }
-    fprintf(stderr, "usage: eep-rank [--interval-ms N] [--seconds N] [--join-timeout-s N] "
-                    "[--boot-timeout-ms N] [-v]\n");
-    return bad != NULL ? 2 : 0;
-}
-
 int main(int argc, char **argv)
 {
-    eep_rank_t         r;
-    eep_agent_params_t ap;
-    eep_agent_view_t  *v = NULL, *take;
-    struct sigaction   sa;
-    eep_status_t       status, exit_status   = EEP_OK;
-    long long          start_ms, last_report = 0, waiting_since;
-    int                a, verbose = 0, seen_view = 0;
+    eep_rank_t                    r;
+    eep_agent_params_t            ap;
+    eep_agent_membership_params_t mp;
+    eep_runtime_params_t          rp;
+    struct sigaction              sa;
+    eep_status_t                  status, exit_status = EEP_OK;
+    long long                     start_ms;
+    int                           verbose = 0, wrong = 0, changed = 0, ret;
 
     memset(&r, 0, sizeof(r));
-    r.interval_ms    = 100;
+    r.interval_ms    = 10;
+    r.timeout_ms     = 500;
+    r.view_wait_s    = 30;
     r.join_timeout_s = 300;
-    r.device         = -1;
-    r.status         = "joining";
-    r.last_error     = "";
-    for (a = 1; a < argc; a++) {
-        int *slot = NULL;
-
-        if (strcmp(argv[a], "--interval-ms") == 0) {
-            slot = &r.interval_ms;
-        } else if (strcmp(argv[a], "--seconds") == 0) {
-            slot = &r.seconds;
-        } else if (strcmp(argv[a], "--join-timeout-s") == 0) {
-            slot = &r.join_timeout_s;
-        } else if (strcmp(argv[a], "--boot-timeout-ms") == 0) {
-            slot = &r.boot_timeout_ms;
-        } else if (strcmp(argv[a], "-v") == 0) {
-            verbose = 1;
-            continue;
-        } else if (strcmp(argv[a], "-h") == 0 || strcmp(argv[a], "--help") == 0) {
-            return eep_rank_usage(NULL);
-        } else {
-            return eep_rank_usage(argv[a]);
-        }
-        if (a + 1 >= argc || (*slot = atoi(argv[a + 1])) < 0 ||
-            (slot == &r.interval_ms && *slot < 1) || (slot == &r.join_timeout_s && *slot < 1)) {
-            return eep_rank_usage(argv[a]);
-        }
-        a++;
+    r.tokens         = 64;
+    r.hidden         = 256;
+    r.topk           = 2;
+    r.experts        = 12;
+    r.seed           = 1;
+    ret              = eep_rank_args(&r, argc, argv, &verbose);
+    if (ret != 0) {
+        return ret == 1 ? 0 : 2;
     }
     eep_config_check_env();
-
-    /* No GPU: one line and EEP_ERR_NO_DEVICE's code, before touching the control plane. */
     status = eep_rank_gpu_check(verbose);
     if (status != EEP_OK) {
         fprintf(stderr,
@@ -326,111 +678,111 @@ int main(int argc, char **argv)
                 EEP_RANK_EXIT(status), eep_status_name(status));
         return EEP_RANK_EXIT(status);
     }
-
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = eep_rank_signal;
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGUSR1, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
     setvbuf(stdout, NULL, _IOLBF, 0);
 
     memset(&ap, 0, sizeof(ap));
-    ap.size = sizeof(ap);
-    status  = eep_agent_create(&ap, &r.agent);
+    ap.size   = sizeof(ap);
+    ap.notify = eep_rank_notify;
+    status    = eep_agent_create(&ap, &r.agent);
     if (status != EEP_OK) {
         fprintf(stderr, "eep-rank: cannot join the job: %s\n", eep_status_string(status));
         return EEP_RANK_EXIT(status);
     }
-    start_ms = waiting_since = eep_clock_wall_ms();
+    memset(&mp, 0, sizeof(mp));
+    mp.size  = sizeof(mp);
+    mp.agent = r.agent;
+    status   = eep_agent_membership_create(&mp, &r.ms);
+    if (status == EEP_OK) {
+        memset(&rp, 0, sizeof(rp));
+        rp.size            = sizeof(rp);
+        rp.device          = -1;
+        rp.timeout_ms      = r.timeout_ms;
+        rp.membership      = &r.ms;
+        rp.join_timeout_ms = r.join_timeout_s * 1000;
+        status             = eep_runtime_create(&rp, &r.rt);
+    }
+    if (status == EEP_OK && r.moe) {
+        status = eep_rank_moe_alloc(&r);
+    }
+    if (status != EEP_OK) {
+        fprintf(stderr, "eep-rank: no runtime: %s\n", eep_status_string(status));
+        exit_status = status;
+        goto out;
+    }
+    /* The view the runtime was built from, reported like any other. */
+    r.info.size = sizeof(r.info);
+    if (eep_membership_sync(r.rt, &changed, &r.info) == EEP_OK) {
+        eep_rank_line_view(&r);
+    }
+    r.fresh_view = 1;
+    start_ms     = eep_clock_wall_ms();
     while (!eep_rank_stop) {
-        long long now = eep_clock_wall_ms();
+        eep_rank_phase_t phase = EEP_RANK_PH_NONE;
+        const char      *bad   = NULL;
 
-        if (r.seconds > 0 && now - start_ms >= (long long)r.seconds * 1000) {
+        if ((r.seconds > 0 && eep_clock_wall_ms() - start_ms >= (long long)r.seconds * 1000) ||
+            (r.max_steps > 0 && r.good >= (uint64_t)r.max_steps)) {
             break;
         }
-        if (now - last_report >= 1000) {
-            eep_rank_report(&r);
-            last_report = now;
+        if (eep_rank_arm_req) {
+            eep_rank_arm_read(&r);
         }
-        /* The newest view, a lost lease, or (no runtime) a bounded wait for either. */
-        if (v == NULL) {
-            status = r.rt != NULL ? eep_agent_poll(r.agent, &v) : eep_agent_wait(r.agent, 200, &v);
-            if (status == EEP_ERR_LEASE_LOST) {
-                /* The old member is gone: its rank in every view we know is someone else's. */
-                eep_warn(EEP_SUBSYS_TOOL, "lease lost: dropping the runtime; waiting for a view "
-                                          "holding the new member");
-                eep_rank_drop(&r, status, eep_agent_epoch(r.agent));
-                continue;
-            }
-        }
-        if (v != NULL) {
-            seen_view = 1;
-            if (v->epoch < r.min_epoch || (r.view != NULL && v->epoch <= r.view->epoch)) {
-                eep_agent_view_free(v);
-                v = NULL;
-            } else {
-                /* A new view: today the group is rebuilt from scratch (in-place shrink: later). */
-                uint64_t epoch = r.view != NULL ? r.view->epoch : 0;
-
-                if (r.view != NULL) {
-                    eep_rank_drop(&r, EEP_ERR_STALE_EPOCH, epoch);
-                    r.last_error = "";
-                }
-                take = v;
-                v    = NULL;
-                if (take->my_rank < 0) {
-                    r.status    = "standby";
-                    r.min_epoch = take->epoch + 1;
-                    eep_agent_view_free(take);
-                    continue;
-                }
-                if (eep_rank_build(&r, take, &v) == EEP_OK) {
-                    waiting_since = eep_clock_wall_ms();
-                }
-                continue;
-            }
-        }
-        if (r.rt == NULL) {
-            /* Only joining is given up on: a standby rank, or one waiting for the view after a
-               failure, waits on (each wait is 200 ms; SIGTERM ends it). */
-            if (!seen_view &&
-                eep_clock_wall_ms() - waiting_since > (long long)r.join_timeout_s * 1000) {
-                fprintf(stderr,
-                        "eep-rank: no view at all for %d s (is eepd running for job "
-                        "EEP_JOB?): giving up\n",
-                        r.join_timeout_s);
+        if (eep_rank_view_flag) {
+            status = eep_rank_sync(&r, &changed);
+            if (status != EEP_OK && eep_rank_recover(&r, status, EEP_RANK_PH_NONE) != EEP_OK) {
                 exit_status = EEP_ERR_TIMEOUT;
+                break;
+            }
+        }
+        r.step++;
+        memset(r.t_us, 0, sizeof(r.t_us));
+        status = r.moe ? eep_rank_step_moe(&r, &phase, &bad) : eep_rank_step_barrier(&r, &phase);
+        eep_rank_line_step(&r, status, status == EEP_OK && bad == NULL, bad);
+        if (status == EEP_OK && bad != NULL) {
+            eep_error(EEP_SUBSYS_TOOL, "step %llu of epoch %llu: wrong %s",
+                      (unsigned long long)r.step, (unsigned long long)r.info.epoch, bad);
+            wrong = 1;
+            break;
+        }
+        if (status == EEP_ERR_UNSUPPORTED) {
+            fprintf(stderr,
+                    "eep-rank: this step mode is not supported on this job (%s): on the "
+                    "one-GPU cluster MoE steps need the GIN dispatch/combine; use --steps "
+                    "barrier\n",
+                    eep_status_string(status));
+            exit_status = status;
+            break;
+        }
+        if (status != EEP_OK) {
+            status = eep_rank_recover(&r, status, phase);
+            if (status != EEP_OK) {
+                exit_status = status;
                 break;
             }
             continue;
         }
-        waiting_since = eep_clock_wall_ms();
-        status        = eep_rank_step(&r, &v);
-        if (status != EEP_OK) {
-            eep_fault_record_t rec;
-            /* A lost lease: wait for a view newer than any handed out (it holds the new id). */
-            uint64_t epoch = status == EEP_ERR_LEASE_LOST ? eep_agent_epoch(r.agent)
-                                                          : r.view->epoch;
-
-            eep_error(EEP_SUBSYS_TOOL,
-                      "view %llu: barrier failed (%s): rebuilding for the "
-                      "newest view",
-                      (unsigned long long)epoch, eep_status_name(status));
-            if (status == EEP_ERR_PEER_TIMEOUT && eep_runtime_fault(r.rt, &rec) == EEP_OK) {
-                eep_rank_suspect(&r, rec.peer, "barrier", &v);
-            }
-            eep_rank_drop(&r, status, epoch);
-            continue;
+        r.good++;
+        r.fresh_view = 0;
+        if (r.interval_ms > 0) {
+            eep_clock_sleep_ms(r.interval_ms);
         }
-        eep_clock_sleep_ms(r.interval_ms);
     }
-    r.status = exit_status == EEP_OK ? "leaving" : "failed";
-    eep_rank_report(&r);
-    eep_agent_view_free(v);
-    eep_rank_teardown(&r);
-    eep_agent_view_free(r.view);
-    r.view = NULL;
+out:
+    printf("{\"t_ms\":%lld,\"event\":\"exit\",\"epoch\":%llu,\"rank\":%d,\"steps\":%llu,"
+           "\"good\":%llu,\"faults\":%llu,\"status\":\"%s\",\"wrong\":%d}\n",
+           eep_clock_wall_ms(), (unsigned long long)r.info.epoch, r.info.rank,
+           (unsigned long long)r.step, (unsigned long long)r.good, (unsigned long long)r.faults,
+           eep_status_name(exit_status), wrong);
+    eep_runtime_destroy(r.rt);
+    eep_rank_moe_free(&r);
+    eep_agent_membership_destroy(&r.ms);
     eep_agent_leave(r.agent);
     eep_agent_destroy(r.agent);
-    return exit_status == EEP_OK ? 0 : EEP_RANK_EXIT(exit_status);
+    return wrong ? EEP_RANK_EXIT_WRONG : exit_status == EEP_OK ? 0 : EEP_RANK_EXIT(exit_status);
 }

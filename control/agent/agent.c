@@ -893,6 +893,16 @@ eep_status_t eep_agent_wait(eep_agent_t *agent, int timeout_ms, eep_agent_view_t
     }
 }
 
+uint64_t eep_agent_newest_epoch(eep_agent_t *agent)
+{
+    uint64_t epoch;
+
+    pthread_mutex_lock(&agent->lock);
+    epoch = agent->lost_pending ? UINT64_MAX : agent->latest_epoch;
+    pthread_mutex_unlock(&agent->lock);
+    return epoch;
+}
+
 uint64_t eep_agent_epoch(eep_agent_t *agent)
 {
     uint64_t epoch;

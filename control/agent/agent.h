@@ -87,6 +87,12 @@ void eep_agent_view_free(eep_agent_view_t *view);
 uint64_t eep_agent_epoch(eep_agent_t *agent);
 
 /**
+ * @return the epoch of the newest view the agent has seen, handed out or not (0: none yet);
+ *         UINT64_MAX while a lost lease waits to be reported.  Hands nothing out.
+ */
+uint64_t eep_agent_newest_epoch(eep_agent_t *agent);
+
+/**
  * Copy this process's current member id into @p buf (it changes after a lost lease).
  * @return EEP_OK, EEP_ERR_BUSY while (re)registering, EEP_ERR_INVALID_ARG if @p len is too small.
  */

@@ -291,7 +291,7 @@ static const eep_bootstrap_ops_t eep_agent_bootstrap_ops = {
 };
 
 /* The lease id is the member id's last '-' field, in hex. */
-static int eep_agent_bootstrap_lease_of(const char *id, int64_t *lease_p)
+int eep_agent_lease_of(const char *id, int64_t *lease_p)
 {
     const char        *dash = strrchr(id, '-');
     char              *end;
@@ -371,7 +371,7 @@ eep_status_t eep_agent_bootstrap_create(const eep_agent_bootstrap_params_t *para
         status = EEP_ERR_INVALID_ARG;
         goto err_free;
     }
-    if (eep_agent_bootstrap_lease_of(b->my_id, &b->lease) != 0) {
+    if (eep_agent_lease_of(b->my_id, &b->lease) != 0) {
         eep_error(EEP_SUBSYS_BOOTSTRAP, "member id %s does not end in a lease id", b->my_id);
         status = EEP_ERR_INTERNAL;
         goto err_free;

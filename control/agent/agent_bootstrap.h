@@ -52,6 +52,13 @@ eep_status_t eep_agent_bootstrap_create(const eep_agent_bootstrap_params_t *para
  */
 eep_status_t eep_agent_bootstrap_missing(const eep_bootstrap_t *bs, int *rank_p);
 
+/**
+ * The lease a member id was registered under: its last '-' field, in hex
+ * (<host>-<pid>-<lease>, control/README.md).
+ * @return 0 with *lease_p; -1 when @p id does not end in a lease id.
+ */
+int eep_agent_lease_of(const char *id, int64_t *lease_p);
+
 #ifdef __cplusplus
 }
 #endif

@@ -323,6 +323,25 @@ static void eepd_note_history_key(eepd_t *eepd, const char *digits)
     }
 }
 
+/* A fault report written under an older epoch by a member the current view no longer holds, or
+   one already evicted (the view that drops it may not be out yet): a zombie (stopped,
+   partitioned or fenced, then woken) that saw its peers leave it, not fail.  Never evict on it.
+   A live member of the current view racing a newer view is still heard. */
+static int eepd_fault_stale(eepd_t *eepd, const uint8_t *value, size_t len)
+{
+    Eep__V1__Fault *f = eep__v1__fault__unpack(NULL, len, value);
+    int             stale;
+
+    if (f == NULL) {
+        return 0; /* not ours to judge: handled as before */
+    }
+    stale = f->epoch > 0 && eepd->view != NULL && f->epoch < eepd->view->epoch &&
+            f->reporter != NULL && f->reporter[0] != '\0' &&
+            (!eepd_in_view(eepd, f->reporter) || eepd_member_find(eepd, f->reporter) == NULL);
+    eep__v1__fault__free_unpacked(f, NULL);
+    return stale;
+}
+
 /* One key under our prefix changed (or was read at startup). */
 static void eepd_apply(eepd_t *eepd, int type, const char *key, const uint8_t *value, size_t len,
                        int64_t create_rev, int64_t mod_rev)
@@ -421,7 +440,12 @@ static void eepd_apply(eepd_t *eepd, int type, const char *key, const uint8_t *v
             eepd_note_change(eepd, "uncordon", 0);
         }
     } else if (strncmp(rel, "faults/", 7) == 0) {
-        if (type == EEPD_EV_PUT) {
+        if (type == EEPD_EV_PUT && eepd_fault_stale(eepd, value, len)) {
+            eep_warn(EEP_SUBSYS_EEPD,
+                     "fault report about %s ignored: its reporter is not in the current view "
+                     "and wrote it under an older epoch (a zombie)",
+                     rel + 7);
+        } else if (type == EEPD_EV_PUT) {
             eepd_idset_add(&eepd->faults, rel + 7);
         } else {
             eepd_idset_del(&eepd->faults, rel + 7);

@@ -6,7 +6,8 @@
 #   $(BUILD)/bin/eepd, eepctl, eep-agent
 CONTROL_SRCS += control/rpc/rpc_server.c
 AGENT_SRCS   += control/agent/agent.c
-AGENT_SRCS   += control/agent/agent_bootstrap.c control/agent/agent_knobs.c
+AGENT_SRCS   += control/agent/agent_bootstrap.c control/agent/agent_knobs.c \
+                control/agent/agent_membership.c
 EEPD_SRCS    := control/eepd/eepd.c control/eepd/eepd_api.c control/eepd/eepd_view.c \
                 control/eepd/eepd_jobs.c \
                 control/eepd/eepd_metrics.c control/eepd/eepd_knobs.c

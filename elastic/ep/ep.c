@@ -95,6 +95,31 @@ static void eep_ep_state_destroy(eep_runtime_t *rt, void *arg)
     rt->ep = NULL;
 }
 
+/* A view gave the runtime a new window: nothing of the old layout may be read as this one's
+   (tags, flags, counts); the scratch holds call sequences, so it starts from zero again on every
+   rank, as the new window does.  Kernels stay (the table's keys hold the rank count). */
+static void eep_ep_state_view_reset(eep_runtime_t *rt, void *arg)
+{
+    const eep_cuda_sym_t *cu;
+    struct eep_ep_state  *st = rt->ep;
+
+    (void)arg;
+    if (st == NULL || eep_cuda_sym_driver(&cu) != EEP_OK) {
+        return;
+    }
+    /* the envelope is laid out for the old world: the next call lays out the new window (shapes
+       reserved with eep_ep_reserve must be reserved again after a view: a known limit) */
+    st->have_env = 0;
+    memset((void *)st->mirror, 0, 8 * (EEP_EP_MAX_LOCAL_EXPERTS + 2));
+    if (st->chunk != 0) {
+        eep_status_from_cu(
+            cu->cuMemsetD8((CUdeviceptr)st->chunk, 0,
+                           EEP_EP_CHUNK_TOTALS_BYTES + (size_t)EEP_EPK_MAX_SEND_BLOCKS * 8),
+            "cuMemsetD8(dispatch scratch, new view)");
+        eep_status_from_cu(cu->cuCtxSynchronize(), "cuCtxSynchronize(new view)");
+    }
+}
+
 static eep_status_t eep_ep_state_get(eep_runtime_t *rt, const eep_cuda_sym_t *cu,
                                      struct eep_ep_state **st_p)
 {
@@ -178,6 +203,9 @@ static eep_status_t eep_ep_state_get(eep_runtime_t *rt, const eep_cuda_sym_t *cu
     }
     rt->ep = st;
     status = eep_runtime_add_dtor(rt, eep_ep_state_destroy, NULL);
+    if (status == EEP_OK && rt->vm != NULL) {
+        status = eep_runtime_add_view_hook(rt, eep_ep_state_view_reset, NULL);
+    }
     if (status != EEP_OK) {
         eep_ep_state_destroy(rt, NULL);
         return status;
@@ -227,6 +255,8 @@ static eep_status_t eep_ep_kernel(eep_runtime_t *rt, struct eep_ep_state *st, in
     }
     if (st->cfg.prefetch_shrink) {
         (void)eep_ep_prefetch_shrink(rt->jit, combine, idx_bits, mode, phase, shape);
+        /* and one rank more, for the newcomer's view that grows the group back */
+        (void)eep_ep_prefetch_grow(rt->jit, combine, idx_bits, mode, phase, shape);
     }
     if (i < EEP_EP_KERNEL_SLOTS) {
         snprintf(st->kernels[i].key, sizeof(st->kernels[i].key), "%s", key);
@@ -298,6 +328,10 @@ static eep_status_t eep_ep_prepare(eep_runtime_t *rt, const eep_ep_shape_t *shap
         }
         (*st_p)->env      = env;
         (*st_p)->have_env = 1;
+    }
+    /* A view's expert placement (host side): refused where the kernels would place otherwise. */
+    if ((status = eep_runtime_placement_ep_check(rt, shape->num_experts)) != EEP_OK) {
+        return status;
     }
     misfit = eep_ep_envelope_misfit(&(*st_p)->env, shape, combine_only);
     if (misfit != NULL) {

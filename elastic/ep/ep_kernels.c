@@ -46,3 +46,18 @@ eep_status_t eep_ep_prefetch_shrink(eep_jit_t *jit, int combine, int idx_bits, i
     eep_ep_kernel_spec(combine, idx_bits, mode, phase, &smaller, &names, &spec);
     return eep_jit_prefetch(jit, &spec);
 }
+
+eep_status_t eep_ep_prefetch_grow(eep_jit_t *jit, int combine, int idx_bits, int mode, int phase,
+                                  const eep_ep_shape_t *shape)
+{
+    eep_ep_shape_t        larger = *shape;
+    eep_ep_kernel_names_t names;
+    eep_jit_spec_t        spec;
+
+    if (shape->world >= EEP_EPK_MAX_WORLD) {
+        return EEP_OK;
+    }
+    larger.world++;
+    eep_ep_kernel_spec(combine, idx_bits, mode, phase, &larger, &names, &spec);
+    return eep_jit_prefetch(jit, &spec);
+}

@@ -41,6 +41,10 @@ void eep_ep_kernel_spec(int combine, int idx_bits, int mode, int phase, const ee
 eep_status_t eep_ep_prefetch_shrink(eep_jit_t *jit, int combine, int idx_bits, int mode, int phase,
                                     const eep_ep_shape_t *shape);
 
+/** The same for one rank more (a newcomer's view grows the group back); EEP_OK at the limit. */
+eep_status_t eep_ep_prefetch_grow(eep_jit_t *jit, int combine, int idx_bits, int mode, int phase,
+                                  const eep_ep_shape_t *shape);
+
 #ifdef __cplusplus
 }
 #endif

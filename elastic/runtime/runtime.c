@@ -39,10 +39,24 @@ static eep_status_t eep_runtime_check_params(const eep_runtime_params_t *params,
                   params->size, sizeof(eep_runtime_params_t));
         return EEP_ERR_INVALID_ARG;
     }
-    if (params->bootstrap == NULL && params->nccl_comm == NULL) {
+    if (params->size >= offsetof(eep_runtime_params_t, join_timeout_ms) + sizeof(int) &&
+        params->membership != NULL) {
+        if (params->bootstrap != NULL || params->nccl_comm != NULL) {
+            eep_error(EEP_SUBSYS_RUNTIME,
+                      "eep_runtime_create: params.membership excludes params.bootstrap and "
+                      "params.nccl_comm (the views give rank, world and communicator)");
+            return EEP_ERR_INVALID_ARG;
+        }
+        if (params->join_timeout_ms < 0) {
+            eep_error(EEP_SUBSYS_RUNTIME, "params.join_timeout_ms %d is negative",
+                      params->join_timeout_ms);
+            return EEP_ERR_INVALID_ARG;
+        }
+    } else if (params->bootstrap == NULL && params->nccl_comm == NULL) {
         eep_error(EEP_SUBSYS_RUNTIME,
                   "eep_runtime_create: params.bootstrap and params.nccl_comm "
-                  "are both NULL: give a bootstrap (to create a communicator) or a communicator");
+                  "are both NULL: give a bootstrap (to create a communicator), a communicator "
+                  "or a membership provider");
         return EEP_ERR_INVALID_ARG;
     }
     if (params->device < -1) {
@@ -172,7 +186,10 @@ eep_status_t eep_runtime_create(const eep_runtime_params_t *params, eep_runtime_
         status = EEP_ERR_NO_DEVICE;
         goto err_free;
     }
-    if (p.nccl_comm != NULL) {
+    if (p.membership != NULL) {
+        rt->rank   = 0; /* until the first view */
+        rt->nranks = 1;
+    } else if (p.nccl_comm != NULL) {
         status = eep_runtime_nccl_comm_info(p.nccl_comm, &rt->rank, &rt->nranks, &comm_device);
         if (status != EEP_OK) {
             goto err_free;
@@ -194,7 +211,11 @@ eep_status_t eep_runtime_create(const eep_runtime_params_t *params, eep_runtime_
     if (status != EEP_OK) {
         goto err_free_page;
     }
-    status = eep_runtime_nccl_setup(rt, p.bootstrap, p.nccl_comm);
+    if (p.membership != NULL) {
+        status = eep_runtime_membership_start(rt, p.membership, p.join_timeout_ms);
+    } else {
+        status = eep_runtime_nccl_setup(rt, p.bootstrap, p.nccl_comm);
+    }
     if (status != EEP_OK) {
         goto err_nccl;
     }
@@ -207,6 +228,7 @@ eep_status_t eep_runtime_create(const eep_runtime_params_t *params, eep_runtime_
 
 err_nccl:
     /* A half-made communicator is aborted, never finalized: a peer may have failed. */
+    eep_runtime_membership_end(rt);
     eep_runtime_nccl_teardown(rt, 1);
 err_free_page:
     if (rt->fault_host != NULL) {
@@ -242,6 +264,7 @@ void eep_runtime_destroy(eep_runtime_t *rt)
         rt->dtors[rt->n_dtors].func(rt, rt->dtors[rt->n_dtors].arg);
     }
     eep_jit_destroy(rt->jit);
+    eep_runtime_membership_end(rt);
     eep_runtime_nccl_teardown(rt, abort_comm);
     cu->cuMemFreeHost(rt->fault_host);
     cu->cuDevicePrimaryCtxRelease(rt->cu_dev);
@@ -376,6 +399,9 @@ eep_status_t eep_poll(eep_runtime_t *rt)
     if (rt == NULL) {
         eep_error(EEP_SUBSYS_RUNTIME, "eep_poll: rt is NULL");
         return EEP_ERR_INVALID_ARG;
+    }
+    if (rt->fenced) {
+        return EEP_ERR_FENCED; /* no communicator of a current view (runtime_membership.c) */
     }
     flag = __atomic_load_n(&rt->fault_host->abort_flag, __ATOMIC_ACQUIRE);
     if (flag != EEP_ABORT_NONE) {

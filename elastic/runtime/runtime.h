@@ -13,6 +13,7 @@
 #include "eep/eep.h"
 #include "elastic/jit/jit.h"
 #include "elastic/runtime/runtime_knobs.h"
+#include "elastic/runtime/runtime_view.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -75,6 +76,22 @@ struct eep_runtime {
         void                   *arg;
     } dtors[EEP_RUNTIME_MAX_DTORS]; /* run last-registered first, before the JIT and comm go */
     int n_dtors;
+    struct {
+        eep_runtime_dtor_func_t func;
+        void                   *arg;
+    } view_hooks[EEP_RUNTIME_MAX_DTORS]; /* run after a view brought a new communicator set */
+    int n_view_hooks;
+    /* ---- a runtime made from membership views (runtime_membership.c); vm NULL: standalone ---- */
+    eep_view_machine_t *vm;
+    eep_membership_t    membership;
+    int                 fenced;      /* no communicator of a current view (abort flag raised) */
+    int                 num_experts; /* the current view's placement (0: none) */
+    eep_expert_place_t *placement;
+    int32_t            *local_experts; /* [num_local]: global ids by slot */
+    int                 num_local;
+    double              last_apply_ms;
+    const char         *last_action;
+    uint64_t            applying_epoch; /* the view being applied (its waits may abandon it) */
 };
 
 /**
@@ -83,6 +100,40 @@ struct eep_runtime {
  * @return EEP_OK, or EEP_ERR_NO_RESOURCE when the list is full.
  */
 eep_status_t eep_runtime_add_dtor(eep_runtime_t *rt, eep_runtime_dtor_func_t func, void *arg);
+
+/**
+ * Register @p func(@p rt, @p arg) to run each time a view gave the runtime a new communicator set
+ * (new window: every per-window state of a part must be reset, e.g. the EP layout).  No kernel
+ * of the runtime runs when it is called.
+ * @return EEP_OK, or EEP_ERR_NO_RESOURCE when the list is full.
+ */
+eep_status_t eep_runtime_add_view_hook(eep_runtime_t *rt, eep_runtime_dtor_func_t func, void *arg);
+
+/**
+ * Host side of the expert placement for dispatch/combine: the kernels place expert e on rank
+ * e / (num_experts / world) (arithmetic).  A view's placement that differs cannot be honoured
+ * until the kernels take the placement as data (rt->placement is where they will find it).
+ * @return EEP_OK (no view placement, another expert count, or the arithmetic one);
+ *         EEP_ERR_UNSUPPORTED (logged, naming the first expert placed elsewhere).
+ */
+eep_status_t eep_runtime_placement_ep_check(const eep_runtime_t *rt, int num_experts);
+
+/* runtime_membership.c: create the communicator from the first view that holds this rank. */
+eep_status_t eep_runtime_membership_start(eep_runtime_t *rt, const eep_membership_t *ms,
+                                          int join_timeout_ms);
+/* Abort the current set (off the critical path) and free the view state. */
+void eep_runtime_membership_end(eep_runtime_t *rt);
+
+/* runtime_nccl.cc, the view machine's communicator operations on NCCL (context: the runtime). */
+eep_status_t eep_runtime_nccl_view_begin(eep_runtime_t *rt, const eep_view_comm_ops_t **ops_p);
+/* Make @p set the runtime's communicator, window and device communicator. */
+eep_status_t eep_runtime_nccl_view_adopt(eep_runtime_t *rt, const eep_view_comm_set_t *set,
+                                         int rank, int nranks);
+/* No communicator (fenced or failed): forget the mirrored handles. */
+void eep_runtime_nccl_view_clear(eep_runtime_t *rt);
+/* Wait (bounded) for the old sets' background aborts; @return those still running. */
+void eep_runtime_nccl_view_drain(eep_runtime_t *rt, int64_t timeout_ms);
+int  eep_runtime_nccl_view_pending(eep_runtime_t *rt);
 
 /**
  * Move the runtime to membership epoch @p epoch (a view was applied): handles of older epochs are

@@ -12,6 +12,7 @@
 #include <nccl.h>
 #include <nccl_device.h>
 
+#include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,14 +36,28 @@ struct eep_runtime_nccl {
     void        *buf;
     ncclDevComm  dc;
     int          have_dc;
+    /* A runtime made from views: the view machine owns the sets (comm, window, dev comm); the
+       fields above only mirror the current one.  Aborts of old sets run on threads of their own;
+       teardown waits for them (bounded). */
+    int             view_managed;
+    pthread_mutex_t lock;
+    pthread_cond_t  cond;
+    int             pending_aborts;
 };
 
-/* Wait for a non-blocking NCCL operation on @p comm to finish, within @p deadline_ms. */
-static eep_status_t eep_nccl_wait(ncclComm_t comm, ncclResult_t res, double deadline_ms,
-                                  const char *what)
+/* Does the wait for @p arg's communicator still make sense?  1: give it up. */
+typedef int (*eep_nccl_abandon_func_t)(void *arg, double waited_ms);
+
+/*
+ * Wait for a non-blocking NCCL operation on @p comm to finish, within @p deadline_ms; with
+ * @p abandon, asked between polls, EEP_ERR_STALE_EPOCH when it says to give up.
+ */
+static eep_status_t eep_nccl_wait_ex(ncclComm_t comm, ncclResult_t res, double deadline_ms,
+                                     const char *what, eep_nccl_abandon_func_t abandon, void *arg)
 {
     struct timespec pause = { 0, 50000 };
     ncclResult_t    async = ncclSuccess;
+    double          start = eep_clock_ms();
 
     if (res != ncclSuccess && res != ncclInProgress) {
         return eep_status_from_nccl(res, comm, what);
@@ -59,8 +74,19 @@ static eep_status_t eep_nccl_wait(ncclComm_t comm, ncclResult_t res, double dead
             eep_error(EEP_SUBSYS_RUNTIME, "%s did not finish before EEP_INIT_TIMEOUT_MS", what);
             return EEP_ERR_TIMEOUT;
         }
+        if (abandon != NULL && abandon(arg, eep_clock_ms() - start)) {
+            eep_warn(EEP_SUBSYS_RUNTIME, "%s given up after %.0f ms: a newer view is waiting", what,
+                     eep_clock_ms() - start);
+            return EEP_ERR_STALE_EPOCH;
+        }
         nanosleep(&pause, NULL);
     }
+}
+
+static eep_status_t eep_nccl_wait(ncclComm_t comm, ncclResult_t res, double deadline_ms,
+                                  const char *what)
+{
+    return eep_nccl_wait_ex(comm, res, deadline_ms, what, NULL, NULL);
 }
 
 static void eep_nccl_comm_release(ncclComm_t comm, int abort, double deadline_ms)
@@ -307,6 +333,19 @@ extern "C" void eep_runtime_nccl_teardown(eep_runtime_t *rt, int abort)
     if (n == NULL) {
         return;
     }
+    if (n->view_managed) {
+        /* The view machine aborted its last set (eep_runtime_membership_end); wait for it. */
+        eep_runtime_nccl_view_drain(rt, rt->cfg.init_timeout_ms);
+        if (eep_runtime_nccl_view_pending(rt) > 0) {
+            rt->nccl = NULL; /* leaked on purpose: a stuck abort thread still uses it */
+            return;
+        }
+        pthread_mutex_destroy(&n->lock);
+        pthread_cond_destroy(&n->cond);
+        free(n);
+        rt->nccl = NULL;
+        return;
+    }
     /* Device communicator and window deregistration are local in 2.28.9.  An aborted
        communicator of ours frees them itself; an adopted one lives on, so release them there. */
     int release = !abort || !n->owned;
@@ -366,4 +405,414 @@ extern "C" eep_status_t eep_runtime_nccl_comm_info(void *comm, int *rank_p, int 
         status = eep_status_from_nccl(ncclCommCuDevice(c, device_p), c, "ncclCommCuDevice");
     }
     return status;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* The communicator operations of the view machine (runtime_view.h), on NCCL.  Context: the   */
+/* runtime.  A set is {ncclComm_t, eep_nccl_view_window_t *, eep_nccl_view_devcomm_t *}.     */
+
+static_assert(sizeof(ncclUniqueId) == EEP_COMM_UID_BYTES, "ncclUniqueId is not 128 bytes");
+
+typedef struct {
+    ncclWindow_t win;
+    void        *buf; /* ncclMemAlloc'd for this view alone: a removed rank's stores never
+                         reach the buffers the survivors use next (fencing) */
+} eep_nccl_view_window_t;
+
+typedef struct {
+    ncclDevComm dc;
+    int         gin;
+} eep_nccl_view_devcomm_t;
+
+static double eep_nccl_view_deadline(const eep_runtime_t *rt)
+{
+    return eep_clock_ms() + (double)rt->cfg.init_timeout_ms;
+}
+
+/* A creation that normally takes well under a second and has waited this long, while a newer
+   view is waiting, waits for a member that skipped this view: give it up. */
+#define EEP_NCCL_VIEW_ABANDON_MS 2000.0
+
+static int eep_nccl_view_abandon(void *arg, double waited_ms)
+{
+    const eep_runtime_t    *rt = (const eep_runtime_t *)arg;
+    const eep_membership_t *ms = &rt->membership;
+
+    return waited_ms > EEP_NCCL_VIEW_ABANDON_MS && ms->ops != NULL && ms->ops->has_newer != NULL &&
+           ms->ops->has_newer(ms->ctx, rt->applying_epoch);
+}
+
+static eep_status_t eep_nccl_view_wait(eep_runtime_t *rt, ncclComm_t comm, ncclResult_t res,
+                                       const char *what)
+{
+    return eep_nccl_wait_ex(comm, res, eep_nccl_view_deadline(rt), what, eep_nccl_view_abandon, rt);
+}
+
+static eep_status_t eep_nccl_view_shrink(void *ctx, void *old_comm, const int *exclude,
+                                         int n_exclude, void **comm_p)
+{
+    eep_runtime_t *rt     = (eep_runtime_t *)ctx;
+    ncclConfig_t   config = NCCL_CONFIG_INITIALIZER;
+    ncclComm_t     newc   = NULL;
+    int            excl[EEP_MAX_RANKS];
+    eep_status_t   status;
+
+    if (n_exclude < 1 || n_exclude > EEP_MAX_RANKS) {
+        eep_error(EEP_SUBSYS_RUNTIME, "shrink: n_exclude %d outside [1, %d]", n_exclude,
+                  EEP_MAX_RANKS);
+        return EEP_ERR_INVALID_ARG;
+    }
+    memcpy(excl, exclude, (size_t)n_exclude * sizeof(int));
+    config.blocking  = 0;
+    ncclResult_t res = ncclCommShrink((ncclComm_t)old_comm, excl, n_exclude, &newc, &config,
+                                      NCCL_SHRINK_ABORT);
+    if (newc == NULL) {
+        return eep_status_from_nccl(res == ncclSuccess ? ncclInternalError : res,
+                                    (ncclComm_t)old_comm, "ncclCommShrink");
+    }
+    status = eep_nccl_view_wait(rt, newc, res, "ncclCommShrink");
+    if (status != EEP_OK) {
+        ncclCommAbort(newc);
+        return status;
+    }
+    *comm_p = newc;
+    return EEP_OK;
+}
+
+static eep_status_t eep_nccl_view_uid_create(void *ctx, eep_comm_uid_t *uid_p)
+{
+    ncclUniqueId id;
+    eep_status_t status;
+
+    (void)ctx;
+    status = eep_status_from_nccl(ncclGetUniqueId(&id), NULL, "ncclGetUniqueId");
+    if (status == EEP_OK) {
+        memcpy(uid_p->bytes, &id, sizeof(id));
+    }
+    return status;
+}
+
+static eep_status_t eep_nccl_view_create(void *ctx, const eep_comm_uid_t *uid, int world, int rank,
+                                         void **comm_p)
+{
+    eep_runtime_t *rt     = (eep_runtime_t *)ctx;
+    ncclConfig_t   config = NCCL_CONFIG_INITIALIZER;
+    ncclUniqueId   id;
+    ncclComm_t     comm = NULL;
+    eep_status_t   status;
+
+    memcpy(&id, uid->bytes, sizeof(id));
+    config.blocking  = 0;
+    ncclResult_t res = ncclCommInitRankConfig(&comm, world, id, rank, &config);
+    if (res != ncclSuccess && res != ncclInProgress) {
+        status = eep_status_from_nccl(res, comm, "ncclCommInitRankConfig");
+        if (comm != NULL) {
+            ncclCommAbort(comm);
+        }
+        return status;
+    }
+    status = eep_nccl_view_wait(rt, comm, ncclSuccess, "ncclCommInitRankConfig");
+    if (status != EEP_OK) {
+        ncclCommAbort(comm);
+        return status;
+    }
+    *comm_p = comm;
+    return EEP_OK;
+}
+
+static eep_status_t eep_nccl_view_window(void *ctx, void *comm, void **window_p)
+{
+    eep_runtime_t          *rt = (eep_runtime_t *)ctx;
+    const eep_cuda_sym_t   *cu;
+    eep_nccl_view_window_t *w;
+    eep_status_t            status;
+
+    if ((status = eep_cuda_sym_driver(&cu)) != EEP_OK) {
+        return status;
+    }
+    w = (eep_nccl_view_window_t *)calloc(1, sizeof(*w));
+    if (w == NULL) {
+        return EEP_ERR_NO_MEMORY;
+    }
+    status = eep_status_from_nccl(ncclMemAlloc(&w->buf, rt->window_bytes), (ncclComm_t)comm,
+                                  "ncclMemAlloc(view window)");
+    if (status != EEP_OK) {
+        free(w);
+        return status;
+    }
+    /* Zeroed before registration (collective): no peer can store into it before that. */
+    status = eep_status_from_cu(cu->cuMemsetD8((CUdeviceptr)w->buf, 0, rt->window_bytes),
+                                "cuMemsetD8(view window)");
+    if (status == EEP_OK) {
+        status = eep_status_from_cu(cu->cuCtxSynchronize(), "cuCtxSynchronize");
+    }
+    if (status == EEP_OK) {
+        status = eep_nccl_view_wait(rt, (ncclComm_t)comm,
+                                    ncclCommWindowRegister((ncclComm_t)comm, w->buf,
+                                                           rt->window_bytes, &w->win,
+                                                           NCCL_WIN_DEFAULT),
+                                    "ncclCommWindowRegister");
+    }
+    if (status != EEP_OK) {
+        ncclMemFree(w->buf);
+        free(w);
+        return status;
+    }
+    *window_p = w;
+    return EEP_OK;
+}
+
+/*
+ * The device communicator of a view's set.  GIN follows from the communicator alone (a rail team
+ * of more than one rank needs it), never from a probe: every member of the new communicator,
+ * newcomers included, must make the same request, and a probe is itself a collective that only
+ * some of them would run.  Without GIN where it is needed the create fails, and so does the view.
+ */
+static eep_status_t eep_nccl_view_devcomm(void *ctx, void *comm, void *window, void **devcomm_p)
+{
+    eep_runtime_t           *rt = (eep_runtime_t *)ctx;
+    ncclDevCommRequirements  reqs;
+    eep_nccl_view_devcomm_t *d;
+    eep_status_t             status;
+    ncclTeam_t               rail = ncclTeamRail((ncclComm_t)comm);
+
+    (void)window;
+    if (rail.nRanks > 1 && strcasecmp(rt->cfg.gin, "off") == 0) {
+        eep_error(EEP_SUBSYS_RUNTIME,
+                  "the view spans %d nodes but EEP_GIN=off: the scale-out barrier needs GIN",
+                  rail.nRanks);
+        return EEP_ERR_UNSUPPORTED;
+    }
+    d = (eep_nccl_view_devcomm_t *)calloc(1, sizeof(*d));
+    if (d == NULL) {
+        return EEP_ERR_NO_MEMORY;
+    }
+    d->gin = rail.nRanks > 1;
+    memset(&reqs, 0, sizeof(reqs));
+    reqs.lsaBarrierCount = 1;
+    if (d->gin) {
+        reqs.ginSignalCount = rail.nRanks;
+    }
+    status = eep_nccl_view_wait(rt, (ncclComm_t)comm,
+                                ncclDevCommCreate((ncclComm_t)comm, &reqs, &d->dc),
+                                "ncclDevCommCreate");
+    if (status == EEP_OK && d->gin && d->dc.ginContextCount == 0) {
+        eep_error(EEP_SUBSYS_RUNTIME, "the view's device communicator has no GIN context");
+        status = EEP_ERR_NCCL;
+    }
+    if (status != EEP_OK) {
+        free(d);
+        return status;
+    }
+    *devcomm_p = d;
+    return EEP_OK;
+}
+
+/* Abort a set and free its buffer: NCCL's abort frees the window and dev comm registrations. */
+static void eep_nccl_view_release(const eep_view_comm_set_t *set)
+{
+    eep_nccl_view_window_t *w = (eep_nccl_view_window_t *)set->window;
+
+    if (set->comm != NULL) {
+        ncclCommAbort((ncclComm_t)set->comm);
+    }
+    if (w != NULL) {
+        ncclMemFree(w->buf);
+        free(w);
+    }
+    free(set->devcomm);
+}
+
+static void eep_nccl_view_discard(void *ctx, const eep_view_comm_set_t *set)
+{
+    (void)ctx;
+    eep_nccl_view_release(set);
+}
+
+typedef struct {
+    eep_runtime_nccl_t *n;
+    void               *cu_ctx;
+    eep_view_comm_set_t set;
+    double              start_ms;
+} eep_nccl_view_abort_t;
+
+static void *eep_nccl_view_abort_main(void *arg)
+{
+    eep_nccl_view_abort_t *a = (eep_nccl_view_abort_t *)arg;
+    eep_runtime_nccl_t    *n = a->n;
+    const eep_cuda_sym_t  *cu;
+
+    if (eep_cuda_sym_driver(&cu) == EEP_OK) {
+        cu->cuCtxSetCurrent((CUcontext)a->cu_ctx);
+    }
+    eep_nccl_view_release(&a->set);
+    eep_debug(EEP_SUBSYS_RUNTIME, "view: the old communicator was aborted in %.0f ms",
+              eep_clock_ms() - a->start_ms);
+    pthread_mutex_lock(&n->lock);
+    n->pending_aborts--;
+    pthread_cond_broadcast(&n->cond);
+    pthread_mutex_unlock(&n->lock);
+    free(a);
+    return NULL;
+}
+
+/* Off the critical path (NCCL's abort takes ~0.5-1 s): a detached thread; teardown waits. */
+static void eep_nccl_view_abort_async(void *ctx, const eep_view_comm_set_t *set)
+{
+    eep_runtime_t         *rt = (eep_runtime_t *)ctx;
+    eep_runtime_nccl_t    *n  = rt->nccl;
+    eep_nccl_view_abort_t *a;
+    pthread_attr_t         attr;
+    pthread_t              tid;
+    int                    ret = -1;
+
+    a = (eep_nccl_view_abort_t *)calloc(1, sizeof(*a));
+    if (a != NULL) {
+        a->n        = n;
+        a->cu_ctx   = rt->cu_ctx;
+        a->set      = *set;
+        a->start_ms = eep_clock_ms();
+        pthread_mutex_lock(&n->lock);
+        n->pending_aborts++;
+        pthread_mutex_unlock(&n->lock);
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        ret = pthread_create(&tid, &attr, eep_nccl_view_abort_main, a);
+        pthread_attr_destroy(&attr);
+    }
+    if (ret != 0) {
+        /* No thread: abort here (slow but correct). */
+        eep_warn(EEP_SUBSYS_RUNTIME, "view: no thread for the old communicator's abort: inline");
+        if (a != NULL) {
+            pthread_mutex_lock(&n->lock);
+            n->pending_aborts--;
+            pthread_mutex_unlock(&n->lock);
+            free(a);
+        }
+        eep_nccl_view_release(set);
+    }
+}
+
+static const eep_view_comm_ops_t eep_nccl_view_ops = {
+    .name            = "nccl",
+    .shrink          = eep_nccl_view_shrink,
+    .uid_create      = eep_nccl_view_uid_create,
+    .create          = eep_nccl_view_create,
+    .window_register = eep_nccl_view_window,
+    .devcomm_create  = eep_nccl_view_devcomm,
+    .discard         = eep_nccl_view_discard,
+    .abort_async     = eep_nccl_view_abort_async,
+};
+
+extern "C" eep_status_t eep_runtime_nccl_view_begin(eep_runtime_t              *rt,
+                                                    const eep_view_comm_ops_t **ops_p)
+{
+    eep_runtime_nccl_t *n;
+    eep_status_t        status;
+
+    if ((status = eep_nccl_check_version(NULL)) != EEP_OK) {
+        return status;
+    }
+    n = (eep_runtime_nccl_t *)calloc(1, sizeof(*n));
+    if (n == NULL) {
+        return EEP_ERR_NO_MEMORY;
+    }
+    n->view_managed = 1;
+    pthread_mutex_init(&n->lock, NULL);
+    pthread_cond_init(&n->cond, NULL);
+    rt->nccl = n;
+    *ops_p   = &eep_nccl_view_ops;
+    return EEP_OK;
+}
+
+extern "C" eep_status_t
+eep_runtime_nccl_view_adopt(eep_runtime_t *rt, const eep_view_comm_set_t *set, int rank, int nranks)
+{
+    eep_runtime_nccl_t            *n   = rt->nccl;
+    const eep_nccl_view_window_t  *w   = (const eep_nccl_view_window_t *)set->window;
+    const eep_nccl_view_devcomm_t *d   = (const eep_nccl_view_devcomm_t *)set->devcomm;
+    ncclComm_t                     c   = (ncclComm_t)set->comm;
+    ncclTeam_t                     lsa = ncclTeamLsa(c), rail = ncclTeamRail(c);
+    eep_workspace_layout_t         layout;
+    eep_status_t                   status;
+
+    status = eep_workspace_layout(nranks, lsa.nRanks, rt->window_bytes, &layout);
+    if (status != EEP_OK) {
+        return status;
+    }
+    n->comm    = c;
+    n->win     = w->win;
+    n->buf     = w->buf;
+    n->dc      = d->dc;
+    n->have_dc = 1;
+    if (rt->gin != d->gin) {
+        /* The barrier variant is compiled with or without GIN: pick it again. */
+        rt->barrier_kernels[0] = rt->barrier_kernels[1] = NULL;
+    }
+    rt->rank        = rank;
+    rt->nranks      = nranks;
+    rt->lsa_rank    = lsa.rank;
+    rt->lsa_size    = lsa.nRanks;
+    rt->rail_rank   = rail.rank;
+    rt->rail_size   = rail.nRanks;
+    rt->gin         = d->gin;
+    rt->gin_probed  = 0;
+    rt->layout      = layout;
+    rt->window      = (void *)w->win;
+    rt->buf         = w->buf;
+    rt->gin_signal0 = 0;
+    memcpy(&rt->devcomm, &d->dc, sizeof(d->dc));
+    return EEP_OK;
+}
+
+extern "C" void eep_runtime_nccl_view_clear(eep_runtime_t *rt)
+{
+    eep_runtime_nccl_t *n = rt->nccl;
+
+    if (n != NULL) {
+        n->comm    = NULL;
+        n->win     = NULL;
+        n->buf     = NULL;
+        n->have_dc = 0;
+    }
+    rt->window = NULL;
+    rt->buf    = NULL;
+}
+
+extern "C" void eep_runtime_nccl_view_drain(eep_runtime_t *rt, int64_t timeout_ms)
+{
+    eep_runtime_nccl_t *n = rt->nccl;
+    struct timespec     until;
+
+    if (n == NULL || !n->view_managed) {
+        return;
+    }
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += (time_t)(timeout_ms / 1000) + 1;
+    pthread_mutex_lock(&n->lock);
+    while (n->pending_aborts > 0) {
+        if (pthread_cond_timedwait(&n->cond, &n->lock, &until) != 0) {
+            break;
+        }
+    }
+    if (n->pending_aborts > 0) {
+        /* A thread still holds the runtime: keep its state alive rather than free it under it. */
+        eep_error(EEP_SUBSYS_RUNTIME, "view: %d old communicators still aborting after %lld ms",
+                  n->pending_aborts, (long long)timeout_ms);
+    }
+    pthread_mutex_unlock(&n->lock);
+}
+
+extern "C" int eep_runtime_nccl_view_pending(eep_runtime_t *rt)
+{
+    eep_runtime_nccl_t *n = rt->nccl;
+    int                 pending;
+
+    if (n == NULL || !n->view_managed) {
+        return 0;
+    }
+    pthread_mutex_lock(&n->lock);
+    pending = n->pending_aborts;
+    pthread_mutex_unlock(&n->lock);
+    return pending;
 }

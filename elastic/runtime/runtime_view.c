@@ -310,8 +310,11 @@ static eep_status_t eep_view_make_shrunk(eep_view_machine_t *m, const eep_view_p
     status = m->p.comm_ops->shrink(m->p.comm_ctx, m->set.comm, plan->exclude, plan->n_exclude,
                                    &set.comm);
     if (status != EEP_OK) {
-        eep_error(EEP_SUBSYS_RUNTIME, "view: shrinking the communicator (%d ranks out) failed: %s",
-                  plan->n_exclude, eep_status_string(status));
+        if (status != EEP_ERR_STALE_EPOCH) { /* given up for a newer view: said by the caller */
+            eep_error(EEP_SUBSYS_RUNTIME,
+                      "view: shrinking the communicator (%d ranks out) failed: %s", plan->n_exclude,
+                      eep_status_string(status));
+        }
         return status;
     }
     status = eep_view_finish_set(m, &set, "shrunk");
@@ -338,17 +341,21 @@ static eep_status_t eep_view_make_fresh(eep_view_machine_t *m, const eep_view_t 
         status = ms->ops->fetch_uid(ms->ctx, next->epoch, attempt, m->p.timeout_ms, &uid);
     }
     if (status != EEP_OK) {
-        eep_error(EEP_SUBSYS_RUNTIME,
-                  "view: %s the unique id of epoch %llu (attempt %d, root %d) "
-                  "failed: %s",
-                  next->my_rank == next->root ? "publishing" : "fetching",
-                  (unsigned long long)next->epoch, attempt, next->root, eep_status_string(status));
+        if (status != EEP_ERR_STALE_EPOCH) {
+            eep_error(EEP_SUBSYS_RUNTIME,
+                      "view: %s the unique id of epoch %llu (attempt %d, root %d) failed: %s",
+                      next->my_rank == next->root ? "publishing" : "fetching",
+                      (unsigned long long)next->epoch, attempt, next->root,
+                      eep_status_string(status));
+        }
         return status;
     }
     status = m->p.comm_ops->create(m->p.comm_ctx, &uid, next->world, next->my_rank, &set.comm);
     if (status != EEP_OK) {
-        eep_error(EEP_SUBSYS_RUNTIME, "view: creating a communicator of %d ranks failed: %s",
-                  next->world, eep_status_string(status));
+        if (status != EEP_ERR_STALE_EPOCH) {
+            eep_error(EEP_SUBSYS_RUNTIME, "view: creating a communicator of %d ranks failed: %s",
+                      next->world, eep_status_string(status));
+        }
         return status;
     }
     status = eep_view_finish_set(m, &set, "new");
@@ -432,7 +439,7 @@ eep_status_t eep_view_machine_apply(eep_view_machine_t *m, const eep_view_t *nex
     }
     if (plan.action == EEP_VIEW_ACTION_SHRINK) {
         status = eep_view_make_shrunk(m, &plan, &set);
-        if (status != EEP_OK) {
+        if (status != EEP_OK && status != EEP_ERR_STALE_EPOCH) {
             /* Every survivor whose shrink failed takes this path too; the root publishes the
                fallback's id only if its own shrink failed (see docs/architecture.md). */
             eep_warn(EEP_SUBSYS_RUNTIME, "view: epoch %llu: falling back to a fresh communicator",
@@ -443,11 +450,21 @@ eep_status_t eep_view_machine_apply(eep_view_machine_t *m, const eep_view_t *nex
             attempt     = 1;
         }
     }
-    if (plan.action == EEP_VIEW_ACTION_FRESH) {
+    if (plan.action == EEP_VIEW_ACTION_FRESH && status != EEP_ERR_STALE_EPOCH) {
         status = eep_view_make_fresh(m, next, attempt, &set);
     }
     if (plan_p != NULL) {
         *plan_p = plan;
+    }
+    if (status == EEP_ERR_STALE_EPOCH) {
+        /* Abandoned for a newer view: keep everything as it was (the epoch counts as seen). */
+        eep_warn(EEP_SUBSYS_RUNTIME,
+                 "view: epoch %llu abandoned (%s): a newer view is waiting; staying at epoch %llu",
+                 (unsigned long long)next->epoch, eep_view_action_name(plan.action),
+                 (unsigned long long)m->view.epoch);
+        eep_view_copy_free(&copy);
+        m->stats.abandoned++;
+        return EEP_ERR_STALE_EPOCH;
     }
     if (status != EEP_OK) {
         /* No communicator for this view: the old one belongs to an epoch the others left. */

@@ -18,6 +18,10 @@
  * communicator under attempt 1.  A failed fresh communicator leaves the rank FAILED: the old set
  * is aborted, the fault is reported naming this rank (evict me, I rejoin as a newcomer).
  *
+ * A step that fails with EEP_ERR_STALE_EPOCH was abandoned (a newer view is waiting and a member
+ * never came): nothing changes (the old set, view and state stay; the epoch counts as seen), no
+ * fallback, no report: the newer view is applied from where the rank was, as on the other members.
+ *
  * Order of steps: the new communicator, its window and its device communicator are made before
  * anything of the old set is touched; then the new set is swapped in, and only then is the old
  * set handed to abort_async (off the critical path: it returns at once, NCCL's abort takes
@@ -109,7 +113,7 @@ typedef struct {
 
 /* Counters, for tests and eep-rank's lines. */
 typedef struct {
-    unsigned applied, shrinks, fresh, fallbacks, refused, failed, faults_reported;
+    unsigned applied, shrinks, fresh, fallbacks, refused, failed, faults_reported, abandoned;
 } eep_view_stats_t;
 
 typedef struct {
@@ -150,7 +154,8 @@ void eep_view_machine_cleanup(eep_view_machine_t *m);
  * faulted kernel has left).
  * @param [out] plan_p  what was decided (may be NULL), filled whenever the view passed its check.
  * @return EEP_OK (applied: NONE, SHRINK or FRESH); EEP_ERR_INVALID_ARG (a bad view: nothing
- *         changes); EEP_ERR_STALE_EPOCH (nothing changes); EEP_ERR_FENCED (this rank is not in the
+ *         changes); EEP_ERR_STALE_EPOCH (refused as not newer, or abandoned for a newer view:
+ *         nothing changes); EEP_ERR_FENCED (this rank is not in the
  *         view: the old set is aborted, state FENCED); the failing step's status when no
  *         communicator could be made (state FAILED, reported).
  */

@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "eep/layout.h"
+#include "eep/membership.h"
 #include "eep/status.h"
 
 #ifdef __cplusplus
@@ -93,6 +94,13 @@ typedef struct {
     /* ---- since the second version of this struct (older callers' size leaves it 0) ---- */
     uint64_t epoch; /* membership epoch of the view the communicator was built from (0: none,
                        the standalone default); handles carry it (eep_runtime_epoch) */
+    /* ---- since the third version ---- */
+    /* A membership provider (the control plane's agent): with bootstrap and nccl_comm NULL, the
+       runtime waits for the first view that holds this rank (join_timeout_ms) and builds its
+       communicator from the unique id that view's root publishes; later views are applied in
+       place by eep_membership_sync().  The provider must outlive the runtime. */
+    const eep_membership_t *membership;
+    int                     join_timeout_ms; /* 0: EEP_INIT_TIMEOUT_MS */
 } eep_runtime_params_t;
 
 /* What a runtime found, for tests and tools. */

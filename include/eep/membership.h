@@ -93,6 +93,13 @@ typedef struct eep_membership_ops {
      */
     eep_status_t (*fetch_uid)(void *ctx, uint64_t epoch, int attempt, int timeout_ms,
                               eep_comm_uid_t *uid_p);
+    /**
+     * Optional (NULL: never).  Is a view newer than @p epoch waiting, or this member's lease
+     * lost?  Must not block or hand anything out.  A rank that waits long for a communicator of
+     * @p epoch (a member skipped that view) abandons it when this says yes, and applies the newer
+     * view from where it was, as the other members of the skipped view do.
+     */
+    int (*has_newer)(void *ctx, uint64_t epoch);
 } eep_membership_ops_t;
 
 /* A provider: its ops and their context. */
@@ -134,6 +141,55 @@ eep_status_t eep_placement_check(const eep_expert_place_t *placement, int num_ex
  * @return EEP_OK; EEP_ERR_INVALID_ARG naming the field.
  */
 eep_status_t eep_view_check(const eep_view_t *view);
+
+/* ------------------------------------------------------------------------------------------ */
+/* The runtime's side: a runtime created with params.membership (eep/eep.h) follows the views. */
+
+#ifndef EEP_RUNTIME_T_DECLARED
+#define EEP_RUNTIME_T_DECLARED
+typedef struct eep_runtime eep_runtime_t;
+#endif
+
+/* Where this rank stands after eep_membership_sync(). */
+typedef struct {
+    size_t                    size;  /* sizeof(eep_membership_info_t), set by the caller */
+    uint64_t                  epoch; /* of the view the communicator belongs to (0: none) */
+    int                       rank, world;
+    int                       num_experts;
+    int                       num_local;     /* experts this rank holds (may be 0) */
+    const int32_t            *local_experts; /* [num_local]: global ids, by local slot */
+    const eep_expert_place_t *placement;     /* [num_experts]; both valid until the next sync */
+    int                       degraded; /* a peer is known dead and no view has removed it yet */
+    int                       n_lost;   /* experts held by peers known dead */
+    const char               *action;   /* what the last view did: "none", "shrink", "fresh" */
+    double                    apply_ms; /* how long the last view's application took on this rank */
+} eep_membership_info_t;
+
+/**
+ * Between steps (no kernel of @p rt running, or one that faulted and left): take the newest view
+ * and, when there is one, apply it in place: shrink the communicator for removals, build a fresh
+ * one for additions, re-create window and device communicator (fresh buffers: a removed rank
+ * that still runs cannot reach them), drop the old communicator off the critical path, clear the
+ * fault page and move to the view's epoch (older handles are refused from now on).
+ * @param [in]  rt         a runtime created with params.membership.
+ * @param [out] changed_p  1 when a view was applied (rank, world or placement may differ).
+ * @param [out] info_p     filled on EEP_OK and on EEP_ERR_FENCED (may be NULL).
+ * @return EEP_OK; EEP_ERR_FENCED (this rank is not in the view, or its lease was lost: no
+ *         communicator until a view that holds it again, which the next syncs apply);
+ *         EEP_ERR_LEASE_LOST once per lost lease (fenced too); the failing step's status when
+ *         no communicator could be made for the view (reported; the rank is then fenced);
+ *         EEP_ERR_INVALID_ARG naming the argument (a runtime without membership).
+ */
+eep_status_t eep_membership_sync(eep_runtime_t *rt, int *changed_p, eep_membership_info_t *info_p);
+
+/**
+ * After a call or eep_poll() returned EEP_ERR_PEER_TIMEOUT: mark the peer named by the first
+ * fault record dead (degraded mode) and report it to the control plane once, so that a view
+ * without it follows.  Further calls return the fault until a view is applied.
+ * @param [in] phase  "dispatch", "combine", "barrier" (for the report).
+ * @return EEP_OK; EEP_ERR_NOT_FOUND (no fault record); EEP_ERR_FENCED; EEP_ERR_INVALID_ARG.
+ */
+eep_status_t eep_membership_fault(eep_runtime_t *rt, const char *phase);
 
 #ifdef __cplusplus
 }

@@ -57,6 +57,16 @@ $(EEP_AGENT_BOOT_TEST): $(BUILD)/tests/control/test_agent_bootstrap.o \
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $^ $(LDFLAGS) $(EEPD_LDLIBS) -libverbs -lcmocka
 
+# test_agent_membership: the agent as libeep's membership provider, forked ranks against real
+# etcd + eepd (eep_view_check and the placement policy come from libeep.a; no CUDA is used).
+EEP_AGENT_MS_TEST := $(BUILD)/tests/control/test_agent_membership
+UNIT_TEST_BINS += $(EEP_AGENT_MS_TEST)
+$(EEP_AGENT_MS_TEST): $(BUILD)/tests/control/test_agent_membership.o \
+                      $(BUILD)/tests/control/support/etcd_server.o $(LIBEEP_AGENT_A) $(LIBEEPD_A) \
+                      $(LIBEEP_CONTROL_A) $$(LIBEEP_PROTO_A) $(LIBEEP_A) $(LIBUTIL_A)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $^ $(LDFLAGS) $(EEPD_LDLIBS) -libverbs -lcmocka
+
 # make test-faults: issue 25's slower etcd fault cases (etcd restarts, raft elections, pauses),
 # too slow for `make test`'s budget; same runner, same counts.
 CONTROL_FAULT_TESTS := tests/control/test_control_faults_slow.py tests/control/test_control_partition.py

@@ -4,3 +4,5 @@
 SCRIPT_TESTS += tests/deploy/test_launch.sh tests/deploy/test_manifests.py tests/deploy/test_certs.py
 SCRIPT_TESTS += tests/deploy/test_rank_nogpu.sh tests/deploy/test_dockerfile.py \
                 tests/deploy/test_node_ranks.sh
+# make gpu-elastic's driver (scripts/gpu_elastic.py) with a FAKE eep-rank and the real etcd + eepd.
+SCRIPT_TESTS += tests/deploy/test_gpu_elastic_driver.sh

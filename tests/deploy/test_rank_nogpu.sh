@@ -27,10 +27,15 @@ grep -q "EEP_ERR_NO_DEVICE" "$err" || fail "the line does not name EEP_ERR_NO_DE
 [ ! -s "$out" ] || fail "stdout is not empty"
 [ "$ms" -lt 10000 ] || fail "took $ms ms: it must not wait for the control plane"
 
-timeout 20 "$bin" --interval-ms 0 >"$out" 2>"$err"
+# --interval-ms 0 is allowed (back-to-back steps); a negative one and an unknown mode are not.
+timeout 20 "$bin" --interval-ms -1 >"$out" 2>"$err"
 rc=$?
-[ "$rc" -eq 2 ] || fail "--interval-ms 0: exit $rc, expected 2 (usage)"
-grep -q "bad argument '--interval-ms'" "$err" || fail "--interval-ms 0: no clear usage error"
+[ "$rc" -eq 2 ] || fail "--interval-ms -1: exit $rc, expected 2 (usage)"
+grep -q "bad argument '--interval-ms'" "$err" || fail "--interval-ms -1: no clear usage error"
+timeout 20 "$bin" --steps gemm >"$out" 2>"$err"
+rc=$?
+[ "$rc" -eq 2 ] || fail "--steps gemm: exit $rc, expected 2 (usage)"
+grep -q "bad argument 'gemm'" "$err" || fail "--steps gemm: no clear usage error"
 timeout 20 "$bin" --help >"$out" 2>"$err"
 [ $? -eq 0 ] || fail "--help did not exit 0"
 echo "ok"

@@ -135,6 +135,46 @@ static void test_bad_arguments(void **state)
     assert_non_null(strstr(last_error, "eep_runtime_stream_query"));
 }
 
+/* A runtime from views: bad combinations named before any GPU work; the membership calls. */
+static void test_membership_arguments(void **state)
+{
+    static const eep_membership_ops_t ops = { .name = "none" };
+    eep_membership_t                  ms  = { &ops, NULL };
+    eep_membership_info_t             info;
+    eep_runtime_params_t              p;
+    eep_runtime_t                    *rt = NULL;
+    int                               fake, changed = 7;
+
+    (void)state;
+    memset(&p, 0, sizeof(p));
+    p.size       = sizeof(p);
+    p.device     = -1;
+    p.membership = &ms;
+    p.bootstrap  = (eep_bootstrap_t *)&fake;
+    assert_int_equal(eep_runtime_create(&p, &rt), EEP_ERR_INVALID_ARG);
+    assert_non_null(strstr(last_error, "params.membership"));
+    p.bootstrap       = NULL;
+    p.join_timeout_ms = -1;
+    assert_int_equal(eep_runtime_create(&p, &rt), EEP_ERR_INVALID_ARG);
+    assert_non_null(strstr(last_error, "join_timeout_ms"));
+    /* The second version's size has no membership field: bootstrap or communicator again. */
+    p.join_timeout_ms = 0;
+    p.size            = offsetof(eep_runtime_params_t, membership);
+    assert_int_equal(eep_runtime_create(&p, &rt), EEP_ERR_INVALID_ARG);
+    assert_non_null(strstr(last_error, "bootstrap"));
+    assert_null(rt);
+    assert_int_equal(eep_membership_sync(NULL, &changed, NULL), EEP_ERR_INVALID_ARG);
+    assert_non_null(strstr(last_error, "eep_membership_sync"));
+    memset(&info, 0, sizeof(info));
+    info.size = 3;
+    assert_int_equal(eep_membership_sync((eep_runtime_t *)&fake, &changed, &info),
+                     EEP_ERR_INVALID_ARG);
+    assert_non_null(strstr(last_error, "info_p->size"));
+    assert_int_equal(changed, 7); /* outputs untouched on error */
+    assert_int_equal(eep_membership_fault(NULL, "dispatch"), EEP_ERR_INVALID_ARG);
+    assert_non_null(strstr(last_error, "eep_membership_fault"));
+}
+
 static void test_no_driver_is_no_device(void **state)
 {
     eep_bootstrap_params_t bp;
@@ -177,6 +217,7 @@ int main(void)
         cmocka_unit_test(test_layout),
         cmocka_unit_test(test_shared_layouts),
         cmocka_unit_test(test_bad_arguments),
+        cmocka_unit_test(test_membership_arguments),
         cmocka_unit_test(test_no_driver_is_no_device),
     };
 

@@ -31,6 +31,7 @@ typedef struct {
     int  fail_shrink; /* the next shrink fails */
     int  fail_window; /* the next window registration fails */
     int  fail_create; /* the next create fails */
+    int  abandon;     /* the next shrink or create is given up: a newer view is waiting */
 } fake_comm_t;
 
 static void fc_log(fake_comm_t *fc, const char *fmt, ...)
@@ -66,6 +67,11 @@ static eep_status_t fake_shrink(void *ctx, void *old_comm, const int *exclude, i
         fc_log(fc, "shrink c%d -[%s] failed", ID(old_comm), list);
         return EEP_ERR_PEER_TIMEOUT;
     }
+    if (fc->abandon) {
+        fc->abandon = 0;
+        fc_log(fc, "shrink c%d -[%s] abandoned", ID(old_comm), list);
+        return EEP_ERR_STALE_EPOCH;
+    }
     *comm_p = COMM(++fc->next_id);
     fc_log(fc, "shrink c%d -[%s] -> c%d", ID(old_comm), list, fc->next_id);
     return EEP_OK;
@@ -84,6 +90,11 @@ static eep_status_t fake_create(void *ctx, const eep_comm_uid_t *uid, int world,
 {
     fake_comm_t *fc = ctx;
 
+    if (fc->abandon) {
+        fc->abandon = 0;
+        fc_log(fc, "create u%d world %d rank %d abandoned", uid->bytes[0], world, rank);
+        return EEP_ERR_STALE_EPOCH;
+    }
     if (fc->fail_create) {
         fc->fail_create = 0;
         fc_log(fc, "create u%d world %d rank %d failed", uid->bytes[0], world, rank);
@@ -889,6 +900,67 @@ static void test_init_arguments(void **state)
     assert_int_equal(eep_view_machine_apply(NULL, NULL, NULL), EEP_ERR_INVALID_ARG);
 }
 
+/*
+ * A member skipped a view (it went straight to a newer one): the others' waits for it are given
+ * up (EEP_ERR_STALE_EPOCH from the comm step).  Nothing changes - no fallback, no report, the old
+ * set kept - and the newer view is applied from the old one, which is what the skipper does too:
+ * the same exclusion list everywhere.
+ */
+static void test_abandoned_view(void **state)
+{
+    static const char *const ABC[] = { "a", "b", "c" };
+    static const char *const AB[]  = { "a", "b" };
+    static const char *const ABE[] = { "a", "b", "e" };
+    fake_rank_t              ranks[5];
+    tview_t                  t;
+    int                      mark[4], i;
+
+    (void)state;
+    cluster4(ranks, mark);
+    for (i = 0; i < 2; i++) {
+        ranks[i].fc.abandon = 1;
+        assert_int_equal(
+            eep_view_machine_apply(&ranks[i].m, tview(&t, 2, ABC, 3, ranks[i].id, 0), NULL),
+            EEP_ERR_STALE_EPOCH);
+        expect_log(&ranks[i].fc, mark[i], "shrink c1 -[3] abandoned", NULL);
+        assert_int_equal(ranks[i].m.state, EEP_VIEW_STATE_RUNNING);
+        assert_int_equal(ranks[i].m.view.epoch, 1);
+        assert_int_equal(ID(ranks[i].m.set.comm), 1);
+        assert_int_equal(ranks[i].m.stats.abandoned, 1);
+        assert_int_equal(ranks[i].m.stats.fallbacks, 0);
+        /* the abandoned epoch counts as seen */
+        assert_int_equal(
+            eep_view_machine_apply(&ranks[i].m, tview(&t, 2, ABC, 3, ranks[i].id, 0), NULL),
+            EEP_ERR_STALE_EPOCH);
+        assert_int_equal(ranks[i].m.stats.refused, 1);
+        mark[i] = ranks[i].fc.n;
+    }
+    assert_int_equal(n_reports, 0);
+    /* c never applied 2 and dies; epoch 3 is shrunk from epoch 1's comm by a and b alike */
+    apply_all(ranks, 2, 3, AB, 2, 0, EEP_OK);
+    for (i = 0; i < 2; i++) {
+        expect_log(&ranks[i].fc, mark[i], "shrink c1 -[2,3] -> c2", "window c2", "devcomm c2",
+                   "abort c1", NULL);
+        assert_int_equal(ranks[i].m.view.world, 2);
+        mark[i] = ranks[i].fc.n;
+    }
+    /* A newcomer whose fresh communicator is given up stays a newcomer, with nothing to undo. */
+    rank_init(&ranks[4], "e");
+    ranks[4].fc.abandon = 1;
+    apply_all(ranks, 2, 4, ABE, 3, 0, EEP_OK);
+    assert_int_equal(eep_view_machine_apply(&ranks[4].m, tview(&t, 4, ABE, 3, "e", 0), NULL),
+                     EEP_ERR_STALE_EPOCH);
+    expect_log(&ranks[4].fc, 0, "fetch e4 a0 u2", "create u2 world 3 rank 2 abandoned", NULL);
+    assert_int_equal(ranks[4].m.state, EEP_VIEW_STATE_NONE);
+    assert_null(ranks[4].m.set.comm);
+    assert_int_equal(ranks[4].m.last_epoch, 4);
+    assert_int_equal(n_reports, 0);
+    cluster_cleanup(ranks, 2);
+    eep_view_machine_cleanup(&ranks[2].m);
+    eep_view_machine_cleanup(&ranks[3].m);
+    eep_view_machine_cleanup(&ranks[4].m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -908,6 +980,7 @@ int main(void)
         cmocka_unit_test_setup(test_fresh_failure, setup),
         cmocka_unit_test_setup(test_two_views_in_a_row, setup),
         cmocka_unit_test_setup(test_init_arguments, setup),
+        cmocka_unit_test_setup(test_abandoned_view, setup),
     };
 
     eep_log_set_level(EEP_LOG_LEVEL_ERROR);

@@ -1,0 +1,461 @@
+#!/usr/bin/env python3
+"""scripts/gpu_elastic.py - the driver of `make gpu-elastic` (started by scripts/gpu-elastic.sh
+inside scripts/one-gpu-cluster.sh, which owns the MPS daemon and the NCCL/plugin environment).
+
+Starts etcd and eepd on 127.0.0.1 and N eep-rank processes on the one GPU (each its own
+NCCL_HOSTID), waits until they run steps at world N, then runs rounds.  A round arms one rank
+(--arm-file + SIGUSR1) to SIGKILL or SIGSTOP itself right after launching its next kernel of a
+phase (barrier, or dispatch/combine with --steps moe): a death mid-kernel.  Then it measures, from
+the rank's own "dying" line:
+  detection     until every survivor saw it (a fault line or the view without the victim);
+  interruption  until every survivor ran an ok step at world N-1;
+  grow          KILL: a newcomer is started; STOP: the victim gets SIGCONT (it must be fenced:
+                its lease is gone, it rejoins as a new member) - until every rank ran an ok step
+                at world N again.
+A round fails on a survivor that does not get there within --deadline-s (a hang), on any step
+whose result is wrong (eep-rank exits 3), or on a process other than the victim that dies.  After
+each round GPU memory (nvidia-smi) and each live rank's open fds are sampled; they must stay flat.
+Writes summary.txt and summary.json to --out; every rank's log stays in --work.
+"""
+import argparse
+import bisect
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+
+
+def now_ms():
+    return int(time.time() * 1000)
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def log(msg):
+    print(f"gpu-elastic: {msg}", flush=True)
+
+
+class Rank:
+    """One eep-rank process and the JSON lines it printed."""
+
+    def __init__(self, slot, args, env, work):
+        self.slot = slot
+        self.out = os.path.join(work, f"rank-{slot}.jsonl")
+        self.err = os.path.join(work, f"rank-{slot}.err")
+        self.arm = os.path.join(work, f"rank-{slot}.arm")
+        self.events = []
+        self.times = []  # t_ms of each event, non-decreasing: first() bisects
+        self.bad = False
+        self._pos = 0
+        self.start_ms = now_ms()
+        self.expect_death = False
+        e = dict(env)
+        e["NCCL_HOSTID"] = f"eep-gpu-elastic-{os.getpid()}-{slot}"
+        cmd = [args.rank_bin, "--steps", args.steps, "--interval-ms", str(args.interval_ms),
+               "--timeout-ms", str(args.timeout_ms), "--view-wait-s", "30",
+               "--join-timeout-s", "120", "--arm-file", self.arm]
+        self.proc = subprocess.Popen(cmd, stdout=open(self.out, "w"), stderr=open(self.err, "w"),
+                                     env=e, start_new_session=True)
+
+    def poll(self):
+        with open(self.out) as f:
+            f.seek(self._pos)
+            while True:
+                line = f.readline()
+                if not line or not line.endswith("\n"):
+                    break
+                self._pos = f.tell()
+                try:
+                    e = json.loads(line)
+                except ValueError:
+                    continue
+                t = e.get("t_ms", 0)
+                self.events.append(e)
+                self.times.append(max(t, self.times[-1]) if self.times else t)
+                self.bad = self.bad or (e.get("event") == "step" and "bad" in e)
+        return self.events
+
+    def alive(self):
+        return self.proc.poll() is None
+
+    def first(self, since, pred):
+        self.poll()
+        for i in range(bisect.bisect_left(self.times, since), len(self.events)):
+            if pred(self.events[i]):
+                return self.events[i]
+        return None
+
+    def fds(self):
+        try:
+            return len(os.listdir(f"/proc/{self.proc.pid}/fd"))
+        except OSError:
+            return -1
+
+
+def wait_for(cond, timeout_s, step_s=0.01):
+    end = time.time() + timeout_s
+    while time.time() < end:
+        v = cond()
+        if v:
+            return v
+        time.sleep(step_s)
+    return cond()
+
+
+def ok_step_at(world, since):
+    return lambda e: e.get("event") == "step" and e.get("ok") == 1 and e.get("world") == world
+
+
+def gpu_used_mib():
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=20).stdout.split()
+        return int(out[0])
+    except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
+        return -1
+
+
+def start_etcd(etcd_bin, work):
+    cport, pport = free_port(), free_port()
+    d = os.path.join(work, "etcd")
+    env = dict(os.environ)
+    proc = subprocess.Popen(
+        [etcd_bin, "--name", "m0", "--data-dir", d,
+         "--listen-client-urls", f"http://127.0.0.1:{cport}",
+         "--advertise-client-urls", f"http://127.0.0.1:{cport}",
+         "--listen-peer-urls", f"http://127.0.0.1:{pport}",
+         "--initial-advertise-peer-urls", f"http://127.0.0.1:{pport}",
+         "--initial-cluster", f"m0=http://127.0.0.1:{pport}", "--initial-cluster-state", "new",
+         "--heartbeat-interval", "50", "--election-timeout", "500",
+         "--grpc-keepalive-min-time", "500ms", "--logger", "zap", "--log-level", "warn"],
+        stdout=open(os.path.join(work, "etcd.log"), "w"), stderr=subprocess.STDOUT, env=env,
+        start_new_session=True)
+
+    def healthy():
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{cport}/health", timeout=1) as r:
+                return b'"health":"true"' in r.read()
+        except OSError:
+            return False
+    if not wait_for(healthy, 20, 0.1):
+        proc.kill()
+        raise RuntimeError("etcd did not become healthy in 20 s (see etcd.log)")
+    return proc, f"127.0.0.1:{cport}"
+
+
+def stats(xs):
+    xs = [x for x in xs if x is not None]
+    if not xs:
+        return {"n": 0, "median": None, "max": None}
+    return {"n": len(xs), "median": round(statistics.median(xs), 1), "max": round(max(xs), 1)}
+
+
+class Job:
+    def __init__(self, args):
+        self.args = args
+        self.work = args.work
+        self.ranks = []
+        self.slot = 0
+        self.failures = []
+        self.env = dict(os.environ)
+        for k in ("EEP_RANK", "EEP_WORLD_SIZE", "EEP_BOOTSTRAP", "ONE_GPU_CLUSTER_DIR"):
+            self.env.pop(k, None)
+
+    def spawn(self):
+        r = Rank(self.slot, self.args, self.env, self.work)
+        self.slot += 1
+        self.ranks.append(r)
+        return r
+
+    def live(self):
+        return [r for r in self.ranks if r.alive()]
+
+    def check_crashes(self):
+        for r in self.ranks:
+            rc = r.proc.poll()
+            if rc is not None and not r.expect_death and not getattr(r, "reported", False):
+                r.reported = True
+                what = "a wrong step" if rc == 3 else f"exit {rc}"
+                self.failures.append(f"rank slot {r.slot} died unexpectedly ({what}); see {r.err}")
+
+    def all_ok_at(self, ranks, world, since):
+        got = {}
+        for r in ranks:
+            e = r.first(since, ok_step_at(world, since))
+            if e is None:
+                return None
+            got[r.slot] = e["t_ms"]
+        return got
+
+
+def run(args):
+    job = Job(args)
+    os.makedirs(args.work, exist_ok=True)
+    os.makedirs(args.out, exist_ok=True)
+    etcd, endpoints = start_etcd(args.etcd_bin, args.work)
+    job.env.update({"EEP_JOB": f"gpu-elastic-{os.getpid()}", "EEP_ETCD_ENDPOINTS": endpoints,
+                    "EEP_AGENT_LEASE_TTL_S": "3", "EEP_AGENT_RDMA": "0",
+                    # a communicator that cannot form (a member gone during its creation) fails
+                    # in 20 s instead of the default 120 s
+                    "EEP_INIT_TIMEOUT_MS": "20000", "EEP_LOG_LEVEL": "info"})
+    eenv = dict(job.env)
+    eenv.update({"EEP_EEPD_ID": "eepd-0", "EEP_EEPD_LISTEN": f"127.0.0.1:{free_port()}",
+                 "EEP_EEPD_SETTLE_MS": str(args.settle_ms), "EEP_EEPD_NUM_EXPERTS": "12",
+                 "EEP_EEPD_LEASE_TTL_S": "3"})
+    eepd = subprocess.Popen([args.eepd_bin], stdout=open(os.path.join(args.work, "eepd.log"), "w"),
+                            stderr=subprocess.STDOUT, env=eenv, start_new_session=True)
+    summary = {"steps": args.steps, "ranks": args.ranks, "timeout_ms": args.timeout_ms,
+               "rounds": [], "failures": job.failures}
+    try:
+        t0 = now_ms()
+        # One rank at a time, each joining a running job (a grow): ranks that start together see
+        # views of 1, 2, 3 ... members in quick succession, and one that skips a view leaves the
+        # others of that view waiting in their communicator's creation (known limit).
+        for i in range(args.ranks):
+            job.spawn()
+            got = wait_for(lambda: job.all_ok_at(job.ranks, i + 1, 0), args.start_s, 0.1)
+            job.check_crashes()
+            if not got:
+                job.failures.append(f"start: the {i + 1} ranks did not all run an ok step at world "
+                                    f"{i + 1} within {args.start_s} s")
+                return summary
+            log(f"start: {i + 1} rank(s) running after {now_ms() - t0} ms")
+        summary["start_ms"] = max(got.values()) - t0
+        log(f"{args.ranks} ranks running at world {args.ranks} after {summary['start_ms']} ms")
+        kinds = [("barrier", "KILL"), ("barrier", "STOP")]
+        if args.steps == "moe":
+            kinds = [("dispatch", "KILL"), ("combine", "KILL"), ("barrier", "KILL"),
+                     ("dispatch", "STOP"), ("combine", "STOP")]
+        deadline_end = time.time() + args.budget_s
+        mem, fds = [], {}
+        for k in range(args.rounds):
+            for phase, sig in kinds:
+                if time.time() > deadline_end:
+                    summary["stopped_early"] = (f"the budget of {args.budget_s} s was spent before "
+                                                f"round {k + 1} of {phase}/{sig}: raise --budget-s "
+                                                f"for all {args.rounds} rounds of each kind")
+                    raise StopIteration
+                rd = one_round(job, k, phase, sig)
+                summary["rounds"].append(rd)
+                job.check_crashes()
+                time.sleep(args.settle_round_s)
+                mem.append(gpu_used_mib())
+                for r in job.live():
+                    fds.setdefault(r.proc.pid, []).append(r.fds())
+                log(f"round {k + 1} {phase}/{sig}: " + json.dumps(
+                    {x: rd.get(x) for x in ("ok", "victim", "detect_ms", "interrupt_ms", "grow_ms")}))
+                if job.failures:
+                    raise StopIteration
+    except StopIteration:
+        pass
+    finally:
+        summary["gpu_mem_used_mib"] = mem if "mem" in locals() else []
+        summary["fds_by_pid"] = {str(p): v for p, v in (fds if "fds" in locals() else {}).items()}
+        for r in job.ranks:
+            if r.alive():
+                r.expect_death = True
+                try:
+                    os.killpg(r.proc.pid, signal.SIGCONT)
+                    os.killpg(r.proc.pid, signal.SIGTERM)
+                except OSError:
+                    pass
+        for r in job.ranks:
+            try:
+                r.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(r.proc.pid, signal.SIGKILL)
+                r.proc.wait()
+        for p in (eepd, etcd):
+            p.terminate()
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+    return summary
+
+
+def one_round(job, k, phase, sig):
+    args = job.args
+    n = args.ranks
+    live = job.live()
+    rd = {"round": k + 1, "phase": phase, "signal": sig, "ok": False}
+    if len(live) != n:
+        job.failures.append(f"round {k + 1}: {len(live)} live ranks, expected {n}")
+        return rd
+    victim = live[k % n]
+    rd["victim"] = victim.slot
+    survivors = [r for r in live if r is not victim]
+    with open(victim.arm, "w") as f:
+        f.write(f"{phase} {sig}\n")
+    victim.expect_death = True
+    t_arm = now_ms()
+    os.kill(victim.proc.pid, signal.SIGUSR1)
+    dying = wait_for(lambda: victim.first(t_arm, lambda e: e.get("event") == "dying"), 10)
+    if not dying:
+        job.failures.append(f"round {k + 1}: rank slot {victim.slot} never launched a {phase} "
+                            f"kernel after being armed (10 s)")
+        return rd
+    t_kill = dying["t_ms"]
+    if sig == "KILL":
+        try:
+            victim.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            job.failures.append(f"round {k + 1}: the victim did not die of its SIGKILL")
+            return rd
+
+    # every survivor notices (a fault, or the view without the victim), then runs at world n-1
+    def noticed():
+        ts = []
+        for r in survivors:
+            e = r.first(t_kill, lambda e: e.get("event") == "fault" or
+                        (e.get("event") == "view" and e.get("world") == n - 1))
+            if e is None:
+                return None
+            ts.append(e["t_ms"])
+        return ts
+    seen = wait_for(noticed, args.deadline_s)
+    if not seen:
+        job.failures.append(f"round {k + 1} ({phase}/{sig}): a survivor saw nothing within "
+                            f"{args.deadline_s} s (hang)")
+        return rd
+    rd["detect_ms"] = max(seen) - t_kill
+    oks = wait_for(lambda: job.all_ok_at(survivors, n - 1, t_kill), args.deadline_s)
+    if not oks:
+        job.failures.append(f"round {k + 1} ({phase}/{sig}): survivors not all running at world "
+                            f"{n - 1} within {args.deadline_s} s")
+        return rd
+    rd["interrupt_ms"] = max(oks.values()) - t_kill
+    views = [r.first(t_kill, lambda e: e.get("event") == "view" and e.get("world") == n - 1)
+             for r in survivors]
+    rd["shrink_action"] = sorted({v.get("action") for v in views if v})
+    rd["apply_ms_max"] = max((v.get("apply_ms", 0) for v in views if v), default=None)
+
+    # grow back: a newcomer (KILL) or the woken zombie, which must be fenced first (STOP)
+    t_grow = now_ms()
+    if sig == "KILL":
+        job.spawn()
+    else:
+        os.killpg(victim.proc.pid, signal.SIGCONT)
+        victim.expect_death = False
+    full = wait_for(lambda: job.all_ok_at(job.live(), n, t_grow) if len(job.live()) == n else None,
+                    args.deadline_s + 30)
+    if not full:
+        job.failures.append(f"round {k + 1} ({phase}/{sig}): not back to {n} ranks within "
+                            f"{args.deadline_s + 30} s")
+        return rd
+    rd["grow_ms"] = max(full.values()) - t_grow
+    if sig == "STOP":
+        f = victim.first(t_grow, lambda e: e.get("event") == "fenced")
+        rd["zombie_fenced"] = f is not None
+        if f is None:
+            job.failures.append(f"round {k + 1}: the woken victim never reported itself fenced")
+            return rd
+    wrong = [r.slot for r in job.ranks if r.poll() is not None and r.bad]
+    if wrong:
+        job.failures.append(f"round {k + 1}: wrong step results on rank slots {sorted(set(wrong))}")
+        return rd
+    rd["ok"] = True
+    return rd
+
+
+def report(summary, args):
+    rounds = summary["rounds"]
+    lines = [f"make gpu-elastic: {summary['ranks']} ranks on one GPU, --steps {summary['steps']}, "
+             f"device-wait deadline {summary['timeout_ms']} ms",
+             f"{'kind':18} {'rounds ok':>9} {'detect med/max ms':>18} {'interrupt med/max ms':>21} "
+             f"{'grow med/max ms':>16}"]
+    kinds = []
+    for rd in rounds:
+        if (rd["phase"], rd["signal"]) not in kinds:
+            kinds.append((rd["phase"], rd["signal"]))
+    agg = {}
+    for kind in kinds:
+        rs = [rd for rd in rounds if (rd["phase"], rd["signal"]) == kind]
+        d, i, g = (stats([rd.get(x) for rd in rs]) for x in ("detect_ms", "interrupt_ms", "grow_ms"))
+        agg[f"{kind[0]}/{kind[1]}"] = {"rounds": len(rs), "ok": sum(rd["ok"] for rd in rs),
+                                       "detect_ms": d, "interrupt_ms": i, "grow_ms": g}
+        lines.append(f"{kind[0] + '/' + kind[1]:18} {sum(rd['ok'] for rd in rs):>4}/{len(rs):<4} "
+                     f"{str(d['median']) + ' / ' + str(d['max']):>18} "
+                     f"{str(i['median']) + ' / ' + str(i['max']):>21} "
+                     f"{str(g['median']) + ' / ' + str(g['max']):>16}")
+    summary["by_kind"] = agg
+    alld, alli, allg = (stats([rd.get(x) for rd in rounds]) for x in ("detect_ms", "interrupt_ms", "grow_ms"))
+    summary["all"] = {"detect_ms": alld, "interrupt_ms": alli, "grow_ms": allg}
+    goals = {"detect_ms": 1000, "interrupt_ms": 1500, "grow_ms": 1500}
+    for key, goal in goals.items():
+        m = summary["all"][key]["max"]
+        lines.append(f"goal {key[:-3]} < {goal} ms: max {m} -> "
+                     f"{'met' if m is not None and m < goal else 'NOT met'}")
+    mem = summary.get("gpu_mem_used_mib", [])
+    if len(mem) >= 3:
+        drift = mem[-1] - mem[1]
+        summary["gpu_mem_drift_mib"] = drift
+        lines.append(f"GPU memory used after each round (MiB): first {mem[0]}, last {mem[-1]}, "
+                     f"drift after round 2: {drift} -> {'flat' if abs(drift) <= args.mem_tol_mib else 'GROWING'}")
+        if abs(drift) > args.mem_tol_mib:
+            summary["failures"].append(f"GPU memory drifted {drift} MiB over the rounds")
+    fdd = [v[-1] - v[1] for v in summary.get("fds_by_pid", {}).values() if len(v) >= 3]
+    if fdd:
+        summary["fd_drift_max"] = max(fdd, key=abs)
+        lines.append(f"open fds of ranks alive >= 3 rounds: worst drift {summary['fd_drift_max']} -> "
+                     f"{'flat' if abs(summary['fd_drift_max']) <= args.fd_tol else 'GROWING'}")
+        if abs(summary["fd_drift_max"]) > args.fd_tol:
+            summary["failures"].append(f"open fds drifted by {summary['fd_drift_max']}")
+    ok = not summary["failures"] and rounds and all(rd["ok"] for rd in rounds)
+    summary["result"] = "PASS" if ok else "FAIL"
+    if summary.get("stopped_early"):
+        lines.append(f"NOTE: {summary['stopped_early']}")
+    lines += [f"FAIL: {f}" for f in summary["failures"]]
+    lines.append(f"RESULT: {summary['result']} ({sum(rd['ok'] for rd in rounds)}/{len(rounds)} rounds ok)")
+    text = "\n".join(lines) + "\n"
+    with open(os.path.join(args.out, "summary.txt"), "w") as f:
+        f.write(text)
+    with open(os.path.join(args.out, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=1)
+    print(text, end="")
+    return 0 if ok else 1
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--rank-bin", required=True)
+    p.add_argument("--eepd-bin", required=True)
+    p.add_argument("--etcd-bin", default="etcd")
+    p.add_argument("--work", required=True, help="rank logs and the etcd data")
+    p.add_argument("--out", required=True, help="summary.txt and summary.json")
+    p.add_argument("--ranks", type=int, default=4)
+    p.add_argument("--rounds", type=int, default=20, help="rounds of each kind")
+    p.add_argument("--steps", choices=["barrier", "moe"], default="barrier")
+    p.add_argument("--interval-ms", type=int, default=10)
+    p.add_argument("--timeout-ms", type=int, default=500, help="device-wait deadline")
+    p.add_argument("--settle-ms", type=int, default=50, help="eepd's settle time")
+    p.add_argument("--deadline-s", type=int, default=15, help="per stage of a round")
+    p.add_argument("--start-s", type=int, default=180, help="first steps (JIT compiles)")
+    p.add_argument("--budget-s", type=int, default=480)
+    p.add_argument("--settle-round-s", type=float, default=1.5)
+    p.add_argument("--mem-tol-mib", type=int, default=256)
+    p.add_argument("--fd-tol", type=int, default=8)
+    args = p.parse_args()
+    if args.ranks < 2:
+        p.error("--ranks must be at least 2")
+    try:
+        summary = run(args)
+    except RuntimeError as e:
+        summary = {"steps": args.steps, "ranks": args.ranks, "timeout_ms": args.timeout_ms,
+                   "rounds": [], "failures": [str(e)]}
+    sys.exit(report(summary, args))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,220 @@
+/*
+ * test_eep_step.c - the checker of eep-rank's MoE step (tools/eep_step.c) on the CPU: the shape
+ * checks, bf16 rounding, the seeded routing (distinct, in range, reproducible, changing per step),
+ * conservation of rows over the world, and the expected combine output against a whole step
+ * simulated here (every rank's expected receive layout, the stand-in expert on it, rows routed
+ * back to their sources and summed in eep/ep.h's order), for 4 and 3 ranks (a shrink) and 12
+ * experts; a single corrupted value is found at its index.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "tools/eep_step.h"
+#include "util/log.h"
+
+static eep_step_shape_t shape(int world, int rank, uint64_t step)
+{
+    eep_step_shape_t s;
+
+    memset(&s, 0, sizeof(s));
+    s.world   = world;
+    s.rank    = rank;
+    s.tokens  = 24;
+    s.hidden  = 16;
+    s.topk    = 3;
+    s.experts = 12;
+    s.seed    = 42;
+    s.step    = step;
+    return s;
+}
+
+static void test_shape_check(void **state)
+{
+    eep_step_shape_t s = shape(4, 0, 1);
+
+    (void)state;
+    assert_int_equal(eep_step_shape_check(&s), EEP_OK);
+    assert_int_equal(eep_step_shape_check(NULL), EEP_ERR_INVALID_ARG);
+    s.experts = 10; /* not a multiple of 4 */
+    assert_int_equal(eep_step_shape_check(&s), EEP_ERR_INVALID_ARG);
+    s = shape(4, 4, 1);
+    assert_int_equal(eep_step_shape_check(&s), EEP_ERR_INVALID_ARG);
+    s      = shape(4, 0, 1);
+    s.topk = 13;
+    assert_int_equal(eep_step_shape_check(&s), EEP_ERR_INVALID_ARG);
+    s        = shape(4, 0, 1);
+    s.hidden = 12;
+    assert_int_equal(eep_step_shape_check(&s), EEP_ERR_INVALID_ARG);
+}
+
+static void test_bf16(void **state)
+{
+    (void)state;
+    assert_int_equal(eep_step_bf16(1.0f), 0x3f80);
+    assert_int_equal(eep_step_bf16(-0.5f), 0xbf00);
+    /* 1 + 2^-8 is a tie: to even (0x3f80); 1 + 3 * 2^-8 rounds up to 0x3f82 */
+    assert_int_equal(eep_step_bf16(1.00390625f), 0x3f80);
+    assert_int_equal(eep_step_bf16(1.01171875f), 0x3f82);
+    assert_true(eep_step_f32(eep_step_bf16(0.375f)) == 0.375f);
+}
+
+static void test_routing(void **state)
+{
+    eep_step_shape_t s = shape(4, 0, 7);
+    int64_t          a[24 * 3], b[24 * 3];
+    float            wa[24 * 3], wb[24 * 3];
+    int              t, k, j, differ = 0;
+
+    (void)state;
+    eep_step_routing(&s, 2, a, wa);
+    eep_step_routing(&s, 2, b, wb);
+    assert_memory_equal(a, b, sizeof(a));
+    for (t = 0; t < 24; t++) {
+        for (k = 0; k < 3; k++) {
+            assert_true(a[t * 3 + k] >= 0 && a[t * 3 + k] < 12);
+            assert_true(wa[t * 3 + k] >= 0.25f && wa[t * 3 + k] <= 1.0f);
+            for (j = 0; j < k; j++) {
+                assert_true(a[t * 3 + j] != a[t * 3 + k]);
+            }
+        }
+    }
+    s.step = 8;
+    eep_step_routing(&s, 2, b, wb);
+    for (t = 0; t < 24 * 3; t++) {
+        differ += a[t] != b[t];
+    }
+    assert_true(differ > 10);
+}
+
+/* A whole step simulated on the CPU for @p world ranks: compare with eep_step_expected_out. */
+static void simulate(int world, uint64_t step)
+{
+    const int H = 16, T = 24, K = 3, E = 12, el = E / world;
+    int32_t   counts[12];
+    uint16_t *rows[4], *y[4], *want, *x;
+    int64_t   total[4], n_all = 0, *idx;
+    float    *w, *partial;
+    int       r, src, t, k, h, e;
+
+    idx     = malloc(sizeof(int64_t) * T * K);
+    w       = malloc(sizeof(float) * T * K);
+    x       = malloc(2 * T * H);
+    want    = malloc(2 * T * H);
+    partial = malloc(sizeof(float) * (size_t)world * T * H);
+    for (r = 0; r < world; r++) {
+        eep_step_shape_t s = shape(world, r, step);
+
+        rows[r]  = malloc(2 * (size_t)world * T * K * H);
+        y[r]     = malloc(2 * (size_t)world * T * K * H);
+        total[r] = eep_step_expected_recv(&s, counts, rows[r]);
+        assert_true(total[r] >= 0);
+        eep_step_expert_apply(&s, counts, rows[r], y[r]);
+        n_all += total[r];
+    }
+    assert_int_equal(n_all, (int64_t)world * T * K); /* every lane lands exactly once */
+    for (src = 0; src < world; src++) {
+        eep_step_shape_t s = shape(world, src, step);
+
+        memset(partial, 0, sizeof(float) * (size_t)world * T * H);
+        eep_step_routing(&s, src, idx, w);
+        /* Walk every destination's layout in order to find the row of (src, t, expert). */
+        for (r = 0; r < world; r++) {
+            int64_t row = 0;
+
+            for (e = 0; e < el; e++) {
+                for (int s2 = 0; s2 < world; s2++) {
+                    eep_step_shape_t o = shape(world, s2, step);
+                    int64_t          oi[24 * 3];
+                    float            ow[24 * 3];
+
+                    eep_step_routing(&o, s2, oi, ow);
+                    for (t = 0; t < T; t++) {
+                        for (k = 0; k < K; k++) {
+                            if (oi[t * K + k] != r * el + e) {
+                                continue;
+                            }
+                            if (s2 == src) {
+                                for (h = 0; h < H; h++) {
+                                    float *p = &partial[((size_t)r * T + t) * H + h];
+
+                                    *p = w[t * K + k] * eep_step_f32(y[r][(size_t)row * H + h]) +
+                                         *p;
+                                }
+                            }
+                            row++;
+                        }
+                    }
+                }
+            }
+            assert_int_equal(row, total[r]);
+        }
+        for (t = 0; t < T; t++) {
+            for (h = 0; h < H; h++) {
+                float sum = 0.0f;
+
+                for (r = 0; r < world; r++) {
+                    sum += eep_step_f32(eep_step_bf16(partial[((size_t)r * T + t) * H + h]));
+                }
+                x[t * H + h] = eep_step_bf16(sum);
+            }
+        }
+        assert_int_equal(eep_step_expected_out(&s, want), EEP_OK);
+        assert_int_equal(eep_step_compare(x, want, (int64_t)T * H), -1);
+        /* the checker has teeth: one value off is found where it is */
+        x[5 * H + 3] ^= 1;
+        assert_int_equal(eep_step_compare(x, want, (int64_t)T * H), 5 * H + 3);
+    }
+    for (r = 0; r < world; r++) {
+        free(rows[r]);
+        free(y[r]);
+    }
+    free(idx);
+    free(w);
+    free(x);
+    free(want);
+    free(partial);
+}
+
+static void test_step_four_ranks(void **state)
+{
+    (void)state;
+    simulate(4, 1);
+    simulate(4, 2);
+}
+
+static void test_step_three_ranks(void **state)
+{
+    (void)state;
+    simulate(3, 9);
+}
+
+static void test_expected_out_nonzero(void **state)
+{
+    eep_step_shape_t s = shape(4, 1, 3);
+    uint16_t         out[24 * 16];
+    int              i, nonzero = 0;
+
+    (void)state;
+    assert_int_equal(eep_step_expected_out(&s, out), EEP_OK);
+    for (i = 0; i < 24 * 16; i++) {
+        nonzero += out[i] != 0 && out[i] != 0x8000;
+    }
+    assert_true(nonzero > 24 * 16 / 2); /* never tested on zeros */
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_shape_check),      cmocka_unit_test(test_bf16),
+        cmocka_unit_test(test_routing),          cmocka_unit_test(test_step_four_ranks),
+        cmocka_unit_test(test_step_three_ranks), cmocka_unit_test(test_expected_out_nonzero),
+    };
+
+    eep_log_set_level(EEP_LOG_LEVEL_NONE);
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,258 @@
+/*
+ * eep_step.c - the checkable MoE step (eep_step.h): a splitmix64 hash of (seed, step, source,
+ * token, lane) chooses each token's experts; everything else is arithmetic on small exact values.
+ */
+#include "tools/eep_step.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/log.h"
+
+/* Scratch for one source rank's routing and tokens. */
+typedef struct {
+    int64_t  *idx;
+    float    *w;
+    uint16_t *x;
+} eep_step_scratch_t;
+
+static int eep_step_scratch_get(const eep_step_shape_t *s, eep_step_scratch_t *sc)
+{
+    size_t lanes = (size_t)s->tokens * (size_t)s->topk + 1;
+
+    sc->idx = malloc(lanes * sizeof(*sc->idx));
+    sc->w   = malloc(lanes * sizeof(*sc->w));
+    sc->x   = malloc(((size_t)s->tokens * (size_t)s->hidden + 1) * sizeof(*sc->x));
+    if (sc->idx == NULL || sc->w == NULL || sc->x == NULL) {
+        free(sc->idx);
+        free(sc->w);
+        free(sc->x);
+        return -1;
+    }
+    return 0;
+}
+
+static void eep_step_scratch_put(eep_step_scratch_t *sc)
+{
+    free(sc->idx);
+    free(sc->w);
+    free(sc->x);
+}
+
+static uint64_t eep_step_mix(uint64_t z)
+{
+    z += 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+eep_status_t eep_step_shape_check(const eep_step_shape_t *s)
+{
+    const char *bad = NULL;
+
+    if (s == NULL) {
+        bad = "shape (NULL)";
+    } else if (s->world < 1 || s->rank < 0 || s->rank >= s->world) {
+        bad = "world/rank";
+    } else if (s->tokens < 0 || s->tokens > 65536) {
+        bad = "tokens (0..65536)";
+    } else if (s->hidden < 8 || s->hidden % 8 != 0 || s->hidden > 16384) {
+        bad = "hidden (a multiple of 8, 8..16384)";
+    } else if (s->experts < 1 || s->experts % s->world != 0) {
+        bad = "experts (a positive multiple of world)";
+    } else if (s->topk < 1 || s->topk > s->experts || s->topk > 32) {
+        bad = "topk (1..min(experts, 32))";
+    }
+    if (bad != NULL) {
+        eep_error(EEP_SUBSYS_TOOL, "step shape: invalid %s", bad);
+        return EEP_ERR_INVALID_ARG;
+    }
+    return EEP_OK;
+}
+
+uint16_t eep_step_bf16(float f)
+{
+    uint32_t u;
+
+    memcpy(&u, &f, sizeof(u));
+    if ((u & 0x7fffffffu) > 0x7f800000u) {
+        return 0x7fff;
+    }
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+float eep_step_f32(uint16_t b)
+{
+    uint32_t u = (uint32_t)b << 16;
+    float    f;
+
+    memcpy(&f, &u, sizeof(f));
+    return f;
+}
+
+void eep_step_routing(const eep_step_shape_t *s, int src, int64_t *topk_idx, float *weights)
+{
+    int t, k, j;
+
+    for (t = 0; t < s->tokens; t++) {
+        int64_t *idx = topk_idx + (size_t)t * s->topk;
+
+        for (k = 0; k < s->topk; k++) {
+            uint64_t h = eep_step_mix(s->seed ^ eep_step_mix(s->step * 1000003ull + (uint64_t)src) ^
+                                      ((uint64_t)t << 20) ^ (uint64_t)k);
+            int64_t  e = (int64_t)(h % (uint64_t)s->experts);
+
+            /* distinct: walk forward from a collision (bounded: topk <= experts) */
+            for (j = 0; j < k; j++) {
+                if (idx[j] == e) {
+                    e = (e + 1) % s->experts;
+                    j = -1;
+                }
+            }
+            idx[k]                           = e;
+            weights[(size_t)t * s->topk + k] = 0.25f * (float)(1 + (h >> 40) % 4);
+        }
+    }
+}
+
+void eep_step_tokens(const eep_step_shape_t *s, int src, uint16_t *x)
+{
+    int t, h;
+
+    for (t = 0; t < s->tokens; t++) {
+        for (h = 0; h < s->hidden; h++) {
+            int v = (int)((s->step * 5 + (uint64_t)src * 7 + (uint64_t)t * 3 + (uint64_t)h) % 9) -
+                    4;
+
+            x[(size_t)t * s->hidden + h] = eep_step_bf16((float)v / 8.0f);
+        }
+    }
+}
+
+float eep_step_expert_scale(int e)
+{
+    return 1.0f + 0.25f * (float)(e % 4);
+}
+
+int64_t eep_step_expected_recv(const eep_step_shape_t *s, int32_t *counts, uint16_t *rows)
+{
+    eep_step_scratch_t sc;
+    int                el        = s->experts / s->world, e, src, t, k;
+    int64_t            total     = 0;
+    int                with_rows = rows != NULL;
+    int64_t           *idx;
+    float             *w;
+    uint16_t          *x;
+
+    if (eep_step_scratch_get(s, &sc) != 0) {
+        return -1;
+    }
+    idx = sc.idx;
+    w   = sc.w;
+    x   = sc.x;
+
+    for (e = 0; e < el; e++) {
+        int g = s->rank * el + e;
+
+        counts[e] = 0;
+        for (src = 0; src < s->world; src++) {
+            eep_step_routing(s, src, idx, w);
+            if (with_rows) {
+                eep_step_tokens(s, src, x);
+            }
+            for (t = 0; t < s->tokens; t++) {
+                for (k = 0; k < s->topk; k++) {
+                    if (idx[(size_t)t * s->topk + k] == g) {
+                        if (with_rows) {
+                            memcpy(rows + (size_t)total * s->hidden, x + (size_t)t * s->hidden,
+                                   (size_t)s->hidden * 2);
+                        }
+                        counts[e]++;
+                        total++;
+                    }
+                }
+            }
+        }
+    }
+    eep_step_scratch_put(&sc);
+    return total;
+}
+
+void eep_step_expert_apply(const eep_step_shape_t *s, const int32_t *counts, const uint16_t *x,
+                           uint16_t *y)
+{
+    int     el  = s->experts / s->world, e, h;
+    int64_t row = 0, r;
+
+    for (e = 0; e < el; e++) {
+        float scale = eep_step_expert_scale(s->rank * el + e);
+
+        for (r = 0; r < counts[e]; r++, row++) {
+            for (h = 0; h < s->hidden; h++) {
+                size_t i = (size_t)row * s->hidden + h;
+
+                y[i] = eep_step_bf16(eep_step_f32(x[i]) * scale);
+            }
+        }
+    }
+}
+
+eep_status_t eep_step_expected_out(const eep_step_shape_t *s, uint16_t *out)
+{
+    eep_step_scratch_t sc;
+    int                el = s->experts / s->world, t, h, k, r;
+    int64_t           *idx;
+    float             *w;
+    uint16_t          *x;
+
+    if (eep_step_scratch_get(s, &sc) != 0) {
+        return EEP_ERR_NO_MEMORY;
+    }
+    idx = sc.idx;
+    w   = sc.w;
+    x   = sc.x;
+    eep_step_routing(s, s->rank, idx, w);
+    eep_step_tokens(s, s->rank, x);
+    for (t = 0; t < s->tokens; t++) {
+        for (h = 0; h < s->hidden; h++) {
+            float total = 0.0f, xv = eep_step_f32(x[(size_t)t * s->hidden + h]);
+
+            /* eep/ep.h's order: ranks ascending, each a bf16 partial over its lanes ascending */
+            for (r = 0; r < s->world; r++) {
+                float partial = 0.0f;
+                int   any     = 0;
+
+                for (k = 0; k < s->topk; k++) {
+                    int64_t e = idx[(size_t)t * s->topk + k];
+
+                    if (e / el == r) {
+                        float y = eep_step_f32(eep_step_bf16(xv * eep_step_expert_scale((int)e)));
+
+                        partial = w[(size_t)t * s->topk + k] * y + partial;
+                        any     = 1;
+                    }
+                }
+                if (any) {
+                    total += eep_step_f32(eep_step_bf16(partial));
+                }
+            }
+            out[(size_t)t * s->hidden + h] = eep_step_bf16(total);
+        }
+    }
+    eep_step_scratch_put(&sc);
+    return EEP_OK;
+}
+
+int64_t eep_step_compare(const uint16_t *got, const uint16_t *want, int64_t n)
+{
+    int64_t i;
+
+    for (i = 0; i < n; i++) {
+        if (got[i] != want[i]) {
+            return i;
+        }
+    }
+    return -1;
+}

@@ -1,0 +1,74 @@
+/*
+ * eep_step.h - the checkable MoE step of eep-rank: seeded routing, token data, a stand-in expert
+ * and the expected results, as pure host functions (no CUDA), so that tests/tools/test_eep_step.c
+ * checks the checker on the CPU.
+ *
+ * Every value is a function of (seed, step, source rank, token, channel), so each rank can
+ * compute what any rank sends, and therefore exactly what it must receive (counts per local
+ * expert, every row, in the order eep/ep.h promises: expert-major, then source rank, then token)
+ * and what combine must give back for its own tokens.  Token data are multiples of 1/8 in
+ * [-1/2, 1/2], weights multiples of 1/4 and the expert scales 1 + (e % 4) / 4, so every product and
+ * sum is exact in bf16 and fp32: the expected bits do not depend on the summation order.
+ * Expert alignment is 1 (no padding rows); the placement is the kernels' arithmetic one
+ * (expert e on rank e / (num_experts / world)).
+ */
+#ifndef EEP_TOOLS_STEP_H
+#define EEP_TOOLS_STEP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "eep/status.h"
+
+typedef struct {
+    int      world, rank;
+    int      tokens;  /* per rank, every rank the same */
+    int      hidden;  /* bf16 channels */
+    int      topk;    /* distinct experts per token, <= num_experts */
+    int      experts; /* divisible by world */
+    uint64_t seed, step;
+} eep_step_shape_t;
+
+/** @return EEP_OK, or EEP_ERR_INVALID_ARG naming the field (logged). */
+eep_status_t eep_step_shape_check(const eep_step_shape_t *s);
+
+/** bf16 bits of a float (round to nearest even) and back. */
+uint16_t eep_step_bf16(float f);
+float    eep_step_f32(uint16_t b);
+
+/** Routing of source rank @p src: topk_idx [tokens * topk] (distinct, global), weights. */
+void eep_step_routing(const eep_step_shape_t *s, int src, int64_t *topk_idx, float *weights);
+
+/** Token data of source rank @p src: x [tokens * hidden] bf16. */
+void eep_step_tokens(const eep_step_shape_t *s, int src, uint16_t *x);
+
+/** The stand-in expert's scale for global expert @p e. */
+float eep_step_expert_scale(int e);
+
+/**
+ * What this rank (s->rank) must receive: counts [experts / world] per local expert and, when
+ * @p rows is not NULL, every row [total * hidden] in order.
+ * @return the total row count; -1 when out of memory.
+ */
+int64_t eep_step_expected_recv(const eep_step_shape_t *s, int32_t *counts, uint16_t *rows);
+
+/**
+ * The stand-in expert on the received layout: y[row] = bf16(x[row] * scale(expert of the row's
+ * group)), groups in local expert order with @p counts rows each.
+ */
+void eep_step_expert_apply(const eep_step_shape_t *s, const int32_t *counts, const uint16_t *x,
+                           uint16_t *y);
+
+/**
+ * What combine must give this rank for its own tokens: out [tokens * hidden].
+ * @return EEP_OK; EEP_ERR_NO_MEMORY.
+ */
+eep_status_t eep_step_expected_out(const eep_step_shape_t *s, uint16_t *out);
+
+/**
+ * Compare @p n bf16 values.
+ * @return -1 when equal, else the first differing index.
+ */
+int64_t eep_step_compare(const uint16_t *got, const uint16_t *want, int64_t n);
+
+#endif /* EEP_TOOLS_STEP_H */
