@@ -225,6 +225,21 @@ eep_status_t eep_ep_buffer_sizes(const eep_ep_shape_t *s, eep_ep_buffer_sizes_t 
     return EEP_OK;
 }
 
+size_t eep_ep_gin_stage_bytes(const eep_ep_shape_t *s)
+{
+    eep_ep_buffer_sizes_t z;
+    eep_ep_wire_t         wire;
+    size_t                bytes;
+
+    if (eep_ep_buffer_sizes(s, &z) != EEP_OK) {
+        return 0;
+    }
+    eep_ep_record_layout(s, &wire);
+    bytes = (size_t)s->world * (size_t)s->max_tokens * (wire.token_bytes + z.combine_row_bytes) +
+            (size_t)s->world * z.count_slot_bytes;
+    return (size_t)eep_ep_align_up((int64_t)bytes, EEP_EP_WINDOW_ALIGN);
+}
+
 int eep_ep_layout_equal(const eep_ep_shape_t *a, const eep_ep_shape_t *b)
 {
     eep_ep_buffer_sizes_t za, zb;

@@ -138,6 +138,14 @@ int64_t eep_ep_rows_max(const eep_ep_shape_t *shape);
 eep_status_t eep_ep_buffer_sizes(const eep_ep_shape_t *shape, eep_ep_buffer_sizes_t *sizes_p);
 
 /**
+ * Bytes of the hybrid kernels' GIN send staging (kernels/ep/ep_gin.cuh), which follows the
+ * dispatch/combine area in the window: world x max_tokens dispatch records (one receive region
+ * per peer), world x max_tokens combine rows (one per received record), world count slots;
+ * 2 MiB-aligned.  @return 0 for a bad shape.
+ */
+size_t eep_ep_gin_stage_bytes(const eep_ep_shape_t *shape);
+
+/**
  * Zero the kernels' parameters (kernels/ep/ep_params.h) and fill what the shape decides: rank and
  * shape fields, the wire record, the window offsets of the counts and receive regions (the
  * dispatch/combine area starts @p ep_off bytes into the window) and the control words' address

@@ -26,6 +26,7 @@
 #define EEP_KERNELS_EP_COMBINE_CUH
 
 #include "ep_common.cuh"
+#include "ep_gin.cuh"
 #include "ep_numeric.cuh"
 #include "ll_line.cuh"
 
@@ -124,6 +125,11 @@ eep_epc_partial(const eep_epk_params_t &p, unsigned char *const *peer_base,
     const unsigned  rows_mask = __ballot_sync(0xffffffffu, my_row >= 0);
     unsigned char  *dst_row   = peer_base[s] + region0 + (unsigned long long)ord * p.crecv_region +
                              (unsigned long long)tok * p.crecv_row;
+#if EEP_EPK_GIN
+    if (eep_epk_is_gin(p, s)) { /* staged by record; eep_epk_gin_combine_puts sends it */
+        dst_row = peer_base[p.rank] + eep_epk_gin_row_stage(p, rec);
+    }
+#endif
 
     /* 2 vectors per lane (LL: 2 x 4 lines) x up to 4 top-k rows in flight (8 loads) a round;
        every lane runs every round (the body shuffles with the full mask, LL stores meet): a
@@ -391,7 +397,7 @@ __device__ __forceinline__ void eep_epc_body(const eep_epk_params_t &p)
         }
     }
     for (int d = threadIdx.x; d < W; d += blockDim.x) {
-        peer_base[d] = eep_epk_peer(p, 0, d);
+        peer_base[d] = eep_epk_peer_base(p, d);
     }
     __syncthreads();
     const unsigned long long seq     = sh_seq;
@@ -401,7 +407,15 @@ __device__ __forceinline__ void eep_epc_body(const eep_epk_params_t &p)
 
     eep_epk_stamp(p, 0);
     /* The handshake word, to every peer. */
-    if (blockIdx.x == 0 && (int)threadIdx.x < W) {
+#if EEP_EPK_GIN
+    if (blockIdx.x == 0 && (int)threadIdx.x < W && eep_epk_is_gin(p, (int)threadIdx.x)) {
+        ncclGin gin(eep_epk_gin_dc(p), 0);
+
+        gin.signal(ncclTeamWorld(eep_epk_gin_dc(p)), (int)threadIdx.x,
+                   ncclGin_SignalInc{ (ncclGinSignal_t)(eep_epk_gin(p).sig0 + 2 * W + p.rank) });
+    } else
+#endif
+        if (blockIdx.x == 0 && (int)threadIdx.x < W) {
         unsigned long long *slot = (unsigned long long *)(peer_base[threadIdx.x] + p.counts_off +
                                                           ((unsigned long long)p.rank * 2 +
                                                            parity) *
@@ -497,6 +511,21 @@ __device__ __forceinline__ void eep_epc_body(const eep_epk_params_t &p)
     }
 
     eep_epk_stamp(p, 1);
+#if EEP_EPK_GIN
+    /* Hybrid: the last block done with the expert side puts every GIN peer's partials (and its
+       signal); every block then waits for each GIN peer's signal of this call before its
+       source side reads their rows (which then read as if stored over NVLink). */
+    if (p.gin_mask != 0) {
+        if (eep_epk_gin_last(p, EEP_EPK_CTL_CGIN, parity, (int)gridDim.x) &&
+            !eep_epk_gin_combine_puts(p, region0, &block_failed)) {
+            return;
+        }
+        if (!eep_epk_gin_wait(p, eep_epk_gin(p).sig0 + W, seq, EEP_PHASE_EP_COMBINE,
+                              &block_failed)) {
+            return;
+        }
+    }
+#endif
     /* Source side: `tsplit` warps per token (as many as the grid has for few tokens), each
        summing its slice of the units: this rank's own partial computed here from its rows (the
        handle's record of the token at its slot) when own_at_source, the others as they land
@@ -538,7 +567,19 @@ __device__ __forceinline__ void eep_epc_body(const eep_epk_params_t &p)
 
     eep_epk_stamp(p, 2);
     /* Every peer started this combine (so none can be two calls ahead: docs/dispatch.md 3). */
-    if (blockIdx.x == 0) {
+#if EEP_EPK_GIN
+    if (blockIdx.x == 0 && p.gin_mask != 0) { /* GIN peers signal, the others store the word */
+        eep_epk_gin_wait_peers(p, eep_epk_gin(p).sig0 + 2 * W, seq, EEP_PHASE_EP_COMBINE,
+                               &block_failed);
+        if ((int)threadIdx.x < W && !eep_epk_is_gin(p, (int)threadIdx.x)) {
+            eep_epk_wait_slot_words_one(p, peer_base[p.rank] + p.counts_off, parity,
+                                        EEP_EPK_SLOT_CDONE, seq, EEP_PHASE_EP_COMBINE,
+                                        &block_failed);
+        }
+        __syncthreads();
+    } else
+#endif
+        if (blockIdx.x == 0) {
         (void)eep_epk_wait_slots(p, peer_base[p.rank] + p.counts_off, parity, EEP_EPK_SLOT_CDONE,
                                  seq, EEP_PHASE_EP_COMBINE, &block_failed);
     }
