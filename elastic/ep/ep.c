@@ -1,7 +1,9 @@
 /*
  * ep.c - eep_dispatch / eep_combine: check, pick the kernel, fill its parameters, launch.
  *
- * Direct mode only (every rank an NVLink/LSA peer, at most EEP_EPK_MAX_WORLD ranks).  A call is
+ * Direct mode (every rank an NVLink/LSA peer) or hybrid mode (peers of other nodes over GIN,
+ * kernels/ep/ep_gin.cuh), chosen once per runtime from its teams and EEP_EP_MODE
+ * (eep_ep_mode_choose); at most EEP_EPK_MAX_WORLD ranks.  A call is
  * one kernel launch (CPU_SYNC dispatch: two, with the host wait for the counts between them), no
  * memset and no barrier: the kernels tag every signal with a call sequence kept on the device and
  * alternate two parities of every slot and region (docs/dispatch.md, section 3).  Kernels come
@@ -46,6 +48,8 @@ struct eep_ep_state {
     uint64_t             trace[2]; /* EEP_EP_TRACE: device stamps of dispatch, combine */
     uint64_t             chunk;    /* device scratch: senders' chunk counts, then flags */
     eep_ep_kernel_slot_t kernels[EEP_EP_KERNEL_SLOTS];
+    int                  hybrid;     /* 1: hybrid mode (eep_ep_mode_choose) */
+    uint64_t             gin_dev;    /* hybrid: device copy of the eep_epk_gin_t */
     int                  have_shape; /* the window's dispatch/combine area is laid out ... */
     eep_ep_shape_t       shape;      /* ... for this shape (its first call) */
 };
@@ -77,6 +81,9 @@ static void eep_ep_state_destroy(eep_runtime_t *rt, void *arg)
         if (rt->ep->chunk != 0) {
             cu->cuMemFree((CUdeviceptr)rt->ep->chunk);
         }
+        if (rt->ep->gin_dev != 0) {
+            cu->cuMemFree((CUdeviceptr)rt->ep->gin_dev);
+        }
         for (int i = 0; i < 2; i++) {
             if (rt->ep->trace[i] != 0) {
                 cu->cuMemFree((CUdeviceptr)rt->ep->trace[i]);
@@ -85,6 +92,88 @@ static void eep_ep_state_destroy(eep_runtime_t *rt, void *arg)
     }
     free(rt->ep);
     rt->ep = NULL;
+}
+
+/*
+ * Direct or hybrid, from the dev comm's teams (direct when the LSA team is the world) and
+ * EEP_EP_MODE; logged once per runtime.  Hybrid needs the runtime's GIN (its dev comm carries the
+ * EP's signals and counters); a forced mode the runtime cannot run is an error.
+ * @return EEP_OK with *hybrid_p; EEP_ERR_INVALID_ARG for an unknown knob value;
+ *         EEP_ERR_UNSUPPORTED when the mode cannot run here (the message says why).
+ */
+static eep_status_t eep_ep_mode_choose(const eep_runtime_t *rt, const char *knob, int *hybrid_p)
+{
+    const int all_lsa = rt->lsa_size == rt->nranks;
+    int       hybrid;
+
+    if (strcmp(knob, "auto") == 0) {
+        hybrid = !all_lsa;
+    } else if (strcmp(knob, "direct") == 0) {
+        hybrid = 0;
+    } else if (strcmp(knob, "hybrid") == 0) {
+        hybrid = 1;
+    } else {
+        eep_error(EEP_SUBSYS_KERNEL, "EEP_EP_MODE '%s' is not one of auto, direct, hybrid", knob);
+        return EEP_ERR_INVALID_ARG;
+    }
+    if (rt->nranks > EEP_EPK_MAX_WORLD) {
+        eep_error(EEP_SUBSYS_KERNEL, "dispatch/combine: at most %d ranks (this runtime: %d)",
+                  EEP_EPK_MAX_WORLD, rt->nranks);
+        return EEP_ERR_UNSUPPORTED;
+    }
+    if (!hybrid && !all_lsa) {
+        eep_error(EEP_SUBSYS_KERNEL,
+                  "dispatch/combine: direct mode (EEP_EP_MODE=%s) needs every rank an NVLink "
+                  "(LSA) peer; this runtime has %d ranks in LSA teams of %d: use "
+                  "EEP_EP_MODE=auto or hybrid",
+                  knob, rt->nranks, rt->lsa_size);
+        return EEP_ERR_UNSUPPORTED;
+    }
+    if (hybrid && (!rt->gin || rt->ep_gin_signal0 < 0 || rt->nranks % rt->lsa_size != 0)) {
+        eep_error(EEP_SUBSYS_KERNEL,
+                  "dispatch/combine: hybrid mode (EEP_EP_MODE=%s) needs GIN between the %d "
+                  "nodes (this runtime: gin %s, %d ranks, LSA teams of %d); EEP_GIN=require "
+                  "says why GIN is missing",
+                  knob, rt->rail_size, rt->gin ? "on" : "off", rt->nranks, rt->lsa_size);
+        return EEP_ERR_UNSUPPORTED;
+    }
+    eep_info(EEP_SUBSYS_KERNEL,
+             "dispatch/combine: %s mode (%d nodes x %d GPUs, EEP_EP_MODE=%s)%s",
+             hybrid ? "hybrid" : "direct", rt->nranks / rt->lsa_size, rt->lsa_size, knob,
+             hybrid ? ": peers of other nodes over GIN put + signal, of this node over NVLink"
+                    : ": every peer over NVLink");
+    *hybrid_p = hybrid;
+    return EEP_OK;
+}
+
+/* Hybrid: the eep_epk_gin_t the kernels read (dev comm, the EP's signal and counter bases), in
+   device memory, made once per runtime. */
+static eep_status_t eep_ep_gin_make(const eep_runtime_t *rt, const eep_cuda_sym_t *cu,
+                                    struct eep_ep_state *st)
+{
+    eep_epk_gin_t g;
+    CUdeviceptr   d = 0;
+    eep_status_t  status;
+
+    memset(&g, 0, sizeof(g));
+    g.devcomm  = rt->devcomm;
+    g.sig0     = rt->ep_gin_signal0;
+    g.ctr0     = rt->ep_gin_counter0;
+    g.lsa_size = rt->lsa_size;
+    g.nodes    = rt->nranks / rt->lsa_size;
+    status     = eep_status_from_cu(cu->cuMemAlloc(&d, sizeof(g)), "cuMemAlloc(gin params)");
+    if (status == EEP_OK) {
+        status = eep_status_from_cu(cu->cuMemcpyHtoD(d, &g, sizeof(g)),
+                                    "cuMemcpyHtoD(gin params)");
+    }
+    if (status != EEP_OK) {
+        if (d != 0) {
+            cu->cuMemFree(d);
+        }
+        return status;
+    }
+    st->gin_dev = (uint64_t)d;
+    return EEP_OK;
 }
 
 static eep_status_t eep_ep_state_get(eep_runtime_t *rt, const eep_cuda_sym_t *cu,
@@ -104,6 +193,12 @@ static eep_status_t eep_ep_state_get(eep_runtime_t *rt, const eep_cuda_sym_t *cu
         return EEP_ERR_NO_MEMORY;
     }
     status = eep_config_load(&eep_ep_knob_table, &st->cfg);
+    if (status == EEP_OK) {
+        status = eep_ep_mode_choose(rt, st->cfg.mode, &st->hybrid);
+    }
+    if (status == EEP_OK && st->hybrid) {
+        status = eep_ep_gin_make(rt, cu, st);
+    }
     if (status == EEP_OK) {
         status = eep_status_from_cu(
             cu->cuDeviceGetAttribute(&st->device_sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
@@ -197,9 +292,10 @@ static eep_status_t eep_ep_kernel(eep_runtime_t *rt, struct eep_ep_state *st, in
     int                   i;
 
     /* the table's key: every input of eep_ep_kernel_spec (combine has no template arguments) */
-    snprintf(key, sizeof(key), "%s<%d, %d, %d> k%d w%d h%d %s", combine ? "c" : "d",
+    snprintf(key, sizeof(key), "%s<%d, %d, %d> k%d w%d h%d %s%s", combine ? "c" : "d",
              combine ? 0 : idx_bits, combine ? 0 : mode, combine ? 0 : phase, shape->num_topk,
-             shape->world, shape->hidden, shape->dtype == EEP_DTYPE_FP8_E4M3 ? "fp8" : "bf16");
+             shape->world, shape->hidden, shape->dtype == EEP_DTYPE_FP8_E4M3 ? "fp8" : "bf16",
+             st->hybrid ? " gin" : "");
     for (i = 0; i < EEP_EP_KERNEL_SLOTS && st->kernels[i].kernel != NULL; i++) {
         if (strcmp(st->kernels[i].key, key) == 0) {
             *kernel_p = st->kernels[i].kernel;
@@ -207,7 +303,7 @@ static eep_status_t eep_ep_kernel(eep_runtime_t *rt, struct eep_ep_state *st, in
         }
     }
     /* not in the table: the JIT (its disk cache, or a compile); the spec is built only here */
-    eep_ep_kernel_spec(combine, idx_bits, mode, phase, shape, &names, &spec);
+    eep_ep_kernel_spec_mode(combine, idx_bits, mode, phase, st->hybrid, shape, &names, &spec);
     status = eep_jit_get_kernel(rt->jit, &spec, kernel_p);
     if (status != EEP_OK) {
         eep_error(EEP_SUBSYS_KERNEL, "cannot build the %s kernel %s",
@@ -215,7 +311,8 @@ static eep_status_t eep_ep_kernel(eep_runtime_t *rt, struct eep_ep_state *st, in
         return status;
     }
     if (st->cfg.prefetch_shrink) {
-        (void)eep_ep_prefetch_shrink(rt->jit, combine, idx_bits, mode, phase, shape);
+        (void)eep_ep_prefetch_shrink_mode(rt->jit, combine, idx_bits, mode, phase, st->hybrid,
+                                          shape);
     }
     if (i < EEP_EP_KERNEL_SLOTS) {
         snprintf(st->kernels[i].key, sizeof(st->kernels[i].key), "%s", key);
@@ -240,16 +337,11 @@ static eep_status_t eep_ep_prepare(eep_runtime_t *rt, const eep_ep_shape_t *shap
         (status = eep_ep_state_get(rt, *cu_p, st_p)) != EEP_OK) {
         return status;
     }
-    if (rt->lsa_size != rt->nranks || rt->nranks > EEP_EPK_MAX_WORLD) {
-        eep_error(EEP_SUBSYS_KERNEL,
-                  "dispatch/combine: only direct mode is built: every rank an "
-                  "NVLink peer and at most %d ranks (this runtime: %d ranks, %d NVLink peers)",
-                  EEP_EPK_MAX_WORLD, rt->nranks, rt->lsa_size);
-        return EEP_ERR_UNSUPPORTED;
-    }
     if ((status = eep_ep_buffer_sizes(shape, &z)) != EEP_OK) {
         return status;
     }
+    /* hybrid: the GIN send staging follows the area (kernels/ep/ep_gin.cuh) */
+    const size_t stage = (*st_p)->hybrid ? eep_ep_gin_stage_bytes(shape) : 0;
     /* One layout per runtime: after a change, a wait could find an older layout's bytes where
        it expects a tag, flag or count word (and accept them); nothing resets the area.  A
        membership change (world size) is a layout change too: whatever shrinks or grows a
@@ -271,12 +363,13 @@ static eep_status_t eep_ep_prepare(eep_runtime_t *rt, const eep_ep_shape_t *shap
     }
     (*st_p)->shape      = *shape;
     (*st_p)->have_shape = 1;
-    if (ep_off + z.total_bytes > rt->window_bytes) {
+    if (ep_off + z.total_bytes + stage > rt->window_bytes) {
         eep_error(EEP_SUBSYS_KERNEL,
                   "dispatch/combine: this shape needs %zu bytes of window "
-                  "after the %zu-byte workspace, the window has %zu: create the runtime with "
-                  "window_bytes >= %zu (or raise EEP_WINDOW_SIZE)",
-                  z.total_bytes, ep_off, rt->window_bytes, ep_off + z.total_bytes);
+                  "after the %zu-byte workspace (%s mode), the window has %zu: create the "
+                  "runtime with window_bytes >= %zu (or raise EEP_WINDOW_SIZE)",
+                  z.total_bytes + stage, ep_off, (*st_p)->hybrid ? "hybrid" : "direct",
+                  rt->window_bytes, ep_off + z.total_bytes + stage);
         return EEP_ERR_NO_RESOURCE;
     }
     /* shape->world is rt->nranks: the argument checks took it from this runtime */
@@ -287,6 +380,17 @@ static eep_status_t eep_ep_prepare(eep_runtime_t *rt, const eep_ep_shape_t *shap
     p->fault       = (eep_fault_page_t *)(uintptr_t)rt->fault_dev;
     p->fault_claim = (unsigned int *)((char *)rt->buf + rt->layout.counters_off);
     p->timeout_ns  = (unsigned long long)rt->timeout_ms * 1000000ull;
+    /* the LSA team is a block of consecutive ranks (NCCL: node-major); the others are GIN's */
+    p->lsa_base = rt->rank - rt->lsa_rank;
+    if ((*st_p)->hybrid) {
+        const unsigned all = rt->nranks == 32 ? ~0u : (1u << rt->nranks) - 1u;
+        const unsigned lsa = (rt->lsa_size == 32 ? ~0u : (1u << rt->lsa_size) - 1u)
+                             << p->lsa_base;
+
+        p->gin_mask   = all & ~lsa;
+        p->gin        = (*st_p)->gin_dev;
+        p->gstage_off = ep_off + z.total_bytes;
+    }
     return EEP_OK;
 }
 
