@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "util/config.h"
+#include "elastic/ep/ep_knobs.h"
 #include "util/log.h"
 #include "elastic/gpu/nccl_util.h"
 
@@ -35,6 +36,16 @@ int main(int argc, char **argv)
         return eep_info_usage(stderr);
     }
     eep_config_check_env();
+    {
+        eep_ep_config_t ep;
+
+        if (eep_config_load(&eep_ep_knob_table, &ep) == EEP_OK) {
+            printf("ep transport:  EEP_EP_MODE=%s (auto: direct when every rank is an NVLink/LSA "
+                   "peer, hybrid - GIN to other nodes - otherwise; a runtime logs its choice and "
+                   "eep_ep_transport() returns it)\n",
+                   ep.mode);
+        }
+    }
     printf("nccl compiled: %d\n", NCCL_VERSION_CODE);
     status = eep_nccl_check_version(&path);
     printf("nccl loaded:   %s (%s)\n", path,

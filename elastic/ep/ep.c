@@ -647,6 +647,17 @@ eep_status_t eep_combine(eep_runtime_t *rt, const void *y, const eep_ep_handle_t
                              EEP_EPK_THREADS, 0, stream, &p, sizeof(p), st->launch_flags);
 }
 
+const char *eep_ep_transport(eep_runtime_t *rt)
+{
+    const eep_cuda_sym_t *cu = NULL;
+    struct eep_ep_state  *st = NULL;
+
+    if (rt == NULL || eep_cuda_sym_driver(&cu) != EEP_OK || eep_ep_state_get(rt, cu, &st) != EEP_OK) {
+        return NULL;
+    }
+    return st->hybrid ? "hybrid" : "direct";
+}
+
 eep_status_t eep_ep_trace_copy(eep_runtime_t *rt, int combine, uint64_t *stamps, size_t n)
 {
     const eep_cuda_sym_t *cu;

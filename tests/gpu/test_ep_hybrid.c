@@ -267,6 +267,15 @@ int main(int argc, char **argv)
                 "lsa %d, rail %d, gin %d: not the one-GPU cluster with GIN", info.lsa_size,
                 info.rail_size, info.gin);
     timeout_ms = info.timeout_ms;
+    {
+        const char *mode = eep_ep_transport(rt);
+
+        GPU_REQUIRE(mode != NULL && strcmp(mode, "hybrid") == 0,
+                    "dispatch/combine transport %s, want hybrid (every peer a GIN peer)",
+                    mode != NULL ? mode : "(none)");
+        printf("PASS transport [rank %d]: %s (lsa 1, rail %d, gin on)\n", gpu_test_rank, mode,
+               nranks);
+    }
     bufs_make(cu, &b, gpu_test_rank, nranks);
 
     /* 1. checked pairs */
