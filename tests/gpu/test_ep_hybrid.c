@@ -5,11 +5,11 @@
  *
  *   test_ep_hybrid kill|stop dispatch|combine
  *
- * 1. The runtime has GIN, lsa 1, rail N: eep_dispatch picks hybrid mode (the log says so; the
- *    round greps it).  Warm pairs: top-k 1, expert (7t + 3r) mod E, weight 1, y = recv_x, so
+ * 1. The runtime has GIN, lsa 1, rail N: eep_ep_transport says hybrid.  Warm pairs: lane 0's
+ *    expert (7t + 3r) mod E with weight 1, the other lanes -1, y = recv_x, so
  *    combine must give back x bit for bit (partial = fma(1, x, 0) = x, exactly): every element of
  *    every rank's out is compared with its x, after outputs were poisoned, over 3 pairs with new
- *    x each time.
+ *    x each time (eep-bench's shape: top-k 8 with lanes 1-7 -1).
  * 2. The victim (rank N-1) launches the named call (dispatch, or combine after a good dispatch),
  *    says so through a file, and stops itself (SIGSTOP) or is SIGKILLed by rank 0 (kill).  The
  *    survivors go on calling (the call, then the other one, up to 3 calls: a call whose peer's
@@ -33,9 +33,14 @@
 #include "elastic/ep/ep_layout.h"
 #include "tests/common/gpu_test.h"
 
-#define T      128
+/* eep-bench's shape in the round (scripts/gin-round.sh: T 256, H 2048, top-k 8, 8 experts a rank,
+   alignment 16, int64 ids), so that its kernels are in the JIT cache before the deadlines here
+   are short */
+#define T      256
 #define HIDDEN 2048
-#define EPR    4 /* experts per rank */
+#define TOPK   8
+#define EPR    8 /* experts per rank */
+#define ALIGN  16
 
 typedef struct {
     CUdeviceptr x, idx, w, recv_x, recv_idx, recv_w, counts, offsets, out;
@@ -72,9 +77,9 @@ static eep_ep_shape_t shape_of(int world)
     s.world       = world;
     s.max_tokens  = T;
     s.hidden      = HIDDEN;
-    s.num_topk    = 1;
+    s.num_topk    = TOPK;
     s.num_experts = EPR * world;
-    s.alignment   = 1;
+    s.alignment   = ALIGN;
     s.dtype       = EEP_DTYPE_BF16;
     return s;
 }
@@ -82,27 +87,33 @@ static eep_ep_shape_t shape_of(int world)
 static void bufs_make(const eep_cuda_sym_t *cu, bufs_t *b, int rank, int world)
 {
     eep_ep_shape_t s = shape_of(world);
-    int32_t        idx[T];
-    float          w[T];
+    int64_t       *idx = malloc((size_t)T * TOPK * 8);
+    float         *w   = malloc((size_t)T * TOPK * 4);
 
     memset(b, 0, sizeof(*b));
     b->rows = eep_ep_recv_rows_max(s.world, s.max_tokens, s.num_topk, s.num_experts, s.alignment);
     GPU_REQUIRE(b->rows > 0, "rows_max %lld", (long long)b->rows);
     GPU_OK(eep_status_from_cu(cu->cuMemAlloc(&b->x, (size_t)T * HIDDEN * 2), "alloc x"));
-    GPU_OK(eep_status_from_cu(cu->cuMemAlloc(&b->idx, T * 4), "alloc idx"));
-    GPU_OK(eep_status_from_cu(cu->cuMemAlloc(&b->w, T * 4), "alloc w"));
+    GPU_REQUIRE(idx != NULL && w != NULL, "malloc");
+    GPU_OK(eep_status_from_cu(cu->cuMemAlloc(&b->idx, (size_t)T * TOPK * 8), "alloc idx"));
+    GPU_OK(eep_status_from_cu(cu->cuMemAlloc(&b->w, (size_t)T * TOPK * 4), "alloc w"));
     GPU_OK(eep_status_from_cu(cu->cuMemAlloc(&b->recv_x, (size_t)b->rows * HIDDEN * 2), "rx"));
-    GPU_OK(eep_status_from_cu(cu->cuMemAlloc(&b->recv_idx, (size_t)b->rows * 4), "ri"));
-    GPU_OK(eep_status_from_cu(cu->cuMemAlloc(&b->recv_w, (size_t)b->rows * 4), "rw"));
+    GPU_OK(eep_status_from_cu(cu->cuMemAlloc(&b->recv_idx, (size_t)b->rows * TOPK * 4), "ri"));
+    GPU_OK(eep_status_from_cu(cu->cuMemAlloc(&b->recv_w, (size_t)b->rows * TOPK * 4), "rw"));
     GPU_OK(eep_status_from_cu(cu->cuMemAlloc(&b->counts, EPR * 4), "counts"));
     GPU_OK(eep_status_from_cu(cu->cuMemAlloc(&b->offsets, (EPR + 1) * 4), "offsets"));
     GPU_OK(eep_status_from_cu(cu->cuMemAlloc(&b->out, (size_t)T * HIDDEN * 2), "out"));
+    /* lane 0 a routed expert with weight 1, every other lane -1: the combine gives x back */
     for (int t = 0; t < T; t++) {
-        idx[t] = (7 * t + 3 * rank) % s.num_experts;
-        w[t]   = 1.0f;
+        for (int k = 0; k < TOPK; k++) {
+            idx[t * TOPK + k] = k == 0 ? (7 * t + 3 * rank) % s.num_experts : -1;
+            w[t * TOPK + k]   = k == 0 ? 1.0f : 0.0f;
+        }
     }
-    GPU_OK(eep_status_from_cu(cu->cuMemcpyHtoD(b->idx, idx, sizeof(idx)), "idx"));
-    GPU_OK(eep_status_from_cu(cu->cuMemcpyHtoD(b->w, w, sizeof(w)), "w"));
+    GPU_OK(eep_status_from_cu(cu->cuMemcpyHtoD(b->idx, idx, (size_t)T * TOPK * 8), "idx"));
+    GPU_OK(eep_status_from_cu(cu->cuMemcpyHtoD(b->w, w, (size_t)T * TOPK * 4), "w"));
+    free(idx);
+    free(w);
     b->hx = malloc((size_t)T * HIDDEN * 2);
     GPU_REQUIRE(b->hx != NULL, "malloc");
     b->seed = 0x9e3779b97f4a7c15ull ^ (uint64_t)(rank + 1) * 0x1000193ull;
@@ -129,13 +140,13 @@ static eep_dispatch_args_t args_of(const bufs_t *b, int world)
     a.x                   = (const void *)(uintptr_t)b->x;
     a.dtype               = EEP_DTYPE_BF16;
     a.topk_idx            = (const void *)(uintptr_t)b->idx;
-    a.topk_idx_dtype      = EEP_INDEX_INT32;
+    a.topk_idx_dtype      = EEP_INDEX_INT64;
     a.topk_weights        = (const float *)(uintptr_t)b->w;
     a.num_tokens          = T;
     a.hidden              = HIDDEN;
-    a.num_topk            = 1;
+    a.num_topk            = TOPK;
     a.num_experts         = s.num_experts;
-    a.expert_alignment    = 1;
+    a.expert_alignment    = ALIGN;
     a.max_tokens_per_rank = T;
     a.mode                = EEP_EP_MODE_NO_CPU_SYNC;
     a.recv_capacity       = b->rows;
@@ -351,7 +362,16 @@ int main(int argc, char **argv)
         ncclComm_t   old = (ncclComm_t)eep_runtime_nccl_comm(rt), next = NULL;
         int          excl[1] = { victim };
         ncclResult_t res     = ncclCommShrink(old, excl, 1, &next, NULL, NCCL_SHRINK_ABORT);
+        double       end     = gpu_test_now_ms() + 60000;
 
+        /* the runtime's communicator is non-blocking, and so is its shrink (config NULL) */
+        while (res == ncclInProgress && next != NULL && gpu_test_now_ms() < end) {
+            ncclResult_t async = ncclInProgress;
+
+            (void)ncclCommGetAsyncError(next, &async);
+            res = async;
+            usleep(1000);
+        }
         GPU_REQUIRE(res == ncclSuccess && next != NULL, "ncclCommShrink: %s",
                     ncclGetErrorString(res));
         eep_ep_handle_destroy(h);
