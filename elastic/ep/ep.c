@@ -137,8 +137,7 @@ static eep_status_t eep_ep_mode_choose(const eep_runtime_t *rt, const char *knob
                   knob, rt->rail_size, rt->gin ? "on" : "off", rt->nranks, rt->lsa_size);
         return EEP_ERR_UNSUPPORTED;
     }
-    eep_info(EEP_SUBSYS_KERNEL,
-             "dispatch/combine: %s mode (%d nodes x %d GPUs, EEP_EP_MODE=%s)%s",
+    eep_info(EEP_SUBSYS_KERNEL, "dispatch/combine: %s mode (%d nodes x %d GPUs, EEP_EP_MODE=%s)%s",
              hybrid ? "hybrid" : "direct", rt->nranks / rt->lsa_size, rt->lsa_size, knob,
              hybrid ? ": peers of other nodes over GIN put + signal, of this node over NVLink"
                     : ": every peer over NVLink");
@@ -163,8 +162,7 @@ static eep_status_t eep_ep_gin_make(const eep_runtime_t *rt, const eep_cuda_sym_
     g.nodes    = rt->nranks / rt->lsa_size;
     status     = eep_status_from_cu(cu->cuMemAlloc(&d, sizeof(g)), "cuMemAlloc(gin params)");
     if (status == EEP_OK) {
-        status = eep_status_from_cu(cu->cuMemcpyHtoD(d, &g, sizeof(g)),
-                                    "cuMemcpyHtoD(gin params)");
+        status = eep_status_from_cu(cu->cuMemcpyHtoD(d, &g, sizeof(g)), "cuMemcpyHtoD(gin params)");
     }
     if (status != EEP_OK) {
         if (d != 0) {
@@ -384,8 +382,7 @@ static eep_status_t eep_ep_prepare(eep_runtime_t *rt, const eep_ep_shape_t *shap
     p->lsa_base = rt->rank - rt->lsa_rank;
     if ((*st_p)->hybrid) {
         const unsigned all = rt->nranks == 32 ? ~0u : (1u << rt->nranks) - 1u;
-        const unsigned lsa = (rt->lsa_size == 32 ? ~0u : (1u << rt->lsa_size) - 1u)
-                             << p->lsa_base;
+        const unsigned lsa = (rt->lsa_size == 32 ? ~0u : (1u << rt->lsa_size) - 1u) << p->lsa_base;
 
         p->gin_mask   = all & ~lsa;
         p->gin        = (*st_p)->gin_dev;
@@ -652,7 +649,8 @@ const char *eep_ep_transport(eep_runtime_t *rt)
     const eep_cuda_sym_t *cu = NULL;
     struct eep_ep_state  *st = NULL;
 
-    if (rt == NULL || eep_cuda_sym_driver(&cu) != EEP_OK || eep_ep_state_get(rt, cu, &st) != EEP_OK) {
+    if (rt == NULL || eep_cuda_sym_driver(&cu) != EEP_OK ||
+        eep_ep_state_get(rt, cu, &st) != EEP_OK) {
         return NULL;
     }
     return st->hybrid ? "hybrid" : "direct";

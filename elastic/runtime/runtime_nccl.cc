@@ -294,11 +294,11 @@ extern "C" eep_status_t eep_runtime_nccl_setup(eep_runtime_t *rt, eep_bootstrap_
         return EEP_ERR_NCCL;
     }
     memcpy(&rt->devcomm, &n->dc, sizeof(n->dc));
-    rt->gin_signal0    = 0;
-    rt->ep_gin_signal0 = rt->gin ? rt->rail_size : -1;
+    rt->gin_signal0     = 0;
+    rt->ep_gin_signal0  = rt->gin ? rt->rail_size : -1;
     rt->ep_gin_counter0 = rt->gin ? 0 : -1;
-    rt->window      = (void *)n->win;
-    rt->buf         = n->buf;
+    rt->window          = (void *)n->win;
+    rt->buf             = n->buf;
     eep_info(EEP_SUBSYS_RUNTIME, "rank %d of %d: lsa %d/%d, rail %d/%d, gin %s, window %zu bytes",
              rt->rank, rt->nranks, rt->lsa_rank, rt->lsa_size, rt->rail_rank, rt->rail_size,
              rt->gin ? "on" : "off", rt->window_bytes);

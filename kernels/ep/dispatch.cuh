@@ -395,10 +395,9 @@ __device__ __forceinline__ void eep_epk_dispatch(const eep_epk_params_t &p)
             !eep_epk_gin_dispatch_puts(p, parity, &block_failed)) {
             return;
         }
-        const bool expands = Mode != EEP_EPK_CPU_SYNC ? (int)blockIdx.x >= S
-                                                      : (int)blockIdx.x == S;
-        if (expands && !eep_epk_gin_wait(p, eep_epk_gin(p).sig0, seq, EEP_PHASE_EP_DISPATCH,
-                                         &block_failed)) {
+        const bool expands = Mode != EEP_EPK_CPU_SYNC ? (int)blockIdx.x >= S : (int)blockIdx.x == S;
+        if (expands &&
+            !eep_epk_gin_wait(p, eep_epk_gin(p).sig0, seq, EEP_PHASE_EP_DISPATCH, &block_failed)) {
             return;
         }
     }

@@ -175,11 +175,9 @@ __device__ __forceinline__ eep_wait_ctx eep_epk_wait_ctx(const eep_epk_params_t 
 
 /* Wait, by thread threadIdx.x (< world), until word @p idx of peer threadIdx.x's slot carries
    @p seq (no block sync). */
-__device__ __forceinline__ void eep_epk_wait_slot_words_one(const eep_epk_params_t &p,
-                                                            const unsigned char    *my_counts,
-                                                            int parity, int idx,
-                                                            unsigned long long seq, int phase,
-                                                            int *block_failed)
+__device__ __forceinline__ void
+eep_epk_wait_slot_words_one(const eep_epk_params_t &p, const unsigned char *my_counts, int parity,
+                            int idx, unsigned long long seq, int phase, int *block_failed)
 {
     const eep_wait_ctx w = eep_epk_wait_ctx(p, block_failed);
     {

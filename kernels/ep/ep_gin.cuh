@@ -141,9 +141,9 @@ __device__ __forceinline__ bool eep_epk_gin_drain(const eep_epk_params_t &p, uns
         unsigned long long      *issued = (unsigned long long *)(p.ctl + puts_off);
         const unsigned long long target = *(volatile unsigned long long *)issued +
                                           (unsigned long long)*n;
-        const eep_wait_ctx       w      = eep_epk_wait_ctx(p, block_failed);
-        ncclGin                  gin(eep_epk_gin_dc(p), 0);
-        unsigned                 polls = 0;
+        const eep_wait_ctx w = eep_epk_wait_ctx(p, block_failed);
+        ncclGin            gin(eep_epk_gin_dc(p), 0);
+        unsigned           polls = 0;
 
         *(volatile unsigned long long *)issued = target;
         (void)eep_wait_geq(
@@ -175,8 +175,8 @@ __device__ __noinline__ bool eep_epk_gin_dispatch_puts(const eep_epk_params_t &p
     const int                W = EEP_EPK_W(p), T = p.num_tokens;
     const unsigned long long my_region = p.drecv_off +
                                          (unsigned long long)(parity * W + p.rank) * p.drecv_region;
-    ncclGin                  gin(dc, 0);
-    int                      mine = 0;
+    ncclGin gin(dc, 0);
+    int     mine = 0;
 
     if (threadIdx.x == 0) {
         nputs = 0;
@@ -200,13 +200,13 @@ __device__ __noinline__ bool eep_epk_gin_dispatch_puts(const eep_epk_params_t &p
     __syncthreads(); /* every record posted before any count slot (same context: ordered) */
     for (int d = threadIdx.x; d < W; d += blockDim.x) {
         if (eep_epk_is_gin(p, d)) {
-            gin.put(ncclTeamWorld(dc), d, (ncclWindow_t)p.window,
-                    (size_t)(p.counts_off +
-                             ((unsigned long long)p.rank * 2 + parity) * p.slot_bytes),
-                    (ncclWindow_t)p.window, (size_t)eep_epk_gin_slot_stage(p, d),
-                    (size_t)(EEP_EPK_SLOT_COUNTS + p.num_local) * 8u,
-                    ncclGin_SignalInc{ (ncclGinSignal_t)(g.sig0 + p.rank) },
-                    ncclGin_CounterInc{ (ncclGinCounter_t)g.ctr0 });
+            gin.put(
+                ncclTeamWorld(dc), d, (ncclWindow_t)p.window,
+                (size_t)(p.counts_off + ((unsigned long long)p.rank * 2 + parity) * p.slot_bytes),
+                (ncclWindow_t)p.window, (size_t)eep_epk_gin_slot_stage(p, d),
+                (size_t)(EEP_EPK_SLOT_COUNTS + p.num_local) * 8u,
+                ncclGin_SignalInc{ (ncclGinSignal_t)(g.sig0 + p.rank) },
+                ncclGin_CounterInc{ (ncclGinCounter_t)g.ctr0 });
             mine++;
         }
     }
@@ -224,8 +224,7 @@ __device__ __noinline__ bool eep_epk_gin_dispatch_puts(const eep_epk_params_t &p
  * the drain.  @return false when the drain gave up.
  */
 __device__ __noinline__ bool eep_epk_gin_combine_puts(const eep_epk_params_t &p,
-                                                      unsigned long long region0,
-                                                      int               *block_failed)
+                                                      unsigned long long region0, int *block_failed)
 {
     __shared__ int       nputs;
     const eep_epk_gin_t &g  = eep_epk_gin(p);
@@ -252,9 +251,8 @@ __device__ __noinline__ bool eep_epk_gin_combine_puts(const eep_epk_params_t &p,
         gin.put(ncclTeamWorld(dc), s, (ncclWindow_t)p.window,
                 (size_t)(region0 + (unsigned long long)ord * p.crecv_region +
                          (unsigned long long)tok * p.crecv_row),
-                (ncclWindow_t)p.window, (size_t)eep_epk_gin_row_stage(p, rec),
-                (size_t)p.crecv_row, ncclGin_None{},
-                ncclGin_CounterInc{ (ncclGinCounter_t)(g.ctr0 + 1) });
+                (ncclWindow_t)p.window, (size_t)eep_epk_gin_row_stage(p, rec), (size_t)p.crecv_row,
+                ncclGin_None{}, ncclGin_CounterInc{ (ncclGinCounter_t)(g.ctr0 + 1) });
         mine++;
     }
     __syncthreads(); /* every row posted before the signals */

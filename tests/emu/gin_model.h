@@ -40,7 +40,8 @@
 typedef int ncclGinSignal_t;
 typedef int ncclGinCounter_t;
 
-struct ncclGin_None {};
+struct ncclGin_None {
+};
 struct ncclGin_SignalInc {
     ncclGinSignal_t signal;
 };
@@ -51,7 +52,8 @@ struct ncclGin_SignalAdd {
 struct ncclGin_CounterInc {
     ncclGinCounter_t counter;
 };
-struct ncclCoopThread {};
+struct ncclCoopThread {
+};
 
 struct eep_gin_entry {
     unsigned long long ready; /* ticket + 1 once the entry is filled */
@@ -138,20 +140,43 @@ struct ncclGin {
         __atomic_store_n(&e.ready, t + 1, __ATOMIC_RELEASE);
     }
 
-    static int sig_of(ncclGin_None) { return -1; }
-    static int sig_of(ncclGin_SignalInc a) { return a.signal; }
-    static int sig_of(ncclGin_SignalAdd a) { return a.signal; }
-    static unsigned long long add_of(ncclGin_None) { return 0; }
-    static unsigned long long add_of(ncclGin_SignalInc) { return 1; }
-    static unsigned long long add_of(ncclGin_SignalAdd a) { return a.value; }
-    static int ctr_of(ncclGin_None) { return -1; }
-    static int ctr_of(ncclGin_CounterInc c) { return c.counter; }
+    static int sig_of(ncclGin_None)
+    {
+        return -1;
+    }
+    static int sig_of(ncclGin_SignalInc a)
+    {
+        return a.signal;
+    }
+    static int sig_of(ncclGin_SignalAdd a)
+    {
+        return a.signal;
+    }
+    static unsigned long long add_of(ncclGin_None)
+    {
+        return 0;
+    }
+    static unsigned long long add_of(ncclGin_SignalInc)
+    {
+        return 1;
+    }
+    static unsigned long long add_of(ncclGin_SignalAdd a)
+    {
+        return a.value;
+    }
+    static int ctr_of(ncclGin_None)
+    {
+        return -1;
+    }
+    static int ctr_of(ncclGin_CounterInc c)
+    {
+        return c.counter;
+    }
 
     template <typename Remote = ncclGin_None, typename Local = ncclGin_None,
               typename Coop = ncclCoopThread>
     void put(ncclTeam team, int peer, ncclWindow_t, size_t dst_off, ncclWindow_t, size_t src_off,
-             size_t bytes, Remote remote = Remote{}, Local local = Local{},
-             Coop = Coop{}) const
+             size_t bytes, Remote remote = Remote{}, Local local = Local{}, Coop = Coop{}) const
     {
         (void)team;
         post(peer, dst_off, src_off, bytes, sig_of(remote), add_of(remote), ctr_of(local));

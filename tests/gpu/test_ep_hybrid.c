@@ -86,7 +86,7 @@ static eep_ep_shape_t shape_of(int world)
 
 static void bufs_make(const eep_cuda_sym_t *cu, bufs_t *b, int rank, int world)
 {
-    eep_ep_shape_t s = shape_of(world);
+    eep_ep_shape_t s   = shape_of(world);
     int64_t       *idx = malloc((size_t)T * TOPK * 8);
     float         *w   = malloc((size_t)T * TOPK * 4);
 
@@ -185,8 +185,8 @@ static eep_status_t pair(eep_runtime_t *rt, const eep_cuda_sym_t *cu, bufs_t *b,
         status = eep_runtime_sync(rt, NULL);
     }
     if (status == EEP_OK) {
-        status = eep_combine(rt, (const void *)(uintptr_t)b->recv_x, *h,
-                             (void *)(uintptr_t)b->out, NULL);
+        status = eep_combine(rt, (const void *)(uintptr_t)b->recv_x, *h, (void *)(uintptr_t)b->out,
+                             NULL);
     }
     if (status == EEP_OK) {
         status = eep_runtime_sync(rt, NULL);
@@ -203,9 +203,10 @@ static eep_status_t pair(eep_runtime_t *rt, const eep_cuda_sym_t *cu, bufs_t *b,
             first = i;
         }
     }
-    GPU_CHECK(bad == 0, "%s: %zu of %d elements differ, first at token %zu channel %zu (%04x, "
-              "want %04x)", what, bad, T * HIDDEN, first / HIDDEN, first % HIDDEN, out[first],
-              b->hx[first]);
+    GPU_CHECK(bad == 0,
+              "%s: %zu of %d elements differ, first at token %zu channel %zu (%04x, "
+              "want %04x)",
+              what, bad, T * HIDDEN, first / HIDDEN, first % HIDDEN, out[first], b->hx[first]);
     printf("%s %s [rank %d of %d]: out == x, %d elements\n", bad == 0 ? "PASS" : "FAIL", what,
            gpu_test_rank, world, T * HIDDEN);
     fflush(stdout);
@@ -242,9 +243,9 @@ static int wait_file(const char *dir, const char *name, int rank, double timeout
 
 int main(int argc, char **argv)
 {
-    const char           *dir  = getenv("ONE_GPU_CLUSTER_DIR");
-    const char           *kind = argc > 1 ? argv[1] : "stop";
-    const char           *when = argc > 2 ? argv[2] : "dispatch";
+    const char           *dir        = getenv("ONE_GPU_CLUSTER_DIR");
+    const char           *kind       = argc > 1 ? argv[1] : "stop";
+    const char           *when       = argc > 2 ? argv[2] : "dispatch";
     const int             in_combine = strcmp(when, "combine") == 0;
     eep_bootstrap_t      *bs;
     eep_runtime_t        *rt, *rt2;
