@@ -3,7 +3,7 @@
  *
  * Direct mode (every rank an NVLink/LSA peer) or hybrid mode (peers of other nodes over GIN,
  * kernels/ep/ep_gin.cuh), chosen once per runtime from its teams and EEP_EP_MODE
- * (eep_ep_mode_choose); at most EEP_EPK_MAX_WORLD ranks.  A call is
+ * (elastic/ep/ep_mode.c); at most EEP_EPK_MAX_WORLD ranks.  A call is
  * one kernel launch (CPU_SYNC dispatch: two, with the host wait for the counts between them), no
  * memset and no barrier: the kernels tag every signal with a call sequence kept on the device and
  * alternate two parities of every slot and region (docs/dispatch.md, section 3).  Kernels come
@@ -24,6 +24,7 @@
 #include "elastic/ep/ep_knobs.h"
 #include "elastic/ep/ep_kernels.h"
 #include "elastic/ep/ep_layout.h"
+#include "elastic/ep/ep_mode.h"
 #include "elastic/ep/ep_sm_model.h"
 #include "util/log.h"
 #include "elastic/runtime/runtime.h"
@@ -94,57 +95,6 @@ static void eep_ep_state_destroy(eep_runtime_t *rt, void *arg)
     rt->ep = NULL;
 }
 
-/*
- * Direct or hybrid, from the dev comm's teams (direct when the LSA team is the world) and
- * EEP_EP_MODE; logged once per runtime.  Hybrid needs the runtime's GIN (its dev comm carries the
- * EP's signals and counters); a forced mode the runtime cannot run is an error.
- * @return EEP_OK with *hybrid_p; EEP_ERR_INVALID_ARG for an unknown knob value;
- *         EEP_ERR_UNSUPPORTED when the mode cannot run here (the message says why).
- */
-static eep_status_t eep_ep_mode_choose(const eep_runtime_t *rt, const char *knob, int *hybrid_p)
-{
-    const int all_lsa = rt->lsa_size == rt->nranks;
-    int       hybrid;
-
-    if (strcmp(knob, "auto") == 0) {
-        hybrid = !all_lsa;
-    } else if (strcmp(knob, "direct") == 0) {
-        hybrid = 0;
-    } else if (strcmp(knob, "hybrid") == 0) {
-        hybrid = 1;
-    } else {
-        eep_error(EEP_SUBSYS_KERNEL, "EEP_EP_MODE '%s' is not one of auto, direct, hybrid", knob);
-        return EEP_ERR_INVALID_ARG;
-    }
-    if (rt->nranks > EEP_EPK_MAX_WORLD) {
-        eep_error(EEP_SUBSYS_KERNEL, "dispatch/combine: at most %d ranks (this runtime: %d)",
-                  EEP_EPK_MAX_WORLD, rt->nranks);
-        return EEP_ERR_UNSUPPORTED;
-    }
-    if (!hybrid && !all_lsa) {
-        eep_error(EEP_SUBSYS_KERNEL,
-                  "dispatch/combine: direct mode (EEP_EP_MODE=%s) needs every rank an NVLink "
-                  "(LSA) peer; this runtime has %d ranks in LSA teams of %d: use "
-                  "EEP_EP_MODE=auto or hybrid",
-                  knob, rt->nranks, rt->lsa_size);
-        return EEP_ERR_UNSUPPORTED;
-    }
-    if (hybrid && (!rt->gin || rt->ep_gin_signal0 < 0 || rt->nranks % rt->lsa_size != 0)) {
-        eep_error(EEP_SUBSYS_KERNEL,
-                  "dispatch/combine: hybrid mode (EEP_EP_MODE=%s) needs GIN between the %d "
-                  "nodes (this runtime: gin %s, %d ranks, LSA teams of %d); EEP_GIN=require "
-                  "says why GIN is missing",
-                  knob, rt->rail_size, rt->gin ? "on" : "off", rt->nranks, rt->lsa_size);
-        return EEP_ERR_UNSUPPORTED;
-    }
-    eep_info(EEP_SUBSYS_KERNEL, "dispatch/combine: %s mode (%d nodes x %d GPUs, EEP_EP_MODE=%s)%s",
-             hybrid ? "hybrid" : "direct", rt->nranks / rt->lsa_size, rt->lsa_size, knob,
-             hybrid ? ": peers of other nodes over GIN put + signal, of this node over NVLink"
-                    : ": every peer over NVLink");
-    *hybrid_p = hybrid;
-    return EEP_OK;
-}
-
 /* Hybrid: the eep_epk_gin_t the kernels read (dev comm, the EP's signal and counter bases), in
    device memory, made once per runtime. */
 static eep_status_t eep_ep_gin_make(const eep_runtime_t *rt, const eep_cuda_sym_t *cu,
@@ -192,7 +142,12 @@ static eep_status_t eep_ep_state_get(eep_runtime_t *rt, const eep_cuda_sym_t *cu
     }
     status = eep_config_load(&eep_ep_knob_table, &st->cfg);
     if (status == EEP_OK) {
-        status = eep_ep_mode_choose(rt, st->cfg.mode, &st->hybrid);
+        const eep_ep_topology_t topo = { .nranks    = rt->nranks,
+                                         .lsa_size  = rt->lsa_size,
+                                         .rail_size = rt->rail_size,
+                                         .gin       = rt->gin && rt->ep_gin_signal0 >= 0 };
+
+        status = eep_ep_mode_choose(&topo, st->cfg.mode, &st->hybrid);
     }
     if (status == EEP_OK && st->hybrid) {
         status = eep_ep_gin_make(rt, cu, st);
@@ -381,10 +336,7 @@ static eep_status_t eep_ep_prepare(eep_runtime_t *rt, const eep_ep_shape_t *shap
     /* the LSA team is a block of consecutive ranks (NCCL: node-major); the others are GIN's */
     p->lsa_base = rt->rank - rt->lsa_rank;
     if ((*st_p)->hybrid) {
-        const unsigned all = rt->nranks == 32 ? ~0u : (1u << rt->nranks) - 1u;
-        const unsigned lsa = (rt->lsa_size == 32 ? ~0u : (1u << rt->lsa_size) - 1u) << p->lsa_base;
-
-        p->gin_mask   = all & ~lsa;
+        p->gin_mask   = eep_ep_gin_mask(rt->nranks, rt->rank, rt->lsa_rank, rt->lsa_size);
         p->gin        = (*st_p)->gin_dev;
         p->gstage_off = ep_off + z.total_bytes;
     }
