@@ -851,7 +851,7 @@ static eep_status_t run_ours(eep_bench_ctx_t *ctx, const bench_opts_t *o, const 
         /* The window holds the workspace (well under 32 MiB) and this shape's buffers, and for
            hybrid mode (a world of more than one node) the GIN send staging. */
         eep_ep_buffer_sizes_t z;
-        const size_t          stage = eep_ep_gin_stage_bytes(s);
+        const size_t          stage = eep_ep_gin_stage_bytes_max(s);
 
         if (eep_ep_buffer_sizes(s, &z) == EEP_OK) {
             rp.window_bytes = (z.total_bytes + stage + ((size_t)64 << 20)) / ((size_t)2 << 20) *

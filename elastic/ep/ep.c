@@ -294,7 +294,7 @@ static eep_status_t eep_ep_prepare(eep_runtime_t *rt, const eep_ep_shape_t *shap
         return status;
     }
     /* hybrid: the GIN send staging follows the area (kernels/ep/ep_gin.cuh) */
-    const size_t stage = (*st_p)->hybrid ? eep_ep_gin_stage_bytes(shape) : 0;
+    const size_t stage = (*st_p)->hybrid ? eep_ep_gin_stage_bytes(shape, rt->lsa_size) : 0;
     /* One layout per runtime: after a change, a wait could find an older layout's bytes where
        it expects a tag, flag or count word (and accept them); nothing resets the area.  A
        membership change (world size) is a layout change too: whatever shrinks or grows a
@@ -353,6 +353,9 @@ static void eep_ep_params_handle(eep_epk_params_t *p, const eep_ep_handle_t *h)
     p->h_recv_ord  = (uintptr_t)h->d_recv_ord;
     p->h_recv_rows = (uintptr_t)h->d_recv_rows;
     p->h_recv_w    = (uintptr_t)h->d_recv_w;
+    p->h_fwd_n     = (uintptr_t)h->d_fwd_n;
+    p->h_fwd_tok   = (uintptr_t)h->d_fwd_tok;
+    p->h_fwd_dm    = (uintptr_t)h->d_fwd_dm;
 }
 
 /* CPU_SYNC: wait (bounded, abortable) until the dispatch kernel has published the counts. */

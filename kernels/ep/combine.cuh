@@ -126,7 +126,13 @@ eep_epc_partial(const eep_epk_params_t &p, unsigned char *const *peer_base,
     unsigned char  *dst_row   = peer_base[s] + region0 + (unsigned long long)ord * p.crecv_region +
                              (unsigned long long)tok * p.crecv_row;
 #if EEP_EPK_GIN
-    if (eep_epk_is_gin(p, s)) { /* staged by record; eep_epk_gin_combine_puts sends it */
+    if (eep_epk_is_gin(p, s) && eep_epk_fwd_on(p)) {
+        /* to the forwarder of s's tokens on this node (its local index), over NVLink */
+        const int L = eep_epk_gin(p).lsa_size;
+
+        dst_row = eep_epk_peer(p, eep_epk_fwd_crow(p, (int)(seq & 1ull), s / L, p.rank % L, tok),
+                               p.rank / L * L + s % L);
+    } else if (eep_epk_is_gin(p, s)) { /* staged by record; eep_epk_gin_combine_puts sends it */
         dst_row = peer_base[p.rank] + eep_epk_gin_row_stage(p, rec);
     }
 #endif
@@ -516,12 +522,19 @@ __device__ __forceinline__ void eep_epc_body(const eep_epk_params_t &p)
        signal); every block then waits for each GIN peer's signal of this call before its
        source side reads their rows (which then read as if stored over NVLink). */
     if (p.gin_mask != 0) {
+        const bool fwd = eep_epk_fwd_on(p);
+
         if (eep_epk_gin_last(p, EEP_EPK_CTL_CGIN, parity, (int)gridDim.x) &&
-            !eep_epk_gin_combine_puts(p, region0, &block_failed)) {
+            !(fwd ? eep_epk_fwd_combine(p, seq, parity, region0, &block_failed)
+                  : eep_epk_gin_combine_puts(p, region0, &block_failed))) {
             return;
         }
-        if (!eep_epk_gin_wait(p, eep_epk_gin(p).sig0 + W, seq, EEP_PHASE_EP_COMBINE,
-                              &block_failed)) {
+        /* the signals come from the peers that put the rows: each GIN peer, or with forwarding
+           the rail peers (the forwarders of this rank's tokens) */
+        eep_epk_gin_wait_mask(p, fwd ? eep_epk_rail_mask(p) : p.gin_mask, eep_epk_gin(p).sig0 + W,
+                              seq, EEP_PHASE_EP_COMBINE, &block_failed);
+        __syncthreads();
+        if (*(volatile int *)&block_failed) {
             return;
         }
     }

@@ -392,11 +392,13 @@ __device__ __forceinline__ void eep_epk_dispatch(const eep_epk_params_t &p)
        after which its count slot and records read as if stored over NVLink. */
     if (p.gin_mask != 0) {
         if ((int)blockIdx.x <= S && eep_epk_gin_last(p, EEP_EPK_CTL_DGIN, parity, S + 1) &&
-            !eep_epk_gin_dispatch_puts(p, parity, &block_failed)) {
+            !eep_epk_gin_dispatch_puts(p, seq, parity, &block_failed)) {
             return;
         }
         const bool expands = Mode != EEP_EPK_CPU_SYNC ? (int)blockIdx.x >= S : (int)blockIdx.x == S;
-        if (expands &&
+        /* with forwarding (lsaSize > 1) every record and count word arrives over NVLink from
+           a forwarder of this node, tagged as a sender's: nothing to wait for here */
+        if (expands && !eep_epk_fwd_on(p) &&
             !eep_epk_gin_wait(p, eep_epk_gin(p).sig0, seq, EEP_PHASE_EP_DISPATCH, &block_failed)) {
             return;
         }

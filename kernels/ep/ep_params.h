@@ -140,6 +140,11 @@ typedef struct eep_epk_params {
     unsigned int       gin_mask;   /* bit d: world rank d is reached over GIN (another node) */
     unsigned long long gin;        /* device address of the eep_epk_gin_t, or 0 */
     unsigned long long gstage_off; /* window offset of the GIN send staging (eep_epk_gin_*_stage) */
+    /* hybrid with forwarding (lsaSize > 1): what this rank forwarded for each source node (its
+       handle's; the combine relays the partials back along the same tokens) */
+    unsigned long long h_fwd_n;   /* [world] tokens forwarded from source node n */
+    unsigned long long h_fwd_tok; /* [world * max_tokens] their token indices */
+    unsigned long long h_fwd_dm;  /* [world * max_tokens] their destination masks */
 } eep_epk_params_t;
 
 /*
@@ -162,7 +167,7 @@ typedef struct eep_epk_gin {
 #define EEP_EPK_GIN_COUNTERS       2
 
 EEP_LAYOUT_ASSERT(sizeof(void *) == 8, "64-bit pointers");
-EEP_LAYOUT_ASSERT(sizeof(eep_epk_params_t) == 392, "eep_epk_params_t size");
+EEP_LAYOUT_ASSERT(sizeof(eep_epk_params_t) == 416, "eep_epk_params_t size");
 EEP_LAYOUT_ASSERT(sizeof(eep_epk_gin_t) == EEP_DEVCOMM_BYTES + 16, "eep_epk_gin_t size");
 
 #endif /* EEP_KERNELS_EP_PARAMS_H */

@@ -278,7 +278,7 @@ static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, i
     eep_shim_window *win = (eep_shim_window *)shm_alloc(sizeof(eep_shim_window));
 #ifdef EEP_EMU_LSA
     /* each rank's window past the direct layout: the GIN send staging (kernels/ep/ep_gin.cuh) */
-    const size_t stage = eep_ep_gin_stage_bytes(&s);
+    const size_t stage = eep_ep_gin_stage_bytes(&s, L);
     g_net              = (eep_gin_model *)shm_alloc(sizeof(eep_gin_model));
     g_net->nranks      = W;
     eep_shim_window *node_win[W / L];
@@ -365,6 +365,9 @@ static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, i
         q.h_recv_ord        = U(shm_alloc((size_t)W * T * 4));
         q.h_recv_rows       = U(shm_alloc((size_t)W * T * K * 4));
         q.h_recv_w          = U(shm_alloc((size_t)W * T * K * 4));
+        q.h_fwd_n           = U(shm_alloc((size_t)W * 4));
+        q.h_fwd_tok         = U(shm_alloc((size_t)W * T * 4));
+        q.h_fwd_dm          = U(shm_alloc((size_t)W * T * 4));
         q.chunk_totals      = U(shm_alloc((size_t)EEP_EPK_MAX_SEND_BLOCKS * NC * 4));
         q.chunk_flags       = U(shm_alloc((size_t)EEP_EPK_MAX_SEND_BLOCKS * 8));
         y[r]                = (uint16_t *)shm_alloc((size_t)rows * H * 2);
@@ -596,6 +599,18 @@ static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, i
         }
     }
 #ifdef EEP_EMU_LSA
+    /* with forwarding (L > 1) the last dispatch's forwarders remembered what they stored for
+       each other node (the combine relays along it): some rank forwarded tokens */
+    if (L > 1) {
+        long long forwarded = 0;
+
+        for (int r = 0; r < W; r++) {
+            for (int n = 0; n < W / L; n++) {
+                forwarded += ((const int32_t *)p[r].h_fwd_n)[n];
+            }
+        }
+        check(forwarded > 0 || gating == GATING_HOTSPOT, "tokens forwarded", 0, forwarded);
+    }
     /* the GIN legs ran: every rank put records, partials and count slots, and signalled */
     for (int r = 0; r < W; r++) {
         check(g_net->puts[r] > 0, "GIN puts of the rank", r, (long long)g_net->puts[r]);

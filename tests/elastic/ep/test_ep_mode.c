@@ -118,12 +118,16 @@ static void test_stage_and_spec(void **state)
     eep_ep_record_layout(&s, &w);
     /* what kernels/ep/ep_gin.cuh addresses: W x T records, W x T rows, W count slots */
     need = (size_t)4 * 256 * (w.token_bytes + z.combine_row_bytes) + 4 * z.count_slot_bytes;
-    assert_true(eep_ep_gin_stage_bytes(&s) >= need);
-    assert_true(eep_ep_gin_stage_bytes(&s) < need + ((size_t)2 << 20));
-    assert_int_equal(eep_ep_gin_stage_bytes(&s) % ((size_t)2 << 20), 0);
+    assert_true(eep_ep_gin_stage_bytes(&s, 1) >= need);
+    assert_true(eep_ep_gin_stage_bytes(&s, 1) < need + ((size_t)2 << 20));
+    assert_int_equal(eep_ep_gin_stage_bytes(&s, 1) % ((size_t)2 << 20), 0);
     s.hidden = 17; /* a bad shape */
-    assert_int_equal(eep_ep_gin_stage_bytes(&s), 0);
+    assert_int_equal(eep_ep_gin_stage_bytes(&s, 1), 0);
     s.hidden = 2048;
+    /* forwarding (2 nodes x 2): more, for its regions; an LSA size that does not divide: 0 */
+    assert_true(eep_ep_gin_stage_bytes(&s, 2) > eep_ep_gin_stage_bytes(&s, 1));
+    assert_int_equal(eep_ep_gin_stage_bytes(&s, 3), 0);
+    assert_true(eep_ep_gin_stage_bytes_max(&s) >= eep_ep_gin_stage_bytes(&s, 2));
 
     eep_ep_kernel_spec_mode(0, 64, 1, 0, 0, &s, &n1, &direct);
     eep_ep_kernel_spec_mode(0, 64, 1, 0, 1, &s, &n2, &hybrid);
