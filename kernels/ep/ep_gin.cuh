@@ -165,12 +165,19 @@ __device__ __forceinline__ unsigned eep_epk_rail_mask(const eep_epk_params_t &p)
  */
 __device__ __forceinline__ void eep_epk_gin_wait_mask(const eep_epk_params_t &p, unsigned mask,
                                                       int sig_base, unsigned long long target,
-                                                      int phase, int *block_failed)
+                                                      int phase, int *block_failed,
+                                                      bool relay = false)
 {
     const int d = (int)threadIdx.x;
 
     if (d < EEP_EPK_W(p) && ((mask >> (unsigned)d) & 1u)) {
-        const eep_wait_ctx    w = eep_epk_wait_ctx(p, block_failed);
+        eep_wait_ctx w = eep_epk_wait_ctx(p, block_failed);
+
+        /* a forwarder relays for its node's ranks: its own abort flag (a bad id of its own, say)
+           must not stop it, or they wait for it to their deadline; the deadline still bounds it */
+        if (relay) {
+            w.abort_check_ns = p.timeout_ns;
+        }
         ncclGin               gin(eep_epk_gin_dc(p), 0);
         const ncclGinSignal_t sig   = (ncclGinSignal_t)(sig_base + d);
         unsigned              polls = 0;
@@ -415,8 +422,8 @@ __device__ __noinline__ bool eep_epk_fwd_forward(const eep_epk_params_t &p, unsi
     const unsigned       lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
     const unsigned char *mine = eep_epk_peer(p, 0, p.rank);
 
-    eep_epk_gin_wait_mask(p, eep_epk_rail_mask(p), g.sig0, seq, EEP_PHASE_EP_DISPATCH,
-                          block_failed);
+    eep_epk_gin_wait_mask(p, eep_epk_rail_mask(p), g.sig0, seq, EEP_PHASE_EP_DISPATCH, block_failed,
+                          true);
     if ((int)threadIdx.x < N) {
         fwd_count[threadIdx.x] = 0;
     }
