@@ -957,11 +957,13 @@ static eep_status_t run_ours(eep_bench_ctx_t *ctx, const bench_opts_t *o, const 
         goto out;
     }
     {
-        /* The window holds the workspace (well under 32 MiB) and this shape's buffers. */
+        /* The window holds the workspace (well under 32 MiB) and this shape's buffers, and for
+           hybrid mode (a world of more than one node) the GIN send staging. */
         eep_ep_buffer_sizes_t z;
+        const size_t          stage = eep_ep_gin_stage_bytes_max(s);
 
         if (eep_ep_buffer_sizes(s, &z) == EEP_OK) {
-            rp.window_bytes = (z.total_bytes + ((size_t)64 << 20)) / ((size_t)2 << 20) *
+            rp.window_bytes = (z.total_bytes + stage + ((size_t)64 << 20)) / ((size_t)2 << 20) *
                               ((size_t)2 << 20);
         }
     }
@@ -969,6 +971,18 @@ static eep_status_t run_ours(eep_bench_ctx_t *ctx, const bench_opts_t *o, const 
     if (status != EEP_OK) {
         snprintf(res->why, sizeof(res->why), "eep_runtime_create: %s", eep_status_string(status));
         goto out;
+    }
+    {
+        const char *transport = eep_ep_transport(rt);
+
+        if (transport == NULL) {
+            snprintf(res->why, sizeof(res->why), "no dispatch/combine transport (see the log)");
+            status = EEP_ERR_UNSUPPORTED;
+            goto out;
+        }
+        if (ctx->rank == 0) {
+            printf("ours: %s mode (%d ranks)\n", transport, ctx->world);
+        }
     }
     v.capacity = rows;
     CU_TRY(cu->cuMemAlloc(&v.recv_x, (size_t)rows * hb + 16));

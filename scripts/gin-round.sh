@@ -20,6 +20,22 @@
 # GIN_ROUND_TIMEOUT_MPS (80 s a run), GIN_ROUND_TIMEOUT_NOMPS (120), GIN_ROUND_RT_RANKS ("2 4 8"),
 # GIN_ROUND_RT_COUNT (20000), GIN_ROUND_RT_TIMEOUT (110: the first run JIT-compiles the GIN
 # barrier with nvcc; later runs hit the shared cache), GIN_ROUND_NCCL_DEBUG (INFO).
+#   hybrid   issue 23: hybrid dispatch/combine (every peer a GIN peer, lsaSize 1) at N = 2, 4, 8
+#            with MPS: eep-bench ep (--baseline nccl: NCCL's send/recv over the same plugin)
+#            against the CPU reference in the three modes, bf16 and fp8, -1 ids, a hotspot, a rank
+#            with no tokens (fresh inputs, outputs poisoned, every element, combine bit-equal to the
+#            reference twice); tests/gpu/test_ep (a NO_CPU_SYNC pair captured in a graph: 2 kernel
+#            nodes, 5 replays bit-identical; bad expert id; a peer that stops calling); and
+#            tests/gpu/test_ep_hybrid kill|stop dispatch|combine (a rank SIGKILLed or SIGSTOPped
+#            mid-call: the others get EEP_ERR_PEER_TIMEOUT naming it, then shrink and run checked
+#            pairs on a fresh runtime).  nvcc JIT-compiles each hybrid variant once per N (~10
+#            variants, 10-30 s each) into EEP_JIT_CACHE_DIR (default: the round's temp folder),
+#            so one N is about one device call of 10 minutes:
+#              make gpu-hybrid                                  (N = 2, 4, 8 in one go)
+#              GIN_ROUND_HY_RANKS=2 make gpu-hybrid             (one N a call; set
+#                                                              EEP_JIT_CACHE_DIR=/tmp/eep-jit to
+#                                                              keep the cubins between calls)
+#            Knobs: GIN_ROUND_HY_RANKS ("2 4 8"), GIN_ROUND_HY_TIMEOUT (150 s a run).
 # Exit 0 when every run passed (or skipped: no GPU).
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -38,7 +54,9 @@ export EEP_JIT_CACHE_DIR=${EEP_JIT_CACHE_DIR:-$work/jit-cache}
 
 say() { echo "$*" | tee -a "$summary"; }
 
-if ! make --no-print-directory BUILD="$build" gin-gpu-test "$rt_bin" >"$work/build.log" 2>&1; then
+hy_bins=("$build/bin/eep-bench" "$build/tests/gpu/test_ep" "$build/tests/gpu/test_ep_hybrid")
+if ! make --no-print-directory BUILD="$build" gin-gpu-test "$rt_bin" "${hy_bins[@]}" \
+        >"$work/build.log" 2>&1; then
     say "FAIL build"
     tail -30 "$work/build.log" >>"$summary"
     exit 1
@@ -137,6 +155,44 @@ case " $parts " in *" runtime "*)
         EEP_GIN=require run "runtime-n$n-mps" "$out/runtime.log" "$n" \
             "${GIN_ROUND_RT_TIMEOUT:-110}" mps -- "$rt_bin" "${GIN_ROUND_RT_COUNT:-20000}"
     done ;;
+esac
+case " $parts " in *" hybrid "*)
+    : >"$out/hybrid.log"
+    hy_limit=${GIN_ROUND_HY_TIMEOUT:-150}
+    # N processes share the GPU's 132 SMs and their kernels wait for one another: every block of
+    # every rank must be resident at once, so each rank takes 4 sending + 8 copying blocks (8 x
+    # 12 = 96 at N = 8; a rank that filled the GPU would keep the others' blocks from starting)
+    export EEP_EP_NUM_SMS=${EEP_EP_NUM_SMS:-4} EEP_EP_COPY_SMS=${EEP_EP_COPY_SMS:-8}
+    # eep-bench ep: one rank of the cluster's job per process (no --nranks); rank 0 prints the
+    # table, whose rows go to the summary labelled as the test transport's speed
+    bench() {
+        local n=$1 name=$2
+        shift 2
+        EEP_GIN=require EEP_EP_PREFETCH_SHRINK=0 run "$name" "$out/hybrid.log" "$n" "$hy_limit" \
+            mps -- "$build/bin/eep-bench" ep --baseline nccl --experts $((8 * n)) --iters 3 \
+            --warmup 1 "$@"
+        awk -v c="$name" '/^==== /{ s = index($0, c) > 0 } s && /^\[rank 0\] (\| (ours|nccl)|ours:)/ {
+            sub(/^\[rank 0\] /, ""); print "    " $0 }' "$out/hybrid.log" | tail -4 | tee -a "$summary"
+    }
+    for n in ${GIN_ROUND_HY_RANKS:-2 4 8}; do
+        common=(--tokens 256 --hidden 2048 --topk 8 --align 16)
+        bench "$n" "hy-n$n-no-cpu-sync" "${common[@]}" --mode no-cpu-sync --dtype bf16
+        bench "$n" "hy-n$n-cpu-sync-hotspot" "${common[@]}" --mode cpu-sync --gating hotspot
+        bench "$n" "hy-n$n-cached-silent" "${common[@]}" --mode cached --gating silent
+        bench "$n" "hy-n$n-fp8-masked" "${common[@]}" --mode no-cpu-sync --dtype fp8 \
+            --gating masked
+        EEP_GIN=require run "hy-n$n-test_ep" "$out/hybrid.log" "$n" "$hy_limit" mps -- \
+            "$build/tests/gpu/test_ep"
+        for k in "kill dispatch" "stop combine"; do
+            EEP_GIN=require EEP_TIMEOUT_MS=4000 run "hy-n$n-${k// /-}" "$out/hybrid.log" "$n" \
+                "$hy_limit" mps -- "$build/tests/gpu/test_ep_hybrid" $k
+        done
+        # the transport each rank's runtime chose (eep_ep_transport): hybrid everywhere
+        say "    hy-n$n transport: $(grep -h -o -E 'ours: [a-z]+ mode|PASS transport [^:]*: [a-z]+' \
+            "$out/hybrid.log" | sed 's/PASS transport \[rank [0-9]*\]: /rank: /' | sort | uniq -c |
+            tr -s ' ' | tr '\n' ';')"
+    done
+    say "hybrid: speeds above are over the eep-gin plugin (a test transport: copies between processes on one GPU), beside NCCL's send/recv over the same plugin; not RDMA" ;;
 esac
 say "gin-round: $failed failed run(s); $(date -u '+%H:%M:%S UTC')"
 case " $parts " in *" runtime "*) ;; *)

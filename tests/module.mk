@@ -88,8 +88,31 @@ $(BUILD)/tests/emu/test_ep_kernels_emu_w8k8: EMU_SHAPE := -DEEP_EPK_FIXED_K=8 -D
     -DEEP_EPK_RECOUNT_MAX_IDS=0
 $(BUILD)/tests/emu/test_ep_kernels_emu_w8k8_decode: EMU_SHAPE := -DEEP_EPK_FIXED_K=8 \
     -DEEP_EPK_FIXED_W=8
-$(EP_KERNELS_EMU_TEST) $(EP_KERNELS_EMU_WIDE): tests/emu/test_ep_kernels_emu.cc \
-                        tests/emu/ep_kernel_shim.h \
+# test_ep_hybrid_emu_NxL_kK: the hybrid kernels (EEP_EPK_GIN variants) on N nodes of L GPUs, peers
+# of other nodes through the GIN model (tests/emu/gin_model.h): issue 23's layouts 2x1, 4x1, 8x1
+# (every peer a GIN peer, the one-GPU cluster's case), 2x2, 2x4, 4x2, top-k 1, 6 and 8 among them.
+EP_HYBRID_EMU := $(BUILD)/tests/emu/test_ep_hybrid_emu_2x1_k8 \
+                 $(BUILD)/tests/emu/test_ep_hybrid_emu_4x1_k6 \
+                 $(BUILD)/tests/emu/test_ep_hybrid_emu_8x1_k8 \
+                 $(BUILD)/tests/emu/test_ep_hybrid_emu_2x2_k1 \
+                 $(BUILD)/tests/emu/test_ep_hybrid_emu_2x4_k8 \
+                 $(BUILD)/tests/emu/test_ep_hybrid_emu_4x2_k6
+UNIT_TEST_BINS += $(EP_HYBRID_EMU)
+unit-tests: $(EP_HYBRID_EMU)
+$(BUILD)/tests/emu/test_ep_hybrid_emu_2x1_k8: EMU_SHAPE := -DEEP_EPK_FIXED_K=8 -DEEP_EPK_FIXED_W=2 \
+    -DEEP_EMU_LSA=1
+$(BUILD)/tests/emu/test_ep_hybrid_emu_4x1_k6: EMU_SHAPE := -DEEP_EPK_FIXED_K=6 -DEEP_EPK_FIXED_W=4 \
+    -DEEP_EMU_LSA=1
+$(BUILD)/tests/emu/test_ep_hybrid_emu_8x1_k8: EMU_SHAPE := -DEEP_EPK_FIXED_K=8 -DEEP_EPK_FIXED_W=8 \
+    -DEEP_EMU_LSA=1
+$(BUILD)/tests/emu/test_ep_hybrid_emu_2x2_k1: EMU_SHAPE := -DEEP_EPK_FIXED_K=1 -DEEP_EPK_FIXED_W=4 \
+    -DEEP_EMU_LSA=2
+$(BUILD)/tests/emu/test_ep_hybrid_emu_2x4_k8: EMU_SHAPE := -DEEP_EPK_FIXED_K=8 -DEEP_EPK_FIXED_W=8 \
+    -DEEP_EMU_LSA=4
+$(BUILD)/tests/emu/test_ep_hybrid_emu_4x2_k6: EMU_SHAPE := -DEEP_EPK_FIXED_K=6 -DEEP_EPK_FIXED_W=8 \
+    -DEEP_EMU_LSA=2
+$(EP_KERNELS_EMU_TEST) $(EP_KERNELS_EMU_WIDE) $(EP_HYBRID_EMU): tests/emu/test_ep_kernels_emu.cc \
+                        tests/emu/ep_kernel_shim.h tests/emu/gin_model.h \
                         $(wildcard kernels/ep/*.cuh kernels/ep/*.h kernels/common/*.cuh) \
                         $(EP_REFERENCE_OBJ) $(LIBEEP_A)
 	@mkdir -p $(dir $@)

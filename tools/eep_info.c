@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "eep/version.h"
+#include "elastic/ep/ep_knobs.h"
 #include "elastic/gpu/nccl_util.h"
 #include "elastic/jit/jit.h"
 #include "util/config.h"
@@ -62,6 +63,16 @@ int main(int argc, char **argv)
         return eep_config_print(stdout) == EEP_OK ? 0 : 1;
     }
     printf("elasticep:     %s\n", eep_version());
+    {
+        eep_ep_config_t ep;
+
+        if (eep_config_load(&eep_ep_knob_table, &ep) == EEP_OK) {
+            printf("ep transport:  EEP_EP_MODE=%s (auto: direct when every rank is an NVLink/LSA "
+                   "peer, hybrid - GIN to other nodes - otherwise; a runtime logs its choice and "
+                   "eep_ep_transport() returns it)\n",
+                   ep.mode);
+        }
+    }
     if (eep_jit_default_source_root(root, sizeof(root)) == EEP_OK) {
         printf("kernel source: %s (default; EEP_JIT_SOURCE_ROOT overrides)\n", root);
     }

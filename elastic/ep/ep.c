@@ -1,7 +1,9 @@
 /*
  * ep.c - eep_dispatch / eep_combine: check, pick the kernel, fill its parameters, launch.
  *
- * Direct mode only (every rank an NVLink/LSA peer, at most EEP_EPK_MAX_WORLD ranks).  A call is
+ * Direct mode (every rank an NVLink/LSA peer) or hybrid mode (peers of other nodes over GIN,
+ * kernels/ep/ep_gin.cuh), chosen once per runtime from its teams and EEP_EP_MODE
+ * (elastic/ep/ep_mode.c); at most EEP_EPK_MAX_WORLD ranks.  A call is
  * one kernel launch (CPU_SYNC dispatch: two, with the host wait for the counts between them), no
  * memset and no barrier: the kernels tag every signal with a call sequence kept on the device and
  * alternate two parities of every slot and region (docs/dispatch.md, section 3).  Kernels come
@@ -25,6 +27,7 @@
 #include "elastic/ep/ep_knobs.h"
 #include "elastic/ep/ep_kernels.h"
 #include "elastic/ep/ep_layout.h"
+#include "elastic/ep/ep_mode.h"
 #include "elastic/ep/ep_sm_model.h"
 #include "util/log.h"
 #include "elastic/runtime/runtime.h"
@@ -56,6 +59,8 @@ struct eep_ep_state {
     eep_ep_kernel_slot_t kernels[EEP_EP_KERNEL_SLOTS];
     int                  have_env; /* the window's dispatch/combine area is laid out ... */
     eep_ep_envelope_t    env;      /* ... for these shapes (eep_ep_reserve, or the first call) */
+    int                  hybrid;   /* 1: hybrid mode (eep_ep_mode_choose) */
+    uint64_t             gin_dev;  /* hybrid: device copy of the eep_epk_gin_t */
 };
 
 /* The runtime as the argument checks see it: its membership epoch is that of the view its
@@ -84,6 +89,9 @@ static void eep_ep_state_destroy(eep_runtime_t *rt, void *arg)
         }
         if (rt->ep->chunk != 0) {
             cu->cuMemFree((CUdeviceptr)rt->ep->chunk);
+        }
+        if (rt->ep->gin_dev != 0) {
+            cu->cuMemFree((CUdeviceptr)rt->ep->gin_dev);
         }
         for (int i = 0; i < 2; i++) {
             if (rt->ep->trace[i] != 0) {
@@ -120,6 +128,35 @@ static void eep_ep_state_view_reset(eep_runtime_t *rt, void *arg)
     }
 }
 
+/* Hybrid: the eep_epk_gin_t the kernels read (dev comm, the EP's signal and counter bases), in
+   device memory, made once per runtime. */
+static eep_status_t eep_ep_gin_make(const eep_runtime_t *rt, const eep_cuda_sym_t *cu,
+                                    struct eep_ep_state *st)
+{
+    eep_epk_gin_t g;
+    CUdeviceptr   d = 0;
+    eep_status_t  status;
+
+    memset(&g, 0, sizeof(g));
+    g.devcomm  = rt->devcomm;
+    g.sig0     = rt->ep_gin_signal0;
+    g.ctr0     = rt->ep_gin_counter0;
+    g.lsa_size = rt->lsa_size;
+    g.nodes    = rt->nranks / rt->lsa_size;
+    status     = eep_status_from_cu(cu->cuMemAlloc(&d, sizeof(g)), "cuMemAlloc(gin params)");
+    if (status == EEP_OK) {
+        status = eep_status_from_cu(cu->cuMemcpyHtoD(d, &g, sizeof(g)), "cuMemcpyHtoD(gin params)");
+    }
+    if (status != EEP_OK) {
+        if (d != 0) {
+            cu->cuMemFree(d);
+        }
+        return status;
+    }
+    st->gin_dev = (uint64_t)d;
+    return EEP_OK;
+}
+
 static eep_status_t eep_ep_state_get(eep_runtime_t *rt, const eep_cuda_sym_t *cu,
                                      struct eep_ep_state **st_p)
 {
@@ -137,6 +174,17 @@ static eep_status_t eep_ep_state_get(eep_runtime_t *rt, const eep_cuda_sym_t *cu
         return EEP_ERR_NO_MEMORY;
     }
     status = eep_config_load(&eep_ep_knob_table, &st->cfg);
+    if (status == EEP_OK) {
+        const eep_ep_topology_t topo = { .nranks    = rt->nranks,
+                                         .lsa_size  = rt->lsa_size,
+                                         .rail_size = rt->rail_size,
+                                         .gin       = rt->gin && rt->ep_gin_signal0 >= 0 };
+
+        status = eep_ep_mode_choose(&topo, st->cfg.mode, &st->hybrid);
+    }
+    if (status == EEP_OK && st->hybrid) {
+        status = eep_ep_gin_make(rt, cu, st);
+    }
     if (status == EEP_OK) {
         status = eep_status_from_cu(
             cu->cuDeviceGetAttribute(&st->device_sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
@@ -233,12 +281,13 @@ static eep_status_t eep_ep_kernel(eep_runtime_t *rt, struct eep_ep_state *st, in
     int                   i;
 
     /* the table's key: every input of eep_ep_kernel_spec (combine has no template arguments) */
-    snprintf(key, sizeof(key), "%s<%d, %d, %d> k%d w%d h%d %s",
+    snprintf(key, sizeof(key), "%s<%d, %d, %d> k%d w%d h%d %s%s",
              combine == EEP_EP_KERNEL_TOPK_GRAD ? "g"
              : combine                          ? "c"
                                                 : "d",
              combine ? 0 : idx_bits, combine ? 0 : mode, combine ? 0 : phase, shape->num_topk,
-             shape->world, shape->hidden, shape->dtype == EEP_DTYPE_FP8_E4M3 ? "fp8" : "bf16");
+             shape->world, shape->hidden, shape->dtype == EEP_DTYPE_FP8_E4M3 ? "fp8" : "bf16",
+             st->hybrid ? " gin" : "");
     for (i = 0; i < EEP_EP_KERNEL_SLOTS && st->kernels[i].kernel != NULL; i++) {
         if (strcmp(st->kernels[i].key, key) == 0) {
             *kernel_p = st->kernels[i].kernel;
@@ -246,7 +295,7 @@ static eep_status_t eep_ep_kernel(eep_runtime_t *rt, struct eep_ep_state *st, in
         }
     }
     /* not in the table: the JIT (its disk cache, or a compile); the spec is built only here */
-    eep_ep_kernel_spec(combine, idx_bits, mode, phase, shape, &names, &spec);
+    eep_ep_kernel_spec_mode(combine, idx_bits, mode, phase, st->hybrid, shape, &names, &spec);
     status = eep_jit_get_kernel(rt->jit, &spec, kernel_p);
     if (status != EEP_OK) {
         eep_error(EEP_SUBSYS_KERNEL, "cannot build the %s kernel %s",
@@ -254,9 +303,10 @@ static eep_status_t eep_ep_kernel(eep_runtime_t *rt, struct eep_ep_state *st, in
         return status;
     }
     if (st->cfg.prefetch_shrink) {
-        (void)eep_ep_prefetch_shrink(rt->jit, combine, idx_bits, mode, phase, shape);
+        (void)eep_ep_prefetch_shrink_mode(rt->jit, combine, idx_bits, mode, phase, st->hybrid,
+                                          shape);
         /* and one rank more, for the newcomer's view that grows the group back */
-        (void)eep_ep_prefetch_grow(rt->jit, combine, idx_bits, mode, phase, shape);
+        (void)eep_ep_prefetch_grow_mode(rt->jit, combine, idx_bits, mode, phase, st->hybrid, shape);
     }
     if (i < EEP_EP_KERNEL_SLOTS) {
         snprintf(st->kernels[i].key, sizeof(st->kernels[i].key), "%s", key);
@@ -294,9 +344,10 @@ static eep_status_t eep_ep_prepare(eep_runtime_t *rt, const eep_ep_shape_t *shap
                                    const eep_cuda_sym_t **cu_p, struct eep_ep_state **st_p,
                                    eep_epk_params_t *p)
 {
-    eep_status_t status;
-    size_t       ep_off = rt->layout.data_off;
-    const char  *misfit;
+    eep_status_t          status;
+    size_t                ep_off = rt->layout.data_off, stage = 0;
+    const char           *misfit;
+    eep_ep_buffer_sizes_t z;
 
     if (__atomic_load_n(&rt->fault_host->abort_flag, __ATOMIC_ACQUIRE) != EEP_ABORT_NONE) {
         return eep_poll(rt);
@@ -304,13 +355,6 @@ static eep_status_t eep_ep_prepare(eep_runtime_t *rt, const eep_ep_shape_t *shap
     if ((status = eep_cuda_sym_driver(cu_p)) != EEP_OK ||
         (status = eep_ep_state_get(rt, *cu_p, st_p)) != EEP_OK) {
         return status;
-    }
-    if (rt->lsa_size != rt->nranks || rt->nranks > EEP_EPK_MAX_WORLD) {
-        eep_error(EEP_SUBSYS_KERNEL,
-                  "dispatch/combine: only direct mode is built: every rank an "
-                  "NVLink peer and at most %d ranks (this runtime: %d ranks, %d NVLink peers)",
-                  EEP_EPK_MAX_WORLD, rt->nranks, rt->lsa_size);
-        return EEP_ERR_UNSUPPORTED;
     }
     /* One layout per runtime, for the largest of its shapes (the envelope): after a change, a
        wait could find an older layout's bytes where it expects a tag, flag or count word (and
@@ -332,6 +376,38 @@ static eep_status_t eep_ep_prepare(eep_runtime_t *rt, const eep_ep_shape_t *shap
     /* A view's expert placement (host side): refused where the kernels would place otherwise. */
     if ((status = eep_runtime_placement_ep_check(rt, shape->num_experts)) != EEP_OK) {
         return status;
+    }
+    /* hybrid: the GIN send staging follows the area (kernels/ep/ep_gin.cuh); it is laid out for
+       one shape, so a hybrid runtime serves the shape its envelope was made for only */
+    if ((*st_p)->hybrid) {
+        eep_ep_envelope_t one;
+
+        memset(&one, 0, sizeof(one));
+        eep_ep_envelope_of(shape, &one);
+        if (one.world != (*st_p)->env.world || one.max_tokens != (*st_p)->env.max_tokens ||
+            one.num_topk != (*st_p)->env.num_topk || one.num_local != (*st_p)->env.num_local ||
+            one.hidden_bytes != (*st_p)->env.hidden_bytes ||
+            one.scale_bytes != (*st_p)->env.scale_bytes ||
+            one.crow_data != (*st_p)->env.crow_data) {
+            eep_error(EEP_SUBSYS_KERNEL,
+                      "dispatch/combine: a hybrid runtime serves one shape (its GIN staging is "
+                      "laid out for it); this call's (hidden %d, top-k %d, %s) differs: use a "
+                      "runtime per shape in hybrid mode",
+                      shape->hidden, shape->num_topk, eep_ep_dtype_name(shape->dtype));
+            return EEP_ERR_UNSUPPORTED;
+        }
+        eep_ep_envelope_sizes(&(*st_p)->env, &z);
+        stage = eep_ep_gin_stage_bytes(shape, rt->lsa_size);
+        if (ep_off + z.total_bytes + stage > rt->window_bytes) {
+            eep_error(EEP_SUBSYS_KERNEL,
+                      "dispatch/combine: this shape needs %zu bytes of window after the "
+                      "%zu-byte workspace (hybrid mode: with the GIN staging), the window has "
+                      "%zu: create the runtime with window_bytes >= %zu (or raise "
+                      "EEP_WINDOW_SIZE)",
+                      z.total_bytes + stage, ep_off, rt->window_bytes,
+                      ep_off + z.total_bytes + stage);
+            return EEP_ERR_NO_RESOURCE;
+        }
     }
     misfit = eep_ep_envelope_misfit(&(*st_p)->env, shape, combine_only);
     if (misfit != NULL) {
@@ -357,6 +433,13 @@ static eep_status_t eep_ep_prepare(eep_runtime_t *rt, const eep_ep_shape_t *shap
     p->fault       = (eep_fault_page_t *)(uintptr_t)rt->fault_dev;
     p->fault_claim = (unsigned int *)((char *)rt->buf + rt->layout.counters_off);
     p->timeout_ns  = (unsigned long long)rt->timeout_ms * 1000000ull;
+    /* the LSA team is a block of consecutive ranks (NCCL: node-major); the others are GIN's */
+    p->lsa_base = rt->rank - rt->lsa_rank;
+    if ((*st_p)->hybrid) {
+        p->gin_mask   = eep_ep_gin_mask(rt->nranks, rt->rank, rt->lsa_rank, rt->lsa_size);
+        p->gin        = (*st_p)->gin_dev;
+        p->gstage_off = ep_off + z.total_bytes;
+    }
     return EEP_OK;
 }
 
@@ -370,6 +453,9 @@ static void eep_ep_params_handle(eep_epk_params_t *p, const eep_ep_handle_t *h)
     p->h_recv_ord  = (uintptr_t)h->d_recv_ord;
     p->h_recv_rows = (uintptr_t)h->d_recv_rows;
     p->h_recv_w    = (uintptr_t)h->d_recv_w;
+    p->h_fwd_n     = (uintptr_t)h->d_fwd_n;
+    p->h_fwd_tok   = (uintptr_t)h->d_fwd_tok;
+    p->h_fwd_dm    = (uintptr_t)h->d_fwd_dm;
 }
 
 /* CPU_SYNC: wait (bounded, abortable) until the dispatch kernel has published the counts. */
@@ -713,6 +799,12 @@ static eep_status_t eep_ep_combine_launch(eep_runtime_t *rt, const eep_combine_a
     if ((status = eep_ep_prepare(rt, shape, 1, &cu, &st, &p)) != EEP_OK) {
         return status;
     }
+    if (kind == EEP_EP_KERNEL_TOPK_GRAD && st->hybrid) {
+        eep_error(EEP_SUBSYS_KERNEL,
+                  "combine: invalid argument topk_grad: the top-k weight gradients are built for "
+                  "direct mode only (this runtime is hybrid: GIN to other nodes)");
+        return EEP_ERR_UNSUPPORTED;
+    }
     p.num_tokens    = handle->num_tokens;
     p.trace         = st->trace[1];
     p.y             = (uintptr_t)a->y;
@@ -916,6 +1008,18 @@ eep_status_t eep_ep_reserve(eep_runtime_t *rt, const eep_ep_shape_desc_t *shapes
     st->env      = env;
     st->have_env = 1;
     return EEP_OK;
+}
+
+const char *eep_ep_transport(eep_runtime_t *rt)
+{
+    const eep_cuda_sym_t *cu = NULL;
+    struct eep_ep_state  *st = NULL;
+
+    if (rt == NULL || eep_cuda_sym_driver(&cu) != EEP_OK ||
+        eep_ep_state_get(rt, cu, &st) != EEP_OK) {
+        return NULL;
+    }
+    return st->hybrid ? "hybrid" : "direct";
 }
 
 eep_status_t eep_ep_trace_copy(eep_runtime_t *rt, int combine, uint64_t *stamps, size_t n)

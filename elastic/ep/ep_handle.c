@@ -62,9 +62,10 @@ eep_status_t eep_ep_handle_arrays(const eep_cuda_sym_t *cu, eep_ep_handle_t *h,
 {
     const size_t El = (size_t)eep_ep_local_experts(s), W = (size_t)s->world;
     const size_t mt = (size_t)s->max_tokens, K = (size_t)s->num_topk;
-    const size_t sizes[8] = { El * 4,     2 * (El + 1) * 4, mt * W * 4,     W * 4,
-                              W * mt * 4, W * mt * 4,       W * mt * K * 4, W * mt * K * 4 };
-    size_t       offs[8], total = 0;
+    const size_t sizes[11] = { El * 4,     2 * (El + 1) * 4, mt * W * 4,     W * 4,
+                               W * mt * 4, W * mt * 4,       W * mt * K * 4, W * mt * K * 4,
+                               W * 4,      W * mt * 4,       W * mt * 4 };
+    size_t       offs[11], total = 0;
     CUdeviceptr  base = 0;
     eep_status_t status;
     int          i;
@@ -72,7 +73,7 @@ eep_status_t eep_ep_handle_arrays(const eep_cuda_sym_t *cu, eep_ep_handle_t *h,
     if (h->d_block != NULL) {
         return EEP_OK;
     }
-    for (i = 0; i < 8; i++) {
+    for (i = 0; i < 11; i++) {
         offs[i] = total;
         total += (sizes[i] + 255) / 256 * 256;
     }
@@ -89,6 +90,9 @@ eep_status_t eep_ep_handle_arrays(const eep_cuda_sym_t *cu, eep_ep_handle_t *h,
     h->d_recv_ord       = (int32_t *)(uintptr_t)(base + offs[5]);
     h->d_recv_rows      = (int32_t *)(uintptr_t)(base + offs[6]);
     h->d_recv_w         = (float *)(uintptr_t)(base + offs[7]);
+    h->d_fwd_n          = (int32_t *)(uintptr_t)(base + offs[8]);
+    h->d_fwd_tok        = (int32_t *)(uintptr_t)(base + offs[9]);
+    h->d_fwd_dm         = (int32_t *)(uintptr_t)(base + offs[10]);
     h->release          = eep_ep_handle_release;
     return EEP_OK;
 }

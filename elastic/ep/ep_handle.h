@@ -47,7 +47,12 @@ struct eep_ep_handle {
     int32_t *d_recv_ord;  /* [world * max_tokens] my ordinal among its destinations */
     int32_t *d_recv_rows; /* [world * max_tokens, K] row per top-k lane, -1 */
     float   *d_recv_w;    /* [world * max_tokens, K] weight per lane, 0 if not local */
-    void    *d_block;     /* the one allocation all arrays above live in */
+    /* Hybrid with forwarding (lsaSize > 1): what this rank forwarded to its node for each
+       source node, for the combine to relay the partials back. */
+    int32_t *d_fwd_n;   /* [world] */
+    int32_t *d_fwd_tok; /* [world * max_tokens] */
+    int32_t *d_fwd_dm;  /* [world * max_tokens] */
+    void    *d_block;   /* the one allocation all arrays above live in */
 
     void (*release)(struct eep_ep_handle *handle); /* frees the device arrays; may be NULL */
     void *release_arg;

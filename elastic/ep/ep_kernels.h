@@ -15,7 +15,7 @@ extern "C" {
 /* The strings an eep_ep_kernel_spec() points into. */
 typedef struct {
     char targs[32];
-    char defines[160];
+    char defines[192];
 } eep_ep_kernel_names_t;
 
 /* The kernel families (the @p combine argument below). */
@@ -34,12 +34,29 @@ void eep_ep_kernel_spec(int combine, int idx_bits, int mode, int phase, const ee
                         eep_ep_kernel_names_t *names, eep_jit_spec_t *spec_p);
 
 /**
+ * eep_ep_kernel_spec for the hybrid variants too (@p hybrid 1: EEP_EPK_GIN=1, which needs GIN's
+ * headers and so nvcc, spec.needs_gin; kernels/ep/ep_gin.cuh).  A different variant, a different
+ * cache key.
+ */
+void eep_ep_kernel_spec_mode(int combine, int idx_bits, int mode, int phase, int hybrid,
+                             const eep_ep_shape_t *shape, eep_ep_kernel_names_t *names,
+                             eep_jit_spec_t *spec_p);
+
+/** eep_ep_prefetch_shrink of the variant eep_ep_kernel_spec_mode(@p hybrid) names. */
+eep_status_t eep_ep_prefetch_shrink_mode(eep_jit_t *jit, int combine, int idx_bits, int mode,
+                                         int phase, int hybrid, const eep_ep_shape_t *shape);
+
+/**
  * Queue the background compile (eep_jit_prefetch) of the same kernel for one rank fewer than
  * @p shape has, as a survivor will ask for it after a rank is lost; nothing for one rank.
  * @return as eep_jit_prefetch (its outcome is the JIT's to log); EEP_OK for one rank.
  */
 eep_status_t eep_ep_prefetch_shrink(eep_jit_t *jit, int combine, int idx_bits, int mode, int phase,
                                     const eep_ep_shape_t *shape);
+
+/** eep_ep_prefetch_grow of the variant eep_ep_kernel_spec_mode(@p hybrid) names. */
+eep_status_t eep_ep_prefetch_grow_mode(eep_jit_t *jit, int combine, int idx_bits, int mode,
+                                       int phase, int hybrid, const eep_ep_shape_t *shape);
 
 /** The same for one rank more (a newcomer's view grows the group back); EEP_OK at the limit. */
 eep_status_t eep_ep_prefetch_grow(eep_jit_t *jit, int combine, int idx_bits, int mode, int phase,

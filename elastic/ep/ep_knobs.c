@@ -52,6 +52,12 @@ static const eep_knob_t eep_ep_knobs[] = {
                  "later): a kernel is scheduled while the stream's previous kernel finishes and "
                  "waits on the device for it, which hides most of the launch gap; 0: plain "
                  "launches."),
+    EEP_KNOB_ROW(eep_ep_config_t, "EEP_EP_MODE", "auto", EEP_KNOB_STRING, mode, EEP_KNOB_STARTUP, 0,
+                 0,
+                 "auto: direct mode (NVLink stores only) when every rank is an LSA peer of every "
+                 "other, hybrid mode (peers of other nodes over GIN put + signal) otherwise, from "
+                 "the device communicator's teams; direct or hybrid forces one (a forced mode "
+                 "the runtime cannot run is an error, never a silent fallback)."),
 };
 
 EEP_KNOB_TABLE(eep_ep_knob_table, "ep", eep_ep_knobs, eep_ep_config_t);

@@ -19,6 +19,7 @@ typedef struct eep_ep_config {
     int64_t trace;           /* 1: per-block time stamps of the last dispatch and combine */
     int64_t prefetch_shrink; /* 1: compile each kernel for one rank fewer in the background */
     int64_t pdl;             /* 1: programmatic dependent launch on sm_90+ */
+    char    mode[EEP_KNOB_STRING_MAX]; /* auto, direct, hybrid (EEP_EP_MODE) */
 } eep_ep_config_t;
 
 extern const eep_knob_table_t eep_ep_knob_table;

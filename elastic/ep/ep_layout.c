@@ -331,6 +331,42 @@ eep_status_t eep_ep_buffer_sizes(const eep_ep_shape_t *s, eep_ep_buffer_sizes_t 
     return EEP_OK;
 }
 
+size_t eep_ep_gin_stage_bytes(const eep_ep_shape_t *s, int lsa_size)
+{
+    eep_ep_buffer_sizes_t z;
+    eep_ep_wire_t         wire;
+    size_t                bytes, W, T, L, N, fm;
+
+    if (eep_ep_buffer_sizes(s, &z) != EEP_OK || lsa_size < 1 || s->world % lsa_size != 0) {
+        return 0;
+    }
+    eep_ep_record_layout(s, &wire);
+    W     = (size_t)s->world;
+    T     = (size_t)s->max_tokens;
+    L     = (size_t)lsa_size;
+    N     = W / L;
+    bytes = W * T * (wire.token_bytes + z.combine_row_bytes) + W * z.count_slot_bytes;
+    if (L > 1) { /* kernels/ep/ep_gin.cuh, eep_epk_fwd_*: the same order */
+        fm = (12 + 4 * L + 7) / 8 * 8;
+        bytes += 2 * N * T * wire.token_bytes + 2 * N * T * fm + 2 * N * L * z.count_slot_bytes +
+                 2 * N * L * T * z.combine_row_bytes + (L * 8 + 127) / 128 * 128 + N * T * fm;
+    }
+    return (size_t)eep_ep_align_up((int64_t)bytes, EEP_EP_WINDOW_ALIGN);
+}
+
+size_t eep_ep_gin_stage_bytes_max(const eep_ep_shape_t *s)
+{
+    size_t most = 0, b;
+    int    l;
+
+    for (l = 1; l <= s->world; l++) {
+        if (s->world % l == 0 && (b = eep_ep_gin_stage_bytes(s, l)) > most) {
+            most = b;
+        }
+    }
+    return most;
+}
+
 int eep_ep_layout_equal(const eep_ep_shape_t *a, const eep_ep_shape_t *b)
 {
     eep_ep_buffer_sizes_t za, zb;

@@ -179,6 +179,21 @@ int64_t eep_ep_rows_max(const eep_ep_shape_t *shape);
 eep_status_t eep_ep_buffer_sizes(const eep_ep_shape_t *shape, eep_ep_buffer_sizes_t *sizes_p);
 
 /**
+ * Bytes of the hybrid kernels' GIN area (kernels/ep/ep_gin.cuh), which follows the
+ * dispatch/combine area in the window: the send staging (world x max_tokens dispatch records,
+ * world x max_tokens combine rows, world count slots) and, with @p lsa_size > 1 GPUs a node, the
+ * forwarding regions (per parity and source node: max_tokens records, their forward metadata,
+ * the node's count slots, the node's combine rows; the local ranks' combine done words; the
+ * forward metadata staging); 2 MiB-aligned.  @return 0 for a bad shape or an @p lsa_size that
+ * does not divide the world.
+ */
+size_t eep_ep_gin_stage_bytes(const eep_ep_shape_t *shape, int lsa_size);
+
+/** The largest eep_ep_gin_stage_bytes over the LSA sizes that divide the world (for a caller
+    that sizes the window before the runtime knows its teams). */
+size_t eep_ep_gin_stage_bytes_max(const eep_ep_shape_t *shape);
+
+/**
  * Zero the kernels' parameters (kernels/ep/ep_params.h) and fill what the shape decides: rank and
  * shape fields, the wire record, the window offsets of the counts and receive regions (the
  * dispatch/combine area starts @p ep_off bytes into the window) and the control words' address

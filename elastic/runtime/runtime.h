@@ -67,6 +67,7 @@ struct eep_runtime {
     size_t                 window_bytes;
     eep_devcomm_blob_t     devcomm; /* ncclDevComm */
     int                    gin_signal0;
+    int                    ep_gin_signal0, ep_gin_counter0; /* hybrid EP's (-1: no GIN) */
     eep_workspace_layout_t layout;
     eep_jit_t             *jit;
     eep_jit_kernel_t      *barrier_kernels[2]; /* by eep_barrier_mode_t */

@@ -25,6 +25,7 @@
 #include "util/log.h"
 #include "elastic/gpu/nccl_util.h"
 #include "elastic/runtime/runtime.h"
+#include "kernels/ep/ep_params.h" /* EEP_EPK_GIN_SIGNALS: the hybrid EP's signals */
 
 static_assert(sizeof(ncclDevComm) == EEP_DEVCOMM_BYTES, "ncclDevComm is not the 2.28.9 layout");
 static_assert(alignof(ncclDevComm) <= alignof(eep_devcomm_blob_t), "ncclDevComm alignment");
@@ -297,12 +298,15 @@ extern "C" eep_status_t eep_runtime_nccl_setup(eep_runtime_t *rt, eep_bootstrap_
         return status;
     }
 
-    /* 5. The device communicator: GIN signals for the scale-out barrier, one LSA barrier slot
-          (NCCL's own barrier, used as the benchmark's reference). */
+    /* 5. The device communicator: GIN signals for the scale-out barrier (ids 0 .. rail - 1), then
+          the hybrid dispatch/combine's (EEP_EPK_GIN_SIGNALS(world), from rail_size) and its two
+          local-completion counters (kernels/ep/ep_params.h); one LSA barrier slot (NCCL's own
+          barrier, used as the benchmark's reference). */
     memset(&reqs, 0, sizeof(reqs));
     reqs.lsaBarrierCount = 1;
     if (rt->gin) {
-        reqs.ginSignalCount = rt->rail_size;
+        reqs.ginSignalCount  = rt->rail_size + EEP_EPK_GIN_SIGNALS(rt->nranks);
+        reqs.ginCounterCount = EEP_EPK_GIN_COUNTERS;
     }
     status = eep_nccl_wait(n->comm, ncclDevCommCreate(n->comm, &reqs, &n->dc), deadline,
                            "ncclDevCommCreate");
@@ -316,9 +320,11 @@ extern "C" eep_status_t eep_runtime_nccl_setup(eep_runtime_t *rt, eep_bootstrap_
         return EEP_ERR_NCCL;
     }
     memcpy(&rt->devcomm, &n->dc, sizeof(n->dc));
-    rt->gin_signal0 = 0;
-    rt->window      = (void *)n->win;
-    rt->buf         = n->buf;
+    rt->gin_signal0     = 0;
+    rt->ep_gin_signal0  = rt->gin ? rt->rail_size : -1;
+    rt->ep_gin_counter0 = rt->gin ? 0 : -1;
+    rt->window          = (void *)n->win;
+    rt->buf             = n->buf;
     eep_info(EEP_SUBSYS_RUNTIME, "rank %d of %d: lsa %d/%d, rail %d/%d, gin %s, window %zu bytes",
              rt->rank, rt->nranks, rt->lsa_rank, rt->lsa_size, rt->rail_rank, rt->rail_size,
              rt->gin ? "on" : "off", rt->window_bytes);

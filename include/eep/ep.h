@@ -316,6 +316,14 @@ eep_status_t eep_ep_reserve(eep_runtime_t *rt, const eep_ep_shape_desc_t *shapes
 void eep_ep_handle_destroy(eep_ep_handle_t *handle);
 
 /**
+ * The transport of dispatch/combine on @p rt: "direct" (every peer over NVLink stores) or "hybrid"
+ * (peers of other nodes over GIN put + signal, of this node over NVLink), chosen once per runtime
+ * from its teams and EEP_EP_MODE (and logged).
+ * @return the name, or NULL when neither can run on @p rt (the reason is logged).
+ */
+const char *eep_ep_transport(eep_runtime_t *rt);
+
+/**
  * Worst-case row count of the received layout: what NO_CPU_SYNC and CACHED outputs must hold.
  * rows = floor((world * max_tokens_per_rank * min(K, El) + El * (alignment - 1)) / alignment)
  *        * alignment, with El = num_experts / world.

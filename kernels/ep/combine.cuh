@@ -35,6 +35,7 @@
 #define EEP_KERNELS_EP_COMBINE_CUH
 
 #include "ep_common.cuh"
+#include "ep_gin.cuh"
 #include "ep_numeric.cuh"
 #include "ll_line.cuh"
 
@@ -206,6 +207,17 @@ eep_epc_partial(const eep_epk_params_t &p, unsigned char *const *peer_base,
     const float     dot       = TG && b < e ? eep_epc_dots(p, my_row, rows_mask, lane) : 0.0f;
     unsigned char  *dst_row   = peer_base[s] + region0 + (unsigned long long)ord * p.crecv_region +
                              (unsigned long long)tok * p.crecv_row;
+#if EEP_EPK_GIN
+    if (eep_epk_is_gin(p, s) && eep_epk_fwd_on(p)) {
+        /* to the forwarder of s's tokens on this node (its local index), over NVLink */
+        const int L = eep_epk_gin(p).lsa_size;
+
+        dst_row = eep_epk_peer(p, eep_epk_fwd_crow(p, (int)(seq & 1ull), s / L, p.rank % L, tok),
+                               p.rank / L * L + s % L);
+    } else if (eep_epk_is_gin(p, s)) { /* staged by record; eep_epk_gin_combine_puts sends it */
+        dst_row = peer_base[p.rank] + eep_epk_gin_row_stage(p, rec);
+    }
+#endif
 
     /* 2 vectors per lane (LL: 2 x 4 lines) x up to 4 top-k rows in flight (8 loads) a round;
        every lane runs every round (the body shuffles with the full mask, LL stores meet): a
@@ -521,7 +533,7 @@ __device__ __forceinline__ void eep_epc_body(const eep_epk_params_t &p)
         }
     }
     for (int d = threadIdx.x; d < W; d += blockDim.x) {
-        peer_base[d] = eep_epk_peer(p, 0, d);
+        peer_base[d] = eep_epk_peer_base(p, d);
     }
     __syncthreads();
     const unsigned long long seq     = sh_seq;
@@ -531,7 +543,15 @@ __device__ __forceinline__ void eep_epc_body(const eep_epk_params_t &p)
 
     eep_epk_stamp(p, 0);
     /* The handshake word, to every peer. */
-    if (blockIdx.x == 0 && (int)threadIdx.x < W) {
+#if EEP_EPK_GIN
+    if (blockIdx.x == 0 && (int)threadIdx.x < W && eep_epk_is_gin(p, (int)threadIdx.x)) {
+        ncclGin gin(eep_epk_gin_dc(p), 0);
+
+        gin.signal(ncclTeamWorld(eep_epk_gin_dc(p)), (int)threadIdx.x,
+                   ncclGin_SignalInc{ (ncclGinSignal_t)(eep_epk_gin(p).sig0 + 2 * W + p.rank) });
+    } else
+#endif
+        if (blockIdx.x == 0 && (int)threadIdx.x < W) {
         unsigned long long *slot = (unsigned long long *)(peer_base[threadIdx.x] + p.counts_off +
                                                           ((unsigned long long)p.rank * 2 +
                                                            parity) *
@@ -628,6 +648,28 @@ __device__ __forceinline__ void eep_epc_body(const eep_epk_params_t &p)
     }
 
     eep_epk_stamp(p, 1);
+#if EEP_EPK_GIN
+    /* Hybrid: the last block done with the expert side puts every GIN peer's partials (and its
+       signal); every block then waits for each GIN peer's signal of this call before its
+       source side reads their rows (which then read as if stored over NVLink). */
+    if (p.gin_mask != 0) {
+        const bool fwd = eep_epk_fwd_on(p);
+
+        if (eep_epk_gin_last(p, EEP_EPK_CTL_CGIN, parity, (int)gridDim.x) &&
+            !(fwd ? eep_epk_fwd_combine(p, seq, parity, region0, &block_failed)
+                  : eep_epk_gin_combine_puts(p, region0, &block_failed))) {
+            return;
+        }
+        /* the signals come from the peers that put the rows: each GIN peer, or with forwarding
+           the rail peers (the forwarders of this rank's tokens) */
+        eep_epk_gin_wait_mask(p, fwd ? eep_epk_rail_mask(p) : p.gin_mask, eep_epk_gin(p).sig0 + W,
+                              seq, EEP_PHASE_EP_COMBINE, &block_failed);
+        __syncthreads();
+        if (*(volatile int *)&block_failed) {
+            return;
+        }
+    }
+#endif
     /* Source side: `tsplit` warps per token (as many as the grid has for few tokens), each
        summing its slice of the units: this rank's own partial computed here from its rows (the
        handle's record of the token at its slot) when own_at_source, the others as they land
@@ -671,7 +713,19 @@ __device__ __forceinline__ void eep_epc_body(const eep_epk_params_t &p)
 
     eep_epk_stamp(p, 2);
     /* Every peer started this combine (so none can be two calls ahead: docs/dispatch.md 3). */
-    if (blockIdx.x == 0) {
+#if EEP_EPK_GIN
+    if (blockIdx.x == 0 && p.gin_mask != 0) { /* GIN peers signal, the others store the word */
+        eep_epk_gin_wait_peers(p, eep_epk_gin(p).sig0 + 2 * W, seq, EEP_PHASE_EP_COMBINE,
+                               &block_failed);
+        if ((int)threadIdx.x < W && !eep_epk_is_gin(p, (int)threadIdx.x)) {
+            eep_epk_wait_slot_words_one(p, peer_base[p.rank] + p.counts_off, parity,
+                                        EEP_EPK_SLOT_CDONE, seq, EEP_PHASE_EP_COMBINE,
+                                        &block_failed);
+        }
+        __syncthreads();
+    } else
+#endif
+        if (blockIdx.x == 0) {
         (void)eep_epk_wait_slots(p, peer_base[p.rank] + p.counts_off, parity, EEP_EPK_SLOT_CDONE,
                                  seq, EEP_PHASE_EP_COMBINE, &block_failed);
     }

@@ -48,8 +48,23 @@
 #include "dispatch_route.cuh"
 #include "dispatch_send.cuh"
 #include "ep_common.cuh"
+#include "ep_gin.cuh"
 
 #ifdef __CUDACC__
+
+/* Peer @p d's count slot (parity @p parity) as the counter writes it: in the peer's window, or,
+   for a GIN peer (hybrid), in this rank's staging, put to the peer by eep_epk_gin_dispatch_puts. */
+__device__ __forceinline__ unsigned long long *
+eep_epk_count_slot(const eep_epk_params_t &p, unsigned char *const *peer_base, int d, int parity)
+{
+#if EEP_EPK_GIN
+    if (eep_epk_is_gin(p, d)) {
+        return (unsigned long long *)(peer_base[p.rank] + eep_epk_gin_slot_stage(p, d));
+    }
+#endif
+    return (unsigned long long *)(peer_base[d] + p.counts_off +
+                                  ((unsigned long long)p.rank * 2 + parity) * p.slot_bytes);
+}
 
 /*
  * Blocks [0, S) send (S = p.send_blocks): block b owns tokens [b*C, (b+1)*C), C = ceil(T / S).
@@ -81,11 +96,26 @@ __device__ __forceinline__ void eep_epk_dispatch(const eep_epk_params_t &p)
                             : *(volatile unsigned long long *)ctl_seq >> 32;
     }
     for (int d = threadIdx.x; d < W; d += blockDim.x) {
-        peer_base[d] = eep_epk_peer(p, 0, d);
+        peer_base[d] = eep_epk_peer_base(p, d);
     }
     __syncthreads();
     const unsigned long long seq    = sh_seq;
     const int                parity = (int)(seq & 1ull);
+#if EEP_EPK_GIN
+    /* Hybrid: a GIN peer's records go to this rank's staging, laid out as the peer's receive
+       region for this rank (the senders' `peer_base[d] + my_region + slot` lands there). */
+    if (Phase == 0 && p.gin_mask != 0) {
+        const unsigned long long mr = p.drecv_off +
+                                      (unsigned long long)(parity * W + p.rank) * p.drecv_region;
+
+        for (int d = threadIdx.x; d < W; d += blockDim.x) {
+            if (eep_epk_is_gin(p, d)) {
+                peer_base[d] = peer_base[p.rank] + eep_epk_gin_rec_stage(p, d) - mr;
+            }
+        }
+        __syncthreads();
+    }
+#endif
 
     eep_epk_stamp(p, 0);
     if (Phase == 1) {
@@ -338,10 +368,7 @@ __device__ __forceinline__ void eep_epk_dispatch(const eep_epk_params_t &p)
             }
             eep_epk_stamp(p, 1);
             for (int d = 0; d < W; d++) {
-                unsigned long long *slot = (unsigned long long *)(peer_base[d] + p.counts_off +
-                                                                  ((unsigned long long)p.rank * 2 +
-                                                                   parity) *
-                                                                      p.slot_bytes);
+                unsigned long long *slot = eep_epk_count_slot(p, peer_base, d, parity);
                 for (int e = threadIdx.x; e < El; e += blockDim.x) {
                     slot[EEP_EPK_SLOT_COUNTS + e] = (seq << 32) | (unsigned)base[d * El + e];
                 }
@@ -350,10 +377,7 @@ __device__ __forceinline__ void eep_epk_dispatch(const eep_epk_params_t &p)
         }
         if ((int)threadIdx.x < W) {
             const int           d    = threadIdx.x;
-            unsigned long long *slot = (unsigned long long *)(peer_base[d] + p.counts_off +
-                                                              ((unsigned long long)p.rank * 2 +
-                                                               parity) *
-                                                                  p.slot_bytes);
+            unsigned long long *slot = eep_epk_count_slot(p, peer_base, d, parity);
             /* a release store: after the __syncthreads, it orders every count word above */
             eep_epk_st_release(p, slot + EEP_EPK_SLOT_TOKENS,
                                (seq << 32) | (Mode != EEP_EPK_CACHED ? (unsigned)base[E + d] : 0u));
@@ -362,6 +386,24 @@ __device__ __forceinline__ void eep_epk_dispatch(const eep_epk_params_t &p)
     }
 
     eep_epk_stamp(p, 2);
+#if EEP_EPK_GIN
+    /* Hybrid: the last of the senders and the counter puts everything for the GIN peers; the
+       expanders (and CPU_SYNC's publisher) first wait for every GIN peer's signal of this call,
+       after which its count slot and records read as if stored over NVLink. */
+    if (p.gin_mask != 0) {
+        if ((int)blockIdx.x <= S && eep_epk_gin_last(p, EEP_EPK_CTL_DGIN, parity, S + 1) &&
+            !eep_epk_gin_dispatch_puts(p, seq, parity, &block_failed)) {
+            return;
+        }
+        const bool expands = Mode != EEP_EPK_CPU_SYNC ? (int)blockIdx.x >= S : (int)blockIdx.x == S;
+        /* with forwarding (lsaSize > 1) every record and count word arrives over NVLink from
+           a forwarder of this node, tagged as a sender's: nothing to wait for here */
+        if (expands && !eep_epk_fwd_on(p) &&
+            !eep_epk_gin_wait(p, eep_epk_gin(p).sig0, seq, EEP_PHASE_EP_DISPATCH, &block_failed)) {
+            return;
+        }
+    }
+#endif
     if ((int)blockIdx.x >= S && Mode != EEP_EPK_CPU_SYNC) {
         eep_epk_expand<Mode, LL>(p, seq, (int)blockIdx.x - S, G - S, dyn, csm, &block_failed);
     } else if ((int)blockIdx.x == S && Mode == EEP_EPK_CPU_SYNC) {

@@ -119,10 +119,20 @@ __device__ __forceinline__ void eep_epk_st_release(const eep_epk_params_t &p, un
     }
 }
 
+/* World rank @p peer's window at @p off, through its LSA pointer: a peer of this node (its LSA
+   index is peer - p.lsa_base; direct mode: lsa_base 0, every rank a peer). */
 __device__ __forceinline__ unsigned char *eep_epk_peer(const eep_epk_params_t &p,
                                                        unsigned long long off, int peer)
 {
-    return (unsigned char *)ncclGetLsaPointer((ncclWindow_t)p.window, (size_t)off, peer);
+    return (unsigned char *)ncclGetLsaPointer((ncclWindow_t)p.window, (size_t)off,
+                                              peer - p.lsa_base);
+}
+
+/* The pointer base of world rank @p d for the senders: its window through LSA, or null for a
+   peer on another node (bit d of p.gin_mask: reached over GIN, kernels/ep/ep_gin.cuh). */
+__device__ __forceinline__ unsigned char *eep_epk_peer_base(const eep_epk_params_t &p, int d)
+{
+    return ((p.gin_mask >> (unsigned)d) & 1u) ? nullptr : eep_epk_peer(p, 0, d);
 }
 
 __device__ __forceinline__ void eep_epk_copy4(void *dst, const void *src, unsigned bytes,
@@ -163,15 +173,14 @@ __device__ __forceinline__ eep_wait_ctx eep_epk_wait_ctx(const eep_epk_params_t 
                              EEP_EPK_ABORT_CHECK_NS);
 }
 
-/* Wait, by the first world threads of the block (no block sync), until word @p idx of every
-   peer's slot carries @p seq. */
-__device__ __forceinline__ void eep_epk_wait_slot_words(const eep_epk_params_t &p,
-                                                        const unsigned char *my_counts, int parity,
-                                                        int idx, unsigned long long seq, int phase,
-                                                        int *block_failed)
+/* Wait, by thread threadIdx.x (< world), until word @p idx of peer threadIdx.x's slot carries
+   @p seq (no block sync). */
+__device__ __forceinline__ void
+eep_epk_wait_slot_words_one(const eep_epk_params_t &p, const unsigned char *my_counts, int parity,
+                            int idx, unsigned long long seq, int phase, int *block_failed)
 {
     const eep_wait_ctx w = eep_epk_wait_ctx(p, block_failed);
-    if ((int)threadIdx.x < EEP_EPK_W(p)) {
+    {
         const unsigned long long
             *word = (const unsigned long long *)(my_counts +
                                                  ((unsigned long long)threadIdx.x * 2 + parity) *
@@ -191,6 +200,18 @@ __device__ __forceinline__ void eep_epk_wait_slot_words(const eep_epk_params_t &
                 seq << 32, phase, (int)threadIdx.x)) {
             eep_epk_fence_acquire(p); /* a caller that reads on syncs the block after this */
         }
+    }
+}
+
+/* Wait, by the first world threads of the block (no block sync), until word @p idx of every
+   peer's slot carries @p seq. */
+__device__ __forceinline__ void eep_epk_wait_slot_words(const eep_epk_params_t &p,
+                                                        const unsigned char *my_counts, int parity,
+                                                        int idx, unsigned long long seq, int phase,
+                                                        int *block_failed)
+{
+    if ((int)threadIdx.x < EEP_EPK_W(p)) {
+        eep_epk_wait_slot_words_one(p, my_counts, parity, idx, seq, phase, block_failed);
     }
 }
 
@@ -277,6 +298,8 @@ __device__ __forceinline__ unsigned long long eep_epk_begin(const eep_epk_params
         const unsigned other = (unsigned)((seq & 1ull) ^ 1ull);
 
         *(volatile unsigned int *)(p.ctl + work_off + 4u * other) = 0u;
+        /* the hybrid kernels' GIN ticket of that parity (EEP_EPK_CTL_DGIN/CGIN = work + 16) */
+        *(volatile unsigned int *)(p.ctl + work_off + 16u + 4u * other) = 0u;
         atomicAdd(word, (1ull << 32) - (unsigned long long)gridDim.x);
     }
     return seq;

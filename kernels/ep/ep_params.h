@@ -72,6 +72,13 @@
 #define EEP_EPK_CTL_CSEQ  16 /* u64: (combine sequence << 32) | combine blocks started */
 #define EEP_EPK_CTL_DWORK 32 /* u32[2], by parity: next received record a dispatch copier takes */
 #define EEP_EPK_CTL_CWORK 40 /* u32[2], by parity: next record the combine's expert side takes */
+/* hybrid (kernels/ep/ep_gin.cuh): per-parity tickets of the blocks done before the GIN puts (the
+   last takes them; zeroed for the next call as the work counters are), and the puts issued so
+   far (the local-completion counters' targets; only the block that puts touches them) */
+#define EEP_EPK_CTL_DGIN  48 /* u32[2] */
+#define EEP_EPK_CTL_CGIN  56 /* u32[2] */
+#define EEP_EPK_CTL_DPUTS 64 /* u64 */
+#define EEP_EPK_CTL_CPUTS 72 /* u64 */
 
 typedef struct eep_epk_params {
     /* identity and shape */
@@ -139,12 +146,43 @@ typedef struct eep_epk_params {
     unsigned long long y_grad, topk_grad;
     unsigned int       crow_tag;
     int                combine_flags;
+
+    /* hybrid mode (the EEP_EPK_GIN variants, kernels/ep/ep_gin.cuh); 0 in direct mode */
+    int                lsa_base;   /* world rank of this node's LSA index 0 (ranks node-major) */
+    unsigned int       gin_mask;   /* bit d: world rank d is reached over GIN (another node) */
+    unsigned long long gin;        /* device address of the eep_epk_gin_t, or 0 */
+    unsigned long long gstage_off; /* window offset of the GIN send staging (eep_epk_gin_*_stage) */
+    /* hybrid with forwarding (lsaSize > 1): what this rank forwarded for each source node (its
+       handle's; the combine relays the partials back along the same tokens) */
+    unsigned long long h_fwd_n;   /* [world] tokens forwarded from source node n */
+    unsigned long long h_fwd_tok; /* [world * max_tokens] their token indices */
+    unsigned long long h_fwd_dm;  /* [world * max_tokens] their destination masks */
 } eep_epk_params_t;
 
 /* combine_flags */
 #define EEP_EPK_COMBINE_UNWEIGHTED 1 /* every weight 1: the rows summed as they are */
 
+/*
+ * What the hybrid kernels need of NCCL's GIN, in device memory (elastic/ep/ep.c fills it once per
+ * runtime): the device communicator and where this runtime's EP signals and counters start.
+ * Signals, all SignalInc, one per call and peer, never reset (a fresh dev comm starts them at 0,
+ * as a fresh window starts the call sequence): sig0 + s, dispatch of call n from rank s landed
+ * (its records and count slot: the signal rides on the count slot's put, after them on the same
+ * context) once it reads >= n; sig0 + W + s, the combine's partials from s; sig0 + 2 W + s, s
+ * started combine n (the handshake).  Counters (local completion): ctr0 the dispatch's puts,
+ * ctr0 + 1 the combine's.
+ */
+typedef struct eep_epk_gin {
+    eep_devcomm_blob_t devcomm; /* ncclDevComm */
+    int                sig0, ctr0;
+    int                lsa_size, nodes;
+} eep_epk_gin_t;
+
+#define EEP_EPK_GIN_SIGNALS(world) (3 * (world)) /* signals a hybrid runtime asks for */
+#define EEP_EPK_GIN_COUNTERS       2
+
 EEP_LAYOUT_ASSERT(sizeof(void *) == 8, "64-bit pointers");
-EEP_LAYOUT_ASSERT(sizeof(eep_epk_params_t) == 400, "eep_epk_params_t size");
+EEP_LAYOUT_ASSERT(sizeof(eep_epk_params_t) == 448, "eep_epk_params_t size");
+EEP_LAYOUT_ASSERT(sizeof(eep_epk_gin_t) == EEP_DEVCOMM_BYTES + 16, "eep_epk_gin_t size");
 
 #endif /* EEP_KERNELS_EP_PARAMS_H */

@@ -23,6 +23,13 @@
  */
 #include "tests/emu/ep_kernel_shim.h"
 
+/* EEP_EMU_LSA (the hybrid builds): ranks in nodes of EEP_EMU_LSA GPUs, peers of another node
+   reached over the GIN model (tests/emu/gin_model.h) by the kernels' EEP_EPK_GIN variants. */
+#ifdef EEP_EMU_LSA
+#define EEP_EPK_GIN 1
+#include "tests/emu/gin_model.h"
+#endif
+
 #include "kernels/ep/combine.cuh"
 #include "kernels/ep/dispatch.cuh"
 #include "tests/common/ep_reference.h"
@@ -47,6 +54,12 @@
 #define W EEP_EPK_FIXED_W
 #ifndef LIMIT_S
 #define LIMIT_S 240 /* s, for the whole grid of one launch, both ranks */
+#endif
+
+#ifdef EEP_EMU_LSA
+#define L EEP_EMU_LSA
+static_assert(W % L == 0 && W / L >= 2, "a hybrid build has at least two nodes");
+static eep_gin_model *g_net; /* this case's network (in the shared mapping) */
 #endif
 
 static unsigned char *g_mem;
@@ -106,6 +119,27 @@ static bool launch(body_fn fn, eep_epk_params_t *p, unsigned G, size_t dyn, cons
     bool               ok    = true;
 
     fflush(stdout);
+#ifdef EEP_EMU_LSA
+    std::vector<pid_t> nets; /* every rank's network, a silent one's too (it posts nothing) */
+    g_net->stop = 0;
+    for (int r = 0; r < W; r++) {
+        pid_t pid = fork();
+
+        if (pid == 0) {
+            eep_gin_model_network(g_net, r);
+            _exit(0);
+        }
+        nets.push_back(pid);
+    }
+    auto stop_nets = [&nets]() {
+        int st;
+
+        g_net->stop = 1;
+        for (pid_t q : nets) {
+            waitpid(q, &st, 0);
+        }
+    };
+#endif
     for (int r = 0; r < nranks; r++) {
         for (unsigned b = 0; b < G; b++) {
             pid_t pid = fork();
@@ -123,6 +157,13 @@ static bool launch(body_fn fn, eep_epk_params_t *p, unsigned G, size_t dyn, cons
         pid_t pid = waitpid(-1, &st, WNOHANG);
 
         if (pid > 0) {
+#ifdef EEP_EMU_LSA
+            if (std::find(nets.begin(), nets.end(), pid) != nets.end()) {
+                printf("%s: a network process ended early (status %d)\n", what, st);
+                ok = false;
+                continue;
+            }
+#endif
             left--;
             if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
                 printf("%s: a block process failed (status %d)\n", what, st);
@@ -133,6 +174,11 @@ static bool launch(body_fn fn, eep_epk_params_t *p, unsigned G, size_t dyn, cons
             for (pid_t q : pids) {
                 kill(q, SIGKILL);
             }
+#ifdef EEP_EMU_LSA
+            for (pid_t q : nets) {
+                kill(q, SIGKILL);
+            }
+#endif
             while (waitpid(-1, &st, 0) > 0) {
             }
             return false;
@@ -140,6 +186,9 @@ static bool launch(body_fn fn, eep_epk_params_t *p, unsigned G, size_t dyn, cons
             usleep(20000);
         }
     }
+#ifdef EEP_EMU_LSA
+    stop_nets(); /* every put of the launch delivered before the test reads */
+#endif
     return ok;
 }
 
@@ -252,9 +301,25 @@ static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, i
     g_used = 0;
     memset(g_mem, 0, g_high); /* what earlier cases wrote (pages past it are still zero) */
     eep_shim_window *win = (eep_shim_window *)shm_alloc(sizeof(eep_shim_window));
+#ifdef EEP_EMU_LSA
+    /* each rank's window past the direct layout: the GIN send staging (kernels/ep/ep_gin.cuh) */
+    const size_t stage = eep_ep_gin_stage_bytes(&s, L);
+    g_net              = (eep_gin_model *)shm_alloc(sizeof(eep_gin_model));
+    g_net->nranks      = W;
+    eep_shim_window *node_win[W / L];
+    for (int n = 0; n < W / L; n++) {
+        node_win[n] = (eep_shim_window *)shm_alloc(sizeof(eep_shim_window));
+    }
+    for (int r = 0; r < W; r++) {
+        win->base[r]                 = (unsigned char *)shm_alloc(z.total_bytes + stage);
+        g_net->base[r]               = win->base[r];
+        node_win[r / L]->base[r % L] = win->base[r]; /* LSA index = local index */
+    }
+#else
     for (int r = 0; r < W; r++) {
         win->base[r] = (unsigned char *)shm_alloc(z.total_bytes);
     }
+#endif
     const int    sw  = 2; /* order-mask warps: a small budget, like a large E would give */
     const size_t dyn = (size_t)(1 + 2 * sw) * NC * 4;
     std::vector<uint16_t *> out(W), out_ref(W), y(W);
@@ -275,9 +340,26 @@ static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, i
             printf("%s: eep_ep_params_layout failed\n", name);
             return 1;
         }
-        q.num_tokens  = n;
-        q.scan_warps  = sw;
-        q.window      = win;
+        q.num_tokens = n;
+        q.scan_warps = sw;
+        q.window     = win;
+#ifdef EEP_EMU_LSA
+        {
+            eep_epk_gin_t *g  = (eep_epk_gin_t *)shm_alloc(sizeof(eep_epk_gin_t));
+            ncclDevComm    dc = { r, W, r % L, L, 1, 0, g_net };
+
+            memcpy(&g->devcomm, &dc, sizeof(dc));
+            g->sig0      = 5; /* not 0: the kernels must add it */
+            g->ctr0      = 3;
+            g->lsa_size  = L;
+            g->nodes     = W / L;
+            q.window     = node_win[r / L];
+            q.lsa_base   = r / L * L;
+            q.gin_mask   = (W == 32 ? ~0u : (1u << W) - 1u) & ~(((1u << L) - 1u) << q.lsa_base);
+            q.gin        = U(g);
+            q.gstage_off = z.total_bytes;
+        }
+#endif
         q.fault       = (eep_fault_page_t *)shm_alloc(sizeof(eep_fault_page_t));
         q.fault_claim = (unsigned int *)shm_alloc(4);
         q.timeout_ns  = (fault == FAULT_SILENT_PEER || fault == FAULT_DUP_ID ? 2ull : 200ull) *
@@ -309,6 +391,9 @@ static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, i
         q.h_recv_ord        = U(shm_alloc((size_t)W * T * 4));
         q.h_recv_rows       = U(shm_alloc((size_t)W * T * K * 4));
         q.h_recv_w          = U(shm_alloc((size_t)W * T * K * 4));
+        q.h_fwd_n           = U(shm_alloc((size_t)W * 4));
+        q.h_fwd_tok         = U(shm_alloc((size_t)W * T * 4));
+        q.h_fwd_dm          = U(shm_alloc((size_t)W * T * 4));
         q.chunk_totals      = U(shm_alloc((size_t)EEP_EPK_MAX_SEND_BLOCKS * NC * 4));
         q.chunk_flags       = U(shm_alloc((size_t)EEP_EPK_MAX_SEND_BLOCKS * 8));
         y[r]                = (uint16_t *)shm_alloc((size_t)rows * H * 2);
@@ -576,6 +661,26 @@ static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, i
             }
         }
     }
+#ifdef EEP_EMU_LSA
+    /* with forwarding (L > 1) the last dispatch's forwarders remembered what they stored for
+       each other node (the combine relays along it): some rank forwarded tokens */
+    if (L > 1) {
+        long long forwarded = 0;
+
+        for (int r = 0; r < W; r++) {
+            for (int n = 0; n < W / L; n++) {
+                forwarded += ((const int32_t *)p[r].h_fwd_n)[n];
+            }
+        }
+        check(forwarded > 0 || gating == GATING_HOTSPOT, "tokens forwarded", 0, forwarded);
+    }
+    /* the GIN legs ran: every rank put records, partials and count slots, and signalled */
+    for (int r = 0; r < W; r++) {
+        check(g_net->puts[r] > 0, "GIN puts of the rank", r, (long long)g_net->puts[r]);
+        check(g_net->signals_only[r] >= (unsigned long long)pairs * (W - L),
+              "GIN bare signals (combine) of the rank", r, (long long)g_net->signals_only[r]);
+    }
+#endif
     for (int r = 0; r < W; r++) {
         eep_ref_input_free(&in[r]);
         eep_ref_recv_free(&rr[r]);
@@ -599,6 +704,36 @@ int main(void)
         perror("mmap");
         return 1;
     }
+#ifdef EEP_EMU_LSA
+    /* The hybrid builds (issue 23): the same checks, the cases the issue lists.  Every record,
+       count slot and partial of a peer on another node goes through the GIN model, whose
+       payloads land 2 ms late and tail first: a kernel that reads before the signal fails. */
+    printf("hybrid: %d nodes x %d GPUs, top-k %d\n", W / L, L, EEP_EPK_FIXED_K);
+    eep_shim_slow_rank = 1;
+    fails += run_case("hybrid no-cpu-sync bf16, slow sender", EEP_EPK_NO_CPU_SYNC, EEP_DTYPE_BF16,
+                      0, 3);
+    fails += run_case("hybrid cached fp8, slow sender", EEP_EPK_CACHED, EEP_DTYPE_FP8_E4M3, 0, 3);
+    fails += run_case("hybrid cpu-sync bf16, slow sender", EEP_EPK_CPU_SYNC, EEP_DTYPE_BF16, 0, 3);
+    eep_shim_slow_rank = -1;
+    fails += run_case("hybrid cpu-sync fp8", EEP_EPK_CPU_SYNC, EEP_DTYPE_FP8_E4M3, 0, 2);
+    fails += run_case("hybrid masked lanes (30% -1)", EEP_EPK_NO_CPU_SYNC, EEP_DTYPE_BF16, 0, 2,
+                      FAULT_NONE, GATING_MASKED);
+    fails += run_case("hybrid hotspot: every token to expert 0 only", EEP_EPK_CPU_SYNC,
+                      EEP_DTYPE_FP8_E4M3, 0, 2, FAULT_NONE, GATING_HOTSPOT);
+    fails += run_case("hybrid rank 1 has no tokens", EEP_EPK_CACHED, EEP_DTYPE_BF16, 0, 3,
+                      FAULT_NONE, GATING_SILENT_RANK);
+    fails += run_case("hybrid cached bf16, 40 tokens, plain records and rows", EEP_EPK_CACHED,
+                      EEP_DTYPE_BF16, 40, 3, FAULT_NONE, GATING_BALANCED,
+                      EEP_EP_DISPATCH_LINES_MAX_TOKENS + 1);
+    fails += run_case("hybrid bad expert id", EEP_EPK_NO_CPU_SYNC, EEP_DTYPE_BF16, 0, 1,
+                      FAULT_BAD_ID);
+    fails += run_case("hybrid silent peer", EEP_EPK_NO_CPU_SYNC, EEP_DTYPE_BF16, 0, 1,
+                      FAULT_SILENT_PEER);
+    fails += run_case("hybrid silent peer, cached", EEP_EPK_CACHED, EEP_DTYPE_BF16, 0, 1,
+                      FAULT_SILENT_PEER);
+    printf("%d passed, %d failed, %d skipped\n", g_cases - fails, fails, g_skipped);
+    return fails == 0 ? 0 : 1;
+#endif
     /* rank 1's senders slow: the records of the others' copies land late */
     eep_shim_slow_rank = W > 1 ? 1 : 0; /* one rank: its own senders (its copies wait) */
     fails += run_case("no-cpu-sync bf16, slow sender", EEP_EPK_NO_CPU_SYNC, EEP_DTYPE_BF16, 0, 3);

@@ -4,7 +4,8 @@
  * index width x mode (x phase for CPU_SYNC's copy kernel), and combine; generic (shape read from
  * the parameters) and with a shape compiled in (EEP_EPK_FIXED_*, as ep.c compiles them: the
  * issue's bf16 K 8 on 2 ranks, an fp8 K 6 on 8 ranks in every mode, and bf16 K 8 on 32 ranks,
- * the most direct mode takes).  Needs NVRTC, not a GPU; skips when NVRTC cannot be loaded.
+ * the most direct mode takes); and the hybrid variants (EEP_EPK_GIN=1) with nvcc.  Needs NVRTC and
+ * nvcc, not a GPU; skips when NVRTC cannot be loaded.
  */
 #include <elf.h>
 #include <setjmp.h>
@@ -168,6 +169,41 @@ static void test_compile_all(void **state)
 }
 
 /*
+ * The hybrid variants (EEP_EPK_GIN=1, kernels/ep/ep_gin.cuh) through the JIT as elastic/ep/ep.c
+ * asks for them: needs_gin, so auto picks nvcc (NVRTC cannot compile NCCL 2.28.9's GIN headers),
+ * the round's shape (make gpu-hybrid: bf16, top-k 8, H 2048, 4 ranks): the no-cpu-sync dispatch,
+ * CPU_SYNC's copy kernel and the combine; a second compile of each is a cache hit (the warm
+ * path: no compiler).  ~1 minute of nvcc here.
+ */
+static void test_compile_hybrid(void **state)
+{
+    static const eep_ep_shape_t bf16_k8_w4 = {
+        .world = 4, .max_tokens = 256, .hidden = 2048, .num_topk = 8, .dtype = EEP_DTYPE_BF16
+    };
+    static const int variants[][4] = { /* combine, index bits, mode, phase */
+                                       { 0, 64, EEP_EPK_NO_CPU_SYNC, 0 },
+                                       { 0, 64, EEP_EPK_CPU_SYNC, 1 },
+                                       { 1, 0, 0, 0 }
+    };
+    eep_jit_params_t params = { .size = sizeof(params), .cache_dir = cache_dir };
+    eep_jit_t       *jit    = NULL;
+
+    (void)state;
+    assert_int_equal(eep_jit_create(&params, &jit), EEP_OK);
+    for (size_t i = 0; i < sizeof(variants) / sizeof(variants[0]); i++) {
+        eep_ep_kernel_names_t names;
+        eep_jit_spec_t        spec;
+        eep_jit_info_t        info;
+
+        eep_ep_kernel_spec_mode(variants[i][0], variants[i][1], variants[i][2], variants[i][3], 1,
+                                &bf16_k8_w4, &names, &spec);
+        assert_int_equal(spec.needs_gin, 1);
+        ep_jit_compile_check(jit, &spec, &info); /* its second compile is a cache hit */
+    }
+    eep_jit_destroy(jit);
+}
+
+/*
  * The shrink prefetch (EEP_EP_PREFETCH_SHRINK, elastic/ep/ep.c): after a kernel is built for 3
  * ranks, eep_ep_prefetch_shrink queues it for 2; the kernel a 2-rank survivor then asks for (its
  * spec built afresh, as ep.c builds it) is a cache hit and runs no compiler.  1 rank: nothing.
@@ -218,6 +254,7 @@ static void test_shrink_prefetch(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = { cmocka_unit_test(test_compile_all),
+                                        cmocka_unit_test(test_compile_hybrid),
                                         cmocka_unit_test(test_shrink_prefetch) };
     int                     rc      = ep_jit_test_begin(cache_dir);
 

@@ -22,3 +22,11 @@ gin-gpu-test: check-cuda $(GIN_PLUGIN_SO) $(GIN_GPU_TEST)
 # $OUT (else $(BUILD)/gin-round) only summary.txt and one combined log per run.
 gpu-gin: gin-gpu-test $(BUILD)/tests/gpu/test_one_gpu_runtime
 	@BUILD=$(BUILD) scripts/gin-round.sh
+
+# make gpu-hybrid: issue 23's round (hybrid dispatch/combine at N = 2, 4, 8 ranks on one GPU, the
+# NCCL baseline over the same plugin, a rank killed or stopped mid-call): scripts/gin-round.sh's
+# hybrid part, results in $OUT/summary.txt (else $(BUILD)/gin-round/).
+.PHONY: gpu-hybrid
+gpu-hybrid: gin-gpu-test $(BUILD)/tests/gpu/test_one_gpu_runtime $(BUILD)/bin/eep-bench \
+            $(BUILD)/tests/gpu/test_ep $(BUILD)/tests/gpu/test_ep_hybrid
+	@BUILD=$(BUILD) GIN_ROUND_PARTS=hybrid scripts/gin-round.sh
