@@ -162,7 +162,11 @@ case " $parts " in *" hybrid "*)
     # N processes share the GPU's 132 SMs and their kernels wait for one another: every block of
     # every rank must be resident at once, so each rank takes 4 sending + 8 copying blocks (8 x
     # 12 = 96 at N = 8; a rank that filled the GPU would keep the others' blocks from starting)
-    export EEP_EP_NUM_SMS=${EEP_EP_NUM_SMS:-4} EEP_EP_COPY_SMS=${EEP_EP_COPY_SMS:-8}
+    # (EEP_EP_NUM_SMS is the call's whole budget: 12 = 4 sending + the 8 EEP_EP_COPY_SMS copying)
+    export EEP_EP_NUM_SMS=${EEP_EP_NUM_SMS:-12} EEP_EP_COPY_SMS=${EEP_EP_COPY_SMS:-8}
+    # GIN_ROUND_HY_CASES: a subset of the runs below by name suffix (e.g. "no-cpu-sync
+    # kill-dispatch"), for a device call that must be short; default all
+    want() { [ -z "${GIN_ROUND_HY_CASES:-}" ] || case " $GIN_ROUND_HY_CASES " in *" $1 "*) true ;; *) false ;; esac; }
     # eep-bench ep: one rank of the cluster's job per process (no --nranks); rank 0 prints the
     # table, whose rows go to the summary labelled as the test transport's speed
     bench() {
@@ -176,16 +180,19 @@ case " $parts " in *" hybrid "*)
     }
     for n in ${GIN_ROUND_HY_RANKS:-2 4 8}; do
         common=(--tokens 256 --hidden 2048 --topk 8 --align 16)
-        bench "$n" "hy-n$n-no-cpu-sync" "${common[@]}" --mode no-cpu-sync --dtype bf16
-        bench "$n" "hy-n$n-cpu-sync-hotspot" "${common[@]}" --mode cpu-sync --gating hotspot
-        bench "$n" "hy-n$n-cached-silent" "${common[@]}" --mode cached --gating silent
-        bench "$n" "hy-n$n-fp8-masked" "${common[@]}" --mode no-cpu-sync --dtype fp8 \
-            --gating masked
-        EEP_GIN=require run "hy-n$n-test_ep" "$out/hybrid.log" "$n" "$hy_limit" mps -- \
-            "$build/tests/gpu/test_ep"
+        ! want no-cpu-sync ||
+            bench "$n" "hy-n$n-no-cpu-sync" "${common[@]}" --mode no-cpu-sync --dtype bf16
+        ! want cpu-sync-hotspot ||
+            bench "$n" "hy-n$n-cpu-sync-hotspot" "${common[@]}" --mode cpu-sync --gating hotspot
+        ! want cached-silent ||
+            bench "$n" "hy-n$n-cached-silent" "${common[@]}" --mode cached --gating silent
+        ! want fp8-masked || bench "$n" "hy-n$n-fp8-masked" "${common[@]}" --mode no-cpu-sync \
+            --dtype fp8 --gating masked
+        ! want test_ep || EEP_GIN=require run "hy-n$n-test_ep" "$out/hybrid.log" "$n" \
+            "$hy_limit" mps -- "$build/tests/gpu/test_ep"
         for k in "kill dispatch" "stop combine"; do
-            EEP_GIN=require EEP_TIMEOUT_MS=4000 run "hy-n$n-${k// /-}" "$out/hybrid.log" "$n" \
-                "$hy_limit" mps -- "$build/tests/gpu/test_ep_hybrid" $k
+            ! want "${k// /-}" || EEP_GIN=require EEP_TIMEOUT_MS=4000 run "hy-n$n-${k// /-}" \
+                "$out/hybrid.log" "$n" "$hy_limit" mps -- "$build/tests/gpu/test_ep_hybrid" $k
         done
         # the transport each rank's runtime chose (eep_ep_transport): hybrid everywhere
         say "    hy-n$n transport: $(grep -h -o -E 'ours: [a-z]+ mode|PASS transport [^:]*: [a-z]+' \
