@@ -30,12 +30,16 @@
 
 #include "eep/eep.h"
 #include "elastic/ep/ep_handle.h"
+#include "elastic/ep/ep_knobs.h"
 #include "elastic/ep/ep_sm_model.h"
+#include "util/config.h"
 #include "util/log.h"
 #include "elastic/gpu/nccl_util.h"
 #include "bench/kernels/baseline_params.h"
 #include "kernels/ep/ep_params.h"
 #include "tests/common/ep_reference.h"
+
+static const eep_ep_config_t *eep_bench_ep_knobs(void);
 
 typedef struct {
     int               nranks;   /* > 0: fork this many local ranks */
@@ -1115,8 +1119,9 @@ static eep_status_t run_ours(eep_bench_ctx_t *ctx, const bench_opts_t *o, const 
     hbm_bytes(s, in, ctx->rank, o->layout, &res->dispatch_hbm, &res->combine_hbm);
     res->sms      = h->num_sms;
     res->copy_sms = h->copy_sms;
-    res->budget   = o->num_sms;
-    res->ran      = 1;
+    /* the budget in force: the call's, else the knob's (EEP_EP_NUM_SMS), else none */
+    res->budget = o->num_sms > 0 ? o->num_sms : (int)eep_bench_ep_knobs()->num_sms;
+    res->ran    = 1;
 out:
     if (status != EEP_OK && res->why[0] == '\0') {
         snprintf(res->why, sizeof(res->why), "%s", eep_status_string(status));
@@ -1141,11 +1146,25 @@ out:
     return status;
 }
 
+/* The ep knobs as this process sees them (loaded once). */
+static const eep_ep_config_t *eep_bench_ep_knobs(void)
+{
+    static eep_ep_config_t cfg;
+    static int             loaded;
+
+    if (!loaded) {
+        if (eep_config_load(&eep_ep_knob_table, &cfg) != EEP_OK) {
+            memset(&cfg, 0, sizeof(cfg));
+        }
+        loaded = 1;
+    }
+    return &cfg;
+}
+
 /* The link rate of the floor: EEP_EP_LINK_GBPS when set, else the model's H200 default. */
 static double eep_bench_link_gbps(void)
 {
-    const char *v = getenv("EEP_EP_LINK_GBPS");
-    double      g = v != NULL ? atof(v) : 0.0;
+    const double g = eep_bench_ep_knobs()->link_gbps;
 
     return g > 0.0 ? g : EEP_EP_DEFAULT_LINK_GBPS;
 }

@@ -108,7 +108,7 @@ class BootstrapParams(ctypes.Structure):
 
 
 class RuntimeParams(ctypes.Structure):
-    """eep_runtime_params_t (second version: with epoch)."""
+    """eep_runtime_params_t (third version: with epoch, membership, join_timeout_ms)."""
 
     _fields_ = [
         ("size", c_size_t),
@@ -118,6 +118,8 @@ class RuntimeParams(ctypes.Structure):
         ("window_bytes", c_size_t),
         ("timeout_ms", c_int),
         ("epoch", c_uint64),
+        ("membership", c_void_p),
+        ("join_timeout_ms", c_int),
     ]
 
 
