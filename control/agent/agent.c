@@ -792,6 +792,20 @@ err_nomem:
     return EEP_ERR_NO_MEMORY;
 }
 
+/* Under agent->lock: EEP_ERR_LEASE_LOST once for a pending loss, EEP_INPROGRESS while no view
+   newer than the last handed out waits, else EEP_OK. */
+static eep_status_t eep_agent_news_locked(eep_agent_t *agent)
+{
+    if (agent->lost_pending) {
+        agent->lost_pending = 0;
+        return EEP_ERR_LEASE_LOST;
+    }
+    if (agent->latest_epoch <= agent->handed_epoch || agent->latest == NULL) {
+        return EEP_INPROGRESS;
+    }
+    return EEP_OK;
+}
+
 /* eep_agent_poll; @p held_p says a newer view waits for the lease to be confirmed. */
 static eep_status_t eep_agent_poll_held(eep_agent_t *agent, eep_agent_view_t **view_p, int *held_p)
 {
@@ -805,14 +819,9 @@ static eep_status_t eep_agent_poll_held(eep_agent_t *agent, eep_agent_view_t **v
         return EEP_ERR_INVALID_ARG;
     }
     pthread_mutex_lock(&agent->lock);
-    if (agent->lost_pending) {
-        agent->lost_pending = 0;
+    if ((status = eep_agent_news_locked(agent)) != EEP_OK) {
         pthread_mutex_unlock(&agent->lock);
-        return EEP_ERR_LEASE_LOST;
-    }
-    if (agent->latest_epoch <= agent->handed_epoch || agent->latest == NULL) {
-        pthread_mutex_unlock(&agent->lock);
-        return EEP_INPROGRESS;
+        return status;
     }
     lease = agent->registered ? agent->lease : 0;
     pthread_mutex_unlock(&agent->lock);
@@ -828,14 +837,9 @@ static eep_status_t eep_agent_poll_held(eep_agent_t *agent, eep_agent_view_t **v
         return EEP_INPROGRESS;
     }
     pthread_mutex_lock(&agent->lock);
-    if (agent->lost_pending) {
-        agent->lost_pending = 0;
+    if ((status = eep_agent_news_locked(agent)) != EEP_OK) {
         pthread_mutex_unlock(&agent->lock);
-        return EEP_ERR_LEASE_LOST;
-    }
-    if (agent->latest_epoch <= agent->handed_epoch || agent->latest == NULL) {
-        pthread_mutex_unlock(&agent->lock);
-        return EEP_INPROGRESS;
+        return status;
     }
     bytes = malloc(agent->latest_len ? agent->latest_len : 1);
     if (bytes == NULL) {

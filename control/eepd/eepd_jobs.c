@@ -13,6 +13,17 @@
 #include "control/eepd/eepd.h"
 #include "util/log.h"
 
+/* Appends @p job to the queue (*head_p, *tail_p); the caller holds jobs_lock. */
+static void eepd_job_append(eepd_job_t **head_p, eepd_job_t **tail_p, eepd_job_t *job)
+{
+    if (*tail_p != NULL) {
+        (*tail_p)->next = job;
+    } else {
+        *head_p = job;
+    }
+    *tail_p = job;
+}
+
 static void *eepd_jobs_main(void *arg)
 {
     eepd_t     *eepd = arg;
@@ -35,12 +46,7 @@ static void *eepd_jobs_main(void *arg)
         pthread_mutex_unlock(&eepd->jobs_lock);
         job->run(eepd->etcd, job);
         pthread_mutex_lock(&eepd->jobs_lock);
-        if (eepd->done_tail != NULL) {
-            eepd->done_tail->next = job;
-        } else {
-            eepd->done_head = job;
-        }
-        eepd->done_tail = job;
+        eepd_job_append(&eepd->done_head, &eepd->done_tail, job);
     }
     pthread_mutex_unlock(&eepd->jobs_lock);
     return NULL;
@@ -91,12 +97,7 @@ void eepd_jobs_submit(eepd_t *eepd, eepd_job_t *job)
 {
     eepd->jobs_in_flight++;
     pthread_mutex_lock(&eepd->jobs_lock);
-    if (eepd->jobs_tail != NULL) {
-        eepd->jobs_tail->next = job;
-    } else {
-        eepd->jobs_head = job;
-    }
-    eepd->jobs_tail = job;
+    eepd_job_append(&eepd->jobs_head, &eepd->jobs_tail, job);
     pthread_cond_signal(&eepd->jobs_cond);
     pthread_mutex_unlock(&eepd->jobs_lock);
 }

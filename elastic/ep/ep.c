@@ -382,13 +382,8 @@ static eep_status_t eep_ep_prepare(eep_runtime_t *rt, const eep_ep_shape_t *shap
     if ((*st_p)->hybrid) {
         eep_ep_envelope_t one;
 
-        memset(&one, 0, sizeof(one));
         eep_ep_envelope_of(shape, &one);
-        if (one.world != (*st_p)->env.world || one.max_tokens != (*st_p)->env.max_tokens ||
-            one.num_topk != (*st_p)->env.num_topk || one.num_local != (*st_p)->env.num_local ||
-            one.hidden_bytes != (*st_p)->env.hidden_bytes ||
-            one.scale_bytes != (*st_p)->env.scale_bytes ||
-            one.crow_data != (*st_p)->env.crow_data) {
+        if (!eep_ep_envelope_equal(&one, &(*st_p)->env)) {
             eep_error(EEP_SUBSYS_KERNEL,
                       "dispatch/combine: a hybrid runtime serves one shape (its GIN staging is "
                       "laid out for it); this call's (hidden %d, top-k %d, %s) differs: use a "
@@ -537,11 +532,10 @@ static eep_status_t eep_ep_outputs(const eep_dispatch_args_t *a, int64_t rows, s
 #define EEP_EP_COPY_ENGINE_MAX_BUDGET 24
 static eep_status_t eep_ep_copy_engine(const eep_cuda_sym_t *cu, const struct eep_ep_state *st,
                                        const eep_ep_shape_t *shape, const eep_dispatch_args_t *a,
-                                       int64_t rows, int budget, void *stream, eep_epk_params_t *p)
+                                       int64_t rows, size_t hb, size_t sb, int budget, void *stream,
+                                       eep_epk_params_t *p)
 {
-    const size_t T  = (size_t)a->num_tokens;
-    const size_t hb = (size_t)shape->hidden * eep_ep_elem_bytes(shape->dtype);
-    const size_t sb = shape->dtype == EEP_DTYPE_FP8_E4M3 ? (size_t)shape->hidden / 128 * 4 : 0;
+    const size_t T = (size_t)a->num_tokens;
     eep_status_t status;
 
     p->ce_copied = 0;
@@ -679,8 +673,8 @@ eep_status_t eep_dispatch(eep_runtime_t *rt, const eep_dispatch_args_t *args,
             }
         }
         if ((status = eep_ep_outputs(args, rows, hb, sb, &p)) != EEP_OK ||
-            (status = eep_ep_copy_engine(cu, st, &shape, args, rows, plan.budget, stream, &p)) !=
-                EEP_OK ||
+            (status = eep_ep_copy_engine(cu, st, &shape, args, rows, hb, sb, plan.budget, stream,
+                                         &p)) != EEP_OK ||
             (status = eep_ep_kernel(rt, st, 0, idx_bits, (int)args->mode, 1, &shape, &kernel)) !=
                 EEP_OK ||
             (status = eep_jit_launch_ex(kernel, (unsigned)copy, EEP_EPK_THREADS, dyn, stream, &p,

@@ -145,6 +145,13 @@ static size_t eep_ep_crow_data(const eep_ep_shape_t *s)
     return data > tg ? data : tg;
 }
 
+int eep_ep_envelope_equal(const eep_ep_envelope_t *a, const eep_ep_envelope_t *b)
+{
+    return a->world == b->world && a->max_tokens == b->max_tokens && a->num_topk == b->num_topk &&
+           a->num_local == b->num_local && a->hidden_bytes == b->hidden_bytes &&
+           a->scale_bytes == b->scale_bytes && a->crow_data == b->crow_data;
+}
+
 void eep_ep_envelope_of(const eep_ep_shape_t *s, eep_ep_envelope_t *env_p)
 {
     eep_ep_wire_t w;

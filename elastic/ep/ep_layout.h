@@ -159,6 +159,9 @@ eep_status_t eep_ep_envelope_add(eep_ep_envelope_t *env, const eep_ep_shape_t *s
 const char *eep_ep_envelope_misfit(const eep_ep_envelope_t *env, const eep_ep_shape_t *shape,
                                    int combine_only);
 
+/** 1 when @p a and @p b lay out the same area (every field equal), else 0. */
+int eep_ep_envelope_equal(const eep_ep_envelope_t *a, const eep_ep_envelope_t *b);
+
 /** Buffer sizes of an envelope (eep_ep_buffer_sizes() is that of the shape's own envelope). */
 void eep_ep_envelope_sizes(const eep_ep_envelope_t *env, eep_ep_buffer_sizes_t *sizes_p);
 
