@@ -397,6 +397,19 @@ def report(summary, args):
         m = summary["all"][key]["max"]
         lines.append(f"goal {key[:-3]} < {goal} ms: max {m} -> "
                      f"{'met' if m is not None and m < goal else 'NOT met'}")
+    # a loss is meant to be applied in place (ncclCommShrink); "fresh" is the view machine's
+    # fallback (a new communicator from the root's id) and counts as a failure of the check
+    acts = {}
+    for rd in rounds:
+        for a in rd.get("shrink_action") or []:
+            acts[a] = acts.get(a, 0) + 1
+    if acts:
+        summary["loss_actions"] = acts
+        lines.append("views after a loss applied by: " +
+                     ", ".join(f"{a} in {c} round(s)" for a, c in sorted(acts.items())))
+        if any(a != "shrink" for a in acts):
+            summary["failures"].append("a loss was applied by a fresh communicator, not by "
+                                       "ncclCommShrink (see the survivors' logs)")
     mem = summary.get("gpu_mem_used_mib", [])
     if len(mem) >= 3:
         drift = mem[-1] - mem[1]

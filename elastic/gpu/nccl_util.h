@@ -40,6 +40,40 @@ eep_status_t eep_nccl_check_version(const char **path_p);
  */
 eep_status_t eep_status_from_nccl(ncclResult_t res, ncclComm_t comm, const char *what);
 
+/** Does a wait still make sense?  Asked between polls with the time waited; 1: give it up. */
+typedef int (*eep_nccl_abandon_t)(void *arg, double waited_ms);
+
+/**
+ * Wait for a non-blocking NCCL operation on @p comm, which returned @p res, to leave
+ * ncclInProgress (its async error), until @p deadline_ms (eep_clock_ms() time).
+ * @param abandon  asked between polls (may be NULL); when it says 1: EEP_ERR_STALE_EPOCH.
+ * @return EEP_OK, the operation's error translated, EEP_ERR_TIMEOUT (logged, naming @p what).
+ */
+eep_status_t eep_nccl_wait_until(ncclComm_t comm, ncclResult_t res, double deadline_ms,
+                                 const char *what, eep_nccl_abandon_t abandon, void *arg);
+
+/** eep_nccl_wait_until() without an abandon callback. */
+eep_status_t eep_nccl_wait(ncclComm_t comm, ncclResult_t res, double deadline_ms, const char *what);
+
+/** Makes a child of @p parent (ncclCommSplit, ncclCommShrink), NCCL writing it to @p slot. */
+typedef ncclResult_t (*eep_nccl_make_child_t)(ncclComm_t parent, ncclComm_t *slot, void *arg);
+
+/**
+ * Make a child communicator of the non-blocking @p parent with @p make and wait for it.
+ *
+ * NCCL 2.28.9 makes a non-blocking parent's child on a thread of its own: ncclCommSplit and
+ * ncclCommShrink return ncclSuccess with the child still NULL, the parent's async error reads
+ * ncclInProgress until the child is made, and NCCL writes the child at the end, made or failed.
+ * So this waits on the parent, takes the child, then waits on the child.  A wait given up early
+ * (@p deadline_ms, @p abandon) leaves NCCL's thread the heap slot it writes to (8 bytes lost).
+ * @param [out] child_p  the child, ready; NULL on failure (a failed child is aborted).
+ * @return EEP_OK, EEP_ERR_TIMEOUT, EEP_ERR_STALE_EPOCH, or NCCL's error translated (the
+ *         parent's, when no child was made).
+ */
+eep_status_t eep_nccl_wait_child(ncclComm_t parent, eep_nccl_make_child_t make, void *arg,
+                                 double deadline_ms, const char *what, eep_nccl_abandon_t abandon,
+                                 void *abandon_arg, ncclComm_t *child_p);
+
 #ifdef __cplusplus
 }
 #endif

@@ -46,50 +46,6 @@ struct eep_runtime_nccl {
     int             pending_aborts;
 };
 
-/* Does the wait for @p arg's communicator still make sense?  1: give it up. */
-typedef int (*eep_nccl_abandon_func_t)(void *arg, double waited_ms);
-
-/*
- * Wait for a non-blocking NCCL operation on @p comm to finish, within @p deadline_ms; with
- * @p abandon, asked between polls, EEP_ERR_STALE_EPOCH when it says to give up.
- */
-static eep_status_t eep_nccl_wait_ex(ncclComm_t comm, ncclResult_t res, double deadline_ms,
-                                     const char *what, eep_nccl_abandon_func_t abandon, void *arg)
-{
-    struct timespec pause = { 0, 50000 };
-    ncclResult_t    async = ncclSuccess;
-    double          start = eep_clock_ms();
-
-    if (res != ncclSuccess && res != ncclInProgress) {
-        return eep_status_from_nccl(res, comm, what);
-    }
-    for (;;) {
-        res = ncclCommGetAsyncError(comm, &async);
-        if (res != ncclSuccess) {
-            return eep_status_from_nccl(res, comm, "ncclCommGetAsyncError");
-        }
-        if (async != ncclInProgress) {
-            return eep_status_from_nccl(async, comm, what);
-        }
-        if (eep_clock_ms() > deadline_ms) {
-            eep_error(EEP_SUBSYS_RUNTIME, "%s did not finish before EEP_INIT_TIMEOUT_MS", what);
-            return EEP_ERR_TIMEOUT;
-        }
-        if (abandon != NULL && abandon(arg, eep_clock_ms() - start)) {
-            eep_warn(EEP_SUBSYS_RUNTIME, "%s given up after %.0f ms: a newer view is waiting", what,
-                     eep_clock_ms() - start);
-            return EEP_ERR_STALE_EPOCH;
-        }
-        nanosleep(&pause, NULL);
-    }
-}
-
-static eep_status_t eep_nccl_wait(ncclComm_t comm, ncclResult_t res, double deadline_ms,
-                                  const char *what)
-{
-    return eep_nccl_wait_ex(comm, res, deadline_ms, what, NULL, NULL);
-}
-
 static void eep_nccl_comm_release(ncclComm_t comm, int abort, double deadline_ms)
 {
     if (comm == NULL) {
@@ -103,6 +59,18 @@ static void eep_nccl_comm_release(ncclComm_t comm, int abort, double deadline_ms
     ncclCommAbort(comm);
 }
 
+typedef struct eep_nccl_split_arg {
+    int           color, key;
+    ncclConfig_t *config;
+} eep_nccl_split_arg_t;
+
+static ncclResult_t eep_nccl_make_split(ncclComm_t parent, ncclComm_t *slot, void *arg)
+{
+    eep_nccl_split_arg_t *a = (eep_nccl_split_arg_t *)arg;
+
+    return ncclCommSplit(parent, a->color, a->key, slot, a->config);
+}
+
 /* Does GIN work here?  Ask on a split of @p comm, which is thrown away whatever happens. */
 static eep_status_t eep_nccl_gin_probe(ncclComm_t comm, int rank, int single_node, double deadline,
                                        int *gin_p)
@@ -111,16 +79,13 @@ static eep_status_t eep_nccl_gin_probe(ncclComm_t comm, int rank, int single_nod
     ncclDevCommRequirements reqs;
     ncclDevComm             dc;
     ncclComm_t              probe = NULL;
+    eep_nccl_split_arg_t    split = { 0, rank, &config };
     eep_status_t            status;
 
     config.blocking = 0;
-    status          = eep_nccl_wait(comm, ncclCommSplit(comm, 0, rank, &probe, &config), deadline,
-                                    "ncclCommSplit (GIN probe)");
-    if (status == EEP_OK) {
-        status = eep_nccl_wait(probe, ncclSuccess, deadline, "ncclCommSplit (GIN probe)");
-    }
+    status          = eep_nccl_wait_child(comm, eep_nccl_make_split, &split, deadline,
+                                          "ncclCommSplit (GIN probe)", NULL, NULL, &probe);
     if (status != EEP_OK) {
-        eep_nccl_comm_release(probe, 1, deadline);
         return status;
     }
     memset(&reqs, 0, sizeof(reqs));
@@ -451,38 +416,47 @@ static int eep_nccl_view_abandon(void *arg, double waited_ms)
 static eep_status_t eep_nccl_view_wait(eep_runtime_t *rt, ncclComm_t comm, ncclResult_t res,
                                        const char *what)
 {
-    return eep_nccl_wait_ex(comm, res, eep_nccl_view_deadline(rt), what, eep_nccl_view_abandon, rt);
+    return eep_nccl_wait_until(comm, res, eep_nccl_view_deadline(rt), what, eep_nccl_view_abandon,
+                               rt);
+}
+
+typedef struct eep_nccl_shrink_arg {
+    int          *exclude;
+    int           n_exclude;
+    ncclConfig_t *config;
+} eep_nccl_shrink_arg_t;
+
+static ncclResult_t eep_nccl_make_shrink(ncclComm_t parent, ncclComm_t *slot, void *arg)
+{
+    eep_nccl_shrink_arg_t *a = (eep_nccl_shrink_arg_t *)arg;
+
+    return ncclCommShrink(parent, a->exclude, a->n_exclude, slot, a->config, NCCL_SHRINK_ABORT);
 }
 
 static eep_status_t eep_nccl_view_shrink(void *ctx, void *old_comm, const int *exclude,
                                          int n_exclude, void **comm_p)
 {
-    eep_runtime_t *rt     = (eep_runtime_t *)ctx;
-    ncclConfig_t   config = NCCL_CONFIG_INITIALIZER;
-    ncclComm_t     newc   = NULL;
-    int            excl[EEP_MAX_RANKS];
-    eep_status_t   status;
+    eep_runtime_t        *rt     = (eep_runtime_t *)ctx;
+    ncclConfig_t          config = NCCL_CONFIG_INITIALIZER;
+    ncclComm_t            newc   = NULL;
+    int                   excl[EEP_MAX_RANKS];
+    eep_nccl_shrink_arg_t arg = { excl, n_exclude, &config };
+    eep_status_t          status;
 
     if (n_exclude < 1 || n_exclude > EEP_MAX_RANKS) {
         eep_error(EEP_SUBSYS_RUNTIME, "shrink: n_exclude %d outside [1, %d]", n_exclude,
                   EEP_MAX_RANKS);
         return EEP_ERR_INVALID_ARG;
     }
-    memcpy(excl, exclude, (size_t)n_exclude * sizeof(int));
-    config.blocking  = 0;
-    ncclResult_t res = ncclCommShrink((ncclComm_t)old_comm, excl, n_exclude, &newc, &config,
-                                      NCCL_SHRINK_ABORT);
-    if (newc == NULL) {
-        return eep_status_from_nccl(res == ncclSuccess ? ncclInternalError : res,
-                                    (ncclComm_t)old_comm, "ncclCommShrink");
+    memcpy(excl, exclude, (size_t)n_exclude * sizeof(int)); /* NCCL sorts it in place */
+    config.blocking = 0;
+    status          = eep_nccl_wait_child((ncclComm_t)old_comm, eep_nccl_make_shrink, &arg,
+                                          eep_nccl_view_deadline(rt), "ncclCommShrink",
+                                          eep_nccl_view_abandon, rt, &newc);
+    if (status == EEP_OK) {
+        *comm_p = newc;
     }
-    status = eep_nccl_view_wait(rt, newc, res, "ncclCommShrink");
-    if (status != EEP_OK) {
-        ncclCommAbort(newc);
-        return status;
-    }
-    *comm_p = newc;
-    return EEP_OK;
+    return status;
 }
 
 static eep_status_t eep_nccl_view_uid_create(void *ctx, eep_comm_uid_t *uid_p)

@@ -31,6 +31,7 @@
 
 #include "eep/ep.h"
 #include "elastic/ep/ep_layout.h"
+#include "elastic/gpu/nccl_util.h"
 #include "tests/common/gpu_test.h"
 
 /* eep-bench's shape in the round (scripts/gin-round.sh: T 256, H 2048, top-k 8, 8 experts a rank,
@@ -171,6 +172,14 @@ static void fresh_inputs(const eep_cuda_sym_t *cu, bufs_t *b)
 
 /* One checked pair: dispatch, (sync on the first: JIT loads), combine with y = recv_x, out == x
    bit for bit.  @return the first failing status (checks count as failures too). */
+/* The survivors' shrink: abort mode, the victim (*arg) excluded. */
+static ncclResult_t shrink_victim(ncclComm_t parent, ncclComm_t *slot, void *arg)
+{
+    int excl[1] = { *(const int *)arg };
+
+    return ncclCommShrink(parent, excl, 1, slot, NULL, NCCL_SHRINK_ABORT);
+}
+
 static eep_status_t pair(eep_runtime_t *rt, const eep_cuda_sym_t *cu, bufs_t *b, int world,
                          eep_ep_handle_t **h, const char *what)
 {
@@ -361,20 +370,13 @@ int main(int argc, char **argv)
     begin("shrink_and_next_runtime");
     {
         ncclComm_t   old = (ncclComm_t)eep_runtime_nccl_comm(rt), next = NULL;
-        int          excl[1] = { victim };
-        ncclResult_t res     = ncclCommShrink(old, excl, 1, &next, NULL, NCCL_SHRINK_ABORT);
-        double       end     = gpu_test_now_ms() + 60000;
+        eep_status_t st;
 
-        /* the runtime's communicator is non-blocking, and so is its shrink (config NULL) */
-        while (res == ncclInProgress && next != NULL && gpu_test_now_ms() < end) {
-            ncclResult_t async = ncclInProgress;
-
-            (void)ncclCommGetAsyncError(next, &async);
-            res = async;
-            usleep(1000);
-        }
-        GPU_REQUIRE(res == ncclSuccess && next != NULL, "ncclCommShrink: %s",
-                    ncclGetErrorString(res));
+        /* the runtime's communicator is non-blocking, and so is its shrink (config NULL): NCCL
+           writes the child later, from a thread of its own (eep_nccl_wait_child) */
+        st = eep_nccl_wait_child(old, shrink_victim, &victim, gpu_test_now_ms() + 60000,
+                                 "ncclCommShrink", NULL, NULL, &next);
+        GPU_REQUIRE(st == EEP_OK && next != NULL, "ncclCommShrink: %s", eep_status_name(st));
         eep_ep_handle_destroy(h);
         eep_runtime_destroy(rt); /* aborts the old communicator (a fault was seen) */
         rt2 = gpu_test_runtime(NULL, next);
