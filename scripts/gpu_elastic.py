@@ -126,6 +126,17 @@ def gpu_used_mib():
         return -1
 
 
+def gpu_used_by_pid():
+    """{pid: MiB} of the GPU's compute processes (one entry, the MPS server, under MPS)."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory",
+                              "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=20).stdout
+        return {int(a): int(b) for a, b in (ln.split(",") for ln in out.splitlines() if "," in ln)}
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        return {}
+
+
 def start_etcd(etcd_bin, work):
     cport, pport = free_port(), free_port()
     d = os.path.join(work, "etcd")
@@ -238,7 +249,7 @@ def run(args):
             kinds = [("dispatch", "KILL"), ("combine", "KILL"), ("barrier", "KILL"),
                      ("dispatch", "STOP"), ("combine", "STOP")]
         deadline_end = time.time() + args.budget_s
-        mem, fds = [], {}
+        mem, fds, memp, memp_gone = [], {}, {}, set()
         for k in range(args.rounds):
             for phase, sig in kinds:
                 if time.time() > deadline_end:
@@ -251,6 +262,11 @@ def run(args):
                 job.check_crashes()
                 time.sleep(args.settle_round_s)
                 mem.append(gpu_used_mib())
+                live = {r.proc.pid for r in job.live()}
+                for pid, mib in gpu_used_by_pid().items():
+                    memp.setdefault(pid, []).append(mib)
+                    if pid not in live:
+                        memp_gone.add(pid)
                 for r in job.live():
                     fds.setdefault(r.proc.pid, []).append(r.fds())
                 log(f"round {k + 1} {phase}/{sig}: " + json.dumps(
@@ -262,6 +278,8 @@ def run(args):
     finally:
         summary["gpu_mem_used_mib"] = mem if "mem" in locals() else []
         summary["fds_by_pid"] = {str(p): v for p, v in (fds if "fds" in locals() else {}).items()}
+        summary["gpu_mem_by_pid"] = {str(p): v for p, v in (memp if "memp" in locals() else {}).items()}
+        summary["gpu_mem_pids_not_ranks"] = sorted(memp_gone) if "memp_gone" in locals() else []
         for r in job.ranks:
             if r.alive():
                 r.expect_death = True
@@ -418,6 +436,13 @@ def report(summary, args):
                      f"drift after round 2: {drift} -> {'flat' if abs(drift) <= args.mem_tol_mib else 'GROWING'}")
         if abs(drift) > args.mem_tol_mib:
             summary["failures"].append(f"GPU memory drifted {drift} MiB over the rounds")
+    byp = summary.get("gpu_mem_by_pid", {})
+    if byp:
+        lines.append("GPU memory by process after each round (MiB): " +
+                     "; ".join(f"{p}: {v[0]}..{v[-1]} ({len(v)} rounds)" for p, v in byp.items()))
+        if summary.get("gpu_mem_pids_not_ranks"):
+            lines.append("GPU memory held by processes that are not live ranks: pids "
+                         f"{summary['gpu_mem_pids_not_ranks']} (the MPS server, or dead ranks)")
     fdd = [v[-1] - v[1] for v in summary.get("fds_by_pid", {}).values() if len(v) >= 3]
     if fdd:
         summary["fd_drift_max"] = max(fdd, key=abs)

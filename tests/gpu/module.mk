@@ -1,7 +1,8 @@
 # tests/gpu/: GPU tests, plain C programs run one process per GPU (launch.sh) by `make gpu-check`.
 # They link libeep.a only: no cmocka, no gRPC, nothing the GPU machine lacks.
-GPU_TEST_SRCS := $(wildcard tests/gpu/test_*.c)
-GPU_TEST_BINS := $(patsubst tests/gpu/%.c,$(BUILD)/tests/gpu/%,$(GPU_TEST_SRCS))
+# A test that needs NCCL's device API types (nccl_device.h is C++) is a .cc file.
+GPU_TEST_SRCS := $(wildcard tests/gpu/test_*.c) $(wildcard tests/gpu/test_*.cc)
+GPU_TEST_BINS := $(patsubst tests/gpu/%.c,$(BUILD)/tests/gpu/%,$(patsubst tests/gpu/%.cc,$(BUILD)/tests/gpu/%,$(GPU_TEST_SRCS)))
 
 $(BUILD)/tests/gpu/%: $(BUILD)/tests/gpu/%.o $(LIBEEP_A)
 	@mkdir -p $(dir $@)
