@@ -13,7 +13,7 @@ CONTROL_LDLIBS  = $(GRPC_LIBS) $(PROTOBUF_C_LIBS) -lpthread
 LIBEEP_CONTROL_A := $(BUILD)/lib/libeep_control.a
 
 CONTROL_SRCS += control/rpc/rpc_client.c control/rpc/rpc_client_stream.c \
-                control/etcd/etcd.c control/etcd/etcd_watch.c control/etcd/etcd_lease.c \
+                control/etcd/etcd.c control/etcd/etcd_kv.c control/etcd/etcd_watch.c control/etcd/etcd_lease.c \
                 control/etcd/etcd_knobs.c \
                 control/tool/tool.c
 
