@@ -268,9 +268,13 @@ static eep_status_t eep_rank_moe_alloc(eep_rank_t *r)
     if ((status = eep_cuda_sym_driver(&cu)) != EEP_OK) {
         return status;
     }
-    r->rows_max = eep_ep_recv_rows_max(EEP_RANK_MAX_WORLD, r->tokens, r->topk, r->experts, 1);
+    /* every world a view can have, not only EEP_RANK_MAX_WORLD (12 experts: 8 does not divide) */
+    r->rows_max = eep_step_rows_max(r->tokens, r->topk, r->experts, EEP_RANK_MAX_WORLD);
     if (r->rows_max < 0) {
-        eep_error(EEP_SUBSYS_TOOL, "the MoE shape is out of range (eep_ep_recv_rows_max)");
+        eep_error(EEP_SUBSYS_TOOL,
+                  "the MoE shape is out of range: --tokens %d --topk %d "
+                  "--experts %d (no world 1..%d divides the experts)",
+                  r->tokens, r->topk, r->experts, EEP_RANK_MAX_WORLD);
         return EEP_ERR_INVALID_ARG;
     }
     bytes[0] = T * H * 2;

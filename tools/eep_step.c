@@ -71,6 +71,26 @@ eep_status_t eep_step_shape_check(const eep_step_shape_t *s)
     return EEP_OK;
 }
 
+int64_t eep_step_rows_max(int tokens, int topk, int experts, int max_world)
+{
+    int64_t best = -1;
+    int     w;
+
+    if (tokens < 1 || topk < 1 || experts < 1 || max_world < 1) {
+        return -1;
+    }
+    for (w = 1; w <= max_world; w++) {
+        int local = experts / w;
+
+        if (experts % w == 0) {
+            int64_t rows = (int64_t)w * tokens * (topk < local ? topk : local);
+
+            best = rows > best ? rows : best;
+        }
+    }
+    return best;
+}
+
 uint16_t eep_step_bf16(float f)
 {
     uint32_t u;

@@ -32,6 +32,13 @@ typedef struct {
 /** @return EEP_OK, or EEP_ERR_INVALID_ARG naming the field (logged). */
 eep_status_t eep_step_shape_check(const eep_step_shape_t *s);
 
+/**
+ * The most rows one rank can receive in one step (expert alignment 1) at any world size from 1 to
+ * @p max_world that divides @p experts: a buffer sized once holds every view's step.
+ * @return the row count; -1 when no world in range divides @p experts or an argument is < 1.
+ */
+int64_t eep_step_rows_max(int tokens, int topk, int experts, int max_world);
+
 /** bf16 bits of a float (round to nearest even) and back. */
 uint16_t eep_step_bf16(float f);
 float    eep_step_f32(uint16_t b);

@@ -52,6 +52,28 @@ static void test_shape_check(void **state)
     assert_int_equal(eep_step_shape_check(&s), EEP_ERR_INVALID_ARG);
 }
 
+/* eep-rank sizes its buffers once for every world a view can have (the old sizing asked for world
+   8, which 12 experts do not divide, and eep-rank exited at start). */
+static void test_rows_max(void **state)
+{
+    int w, r;
+
+    (void)state;
+    assert_int_equal(eep_step_rows_max(64, 2, 12, 8), 6 * 64 * 2); /* world 6, 2 experts each */
+    assert_int_equal(eep_step_rows_max(24, 3, 12, 4), 4 * 24 * 3);
+    assert_int_equal(eep_step_rows_max(24, 3, 7, 8), 7 * 24 * 1);
+    assert_int_equal(eep_step_rows_max(0, 3, 12, 8), -1);
+    assert_int_equal(eep_step_rows_max(24, 3, 12, 0), -1);
+    for (w = 1; w <= 8; w++) {
+        for (r = 0; r < w && 12 % w == 0; r++) {
+            eep_step_shape_t s = shape(w, r, 3);
+            int32_t          c[12];
+
+            assert_true(eep_step_expected_recv(&s, c, NULL) <= eep_step_rows_max(24, 3, 12, 8));
+        }
+    }
+}
+
 static void test_bf16(void **state)
 {
     (void)state;
@@ -210,9 +232,13 @@ static void test_expected_out_nonzero(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_shape_check),      cmocka_unit_test(test_bf16),
-        cmocka_unit_test(test_routing),          cmocka_unit_test(test_step_four_ranks),
-        cmocka_unit_test(test_step_three_ranks), cmocka_unit_test(test_expected_out_nonzero),
+        cmocka_unit_test(test_shape_check),
+        cmocka_unit_test(test_bf16),
+        cmocka_unit_test(test_rows_max),
+        cmocka_unit_test(test_routing),
+        cmocka_unit_test(test_step_four_ranks),
+        cmocka_unit_test(test_step_three_ranks),
+        cmocka_unit_test(test_expected_out_nonzero),
     };
 
     eep_log_set_level(EEP_LOG_LEVEL_NONE);
