@@ -2,8 +2,8 @@
  * ep.c - eep_dispatch / eep_combine: check, pick the kernel, fill its parameters, launch.
  *
  * Direct mode (every rank an NVLink/LSA peer) or hybrid mode (peers of other nodes over GIN,
- * kernels/ep/ep_gin.cuh), chosen once per runtime from its teams and EEP_EP_MODE
- * (elastic/ep/ep_mode.c); at most EEP_EPK_MAX_WORLD ranks.  A call is
+ * kernels/ep/ep_gin.cuh), chosen from the runtime's teams and EEP_EP_MODE (elastic/ep/ep_mode.c)
+ * at the first call and again after every view; at most EEP_EPK_MAX_WORLD ranks.  A call is
  * one kernel launch (CPU_SYNC dispatch: two, with the host wait for the counts between them), no
  * memset and no barrier: the kernels tag every signal with a call sequence kept on the device and
  * alternate two parities of every slot and region (docs/dispatch.md, section 3).  Kernels come
@@ -61,6 +61,7 @@ struct eep_ep_state {
     eep_ep_envelope_t    env;      /* ... for these shapes (eep_ep_reserve, or the first call) */
     int                  hybrid;   /* 1: hybrid mode (eep_ep_mode_choose) */
     uint64_t             gin_dev;  /* hybrid: device copy of the eep_epk_gin_t */
+    int topo_stale; /* a view changed the teams and the dev comm: choose the mode again */
 };
 
 /* The runtime as the argument checks see it: its membership epoch is that of the view its
@@ -118,6 +119,10 @@ static void eep_ep_state_view_reset(eep_runtime_t *rt, void *arg)
     /* the envelope is laid out for the old world: the next call lays out the new window (shapes
        reserved with eep_ep_reserve must be reserved again after a view: a known limit) */
     st->have_env = 0;
+    /* the mode follows the new teams (a view of 1 rank is direct, the next of 2 nodes hybrid),
+       and the GIN parameters hold the old dev comm: both made again before the next call (here
+       rt->nranks is still the old view's) */
+    st->topo_stale = 1;
     memset((void *)st->mirror, 0, 8 * (EEP_EP_MAX_LOCAL_EXPERTS + 2));
     if (st->chunk != 0) {
         eep_status_from_cu(
@@ -157,6 +162,34 @@ static eep_status_t eep_ep_gin_make(const eep_runtime_t *rt, const eep_cuda_sym_
     return EEP_OK;
 }
 
+/* The mode from the runtime's current teams, and in hybrid mode the GIN parameters of its current
+   dev comm: at the first call and after every view. */
+static eep_status_t eep_ep_state_topology(const eep_runtime_t *rt, const eep_cuda_sym_t *cu,
+                                          struct eep_ep_state *st)
+{
+    const eep_ep_topology_t topo = { .nranks    = rt->nranks,
+                                     .lsa_size  = rt->lsa_size,
+                                     .rail_size = rt->rail_size,
+                                     .gin       = rt->gin && rt->ep_gin_signal0 >= 0 };
+    eep_status_t            status;
+    int                     hybrid = 0;
+
+    status = eep_ep_mode_choose(&topo, st->cfg.mode, &hybrid);
+    if (status != EEP_OK) {
+        return status;
+    }
+    if (st->gin_dev != 0) {
+        cu->cuMemFree((CUdeviceptr)st->gin_dev);
+        st->gin_dev = 0;
+    }
+    st->hybrid = hybrid;
+    if (hybrid && (status = eep_ep_gin_make(rt, cu, st)) != EEP_OK) {
+        return status;
+    }
+    st->topo_stale = 0;
+    return EEP_OK;
+}
+
 static eep_status_t eep_ep_state_get(eep_runtime_t *rt, const eep_cuda_sym_t *cu,
                                      struct eep_ep_state **st_p)
 {
@@ -166,8 +199,9 @@ static eep_status_t eep_ep_state_get(eep_runtime_t *rt, const eep_cuda_sym_t *cu
     CUdeviceptr          dev  = 0;
 
     if (rt->ep != NULL) {
-        *st_p = rt->ep;
-        return EEP_OK;
+        status = rt->ep->topo_stale ? eep_ep_state_topology(rt, cu, rt->ep) : EEP_OK;
+        *st_p  = rt->ep;
+        return status;
     }
     st = calloc(1, sizeof(*st));
     if (st == NULL) {
@@ -175,15 +209,7 @@ static eep_status_t eep_ep_state_get(eep_runtime_t *rt, const eep_cuda_sym_t *cu
     }
     status = eep_config_load(&eep_ep_knob_table, &st->cfg);
     if (status == EEP_OK) {
-        const eep_ep_topology_t topo = { .nranks    = rt->nranks,
-                                         .lsa_size  = rt->lsa_size,
-                                         .rail_size = rt->rail_size,
-                                         .gin       = rt->gin && rt->ep_gin_signal0 >= 0 };
-
-        status = eep_ep_mode_choose(&topo, st->cfg.mode, &st->hybrid);
-    }
-    if (status == EEP_OK && st->hybrid) {
-        status = eep_ep_gin_make(rt, cu, st);
+        status = eep_ep_state_topology(rt, cu, st);
     }
     if (status == EEP_OK) {
         status = eep_status_from_cu(

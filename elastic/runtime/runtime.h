@@ -40,6 +40,18 @@ typedef struct {
 eep_status_t eep_workspace_layout(int nranks, int lsa_size, size_t window_bytes,
                                   eep_workspace_layout_t *layout_p);
 
+/* The GIN resources a device communicator reserves: the scale-out barrier's signals (ids 0 ..
+   rail - 1), then the hybrid dispatch/combine's (EEP_EPK_GIN_SIGNALS(nranks)) and its counters.
+   The same for the runtime's first communicator and for every view's: a view's dev comm that
+   reserved fewer would let hybrid kernels signal past its range. */
+typedef struct {
+    int signals, counters;   /* ncclDevCommRequirements' ginSignalCount, ginCounterCount */
+    int ep_signal0, ep_ctr0; /* the EP's first signal and counter; -1 without GIN */
+} eep_gin_reqs_t;
+
+/** The reservations of a communicator of @p nranks in rail teams of @p rail_size, @p gin on. */
+void eep_gin_reqs(int nranks, int rail_size, int gin, eep_gin_reqs_t *reqs_p);
+
 typedef struct eep_runtime_nccl eep_runtime_nccl_t; /* runtime_nccl.cc */
 
 /* What a part made on top of a runtime gives back when the runtime is destroyed (STYLE habit 5:

@@ -8,6 +8,7 @@
  */
 #include "elastic/runtime/runtime.h"
 
+#include "kernels/ep/ep_params.h" /* EEP_EPK_GIN_SIGNALS, EEP_EPK_GIN_COUNTERS */
 #include "util/log.h"
 
 static size_t eep_align_up(size_t v, size_t a)
@@ -56,4 +57,17 @@ eep_status_t eep_workspace_layout(int nranks, int lsa_size, size_t window_bytes,
     }
     *layout_p = l;
     return EEP_OK;
+}
+
+void eep_gin_reqs(int nranks, int rail_size, int gin, eep_gin_reqs_t *reqs_p)
+{
+    eep_gin_reqs_t r = { 0, 0, -1, -1 };
+
+    if (gin && nranks > 0 && rail_size > 0) {
+        r.signals    = rail_size + EEP_EPK_GIN_SIGNALS(nranks);
+        r.counters   = EEP_EPK_GIN_COUNTERS;
+        r.ep_signal0 = rail_size;
+        r.ep_ctr0    = 0;
+    }
+    *reqs_p = r;
 }

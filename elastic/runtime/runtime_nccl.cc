@@ -121,6 +121,7 @@ extern "C" eep_status_t eep_runtime_nccl_setup(eep_runtime_t *rt, eep_bootstrap_
     const eep_cuda_sym_t   *cu;
     eep_runtime_nccl_t     *n;
     ncclDevCommRequirements reqs;
+    eep_gin_reqs_t          gr;
     eep_status_t            status;
     double                  deadline = eep_clock_ms() + (double)rt->cfg.init_timeout_ms;
     int                     probe = 0, gin = 0;
@@ -267,12 +268,11 @@ extern "C" eep_status_t eep_runtime_nccl_setup(eep_runtime_t *rt, eep_bootstrap_
           the hybrid dispatch/combine's (EEP_EPK_GIN_SIGNALS(world), from rail_size) and its two
           local-completion counters (kernels/ep/ep_params.h); one LSA barrier slot (NCCL's own
           barrier, used as the benchmark's reference). */
+    eep_gin_reqs(rt->nranks, rt->rail_size, rt->gin, &gr);
     memset(&reqs, 0, sizeof(reqs));
     reqs.lsaBarrierCount = 1;
-    if (rt->gin) {
-        reqs.ginSignalCount  = rt->rail_size + EEP_EPK_GIN_SIGNALS(rt->nranks);
-        reqs.ginCounterCount = EEP_EPK_GIN_COUNTERS;
-    }
+    reqs.ginSignalCount  = gr.signals;
+    reqs.ginCounterCount = gr.counters;
     status = eep_nccl_wait(n->comm, ncclDevCommCreate(n->comm, &reqs, &n->dc), deadline,
                            "ncclDevCommCreate");
     if (status != EEP_OK) {
@@ -286,8 +286,8 @@ extern "C" eep_status_t eep_runtime_nccl_setup(eep_runtime_t *rt, eep_bootstrap_
     }
     memcpy(&rt->devcomm, &n->dc, sizeof(n->dc));
     rt->gin_signal0     = 0;
-    rt->ep_gin_signal0  = rt->gin ? rt->rail_size : -1;
-    rt->ep_gin_counter0 = rt->gin ? 0 : -1;
+    rt->ep_gin_signal0  = gr.ep_signal0;
+    rt->ep_gin_counter0 = gr.ep_ctr0;
     rt->window          = (void *)n->win;
     rt->buf             = n->buf;
     eep_info(EEP_SUBSYS_RUNTIME, "rank %d of %d: lsa %d/%d, rail %d/%d, gin %s, window %zu bytes",
@@ -551,9 +551,11 @@ static eep_status_t eep_nccl_view_devcomm(void *ctx, void *comm, void *window, v
 {
     eep_runtime_t           *rt = (eep_runtime_t *)ctx;
     ncclDevCommRequirements  reqs;
+    eep_gin_reqs_t           gr;
     eep_nccl_view_devcomm_t *d;
     eep_status_t             status;
-    ncclTeam_t               rail = ncclTeamRail((ncclComm_t)comm);
+    ncclTeam_t               rail   = ncclTeamRail((ncclComm_t)comm);
+    int                      nranks = 0;
 
     (void)window;
     if (rail.nRanks > 1 && strcasecmp(rt->cfg.gin, "off") == 0) {
@@ -567,14 +569,20 @@ static eep_status_t eep_nccl_view_devcomm(void *ctx, void *comm, void *window, v
         return EEP_ERR_NO_MEMORY;
     }
     d->gin = rail.nRanks > 1;
+    if (ncclCommCount((ncclComm_t)comm, &nranks) != ncclSuccess) {
+        free(d);
+        eep_error(EEP_SUBSYS_RUNTIME, "the view's communicator has no rank count (ncclCommCount)");
+        return EEP_ERR_NCCL;
+    }
+    /* the same reservations as the first communicator's: hybrid kernels use the EP's signals */
+    eep_gin_reqs(nranks, rail.nRanks, d->gin, &gr);
     memset(&reqs, 0, sizeof(reqs));
     reqs.lsaBarrierCount = 1;
-    if (d->gin) {
-        reqs.ginSignalCount = rail.nRanks;
-    }
-    status = eep_nccl_view_wait(rt, (ncclComm_t)comm,
-                                ncclDevCommCreate((ncclComm_t)comm, &reqs, &d->dc),
-                                "ncclDevCommCreate");
+    reqs.ginSignalCount  = gr.signals;
+    reqs.ginCounterCount = gr.counters;
+    status               = eep_nccl_view_wait(rt, (ncclComm_t)comm,
+                                              ncclDevCommCreate((ncclComm_t)comm, &reqs, &d->dc),
+                                              "ncclDevCommCreate");
     if (status == EEP_OK && d->gin && d->dc.ginContextCount == 0) {
         eep_error(EEP_SUBSYS_RUNTIME, "the view's device communicator has no GIN context");
         status = EEP_ERR_NCCL;
@@ -733,6 +741,7 @@ eep_runtime_nccl_view_adopt(eep_runtime_t *rt, const eep_view_comm_set_t *set, i
     ncclComm_t                     c   = (ncclComm_t)set->comm;
     ncclTeam_t                     lsa = ncclTeamLsa(c), rail = ncclTeamRail(c);
     eep_workspace_layout_t         layout;
+    eep_gin_reqs_t                 gr;
     eep_status_t                   status;
 
     status = eep_workspace_layout(nranks, lsa.nRanks, rt->window_bytes, &layout);
@@ -760,6 +769,9 @@ eep_runtime_nccl_view_adopt(eep_runtime_t *rt, const eep_view_comm_set_t *set, i
     rt->window      = (void *)w->win;
     rt->buf         = w->buf;
     rt->gin_signal0 = 0;
+    eep_gin_reqs(nranks, rail.nRanks, d->gin, &gr);
+    rt->ep_gin_signal0  = gr.ep_signal0; /* the view's GIN may differ from the first comm's */
+    rt->ep_gin_counter0 = gr.ep_ctr0;
     memcpy(&rt->devcomm, &d->dc, sizeof(d->dc));
     return EEP_OK;
 }

@@ -18,6 +18,7 @@
 #include "elastic/gpu/cuda_sym.h"
 #include "util/log.h"
 #include "elastic/runtime/runtime.h"
+#include "kernels/ep/ep_params.h"
 
 static char last_error[1024];
 static int  unknown_knob_warnings;
@@ -65,6 +66,33 @@ static void test_layout(void **state)
     assert_int_equal(eep_workspace_layout(8, 8, 2048, &l), EEP_ERR_NO_RESOURCE);
     assert_non_null(strstr(last_error, "EEP_WINDOW_SIZE"));
     assert_int_equal(eep_workspace_layout(8, 8, 32u << 20, NULL), EEP_ERR_INVALID_ARG);
+}
+
+/* Every device communicator, the first and each view's, reserves the hybrid EP's signals and
+   counters after the barrier's (a view's used to reserve the barrier's only). */
+static void test_gin_reqs(void **state)
+{
+    eep_gin_reqs_t r;
+    int            n, rail;
+
+    (void)state;
+    for (n = 1; n <= 8; n++) {
+        for (rail = 1; rail <= n; rail++) {
+            if (n % rail != 0) {
+                continue;
+            }
+            eep_gin_reqs(n, rail, 1, &r);
+            assert_int_equal(r.ep_signal0, rail); /* after the barrier's 0 .. rail - 1 */
+            assert_true(r.ep_signal0 + EEP_EPK_GIN_SIGNALS(n) <= r.signals);
+            assert_int_equal(r.ep_ctr0, 0);
+            assert_true(r.ep_ctr0 + EEP_EPK_GIN_COUNTERS <= r.counters);
+            eep_gin_reqs(n, rail, 0, &r);
+            assert_int_equal(r.signals, 0);
+            assert_int_equal(r.counters, 0);
+            assert_int_equal(r.ep_signal0, -1);
+            assert_int_equal(r.ep_ctr0, -1);
+        }
+    }
 }
 
 /* The host's view of the shared structs matches what the device build asserts. */
@@ -215,6 +243,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_layout),
+        cmocka_unit_test(test_gin_reqs),
         cmocka_unit_test(test_shared_layouts),
         cmocka_unit_test(test_bad_arguments),
         cmocka_unit_test(test_membership_arguments),
