@@ -79,6 +79,8 @@ typedef struct {
     eep_runtime_t        *rt;
     eep_membership_info_t info;
     uint64_t              step, good, faults;
+    uint64_t              view_step;  /* steps begun in this view: the MoE routing's step, the
+                                        same on every member (a newcomer's step count is not) */
     int                   fresh_view; /* no good step yet in this view: a peer may still be
                                          compiling its kernels (seconds) */
     eep_rank_phase_t      arm_phase;
@@ -368,7 +370,9 @@ static eep_status_t eep_rank_step_moe(eep_rank_t *r, eep_rank_phase_t *phase_p, 
     s.topk    = r->topk;
     s.experts = r->experts;
     s.seed    = (uint64_t)r->seed;
-    s.step    = r->step;
+    /* every member must draw the same routing: (epoch, step of the view), not this process's
+       own step count (a newcomer at step 1 met survivors at step 16: every count differed) */
+    s.step = (r->info.epoch << 32) | (r->view_step & 0xffffffffu);
     if ((status = eep_step_shape_check(&s)) != EEP_OK) {
         return status;
     }
@@ -490,6 +494,7 @@ static eep_status_t eep_rank_sync(eep_rank_t *r, int *changed_p)
     status             = eep_membership_sync(r->rt, changed_p, &r->info);
     if (status == EEP_OK && *changed_p) {
         r->fresh_view = 1;
+        r->view_step  = 0;
         eep_rank_line_view(r);
     }
     return status;
@@ -745,6 +750,7 @@ int main(int argc, char **argv)
             }
         }
         r.step++;
+        r.view_step++;
         memset(r.t_us, 0, sizeof(r.t_us));
         status = r.moe ? eep_rank_step_moe(&r, &phase, &bad) : eep_rank_step_barrier(&r, &phase);
         eep_rank_line_step(&r, status, status == EEP_OK && bad == NULL, bad);
