@@ -219,7 +219,12 @@ def run(args):
                     "EEP_AGENT_LEASE_TTL_S": "3", "EEP_AGENT_RDMA": "0",
                     # a communicator that cannot form (a member gone during its creation) fails
                     # in 20 s instead of the default 120 s
-                    "EEP_INIT_TIMEOUT_MS": "20000", "EEP_LOG_LEVEL": "info"})
+                    "EEP_INIT_TIMEOUT_MS": "20000", "EEP_LOG_LEVEL": "info",
+                    # N ranks' kernels share the GPU and wait for one another: every block of
+                    # every rank must be resident at once (a rank that filled the GPU would keep
+                    # the others' from starting): 4 sending + 8 copying SMs a rank
+                    "EEP_EP_NUM_SMS": os.environ.get("EEP_EP_NUM_SMS", "12"),
+                    "EEP_EP_COPY_SMS": os.environ.get("EEP_EP_COPY_SMS", "8")})
     eenv = dict(job.env)
     eenv.update({"EEP_EEPD_ID": "eepd-0", "EEP_EEPD_LISTEN": f"127.0.0.1:{free_port()}",
                  "EEP_EEPD_SETTLE_MS": str(args.settle_ms), "EEP_EEPD_NUM_EXPERTS": "12",

@@ -752,6 +752,11 @@ int main(int argc, char **argv)
         r.step++;
         r.view_step++;
         memset(r.t_us, 0, sizeof(r.t_us));
+        if (r.moe) {
+            /* the first step of a view waits for peers that compile its kernels (seconds), as
+               the first barrier does; later steps detect a dead peer at --timeout-ms */
+            eep_runtime_set_timeout(r.rt, r.fresh_view ? EEP_RANK_FIRST_TIMEOUT_MS : 0);
+        }
         status = r.moe ? eep_rank_step_moe(&r, &phase, &bad) : eep_rank_step_barrier(&r, &phase);
         eep_rank_line_step(&r, status, status == EEP_OK && bad == NULL, bad);
         if (status == EEP_OK && bad != NULL) {

@@ -167,9 +167,10 @@ eep_status_t eep_runtime_create(const eep_runtime_params_t *params, eep_runtime_
     if (status != EEP_OK) {
         goto err_free;
     }
-    rt->epoch        = p.epoch;
-    rt->timeout_ms   = p.timeout_ms > 0 ? p.timeout_ms : (int)rt->cfg.timeout_ms;
-    rt->window_bytes = p.window_bytes > 0 ? p.window_bytes : (size_t)rt->cfg.window_bytes;
+    rt->epoch              = p.epoch;
+    rt->timeout_ms         = p.timeout_ms > 0 ? p.timeout_ms : (int)rt->cfg.timeout_ms;
+    rt->timeout_ms_created = rt->timeout_ms;
+    rt->window_bytes       = p.window_bytes > 0 ? p.window_bytes : (size_t)rt->cfg.window_bytes;
     rt->window_bytes = (rt->window_bytes + EEP_WINDOW_GRANULARITY - 1) / EEP_WINDOW_GRANULARITY *
                        EEP_WINDOW_GRANULARITY;
     if (rt->window_bytes == 0) {
@@ -495,6 +496,22 @@ eep_status_t eep_runtime_stream_wait(eep_runtime_t *rt, void              *strea
     w.watch_ctx    = ctx;
     w.poll_us      = 100;
     return eep_wait_loop_run(&w);
+}
+
+eep_status_t eep_runtime_set_timeout(eep_runtime_t *rt, int timeout_ms)
+{
+    if (rt == NULL) {
+        eep_error(EEP_SUBSYS_RUNTIME, "eep_runtime_set_timeout: rt is NULL");
+        return EEP_ERR_INVALID_ARG;
+    }
+    if (timeout_ms < 0) {
+        eep_error(EEP_SUBSYS_RUNTIME,
+                  "eep_runtime_set_timeout: timeout_ms %d is negative (0 restores %d)", timeout_ms,
+                  rt->timeout_ms_created);
+        return EEP_ERR_INVALID_ARG;
+    }
+    rt->timeout_ms = timeout_ms > 0 ? timeout_ms : rt->timeout_ms_created;
+    return EEP_OK;
 }
 
 void eep_runtime_abort(eep_runtime_t *rt)

@@ -67,12 +67,13 @@ struct eep_runtime {
     int                    device;
     int                    gin, gin_probed;
     int                    timeout_ms;
-    uint64_t               epoch;      /* membership epoch (eep_runtime_epoch) */
-    int                    fault_seen; /* a fault was reported: abort the comm on destroy */
-    void                  *cu_ctx;     /* CUcontext: the device's primary context */
-    int                    cu_dev;     /* CUdevice */
-    eep_fault_page_t      *fault_host; /* pinned, device-mapped */
-    uint64_t               fault_dev;  /* its device address */
+    int                    timeout_ms_created; /* eep_runtime_set_timeout(rt, 0) restores it */
+    uint64_t               epoch;              /* membership epoch (eep_runtime_epoch) */
+    int                    fault_seen;         /* a fault was reported: abort the comm on destroy */
+    void                  *cu_ctx;             /* CUcontext: the device's primary context */
+    int                    cu_dev;             /* CUdevice */
+    eep_fault_page_t      *fault_host;         /* pinned, device-mapped */
+    uint64_t               fault_dev;          /* its device address */
     eep_runtime_nccl_t    *nccl;
     void                  *window; /* ncclWindow_t */
     void                  *buf;    /* ncclMemAlloc base (local address) */

@@ -189,6 +189,16 @@ eep_status_t eep_runtime_stream_wait(eep_runtime_t *rt, void              *strea
  */
 eep_status_t eep_runtime_fault(const eep_runtime_t *rt, eep_fault_record_t *rec_p);
 
+/**
+ * Set the device-wait deadline of this runtime's later calls (dispatch, combine, and barriers
+ * without one of their own), e.g. a long one for the first step after a view, while peers may
+ * still compile that view's kernels (nvcc takes seconds for GIN variants), then the short one
+ * that detects a dead peer.  Calls already launched keep theirs.
+ * @param timeout_ms  > 0; 0 restores the deadline the runtime was created with.
+ * @return EEP_OK; EEP_ERR_INVALID_ARG (rt NULL, timeout_ms negative).
+ */
+eep_status_t eep_runtime_set_timeout(eep_runtime_t *rt, int timeout_ms);
+
 /** Raise the abort flag: every running and later kernel of this runtime leaves its waits. */
 void eep_runtime_abort(eep_runtime_t *rt);
 

@@ -105,6 +105,27 @@ static void test_shared_layouts(void **state)
     assert_int_equal(offsetof(eep_barrier_params_t, window), EEP_DEVCOMM_BYTES);
 }
 
+/* The deadline a caller sets for later calls, and its restore (on a runtime struct made here: the
+   setter touches nothing else). */
+static void test_set_timeout(void **state)
+{
+    eep_runtime_t *rt = calloc(1, sizeof(*rt));
+
+    (void)state;
+    assert_non_null(rt);
+    rt->timeout_ms = rt->timeout_ms_created = 500;
+    assert_int_equal(eep_runtime_set_timeout(rt, 60000), EEP_OK);
+    assert_int_equal(rt->timeout_ms, 60000);
+    assert_int_equal(eep_runtime_set_timeout(rt, -1), EEP_ERR_INVALID_ARG);
+    assert_non_null(strstr(last_error, "timeout_ms"));
+    assert_int_equal(rt->timeout_ms, 60000);
+    assert_int_equal(eep_runtime_set_timeout(rt, 0), EEP_OK);
+    assert_int_equal(rt->timeout_ms, 500);
+    assert_int_equal(eep_runtime_set_timeout(NULL, 10), EEP_ERR_INVALID_ARG);
+    assert_non_null(strstr(last_error, "rt"));
+    free(rt);
+}
+
 static void test_bad_arguments(void **state)
 {
     eep_runtime_params_t p;
@@ -246,6 +267,7 @@ int main(void)
         cmocka_unit_test(test_gin_reqs),
         cmocka_unit_test(test_shared_layouts),
         cmocka_unit_test(test_bad_arguments),
+        cmocka_unit_test(test_set_timeout),
         cmocka_unit_test(test_membership_arguments),
         cmocka_unit_test(test_no_driver_is_no_device),
     };
