@@ -60,18 +60,19 @@ static void test_shape_check(void **state)
         eep_ep_shape_t s;
         const char    *why;
     } bad[] = {
-        { { 0, 16, 2048, 8, 256, 128, EEP_DTYPE_BF16 }, "world" },
-        { { 8, 0, 2048, 8, 256, 128, EEP_DTYPE_BF16 }, "max_tokens_per_rank" },
-        { { 8, 16, 100, 8, 256, 128, EEP_DTYPE_BF16 }, "hidden" },
-        { { 8, 16, 2064, 8, 256, 128, EEP_DTYPE_FP8_E4M3 }, "hidden" },
-        { { 8, 16, 2048, 0, 256, 128, EEP_DTYPE_BF16 }, "num_topk" },
-        { { 8, 16, 2048, 33, 256, 128, EEP_DTYPE_BF16 }, "num_topk" },
-        { { 8, 16, 2048, 8, 260, 128, EEP_DTYPE_BF16 }, "num_experts" },
-        { { 1, 16, 2048, 8, 512, 128, EEP_DTYPE_BF16 }, "num_experts" }, /* El > 256 */
-        { { 8, 16, 2048, 8, 256, 0, EEP_DTYPE_BF16 }, "expert_alignment" },
-        { { 8, 16, 2048, 8, 256, 48, EEP_DTYPE_BF16 }, "expert_alignment" },
-        { { 8, 16, 2048, 8, 256, 128, (eep_dtype_t)5 }, "dtype" },
-        { { 1024, 1 << 20, 2048, 8, 2048, 1, EEP_DTYPE_BF16 }, "max_tokens_per_rank" },
+        { { 0, 16, 2048, 8, 256, 128, EEP_DTYPE_BF16, 0, NULL }, "world" },
+        { { 8, 0, 2048, 8, 256, 128, EEP_DTYPE_BF16, 0, NULL }, "max_tokens_per_rank" },
+        { { 8, 16, 100, 8, 256, 128, EEP_DTYPE_BF16, 0, NULL }, "hidden" },
+        { { 8, 16, 2064, 8, 256, 128, EEP_DTYPE_FP8_E4M3, 0, NULL }, "hidden" },
+        { { 8, 16, 2048, 0, 256, 128, EEP_DTYPE_BF16, 0, NULL }, "num_topk" },
+        { { 8, 16, 2048, 33, 256, 128, EEP_DTYPE_BF16, 0, NULL }, "num_topk" },
+        { { 8, 16, 2048, 8, 2049, 128, EEP_DTYPE_BF16, 0, NULL }, "num_experts" },
+        { { 8, 16, 2048, 8, 7, 128, EEP_DTYPE_BF16, 0, NULL }, "num_experts" },   /* K > E */
+        { { 1, 16, 2048, 8, 512, 128, EEP_DTYPE_BF16, 0, NULL }, "num_experts" }, /* El > 256 */
+        { { 8, 16, 2048, 8, 256, 0, EEP_DTYPE_BF16, 0, NULL }, "expert_alignment" },
+        { { 8, 16, 2048, 8, 256, 48, EEP_DTYPE_BF16, 0, NULL }, "expert_alignment" },
+        { { 8, 16, 2048, 8, 256, 128, (eep_dtype_t)5, 0, NULL }, "dtype" },
+        { { 1024, 1 << 20, 2048, 8, 2048, 1, EEP_DTYPE_BF16, 0, NULL }, "max_tokens_per_rank" },
     };
     size_t         i;
     eep_ep_shape_t ok = shape(8, 4096, 7168, 8, 256, 128, EEP_DTYPE_FP8_E4M3);
@@ -157,8 +158,10 @@ static void test_rows_max_is_tight(void **state)
     assert_int_equal(recv.num_rows, 32);
     eep_ref_recv_free(&recv);
     eep_ref_input_free(&in);
+    /* 4 experts on 3 ranks (issue 24): the default's 2, 1, 1; rows of the rank with 2 */
+    assert_int_equal(eep_ep_recv_rows_max(3, 5, 4, 4, 4), (3 * 5 * 2 + 2 * 3) / 4 * 4);
     /* Bad shapes. */
-    assert_int_equal(eep_ep_recv_rows_max(3, 5, 4, 4, 4), -1);
+    assert_int_equal(eep_ep_recv_rows_max(3, 5, 4, 0, 4), -1);
     assert_int_equal(eep_ep_recv_rows_max(1, 5, 4, 4, 3), -1);
     /* K above El: a token can only hit El experts of one rank. */
     assert_int_equal(eep_ep_recv_rows_max(8, 10, 8, 16, 1), 8 * 10 * 2);
