@@ -20,6 +20,9 @@
  * with a view, between steps; a caller with its own policy publishes it in its views (a
  * membership provider's eep_view_t.placement).  El below is the count of the calling rank
  * (eep_membership_info_t.num_local); buffers for the worst case use the most any rank holds.
+ * An uneven placement travels to the kernels as a small device table, uploaded by the first call
+ * of each expert count in each epoch: make that call before capturing a CUDA graph (as the first
+ * call of a shape, which compiles its kernels, must be).
  *
  * Received layout (every mode): expert-major.  Local expert e (0 <= e < El, the local slot; its
  * global id is the one the placement puts in slot e of this rank) owns rows [offsets[e],
