@@ -520,6 +520,31 @@ static void test_public_entry_points(void **state)
     last_msg[0]   = '\0';
     assert_int_equal(eep_dispatch(&rt, &a, &h, NULL), EEP_ERR_INVALID_ARG);
     assert_non_null(strstr(last_msg, "num_experts"));
+    /* The runtime's view placement reaches the checks (eep_dispatch's world): 300 experts, 297
+       on rank 0 and one on each other rank, is refused naming the view's placement */
+    {
+        static eep_expert_place_t pl[300];
+        int                       e;
+
+        for (e = 0; e < 300; e++) {
+            pl[e].rank = e < 297 ? 0 : e - 296;
+            pl[e].slot = e < 297 ? e : 0;
+        }
+        rt.placement       = pl;
+        rt.num_experts     = 300;
+        rt.place_local_max = 297;
+        a.num_experts      = 300;
+        last_msg[0]        = '\0';
+        assert_int_equal(eep_dispatch(&rt, &a, &h, NULL), EEP_ERR_INVALID_ARG);
+        assert_non_null(strstr(last_msg, "the view's placement"));
+        a.num_experts = 256; /* another expert count: the default's 64 a rank */
+        last_msg[0]   = '\0';
+        (void)eep_dispatch(&rt, &a, &h, NULL);
+        assert_null(strstr(last_msg, "placement"));
+        assert_null(h);
+        rt.placement   = NULL;
+        rt.num_experts = 0;
+    }
     /* Valid arguments on a runtime with no GPU (or, with a driver, not in direct mode): refused
        before any launch, and no handle made. */
     a.num_experts = 256;
