@@ -90,8 +90,9 @@ $(BUILD)/tests/emu/test_ep_kernels_emu_w8k8: EMU_SHAPE := -DEEP_EPK_FIXED_K=8 -D
     -DEEP_EPK_RECOUNT_MAX_IDS=0
 $(BUILD)/tests/emu/test_ep_kernels_emu_w8k8_decode: EMU_SHAPE := -DEEP_EPK_FIXED_K=8 \
     -DEEP_EPK_FIXED_W=8
-# Issue 24 (placement as data): every build above ends with the placement cases (256 experts by
-# the default policy, permuted, a rank without experts); _w5k8 and _w7k8 run those alone, at rank
+# Issue 24 (placement as data): every build above ends with placement cases (256 experts permuted
+# and with a rank without experts; _w3k8 and _w8k8 also by the default policy, every mode and
+# gating); _w5k8 and _w7k8 run the whole set alone, at rank
 # counts a shrink from 8 makes, where 256 experts do not divide (52/51 and 37/36 a rank).
 $(BUILD)/tests/emu/test_ep_kernels_emu_w5k8: EMU_SHAPE := -DEEP_EPK_FIXED_K=8 -DEEP_EPK_FIXED_W=5 \
     -DEEP_EMU_PLACEMENT_ONLY
