@@ -633,11 +633,20 @@ out:
 /* Wire bytes this rank sends to other ranks per dispatch, bf16 bytes per combine (the same
    definitions as the baseline's counters). */
 /* Bytes of the tokens @p rank receives per dispatch (hidden + scales, its own included). */
+/* The rank that holds expert @p e (the shape's placement). */
+static int rank_of_expert(const eep_ep_shape_t *s, int64_t e)
+{
+    int r, slot;
+
+    eep_ep_expert_place(s, (int)e, &r, &slot);
+    return r;
+}
+
 static double recv_token_bytes(const eep_ep_shape_t *s, const eep_ref_input_t *in, int rank)
 {
     eep_ep_wire_t w;
-    int           El = eep_ep_local_experts(s), src, t, k;
-    double        b  = 0;
+    int           src, t, k;
+    double        b = 0;
 
     eep_ep_wire_layout(s, &w);
     for (src = 0; src < s->world; src++) {
@@ -645,7 +654,7 @@ static double recv_token_bytes(const eep_ep_shape_t *s, const eep_ref_input_t *i
             for (k = 0; k < s->num_topk; k++) {
                 int64_t e = in[src].topk_idx[(size_t)t * (size_t)s->num_topk + (size_t)k];
 
-                if (e >= 0 && e / El == rank) {
+                if (e >= 0 && rank_of_expert(s, e) == rank) {
                     b += (double)(w.hidden_bytes + w.scale_bytes);
                     break;
                 }
@@ -663,7 +672,7 @@ static void hbm_bytes(const eep_ep_shape_t *s, const eep_ref_input_t *in, int ra
                       eep_ep_layout_t layout, double *d_p, double *c_p)
 {
     eep_ep_wire_t w;
-    int           El   = eep_ep_local_experts(s), src, t, k;
+    int           src, t, k;
     double        rows = 0, row_b, out_b = (double)s->hidden * 2;
 
     eep_ep_wire_layout(s, &w);
@@ -673,7 +682,7 @@ static void hbm_bytes(const eep_ep_shape_t *s, const eep_ref_input_t *in, int ra
             for (k = 0; k < s->num_topk; k++) {
                 int64_t e = in[src].topk_idx[(size_t)t * (size_t)s->num_topk + (size_t)k];
 
-                if (e >= 0 && e / El == rank) {
+                if (e >= 0 && rank_of_expert(s, e) == rank) {
                     rows++;
                     if (layout == EEP_EP_LAYOUT_RANK_MAJOR) {
                         break; /* one row per received token */
@@ -724,7 +733,7 @@ static void traffic(const eep_ep_shape_t *s, const eep_ref_input_t *in, int rank
                     double *c_p)
 {
     eep_ep_wire_t w;
-    int           El = eep_ep_local_experts(s), src, t, k, r;
+    int           src, t, k, r;
     double        d = 0, c = 0;
 
     eep_ep_wire_layout(s, &w);
@@ -736,7 +745,7 @@ static void traffic(const eep_ep_shape_t *s, const eep_ref_input_t *in, int rank
                 int64_t e = in[src].topk_idx[(size_t)t * (size_t)s->num_topk + (size_t)k];
 
                 if (e >= 0) {
-                    hit |= 1ull << (e / El);
+                    hit |= 1ull << rank_of_expert(s, e);
                 }
             }
             for (r = 0; r < s->world; r++) {

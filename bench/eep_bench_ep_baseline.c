@@ -158,6 +158,13 @@ eep_status_t eep_bl_create(eep_bench_ctx_t *ctx, const eep_ep_shape_t *shape,
                   shape->world, EEP_BL_MAX_WORLD);
         return EEP_ERR_INVALID_ARG;
     }
+    if (!eep_ep_place_even(shape)) { /* its kernels place expert e on rank e / El */
+        eep_error(EEP_SUBSYS_TOOL,
+                  "baseline: invalid argument num_experts: %d experts on %d ranks is an uneven "
+                  "placement; the NCCL baseline's kernels need num_experts %% world == 0",
+                  shape->num_experts, shape->world);
+        return EEP_ERR_INVALID_ARG;
+    }
     bl = calloc(1, sizeof(*bl));
     if (bl == NULL) {
         return EEP_ERR_NO_MEMORY;

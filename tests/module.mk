@@ -76,7 +76,9 @@ EP_KERNELS_EMU_WIDE := $(BUILD)/tests/emu/test_ep_kernels_emu_w3k8 \
                        $(BUILD)/tests/emu/test_ep_kernels_emu_w8k8_decode \
                        $(BUILD)/tests/emu/test_ep_kernels_emu_w1k8 \
                        $(BUILD)/tests/emu/test_ep_kernels_emu_w2k6 \
-                       $(BUILD)/tests/emu/test_ep_kernels_emu_w3k1
+                       $(BUILD)/tests/emu/test_ep_kernels_emu_w3k1 \
+                       $(BUILD)/tests/emu/test_ep_kernels_emu_w5k8 \
+                       $(BUILD)/tests/emu/test_ep_kernels_emu_w7k8
 UNIT_TEST_BINS += $(EP_KERNELS_EMU_TEST) $(EP_KERNELS_EMU_WIDE)
 unit-tests: $(EP_KERNELS_EMU_TEST) $(EP_KERNELS_EMU_WIDE)
 $(EP_KERNELS_EMU_TEST): EMU_SHAPE := -DEEP_EPK_FIXED_K=2 -DEEP_EPK_FIXED_W=2
@@ -88,6 +90,14 @@ $(BUILD)/tests/emu/test_ep_kernels_emu_w8k8: EMU_SHAPE := -DEEP_EPK_FIXED_K=8 -D
     -DEEP_EPK_RECOUNT_MAX_IDS=0
 $(BUILD)/tests/emu/test_ep_kernels_emu_w8k8_decode: EMU_SHAPE := -DEEP_EPK_FIXED_K=8 \
     -DEEP_EPK_FIXED_W=8
+# Issue 24 (placement as data): every build above ends with placement cases (256 experts permuted
+# and with a rank without experts; _w3k8 and _w8k8 also by the default policy, every mode and
+# gating); _w5k8 and _w7k8 run the whole set alone, at rank
+# counts a shrink from 8 makes, where 256 experts do not divide (52/51 and 37/36 a rank).
+$(BUILD)/tests/emu/test_ep_kernels_emu_w5k8: EMU_SHAPE := -DEEP_EPK_FIXED_K=8 -DEEP_EPK_FIXED_W=5 \
+    -DEEP_EMU_PLACEMENT_ONLY
+$(BUILD)/tests/emu/test_ep_kernels_emu_w7k8: EMU_SHAPE := -DEEP_EPK_FIXED_K=8 -DEEP_EPK_FIXED_W=7 \
+    -DEEP_EMU_PLACEMENT_ONLY
 # test_ep_hybrid_emu_NxL_kK: the hybrid kernels (EEP_EPK_GIN variants) on N nodes of L GPUs, peers
 # of other nodes through the GIN model (tests/emu/gin_model.h): issue 23's layouts 2x1, 4x1, 8x1
 # (every peer a GIN peer, the one-GPU cluster's case), 2x2, 2x4, 4x2, top-k 1, 6 and 8 among them.

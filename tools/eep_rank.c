@@ -270,13 +270,13 @@ static eep_status_t eep_rank_moe_alloc(eep_rank_t *r)
     if ((status = eep_cuda_sym_driver(&cu)) != EEP_OK) {
         return status;
     }
-    /* every world a view can have, not only EEP_RANK_MAX_WORLD (12 experts: 8 does not divide) */
+    /* every world a view can have, 1..EEP_RANK_MAX_WORLD, under the default placement */
     r->rows_max = eep_step_rows_max(r->tokens, r->topk, r->experts, EEP_RANK_MAX_WORLD);
     if (r->rows_max < 0) {
         eep_error(EEP_SUBSYS_TOOL,
                   "the MoE shape is out of range: --tokens %d --topk %d "
-                  "--experts %d (no world 1..%d divides the experts)",
-                  r->tokens, r->topk, r->experts, EEP_RANK_MAX_WORLD);
+                  "--experts %d",
+                  r->tokens, r->topk, r->experts);
         return EEP_ERR_INVALID_ARG;
     }
     bytes[0] = T * H * 2;
@@ -355,7 +355,7 @@ static eep_status_t eep_rank_step_moe(eep_rank_t *r, eep_rank_phase_t *phase_p, 
     eep_ep_handle_t      *h = NULL;
     eep_status_t          status;
     int64_t               rows;
-    int                   e, el;
+    int                   el;
     double                t0;
 
     *bad_p = NULL;
@@ -373,10 +373,12 @@ static eep_status_t eep_rank_step_moe(eep_rank_t *r, eep_rank_phase_t *phase_p, 
     /* every member must draw the same routing: (epoch, step of the view), not this process's
        own step count (a newcomer at step 1 met survivors at step 16: every count differed) */
     s.step = (r->info.epoch << 32) | (r->view_step & 0xffffffffu);
+    /* the data plane's placement: the view's for its expert count, else the default (eep/ep.h) */
+    s.placement = r->info.num_experts == s.experts ? r->info.placement : NULL;
     if ((status = eep_step_shape_check(&s)) != EEP_OK) {
         return status;
     }
-    el = s.experts / s.world;
+    el = eep_step_local_experts(&s, NULL);
     eep_step_routing(&s, s.rank, r->h_idx, r->h_w);
     eep_step_tokens(&s, s.rank, r->h_x);
     if ((status = eep_rank_cu(
@@ -444,13 +446,11 @@ static eep_status_t eep_rank_step_moe(eep_rank_t *r, eep_rank_phase_t *phase_p, 
     if (status != EEP_OK || *bad_p != NULL) {
         goto out;
     }
-    for (e = 0; e < el; e++) {
-        /* the stand-in expert must be the view's: the local experts the sync reported */
-        if (r->info.local_experts != NULL && r->info.num_local == el &&
-            r->info.local_experts[e] != s.rank * el + e) {
-            *bad_p = "placement";
-            goto out;
-        }
+    /* the stand-in expert must be the view's: the local experts the sync reported */
+    if (r->info.num_experts == s.experts &&
+        !eep_step_local_match(&s, r->info.local_experts, r->info.num_local)) {
+        *bad_p = "placement";
+        goto out;
     }
     eep_step_expert_apply(&s, r->h_counts, r->h_rows, r->h_y);
     status = eep_rank_cu(cu->cuMemcpyHtoD((CUdeviceptr)r->d_y, r->h_y, (size_t)rows * s.hidden * 2),

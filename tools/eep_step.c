@@ -59,16 +59,65 @@ eep_status_t eep_step_shape_check(const eep_step_shape_t *s)
         bad = "tokens (0..65536)";
     } else if (s->hidden < 8 || s->hidden % 8 != 0 || s->hidden > 16384) {
         bad = "hidden (a multiple of 8, 8..16384)";
-    } else if (s->experts < 1 || s->experts % s->world != 0) {
-        bad = "experts (a positive multiple of world)";
+    } else if (s->experts < 1 || s->experts > 65536) {
+        bad = "experts (1..65536)";
     } else if (s->topk < 1 || s->topk > s->experts || s->topk > 32) {
         bad = "topk (1..min(experts, 32))";
+    } else if (s->placement != NULL &&
+               eep_placement_check(s->placement, s->experts, s->world, NULL) != EEP_OK) {
+        bad = "placement (see above)";
     }
     if (bad != NULL) {
         eep_error(EEP_SUBSYS_TOOL, "step shape: invalid %s", bad);
         return EEP_ERR_INVALID_ARG;
     }
     return EEP_OK;
+}
+
+/* Where expert @p e lives: the shape's placement, or the default policy's blocks (the formula
+   of eep_placement_default). */
+static int eep_step_rank_of(const eep_step_shape_t *s, int64_t e, int *slot_p)
+{
+    int r, first;
+
+    if (s->placement != NULL) {
+        *slot_p = s->placement[e].slot;
+        return s->placement[e].rank;
+    }
+    r       = (int)((e * s->world) / s->experts);
+    first   = (int)(((int64_t)r * s->experts + s->world - 1) / s->world);
+    *slot_p = (int)e - first;
+    return r;
+}
+
+int eep_step_local_experts(const eep_step_shape_t *s, int32_t *ids)
+{
+    int e, slot, n = 0;
+
+    for (e = 0; e < s->experts; e++) {
+        if (eep_step_rank_of(s, e, &slot) == s->rank) {
+            if (ids != NULL) {
+                ids[slot] = e;
+            }
+            n++;
+        }
+    }
+    return n;
+}
+
+int eep_step_local_match(const eep_step_shape_t *s, const int32_t *local_experts, int num_local)
+{
+    int e, slot, n = 0;
+
+    for (e = 0; e < s->experts; e++) {
+        if (eep_step_rank_of(s, e, &slot) == s->rank) {
+            if (slot >= num_local || local_experts[slot] != e) {
+                return 0;
+            }
+            n++;
+        }
+    }
+    return n == num_local;
 }
 
 int64_t eep_step_rows_max(int tokens, int topk, int experts, int max_world)
@@ -80,13 +129,10 @@ int64_t eep_step_rows_max(int tokens, int topk, int experts, int max_world)
         return -1;
     }
     for (w = 1; w <= max_world; w++) {
-        int local = experts / w;
+        int     local = (experts + w - 1) / w; /* the default placement's largest block */
+        int64_t rows  = (int64_t)w * tokens * (topk < local ? topk : local);
 
-        if (experts % w == 0) {
-            int64_t rows = (int64_t)w * tokens * (topk < local ? topk : local);
-
-            best = rows > best ? rows : best;
-        }
+        best = rows > best ? rows : best;
     }
     return best;
 }
@@ -159,22 +205,25 @@ float eep_step_expert_scale(int e)
 int64_t eep_step_expected_recv(const eep_step_shape_t *s, int32_t *counts, uint16_t *rows)
 {
     eep_step_scratch_t sc;
-    int                el        = s->experts / s->world, e, src, t, k;
+    int32_t           *local = malloc(((size_t)s->experts + 1) * sizeof(*local));
+    int                el, e, src, t, k;
     int64_t            total     = 0;
     int                with_rows = rows != NULL;
     int64_t           *idx;
     float             *w;
     uint16_t          *x;
 
-    if (eep_step_scratch_get(s, &sc) != 0) {
+    if (local == NULL || eep_step_scratch_get(s, &sc) != 0) {
+        free(local);
         return -1;
     }
     idx = sc.idx;
     w   = sc.w;
     x   = sc.x;
+    el  = eep_step_local_experts(s, local);
 
     for (e = 0; e < el; e++) {
-        int g = s->rank * el + e;
+        int g = local[e];
 
         counts[e] = 0;
         for (src = 0; src < s->world; src++) {
@@ -197,17 +246,23 @@ int64_t eep_step_expected_recv(const eep_step_shape_t *s, int32_t *counts, uint1
         }
     }
     eep_step_scratch_put(&sc);
+    free(local);
     return total;
 }
 
 void eep_step_expert_apply(const eep_step_shape_t *s, const int32_t *counts, const uint16_t *x,
                            uint16_t *y)
 {
-    int     el  = s->experts / s->world, e, h;
-    int64_t row = 0, r;
+    int32_t *local = malloc(((size_t)s->experts + 1) * sizeof(*local));
+    int      el, e, h;
+    int64_t  row = 0, r;
 
+    if (local == NULL) {
+        return; /* the caller's comparison of y then fails */
+    }
+    el = eep_step_local_experts(s, local);
     for (e = 0; e < el; e++) {
-        float scale = eep_step_expert_scale(s->rank * el + e);
+        float scale = eep_step_expert_scale(local[e]);
 
         for (r = 0; r < counts[e]; r++, row++) {
             for (h = 0; h < s->hidden; h++) {
@@ -217,12 +272,13 @@ void eep_step_expert_apply(const eep_step_shape_t *s, const int32_t *counts, con
             }
         }
     }
+    free(local);
 }
 
 eep_status_t eep_step_expected_out(const eep_step_shape_t *s, uint16_t *out)
 {
     eep_step_scratch_t sc;
-    int                el = s->experts / s->world, t, h, k, r;
+    int                t, h, k, r, slot;
     int64_t           *idx;
     float             *w;
     uint16_t          *x;
@@ -247,7 +303,7 @@ eep_status_t eep_step_expected_out(const eep_step_shape_t *s, uint16_t *out)
                 for (k = 0; k < s->topk; k++) {
                     int64_t e = idx[(size_t)t * s->topk + k];
 
-                    if (e / el == r) {
+                    if (eep_step_rank_of(s, e, &slot) == r) {
                         float y = eep_step_f32(eep_step_bf16(xv * eep_step_expert_scale((int)e)));
 
                         partial = w[(size_t)t * s->topk + k] * y + partial;

@@ -9,8 +9,10 @@
  * and what combine must give back for its own tokens.  Token data are multiples of 1/8 in
  * [-1/2, 1/2], weights multiples of 1/4 and the expert scales 1 + (e % 4) / 4, so every product and
  * sum is exact in bf16 and fp32: the expected bits do not depend on the summation order.
- * Expert alignment is 1 (no padding rows); the placement is the kernels' arithmetic one
- * (expert e on rank e / (num_experts / world)).
+ * Expert alignment is 1 (no padding rows).  The placement is the shape's: a view's
+ * (eep_membership_info_t.placement), or NULL for the default policy (eep_placement_default:
+ * contiguous blocks as even as possible, so 12 experts on 5 ranks give 3, 3, 2, 2, 2), as the
+ * data plane has it (eep/ep.h).
  */
 #ifndef EEP_TOOLS_STEP_H
 #define EEP_TOOLS_STEP_H
@@ -18,6 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "eep/membership.h"
 #include "eep/status.h"
 
 typedef struct {
@@ -25,17 +28,29 @@ typedef struct {
     int      tokens;  /* per rank, every rank the same */
     int      hidden;  /* bf16 channels */
     int      topk;    /* distinct experts per token, <= num_experts */
-    int      experts; /* divisible by world */
+    int      experts; /* >= 1, any count (ranks may hold different counts, or none) */
     uint64_t seed, step;
+    /* [experts], or NULL: the default policy for (experts, world); not owned */
+    const eep_expert_place_t *placement;
 } eep_step_shape_t;
 
-/** @return EEP_OK, or EEP_ERR_INVALID_ARG naming the field (logged). */
+/** @return EEP_OK, or EEP_ERR_INVALID_ARG naming the field (logged; a placement is checked
+    with eep_placement_check). */
 eep_status_t eep_step_shape_check(const eep_step_shape_t *s);
+
+/** The experts this rank (s->rank) holds: their global ids by local slot into @p ids (may be
+    NULL; else room for s->experts).  @return their count (may be 0). */
+int eep_step_local_experts(const eep_step_shape_t *s, int32_t *ids);
+
+/** @return 1 when @p local_experts [@p num_local] (the view's, eep_membership_info_t) are the
+    experts the step places on this rank, slot by slot; else 0. */
+int eep_step_local_match(const eep_step_shape_t *s, const int32_t *local_experts, int num_local);
 
 /**
  * The most rows one rank can receive in one step (expert alignment 1) at any world size from 1 to
- * @p max_world that divides @p experts: a buffer sized once holds every view's step.
- * @return the row count; -1 when no world in range divides @p experts or an argument is < 1.
+ * @p max_world under the default placement (the rank of the most experts,
+ * ceil(experts / world)): a buffer sized once holds every such view's step.
+ * @return the row count; -1 when an argument is < 1.
  */
 int64_t eep_step_rows_max(int tokens, int topk, int experts, int max_world);
 
@@ -53,15 +68,15 @@ void eep_step_tokens(const eep_step_shape_t *s, int src, uint16_t *x);
 float eep_step_expert_scale(int e);
 
 /**
- * What this rank (s->rank) must receive: counts [experts / world] per local expert and, when
+ * What this rank (s->rank) must receive: counts [its local experts] per local slot and, when
  * @p rows is not NULL, every row [total * hidden] in order.
  * @return the total row count; -1 when out of memory.
  */
 int64_t eep_step_expected_recv(const eep_step_shape_t *s, int32_t *counts, uint16_t *rows);
 
 /**
- * The stand-in expert on the received layout: y[row] = bf16(x[row] * scale(expert of the row's
- * group)), groups in local expert order with @p counts rows each.
+ * The stand-in expert on the received layout: y[row] = bf16(x[row] * scale(global expert of the
+ * row's group)), groups in local slot order with @p counts rows each.
  */
 void eep_step_expert_apply(const eep_step_shape_t *s, const int32_t *counts, const uint16_t *x,
                            uint16_t *y);

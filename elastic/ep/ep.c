@@ -42,11 +42,20 @@
 #define EEP_EP_KERNEL_KEY         64
 #define EEP_EP_SMEM_BUDGET        (160 * 1024) /* dynamic shared memory of the order masks */
 #define EEP_EP_CHUNK_TOTALS_BYTES ((size_t)EEP_EPK_MAX_SEND_BLOCKS * EEP_EPK_MAX_COUNTERS * 4)
+#define EEP_EP_PLACE_SLOTS        8 /* expert counts with a placement table at once */
 
 typedef struct {
     char              key[EEP_EP_KERNEL_KEY];
     eep_jit_kernel_t *kernel;
 } eep_ep_kernel_slot_t;
+
+/* A placement's device table (eep_epk_params_t.place) for one expert count, as the runtime's
+   placement was in one membership epoch. */
+typedef struct {
+    int      num_experts; /* 0: free */
+    uint64_t epoch;
+    uint64_t dev; /* u32 [num_experts] */
+} eep_ep_place_slot_t;
 
 struct eep_ep_state {
     eep_ep_config_t      cfg;
@@ -62,6 +71,7 @@ struct eep_ep_state {
     int                  hybrid;   /* 1: hybrid mode (eep_ep_mode_choose) */
     uint64_t             gin_dev;  /* hybrid: device copy of the eep_epk_gin_t */
     int topo_stale; /* a view changed the teams and the dev comm: choose the mode again */
+    eep_ep_place_slot_t places[EEP_EP_PLACE_SLOTS];
 };
 
 /* The runtime as the argument checks see it: its membership epoch is that of the view its
@@ -72,6 +82,84 @@ static void eep_ep_world_of(const eep_runtime_t *rt, eep_ep_world_t *world)
     world->epoch   = rt->epoch;
     world->rank    = rt->rank;
     world->world   = rt->nranks;
+    /* a view's placement (checked when the runtime took it; the default's stays implicit) */
+    world->place_experts   = rt->placement != NULL ? rt->num_experts : 0;
+    world->place_local_max = rt->place_local_max;
+    world->placement       = rt->placement != NULL && !rt->place_default ? rt->placement : NULL;
+}
+
+/* Free the placement tables (no kernel of the runtime runs). */
+static void eep_ep_places_free(const eep_cuda_sym_t *cu, struct eep_ep_state *st)
+{
+    for (int i = 0; i < EEP_EP_PLACE_SLOTS; i++) {
+        if (st->places[i].dev != 0) {
+            cu->cuMemFree((CUdeviceptr)st->places[i].dev);
+        }
+        memset(&st->places[i], 0, sizeof(st->places[i]));
+    }
+}
+
+/*
+ * The device table of @p shape's placement (uneven placements only: an even one is arithmetic
+ * in the kernels), made on first use per expert count and membership epoch and kept: a warm call
+ * finds it in a scan of a few entries.  A new epoch's placement may differ: the tables of older
+ * epochs are freed then (between steps, eep_membership_sync: no kernel of the runtime runs).
+ */
+static eep_status_t eep_ep_place_dev(const eep_runtime_t *rt, const eep_cuda_sym_t *cu,
+                                     struct eep_ep_state *st, const eep_ep_shape_t *shape,
+                                     unsigned long long *dev_p)
+{
+    eep_ep_place_slot_t *slot = NULL;
+    uint32_t            *table;
+    CUdeviceptr          d = 0;
+    eep_status_t         status;
+    int                  i;
+
+    for (i = 0; i < EEP_EP_PLACE_SLOTS; i++) {
+        if (st->places[i].num_experts == shape->num_experts && st->places[i].epoch == rt->epoch) {
+            *dev_p = st->places[i].dev;
+            return EEP_OK;
+        }
+        if (st->places[i].num_experts != 0 && st->places[i].epoch != rt->epoch) {
+            eep_ep_places_free(cu, st);
+            i = -1; /* scan again: every slot is free now */
+            continue;
+        }
+        if (slot == NULL && st->places[i].num_experts == 0) {
+            slot = &st->places[i];
+        }
+    }
+    if (slot == NULL) {
+        eep_error(EEP_SUBSYS_KERNEL,
+                  "dispatch/combine: more than %d expert counts with an uneven placement on one "
+                  "runtime",
+                  EEP_EP_PLACE_SLOTS);
+        return EEP_ERR_NO_RESOURCE;
+    }
+    table = malloc((size_t)shape->num_experts * sizeof(*table));
+    if (table == NULL) {
+        return EEP_ERR_NO_MEMORY;
+    }
+    eep_ep_place_table(shape, table);
+    status = eep_status_from_cu(cu->cuMemAlloc(&d, (size_t)shape->num_experts * sizeof(*table)),
+                                "cuMemAlloc(placement table)");
+    if (status == EEP_OK) {
+        status = eep_status_from_cu(
+            cu->cuMemcpyHtoD(d, table, (size_t)shape->num_experts * sizeof(*table)),
+            "cuMemcpyHtoD(placement table)");
+    }
+    free(table);
+    if (status != EEP_OK) {
+        if (d != 0) {
+            cu->cuMemFree(d);
+        }
+        return status;
+    }
+    slot->num_experts = shape->num_experts;
+    slot->epoch       = rt->epoch;
+    slot->dev         = (uint64_t)d;
+    *dev_p            = (unsigned long long)d;
+    return EEP_OK;
 }
 
 /* The runtime's destructor for the dispatch/combine state (registered when it is made; kernels
@@ -94,6 +182,7 @@ static void eep_ep_state_destroy(eep_runtime_t *rt, void *arg)
         if (rt->ep->gin_dev != 0) {
             cu->cuMemFree((CUdeviceptr)rt->ep->gin_dev);
         }
+        eep_ep_places_free(cu, rt->ep);
         for (int i = 0; i < 2; i++) {
             if (rt->ep->trace[i] != 0) {
                 cu->cuMemFree((CUdeviceptr)rt->ep->trace[i]);
@@ -123,6 +212,7 @@ static void eep_ep_state_view_reset(eep_runtime_t *rt, void *arg)
        and the GIN parameters hold the old dev comm: both made again before the next call (here
        rt->nranks is still the old view's) */
     st->topo_stale = 1;
+    eep_ep_places_free(cu, st); /* the view's placement may differ */
     memset((void *)st->mirror, 0, 8 * (EEP_EP_MAX_LOCAL_EXPERTS + 2));
     if (st->chunk != 0) {
         eep_status_from_cu(
@@ -399,10 +489,6 @@ static eep_status_t eep_ep_prepare(eep_runtime_t *rt, const eep_ep_shape_t *shap
         (*st_p)->env      = env;
         (*st_p)->have_env = 1;
     }
-    /* A view's expert placement (host side): refused where the kernels would place otherwise. */
-    if ((status = eep_runtime_placement_ep_check(rt, shape->num_experts)) != EEP_OK) {
-        return status;
-    }
     /* hybrid: the GIN send staging follows the area (kernels/ep/ep_gin.cuh); it is laid out for
        one shape, so a hybrid runtime serves the shape its envelope was made for only */
     if ((*st_p)->hybrid) {
@@ -448,6 +534,11 @@ static eep_status_t eep_ep_prepare(eep_runtime_t *rt, const eep_ep_shape_t *shap
     /* shape->world is rt->nranks: the argument checks took it from this runtime */
     if ((status = eep_ep_params_layout_env(shape, &(*st_p)->env, rt->rank, ep_off, rt->buf, p)) !=
         EEP_OK) {
+        return status;
+    }
+    /* the placement: arithmetic when even, else the device table */
+    if (!p->place_even &&
+        (status = eep_ep_place_dev(rt, *cu_p, *st_p, shape, &p->place)) != EEP_OK) {
         return status;
     }
     p->window      = rt->window;
@@ -641,10 +732,14 @@ eep_status_t eep_dispatch(eep_runtime_t *rt, const eep_dispatch_args_t *args,
         goto fail;
     }
     /* Order masks: as many warps as the shared-memory budget allows (E + world counters each). */
-    NC                  = shape.num_experts + shape.world;
-    sw                  = (int)((EEP_EP_SMEM_BUDGET / 4 / (size_t)NC - 1) / 2);
-    sw                  = sw < 1 ? 1 : sw > EEP_EPK_WARPS ? EEP_EPK_WARPS : sw;
-    dyn                 = (size_t)(1 + 2 * sw) * (size_t)NC * 4;
+    NC  = shape.num_experts + shape.world;
+    sw  = (int)((EEP_EP_SMEM_BUDGET / 4 / (size_t)NC - 1) / 2);
+    sw  = sw < 1 ? 1 : sw > EEP_EPK_WARPS ? EEP_EPK_WARPS : sw;
+    dyn = (size_t)(1 + 2 * sw) * (size_t)NC * 4;
+    /* the copy blocks' rows of each expert from lower sources take [world * El] of it */
+    if (dyn < (size_t)shape.world * (size_t)El * 4) {
+        dyn = (size_t)shape.world * (size_t)El * 4;
+    }
     p.scan_warps        = sw;
     p.send_blocks       = sms;
     p.rank_major        = eep_ep_args_layout(args) == EEP_EP_LAYOUT_RANK_MAJOR;
@@ -872,6 +967,8 @@ eep_status_t eep_combine_ex(eep_runtime_t *rt, const eep_combine_args_t *args,
     if ((status = eep_ep_combine_ex_check(args, handle, &shape)) != EEP_OK) {
         return status;
     }
+    /* the runtime's placement of this epoch (the handle's, which the epoch check made sure of) */
+    eep_ep_world_place(&world, shape.num_experts, &shape);
     if (args->topk_grad != NULL &&
         ((handle->num_recv_rows > 0 &&
           (status = eep_ep_combine_ptr("y_grad", args->y_grad)) != EEP_OK) ||
@@ -906,8 +1003,9 @@ eep_status_t eep_combine(eep_runtime_t *rt, const void *y, const eep_ep_handle_t
 }
 
 /* The shapes of @p d as the layout sees them (alignment 1: it sizes no buffer of the area). */
-static eep_status_t eep_ep_envelope_build(int world, const eep_ep_shape_desc_t *d, int n,
-                                          const char *call, eep_ep_envelope_t *env_p)
+static eep_status_t eep_ep_envelope_build(int world, const eep_ep_world_t *placed,
+                                          const eep_ep_shape_desc_t *d, int n, const char *call,
+                                          eep_ep_envelope_t *env_p)
 {
     eep_ep_envelope_t env;
     const char       *why = NULL;
@@ -927,6 +1025,9 @@ static eep_status_t eep_ep_envelope_build(int world, const eep_ep_shape_desc_t *
                              .alignment   = 1,
                              .dtype       = d[i].dtype };
 
+        if (placed != NULL) {
+            eep_ep_world_place(placed, s.num_experts, &s);
+        }
         if (eep_ep_shape_check(&s, &why) != EEP_OK) {
             break;
         }
@@ -966,7 +1067,7 @@ eep_status_t eep_ep_window_size(int world, const eep_ep_shape_desc_t *shapes, in
                   world, EEP_EPK_MAX_WORLD);
         return EEP_ERR_INVALID_ARG;
     }
-    status = eep_ep_envelope_build(world, shapes, num_shapes, "window size", &env);
+    status = eep_ep_envelope_build(world, NULL, shapes, num_shapes, "window size", &env);
     if (status != EEP_OK) {
         return status;
     }
@@ -986,13 +1087,15 @@ eep_status_t eep_ep_reserve(eep_runtime_t *rt, const eep_ep_shape_desc_t *shapes
     const eep_cuda_sym_t *cu = NULL;
     struct eep_ep_state  *st = NULL;
     eep_ep_envelope_t     env;
+    eep_ep_world_t        world;
     eep_status_t          status;
 
     if (rt == NULL) {
         eep_error(EEP_SUBSYS_KERNEL, "reserve: invalid argument rt: NULL runtime");
         return EEP_ERR_INVALID_ARG;
     }
-    status = eep_ep_envelope_build(rt->nranks, shapes, num_shapes, "reserve", &env);
+    eep_ep_world_of(rt, &world);
+    status = eep_ep_envelope_build(rt->nranks, &world, shapes, num_shapes, "reserve", &env);
     if (status != EEP_OK) {
         return status;
     }
@@ -1012,6 +1115,7 @@ eep_status_t eep_ep_reserve(eep_runtime_t *rt, const eep_ep_shape_desc_t *shapes
                                  .alignment   = 1,
                                  .dtype       = shapes[i].dtype };
 
+            eep_ep_world_place(&world, s.num_experts, &s);
             fit = eep_ep_envelope_misfit(&st->env, &s, 0) == NULL;
         }
         if (fit) {

@@ -62,6 +62,14 @@ eep_status_t eep_ep_handle_check(const eep_ep_handle_t *h, const eep_ep_world_t 
     return EEP_OK;
 }
 
+void eep_ep_world_place(const eep_ep_world_t *world, int num_experts, eep_ep_shape_t *shape)
+{
+    int own = world->placement != NULL && world->place_experts == num_experts;
+
+    shape->placement = own ? world->placement : NULL;
+    shape->local_max = own ? world->place_local_max : 0;
+}
+
 static eep_status_t eep_ep_check_shape(const eep_dispatch_args_t *a, const eep_ep_world_t *world,
                                        eep_ep_shape_t *shape_p)
 {
@@ -110,14 +118,19 @@ static eep_status_t eep_ep_check_shape(const eep_dispatch_args_t *a, const eep_e
                   a->num_topk, EEP_EP_MAX_TOPK);
         return EEP_ERR_INVALID_ARG;
     }
-    if (a->num_experts < 1 || a->num_experts > EEP_EP_MAX_EXPERTS ||
-        a->num_experts % world->world != 0 ||
-        a->num_experts / world->world > EEP_EP_MAX_LOCAL_EXPERTS || a->num_topk > a->num_experts) {
+    if (a->num_experts < 1 || a->num_experts > EEP_EP_MAX_EXPERTS || a->num_topk > a->num_experts) {
         eep_error(EEP_SUBSYS_KERNEL,
-                  "dispatch: invalid argument num_experts: %d must be in "
-                  "[num_topk = %d, %d], divisible by the %d ranks, with at most %d per rank",
-                  a->num_experts, a->num_topk, EEP_EP_MAX_EXPERTS, world->world,
-                  EEP_EP_MAX_LOCAL_EXPERTS);
+                  "dispatch: invalid argument num_experts: %d must be in [num_topk = %d, %d]",
+                  a->num_experts, a->num_topk, EEP_EP_MAX_EXPERTS);
+        return EEP_ERR_INVALID_ARG;
+    }
+    eep_ep_world_place(world, a->num_experts, &s);
+    if (eep_ep_local_experts(&s) > EEP_EP_MAX_LOCAL_EXPERTS) {
+        eep_error(EEP_SUBSYS_KERNEL,
+                  "dispatch: invalid argument num_experts: %d experts on %d ranks put %d on one "
+                  "rank (%s placement), more than %d",
+                  a->num_experts, world->world, eep_ep_local_experts(&s),
+                  s.placement != NULL ? "the view's" : "the default", EEP_EP_MAX_LOCAL_EXPERTS);
         return EEP_ERR_INVALID_ARG;
     }
     if (a->expert_alignment < 1 || (a->expert_alignment & (a->expert_alignment - 1)) != 0) {

@@ -20,7 +20,17 @@ typedef struct {
     uint64_t    epoch;   /* current membership epoch */
     int         rank;
     int         world;
+    /* The runtime's expert placement for calls of place_experts experts (its view's; checked when
+       the runtime took it), with place_local_max the most experts it puts on one rank; calls of
+       another expert count, or placement NULL: the default policy (eep/ep.h). */
+    int                       place_experts;
+    int                       place_local_max;
+    const eep_expert_place_t *placement;
 } eep_ep_world_t;
+
+/** The placement of a call of @p num_experts experts on @p world into @p shape (placement and
+    local_max; the default unless the runtime's placement is for that count). */
+void eep_ep_world_place(const eep_ep_world_t *world, int num_experts, eep_ep_shape_t *shape);
 
 /**
  * Check a dispatch call.

@@ -60,7 +60,9 @@ static void eep_ep_handle_release(eep_ep_handle_t *h)
 eep_status_t eep_ep_handle_arrays(const eep_cuda_sym_t *cu, eep_ep_handle_t *h,
                                   const eep_ep_shape_t *s)
 {
-    const size_t El = (size_t)eep_ep_local_experts(s), W = (size_t)s->world;
+    /* per local expert: room for the most a rank can hold (a handle refilled in a later epoch
+       may find this rank holding more experts under that view's placement) */
+    const size_t El = (size_t)EEP_EP_MAX_LOCAL_EXPERTS, W = (size_t)s->world;
     const size_t mt = (size_t)s->max_tokens, K = (size_t)s->num_topk;
     const size_t sizes[11] = { El * 4,     2 * (El + 1) * 4, mt * W * 4,     W * 4,
                                W * mt * 4, W * mt * 4,       W * mt * K * 4, W * mt * K * 4,

@@ -9,6 +9,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "elastic/ep/ep_knobs.h"
@@ -55,7 +56,106 @@ eep_ep_shape_t eep_ep_shape_product(int world)
 
 int eep_ep_local_experts(const eep_ep_shape_t *shape)
 {
-    return shape->num_experts / shape->world;
+    if (shape->placement != NULL) {
+        return shape->local_max;
+    }
+    return (shape->num_experts + shape->world - 1) / shape->world;
+}
+
+/* The default placement (eep_placement_default's formula): the first expert of rank r. */
+static int eep_ep_default_first(const eep_ep_shape_t *s, int r)
+{
+    return (int)(((int64_t)r * s->num_experts + s->world - 1) / s->world);
+}
+
+void eep_ep_expert_place(const eep_ep_shape_t *s, int e, int *rank_p, int *slot_p)
+{
+    int r;
+
+    if (s->placement != NULL) {
+        *rank_p = s->placement[e].rank;
+        *slot_p = s->placement[e].slot;
+        return;
+    }
+    r       = (int)(((int64_t)e * s->world) / s->num_experts);
+    *rank_p = r;
+    *slot_p = e - eep_ep_default_first(s, r);
+}
+
+int eep_ep_rank_experts(const eep_ep_shape_t *s, int rank, int32_t *ids_p)
+{
+    int e, n = 0;
+
+    if (s->placement == NULL) {
+        const int first = eep_ep_default_first(s, rank), end = eep_ep_default_first(s, rank + 1);
+
+        for (e = first; ids_p != NULL && e < end; e++) {
+            ids_p[e - first] = e;
+        }
+        return end - first;
+    }
+    for (e = 0; e < s->num_experts; e++) {
+        if (s->placement[e].rank == rank) {
+            if (ids_p != NULL) {
+                ids_p[s->placement[e].slot] = e;
+            }
+            n++;
+        }
+    }
+    return n;
+}
+
+int eep_ep_place_even(const eep_ep_shape_t *s)
+{
+    return s->placement == NULL && s->num_experts % s->world == 0;
+}
+
+void eep_ep_place_table(const eep_ep_shape_t *s, uint32_t *table_p)
+{
+    int e, r, j;
+
+    for (e = 0; e < s->num_experts; e++) {
+        eep_ep_expert_place(s, e, &r, &j);
+        table_p[e] = ((uint32_t)r << 16) | (uint32_t)j;
+    }
+}
+
+eep_status_t eep_ep_shape_place(eep_ep_shape_t *s, const eep_expert_place_t *placement)
+{
+    eep_expert_place_t *def;
+    int                *counts;
+    eep_status_t        status;
+    int                 r, most = 0, same;
+
+    if (placement == NULL) {
+        s->placement = NULL;
+        s->local_max = 0;
+        return EEP_OK;
+    }
+    if (s->world < 1 || s->world > EEP_MAX_RANKS || s->num_experts < 1 ||
+        s->num_experts > EEP_EP_MAX_EXPERTS) {
+        return EEP_ERR_INVALID_ARG;
+    }
+    counts = malloc((size_t)s->world * sizeof(int));
+    def    = malloc((size_t)s->num_experts * sizeof(*def));
+    if (counts == NULL || def == NULL) {
+        free(counts);
+        free(def);
+        return EEP_ERR_NO_MEMORY;
+    }
+    status = eep_placement_check(placement, s->num_experts, s->world, counts);
+    if (status == EEP_OK) {
+        for (r = 0; r < s->world; r++) {
+            most = counts[r] > most ? counts[r] : most;
+        }
+        same = eep_placement_default(s->num_experts, s->world, def) == EEP_OK &&
+               memcmp(def, placement, (size_t)s->num_experts * sizeof(*def)) == 0;
+        s->placement = same ? NULL : placement;
+        s->local_max = same ? 0 : most;
+    }
+    free(counts);
+    free(def);
+    return status;
 }
 
 int eep_ep_lines(const eep_ep_shape_t *shape)
@@ -87,10 +187,12 @@ eep_status_t eep_ep_shape_check(const eep_ep_shape_t *s, const char **why_p)
     } else if (s->num_topk < 1 || s->num_topk > EEP_EP_MAX_TOPK) {
         why = "num_topk";
     } else if (s->num_experts < 1 || s->num_experts > EEP_EP_MAX_EXPERTS ||
-               s->num_experts % s->world != 0 ||
-               s->num_experts / s->world > EEP_EP_MAX_LOCAL_EXPERTS ||
                s->num_topk > s->num_experts) {
         why = "num_experts";
+    } else if (s->placement != NULL && s->local_max < 1) {
+        why = "placement"; /* not set by eep_ep_shape_place */
+    } else if (eep_ep_local_experts(s) > EEP_EP_MAX_LOCAL_EXPERTS) {
+        why = "num_experts"; /* too many on one rank */
     } else if (!eep_ep_is_pow2(s->alignment) || s->alignment > EEP_EP_MAX_ALIGNMENT) {
         why = "expert_alignment";
     }
@@ -265,11 +367,11 @@ static int64_t eep_ep_rows_max_raw(int64_t world, int64_t max_tokens, int64_t nu
 
 int64_t eep_ep_rows_max(const eep_ep_shape_t *s)
 {
-    if (s->world < 1 || s->num_experts < s->world || s->num_experts % s->world != 0 ||
-        s->max_tokens < 1 || s->num_topk < 1 || !eep_ep_is_pow2(s->alignment)) {
+    if (s->world < 1 || s->num_experts < 1 || s->max_tokens < 1 || s->num_topk < 1 ||
+        !eep_ep_is_pow2(s->alignment) || (s->placement != NULL && s->local_max < 1)) {
         return -1;
     }
-    return eep_ep_rows_max_raw(s->world, s->max_tokens, s->num_topk, s->num_experts / s->world,
+    return eep_ep_rows_max_raw(s->world, s->max_tokens, s->num_topk, eep_ep_local_experts(s),
                                s->alignment);
 }
 
@@ -286,6 +388,26 @@ int64_t eep_ep_recv_rows_max(int world, int max_tokens_per_rank, int num_topk, i
         .dtype       = EEP_DTYPE_BF16,
     };
 
+    return eep_ep_rows_max(&s);
+}
+
+int64_t eep_ep_recv_rows_max_placed(int world, int max_tokens_per_rank, int num_topk,
+                                    int num_experts, int expert_alignment,
+                                    const eep_expert_place_t *placement)
+{
+    eep_ep_shape_t s = {
+        .world       = world,
+        .max_tokens  = max_tokens_per_rank,
+        .hidden      = 0,
+        .num_topk    = num_topk,
+        .num_experts = num_experts,
+        .alignment   = expert_alignment,
+        .dtype       = EEP_DTYPE_BF16,
+    };
+
+    if (eep_ep_shape_place(&s, placement) != EEP_OK) {
+        return -1;
+    }
     return eep_ep_rows_max(&s);
 }
 
@@ -436,20 +558,22 @@ eep_status_t eep_ep_params_layout_env(const eep_ep_shape_t *shape, const eep_ep_
     eep_ep_envelope_record(env, &wire);
     eep_ep_wire_layout(shape, &own);
     memset(p, 0, sizeof(*p));
-    p->rank         = rank;
-    p->world        = shape->world;
-    p->max_tokens   = shape->max_tokens;
-    p->hidden       = shape->hidden;
-    p->num_topk     = shape->num_topk;
-    p->num_experts  = shape->num_experts;
-    p->num_local    = eep_ep_local_experts(shape);
-    p->alignment    = shape->alignment;
-    p->token_bytes  = (unsigned)wire.token_bytes;
-    p->hidden_bytes = (unsigned)own.hidden_bytes; /* this call's bytes, in the envelope's record */
-    p->scale_off    = (unsigned)wire.scale_off;
-    p->scale_bytes  = (unsigned)own.scale_bytes;
-    p->meta_off     = (unsigned)wire.meta_off;
-    p->tag_off      = (unsigned)wire.tag_off;
+    p->rank          = rank;
+    p->world         = shape->world;
+    p->max_tokens    = shape->max_tokens;
+    p->hidden        = shape->hidden;
+    p->num_topk      = shape->num_topk;
+    p->num_experts   = shape->num_experts;
+    p->num_local     = eep_ep_rank_experts(shape, rank, NULL);
+    p->num_local_max = env->num_local; /* the count slots' words */
+    p->place_even    = eep_ep_place_even(shape);
+    p->alignment     = shape->alignment;
+    p->token_bytes   = (unsigned)wire.token_bytes;
+    p->hidden_bytes  = (unsigned)own.hidden_bytes; /* this call's bytes, in the envelope's record */
+    p->scale_off     = (unsigned)wire.scale_off;
+    p->scale_bytes   = (unsigned)own.scale_bytes;
+    p->meta_off      = (unsigned)wire.meta_off;
+    p->tag_off       = (unsigned)wire.tag_off;
     p->ctl = (unsigned long long)(uintptr_t)((const char *)my_window + ep_off + z.allocator_off);
     p->counts_off    = ep_off + z.counts_off;
     p->slot_bytes    = z.count_slot_bytes;

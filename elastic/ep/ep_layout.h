@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "eep/ep.h"
+#include "eep/membership.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -28,6 +29,16 @@ typedef struct {
     int         num_experts;
     int         alignment; /* expert_alignment */
     eep_dtype_t dtype;
+    /*
+     * The expert placement (include/eep/membership.h): NULL, the default policy
+     * (eep_placement_default for num_experts on world ranks: contiguous blocks as even as
+     * possible, which for num_experts % world == 0 is rank r holding [r El, (r + 1) El)); else
+     * [num_experts], not owned (it must outlive every use of the shape), with local_max the most
+     * experts one rank holds under it.  eep_ep_shape_place() checks a placement and sets both.
+     * Zeroed shapes (the fields left out of an initializer) have the default.
+     */
+    int                       local_max;
+    const eep_expert_place_t *placement;
 } eep_ep_shape_t;
 
 /**
@@ -99,8 +110,9 @@ typedef struct {
 } eep_ep_buffer_sizes_t;
 
 /**
- * Check a shape (every field in range, num_experts divisible by world, alignment a power of two,
- * hidden a multiple of 16 bytes and, for fp8, of 128 channels).
+ * Check a shape (every field in range, at most EEP_EP_MAX_LOCAL_EXPERTS experts on a rank,
+ * alignment a power of two, hidden a multiple of 16 bytes and, for fp8, of 128 channels).  A
+ * placement itself is checked by eep_ep_shape_place (O(num_experts)), not here.
  * @param [out] why_p  on failure, the offending field's name (may be NULL).
  * @return EEP_OK or EEP_ERR_INVALID_ARG (not logged: callers log with their own context).
  */
@@ -112,8 +124,37 @@ size_t eep_ep_elem_bytes(eep_dtype_t dtype);
 /** @return @p value rounded up to a multiple of @p align (align > 0). */
 int64_t eep_ep_align_up(int64_t value, int64_t align);
 
-/** @return num_experts / world (the shape must be valid). */
+/** @return the most experts one rank holds (ceil(num_experts / world) for the default placement;
+    every rank's count when num_experts % world == 0): what count slots and the worst-case row
+    count are sized for.  The shape must be valid. */
 int eep_ep_local_experts(const eep_ep_shape_t *shape);
+
+/**
+ * Use @p placement ([shape->num_experts], or NULL: the default) for @p shape: checked with
+ * eep_placement_check, then shape->placement and shape->local_max set.  A placement equal to the
+ * default is stored as NULL (the kernels' arithmetic fast path when num_experts % world == 0).
+ * @return EEP_OK; EEP_ERR_INVALID_ARG (logged by the checker, naming the expert), the shape
+ *         unchanged.
+ */
+eep_status_t eep_ep_shape_place(eep_ep_shape_t *shape, const eep_expert_place_t *placement);
+
+/** Where expert @p e (0 <= e < num_experts) lives: its rank and local slot. */
+void eep_ep_expert_place(const eep_ep_shape_t *shape, int e, int *rank_p, int *slot_p);
+
+/**
+ * The experts @p rank holds: their global ids by local slot into @p ids_p (may be NULL; else
+ * room for eep_ep_local_experts()).  @return their count (0 for a rank that holds none).
+ * O(1) for the default placement, O(num_experts) otherwise.
+ */
+int eep_ep_rank_experts(const eep_ep_shape_t *shape, int rank, int32_t *ids_p);
+
+/** @return 1 when expert e lives on rank e / El in slot e % El, El = num_experts / world (the
+    default placement of a divisible count: the kernels' arithmetic fast path), else 0. */
+int eep_ep_place_even(const eep_ep_shape_t *shape);
+
+/** The kernels' placement table (eep_epk_params_t.place): @p table_p [num_experts] gets
+    (rank << 16) | slot of every expert. */
+void eep_ep_place_table(const eep_ep_shape_t *shape, uint32_t *table_p);
 
 /** @return which transfers travel as flagged lines, a mask of EEP_EPK_LINES_DISPATCH and
     EEP_EPK_LINES_COMBINE (kernels/ep/ep_params.h), from max_tokens alone. */
@@ -175,7 +216,8 @@ void eep_ep_wire_layout(const eep_ep_shape_t *shape, eep_ep_wire_t *wire_p);
     the hidden bytes as flagged 128-byte lines and the record a whole number of lines. */
 void eep_ep_record_layout(const eep_ep_shape_t *shape, eep_ep_wire_t *wire_p);
 
-/** @return the worst-case received rows (see eep_ep_recv_rows_max()), -1 for a bad shape. */
+/** @return the worst-case received rows of the rank that holds the most experts (see
+    eep_ep_recv_rows_max()), -1 for a bad shape. */
 int64_t eep_ep_rows_max(const eep_ep_shape_t *shape);
 
 /** Fill the buffer sizes of one rank; @return EEP_OK or EEP_ERR_INVALID_ARG for a bad shape. */

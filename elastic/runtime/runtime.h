@@ -103,6 +103,8 @@ struct eep_runtime {
     eep_expert_place_t *placement;
     int32_t            *local_experts; /* [num_local]: global ids by slot */
     int                 num_local;
+    int                 place_local_max; /* the most experts the placement puts on one rank */
+    int                 place_default;   /* 1: it is eep_placement_default's for the view */
     double              last_apply_ms;
     const char         *last_action;
     uint64_t            applying_epoch; /* the view being applied (its waits may abandon it) */
@@ -122,15 +124,6 @@ eep_status_t eep_runtime_add_dtor(eep_runtime_t *rt, eep_runtime_dtor_func_t fun
  * @return EEP_OK, or EEP_ERR_NO_RESOURCE when the list is full.
  */
 eep_status_t eep_runtime_add_view_hook(eep_runtime_t *rt, eep_runtime_dtor_func_t func, void *arg);
-
-/**
- * Host side of the expert placement for dispatch/combine: the kernels place expert e on rank
- * e / (num_experts / world) (arithmetic).  A view's placement that differs cannot be honoured
- * until the kernels take the placement as data (rt->placement is where they will find it).
- * @return EEP_OK (no view placement, another expert count, or the arithmetic one);
- *         EEP_ERR_UNSUPPORTED (logged, naming the first expert placed elsewhere).
- */
-eep_status_t eep_runtime_placement_ep_check(const eep_runtime_t *rt, int num_experts);
 
 /* runtime_membership.c: create the communicator from the first view that holds this rank. */
 eep_status_t eep_runtime_membership_start(eep_runtime_t *rt, const eep_membership_t *ms,

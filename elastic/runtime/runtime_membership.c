@@ -30,58 +30,64 @@ eep_status_t eep_runtime_add_view_hook(eep_runtime_t *rt, eep_runtime_dtor_func_
     return EEP_OK;
 }
 
-eep_status_t eep_runtime_placement_ep_check(const eep_runtime_t *rt, int num_experts)
-{
-    int e, per;
-
-    if (rt->placement == NULL || rt->num_experts != num_experts || rt->nranks < 1 ||
-        num_experts % rt->nranks != 0) {
-        return EEP_OK; /* the argument checks refuse an indivisible expert count themselves */
-    }
-    per = num_experts / rt->nranks;
-    for (e = 0; e < num_experts; e++) {
-        if (rt->placement[e].rank != e / per || rt->placement[e].slot != e % per) {
-            eep_error(EEP_SUBSYS_RUNTIME,
-                      "dispatch/combine: the view of epoch %llu places expert %d on rank %d slot "
-                      "%d; the kernels place it on rank %d slot %d (placement as data is not "
-                      "built yet)",
-                      (unsigned long long)rt->epoch, e, rt->placement[e].rank,
-                      rt->placement[e].slot, e / per, e % per);
-            return EEP_ERR_UNSUPPORTED;
-        }
-    }
-    return EEP_OK;
-}
-
-/* Keep the current view's placement and this rank's experts. */
+/* Keep the current view's placement and this rank's experts: checked again here (the
+   dispatch/combine kernels index it without a bounds check of their own), with the most experts
+   a rank holds and whether it is the default policy's (the kernels' tables are built from it). */
 static eep_status_t eep_runtime_keep_placement(eep_runtime_t *rt, const eep_view_copy_t *v)
 {
-    eep_expert_place_t *pl    = NULL;
-    int32_t            *local = NULL;
-    int                 e, n = 0;
+    eep_expert_place_t *pl     = NULL;
+    int32_t            *local  = NULL;
+    int                *counts = NULL;
+    eep_status_t        status;
+    int                 e, n = 0, most = 0, def = 0;
 
     if (v->num_experts > 0) {
-        pl    = malloc((size_t)v->num_experts * sizeof(*pl));
-        local = malloc((size_t)v->num_experts * sizeof(*local));
-        if (pl == NULL || local == NULL) {
+        pl     = malloc((size_t)v->num_experts * sizeof(*pl));
+        local  = malloc((size_t)v->num_experts * sizeof(*local));
+        counts = malloc((size_t)v->world * sizeof(*counts));
+        if (pl == NULL || local == NULL || counts == NULL) {
             free(pl);
             free(local);
+            free(counts);
             return EEP_ERR_NO_MEMORY;
         }
         memcpy(pl, v->placement, (size_t)v->num_experts * sizeof(*pl));
+        status = eep_placement_check(pl, v->num_experts, v->world, counts);
+        if (status != EEP_OK) {
+            eep_error(EEP_SUBSYS_RUNTIME, "view %llu: invalid argument placement (above)",
+                      (unsigned long long)v->epoch);
+            free(pl);
+            free(local);
+            free(counts);
+            return status;
+        }
+        for (e = 0; e < v->world; e++) {
+            most = counts[e] > most ? counts[e] : most;
+        }
         for (e = 0; e < v->num_experts; e++) {
             if (pl[e].rank == v->my_rank) {
                 local[pl[e].slot] = e; /* slots are dense (eep_placement_check) */
                 n++;
             }
         }
+        /* the default's blocks: expert e on floor(e world / E), in order (eep_placement_default) */
+        def = 1;
+        for (e = 0; e < v->num_experts && def; e++) {
+            const int r = (int)(((int64_t)e * v->world) / v->num_experts);
+
+            def = pl[e].rank == r &&
+                  pl[e].slot == e - (int)(((int64_t)r * v->num_experts + v->world - 1) / v->world);
+        }
+        free(counts);
     }
     free(rt->placement);
     free(rt->local_experts);
-    rt->placement     = pl;
-    rt->local_experts = local;
-    rt->num_local     = n;
-    rt->num_experts   = v->num_experts;
+    rt->placement       = pl;
+    rt->local_experts   = local;
+    rt->num_local       = n;
+    rt->num_experts     = v->num_experts;
+    rt->place_local_max = most;
+    rt->place_default   = def;
     return EEP_OK;
 }
 

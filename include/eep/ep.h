@@ -6,9 +6,27 @@
  * top-k weights.  Both are device-side: one JIT-compiled kernel family over the runtime's
  * symmetric window, enqueued on the caller's stream.
  *
- * Received layout (every mode): expert-major.  Local expert e (0 <= e < El, El = num_experts /
- * world, global expert id rank * El + e) owns rows [offsets[e], offsets[e] + counts[e]); its group
- * is padded with zero rows up to offsets[e + 1] = offsets[e] + align_up(counts[e],
+ * Expert placement: data, not arithmetic.  Every global expert lives on one rank, in one local
+ * slot of it (eep_expert_place_t, eep/membership.h).  The placement of a call is the runtime's:
+ * on a runtime that follows membership views (params.membership), the current view's placement
+ * when the view places the call's num_experts; otherwise (no view, or a view of another expert
+ * count) the default policy, eep_placement_default(num_experts, world): contiguous blocks as even
+ * as possible, so 256 experts on 7 ranks give ranks 37, 37, 36, 37, 36, 37, 36, and with fewer
+ * experts than ranks some ranks hold none.  For num_experts % world == 0 it is rank r holding
+ * [r * El, (r + 1) * El).  The placement is checked on the host (eep_placement_check) when the
+ * runtime takes it, before any launch; at most EEP_EP_MAX_LOCAL_EXPERTS experts on one rank.
+ * There is no per-call placement: every rank and every call of an epoch must agree on it (a
+ * cached dispatch and the combines of a handle reuse the layout it made), so it changes only
+ * with a view, between steps; a caller with its own policy publishes it in its views (a
+ * membership provider's eep_view_t.placement).  El below is the count of the calling rank
+ * (eep_membership_info_t.num_local); buffers for the worst case use the most any rank holds.
+ * An uneven placement travels to the kernels as a small device table, uploaded by the first call
+ * of each expert count in each epoch: make that call before capturing a CUDA graph (as the first
+ * call of a shape, which compiles its kernels, must be).
+ *
+ * Received layout (every mode): expert-major.  Local expert e (0 <= e < El, the local slot; its
+ * global id is the one the placement puts in slot e of this rank) owns rows [offsets[e],
+ * offsets[e] + counts[e]); its group is padded with zero rows up to offsets[e + 1] = offsets[e] + align_up(counts[e],
  * expert_alignment), so a grouped GEMM can take recv_x as it is.  A token that hits several local
  * experts gets one row in each of their groups.  Within a group, rows are ordered by source rank
  * ascending, then by source token index ascending: the order is a function of the inputs alone,
@@ -51,7 +69,7 @@ typedef struct eep_ep_handle eep_ep_handle_t;
 /* Limits checked on the host before any launch. */
 #define EEP_EP_MAX_TOPK          32 /* K: one lane per top-k entry */
 #define EEP_EP_MAX_EXPERTS       2048
-#define EEP_EP_MAX_LOCAL_EXPERTS 256 /* num_experts / world */
+#define EEP_EP_MAX_LOCAL_EXPERTS 256 /* experts on one rank (the placement's most) */
 #define EEP_EP_FP8_BLOCK         128 /* channels per fp8 scale */
 #define EEP_EP_PTR_ALIGN         16  /* bytes; every tensor pointer */
 
@@ -130,7 +148,7 @@ typedef struct {
     int num_tokens;          /* T of this call, 0 <= T <= max_tokens_per_rank */
     int hidden;              /* H; H * element size a multiple of 16 bytes; fp8: multiple of 128 */
     int num_topk;            /* K, 1..EEP_EP_MAX_TOPK */
-    int num_experts;         /* divisible by the rank count; <= EEP_EP_MAX_EXPERTS */
+    int num_experts;         /* >= num_topk, <= EEP_EP_MAX_EXPERTS; placed as the header says */
     int expert_alignment;    /* power of two >= 1; each expert group is padded to it */
     int max_tokens_per_rank; /* sizes every buffer; the same on every rank and every call */
 
@@ -182,8 +200,9 @@ typedef struct {
  *
  * Checked on the host before launch (EEP_ERR_INVALID_ARG, the message names the argument): NULL
  * or misaligned pointers, a hidden size that is not a multiple of 16 bytes (of 128 channels for
- * fp8), num_tokens > max_tokens_per_rank, K out of range, num_experts not divisible by the rank
- * count, an alignment that is not a power of two, fp8 without scales, too small a recv_capacity.
+ * fp8), num_tokens > max_tokens_per_rank, K out of range, num_experts out of range or placing more
+ * than EEP_EP_MAX_LOCAL_EXPERTS on one rank, an alignment that is not a power of two, fp8 without
+ * scales, too small a recv_capacity.
  * A handle made by another runtime gives EEP_ERR_INVALID_ARG, one from an older membership epoch
  * EEP_ERR_STALE_EPOCH.  Only the device sees expert ids: an id outside [-1, num_experts) or twice
  * in one token is recorded by the kernel in the runtime's fault page with the offending token, the
@@ -324,13 +343,29 @@ void eep_ep_handle_destroy(eep_ep_handle_t *handle);
 const char *eep_ep_transport(eep_runtime_t *rt);
 
 /**
- * Worst-case row count of the received layout: what NO_CPU_SYNC and CACHED outputs must hold.
+ * Worst-case row count of the received layout: what NO_CPU_SYNC and CACHED outputs must hold
+ * (every rank alike), for the default placement.
  * rows = floor((world * max_tokens_per_rank * min(K, El) + El * (alignment - 1)) / alignment)
- *        * alignment, with El = num_experts / world.
+ *        * alignment, with El = ceil(num_experts / world), the most experts a rank holds.
  * @return the row count, or -1 when the arguments are out of range.
  */
 int64_t eep_ep_recv_rows_max(int world, int max_tokens_per_rank, int num_topk, int num_experts,
                              int expert_alignment);
+
+/* eep/membership.h */
+#ifndef EEP_EXPERT_PLACE_T_DECLARED
+#define EEP_EXPERT_PLACE_T_DECLARED
+typedef struct eep_expert_place eep_expert_place_t;
+#endif
+
+/**
+ * eep_ep_recv_rows_max for @p placement ([num_experts], e.g. eep_membership_info_t.placement;
+ * NULL: the default): El is the most experts it puts on one rank.
+ * @return the row count, or -1 when the arguments or the placement are invalid.
+ */
+int64_t eep_ep_recv_rows_max_placed(int world, int max_tokens_per_rank, int num_topk,
+                                    int num_experts, int expert_alignment,
+                                    const eep_expert_place_t *placement);
 
 #ifdef __cplusplus
 }

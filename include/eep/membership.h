@@ -27,10 +27,14 @@ extern "C" {
 #endif
 
 /* Where one global expert lives. */
-typedef struct {
+#ifndef EEP_EXPERT_PLACE_T_DECLARED
+#define EEP_EXPERT_PLACE_T_DECLARED
+typedef struct eep_expert_place eep_expert_place_t;
+#endif
+struct eep_expert_place {
     int32_t rank; /* rank of the view that holds it, 0 <= rank < world */
     int32_t slot; /* its local index on that rank, 0 <= slot < that rank's expert count */
-} eep_expert_place_t;
+};
 
 /*
  * One membership view.  The arrays are the provider's (the view came from its poll()) and stay
@@ -113,8 +117,8 @@ typedef struct {
  * floor(e * world / num_experts), in slot e - first(rank), where first(r) = ceil(r * num_experts /
  * world) is the rank's first expert.  Block sizes differ by at most one; with fewer experts than
  * ranks some ranks hold none.  It is the placement eepd publishes (control/eepd/eepd_view.c,
- * eepd_view_place, primary copy), and for num_experts % world == 0 the arithmetic placement the
- * kernels used before views (rank r holds [r * El, (r + 1) * El)).
+ * eepd_view_place, primary copy), the placement dispatch/combine use without a view (eep/ep.h),
+ * and for num_experts % world == 0 the arithmetic one (rank r holds [r * El, (r + 1) * El)).
  * @param [in]  num_experts  1 <= num_experts <= EEP_EP_MAX_EXPERTS (2048).
  * @param [in]  world        1 <= world <= EEP_MAX_RANKS.
  * @param [out] placement_p  [num_experts], written on success only.

@@ -83,7 +83,7 @@ __device__ __forceinline__ void eep_epk_dispatch(const eep_epk_params_t &p)
     __shared__ eep_epk_copy_smem  csm;
     __shared__ unsigned char     *peer_base[EEP_EPK_MAX_WORLD];
 
-    const int           E = p.num_experts, W = EEP_EPK_W(p), El = p.num_local, K = EEP_EPK_K(p);
+    const int           E = p.num_experts, W = EEP_EPK_W(p), K = EEP_EPK_K(p);
     const int           NC   = E + W; /* counters: experts, then destinations */
     const unsigned      lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
     unsigned long long *ctl_seq = (unsigned long long *)(p.ctl + EEP_EPK_CTL_DSEQ);
@@ -367,11 +367,13 @@ __device__ __forceinline__ void eep_epk_dispatch(const eep_epk_params_t &p)
                 eep_epk_chunk_sum(p, base, NC, S, seq); /* every sender's chunk */
             }
             eep_epk_stamp(p, 1);
-            for (int d = 0; d < W; d++) {
-                unsigned long long *slot = eep_epk_count_slot(p, peer_base, d, parity);
-                for (int e = threadIdx.x; e < El; e += blockDim.x) {
-                    slot[EEP_EPK_SLOT_COUNTS + e] = (seq << 32) | (unsigned)base[d * El + e];
-                }
+            /* each expert's count to the rank that holds it, in its local slot's word */
+            for (int e = threadIdx.x; e < E; e += blockDim.x) {
+                const unsigned      pl   = eep_epk_place_of(p, e);
+                unsigned long long *slot = eep_epk_count_slot(p, peer_base, (int)(pl >> 16),
+                                                              parity);
+
+                slot[EEP_EPK_SLOT_COUNTS + (pl & 0xffffu)] = (seq << 32) | (unsigned)base[e];
             }
             __syncthreads();
         }

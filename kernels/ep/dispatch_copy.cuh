@@ -53,6 +53,10 @@ __device__ __forceinline__ void eep_epk_layout_scan(eep_epk_copy_smem &sm, int E
         }
     }
     __syncthreads();
+    if (El == 0 && threadIdx.x == 0) { /* a rank that holds no expert: empty layout */
+        sm.offsets[0]  = 0;
+        sm.pad_base[0] = 0;
+    }
     if (warp < NW) {
         int carry_off = 0, carry_pad = 0;
 
@@ -83,7 +87,7 @@ eep_epk_copy_records(const eep_epk_params_t &p, unsigned long long seq, int xb, 
                      const int *src_prefix, const eep_epk_copy_smem &sm, int *block_failed)
 {
     const int            parity = (int)(seq & 1ull);
-    const int            El = p.num_local, K = EEP_EPK_K(p), lo = p.rank * El;
+    const int            El = p.num_local, K = EEP_EPK_K(p);
     const unsigned       lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
     const unsigned char *mine   = eep_epk_peer(p, 0, p.rank);
     const int            gwarps = XB * EEP_EPK_WARPS, gw = xb * EEP_EPK_WARPS + (int)warp;
@@ -162,15 +166,22 @@ eep_epk_copy_records(const eep_epk_params_t &p, unsigned long long seq, int xb, 
         const int   *ids   = (const int *)(row + p.meta_off);
         const float *wts   = (const float *)(ids + K);
         const int   *pos   = ids + 2 * K + 1;
-        int          my_id = -1, my_row = -1, my_local = 0;
-        float        my_w = 0.0f;
+        int          my_id = -1, my_row = -1, my_local = 0, my_slot = -1;
+        unsigned     my_rank_bit = 0u; /* the rank of this lane's expert, as a bit */
+        float        my_w        = 0.0f;
 
         if ((int)lane < K) {
-            my_id    = ids[lane];
-            my_w     = wts[lane];
-            my_local = my_id >= lo && my_id < lo + El;
+            my_id = ids[lane];
+            my_w  = wts[lane];
+            if (my_id >= 0) { /* the senders drop a token with an id outside [-1, E) */
+                const unsigned pl = eep_epk_place_of(p, my_id);
+
+                my_rank_bit = 1u << (pl >> 16);
+                my_local    = (int)(pl >> 16) == p.rank;
+                my_slot     = (int)(pl & 0xffffu);
+            }
             if (my_local && !p.rank_major) {
-                const int e = my_id - lo;
+                const int e = my_slot;
 
                 my_row = Mode == EEP_EPK_CACHED
                              ? ((const int *)p.h_recv_rows)[rec * K + lane]
@@ -187,8 +198,7 @@ eep_epk_copy_records(const eep_epk_params_t &p, unsigned long long seq, int xb, 
             my_row = sm.nbase[s] + i;
         }
         /* Handle: rows and weights per lane, token, ordinal among the token's ranks. */
-        unsigned dst_bit = ((int)lane < K && my_id >= 0) ? 1u << (unsigned)(my_id / El) : 0u;
-        unsigned dmask   = __reduce_or_sync(0xffffffffu, dst_bit);
+        unsigned dmask = __reduce_or_sync(0xffffffffu, my_rank_bit);
         if ((int)lane < K && c == 0) {
             if (Mode != EEP_EPK_CACHED) {
                 ((int *)p.h_recv_rows)[rec * K + lane] = my_row;
@@ -292,7 +302,7 @@ eep_epk_copy_records(const eep_epk_params_t &p, unsigned long long seq, int xb, 
                                   scales, p.scale_bytes, lane, 32);
                 }
                 if ((int)lane < K) {
-                    ((int *)p.recv_topk_idx)[(long long)r * K + lane] = my_local ? my_id - lo : -1;
+                    ((int *)p.recv_topk_idx)[(long long)r * K + lane] = my_local ? my_slot : -1;
                     ((float *)p.recv_topk_weights)[(long long)r * K + lane] = my_local ? my_w
                                                                                        : 0.0f;
                 }

@@ -36,11 +36,12 @@ __device__ __forceinline__ void eep_epk_lane_topk(const eep_epk_params_t &p, int
     }
 }
 
-/* Route one token whose K ids come from get(k): its destination mask; or bad (an id outside
-   [-1, E) or repeated in the token: mask 0, *bad_id_p the offending id). */
+/* Route one token whose K ids come from get(k): its destination mask (the ranks of its
+   experts, eep_epk_rank_of); or bad (an id outside [-1, E) or repeated in the token: mask 0,
+   *bad_id_p the offending id). */
 template <typename GetId>
-__device__ __forceinline__ unsigned eep_epk_route_ids(GetId get, int K, int E, int El, bool *bad_p,
-                                                      long long *bad_id_p)
+__device__ __forceinline__ unsigned eep_epk_route_ids(const eep_epk_params_t &p, GetId get, int K,
+                                                      int E, bool *bad_p, long long *bad_id_p)
 {
     unsigned mask = 0;
 
@@ -63,7 +64,7 @@ __device__ __forceinline__ unsigned eep_epk_route_ids(GetId get, int K, int E, i
                 return 0;
             }
         }
-        mask |= 1u << (unsigned)(e / El);
+        mask |= 1u << (unsigned)eep_epk_rank_of(p, (int)e);
     }
     return mask;
 }
@@ -75,8 +76,9 @@ __device__ __forceinline__ unsigned eep_epk_route(const eep_epk_params_t &p, int
 {
     const long long base = (long long)t * EEP_EPK_K(p);
 
-    return eep_epk_route_ids([&p, base](int k) { return eep_epk_id<IdxBits>(p, base + k); },
-                             EEP_EPK_K(p), p.num_experts, p.num_local, bad_p, bad_id_p);
+    return eep_epk_route_ids(
+        p, [&p, base](int k) { return eep_epk_id<IdxBits>(p, base + k); }, EEP_EPK_K(p),
+        p.num_experts, bad_p, bad_id_p);
 }
 
 /* A bad expert id: one fault record {phase, peer -1, expected token, observed id}, abort flag. */
@@ -157,8 +159,9 @@ __device__ __forceinline__ int eep_epk_group_lanes(int K)
  * (an id out of range, or repeated: each lane checks its id against the token's earlier ones),
  * alike on every lane of the group.  Every lane of the warp calls this (a ballot and shuffles).
  */
-__device__ __forceinline__ bool eep_epk_group_route(const int *tid, bool on, unsigned k, int El,
-                                                    int G, int *e_p, unsigned *m_p)
+__device__ __forceinline__ bool eep_epk_group_route(const eep_epk_params_t &p, const int *tid,
+                                                    bool on, unsigned k, int G, int *e_p,
+                                                    unsigned *m_p)
 {
     const unsigned lane  = threadIdx.x & 31u;
     const unsigned gmask = (G == 32 ? 0xffffffffu : ((1u << G) - 1u)) << (lane - k);
@@ -169,7 +172,7 @@ __device__ __forceinline__ bool eep_epk_group_route(const int *tid, bool on, uns
     for (int i = 0; on && e >= 0 && i < (int)k; i++) {
         bad |= tid[i] == e;
     }
-    m = !on || e < 0 ? 0u : 1u << (unsigned)(e / El);
+    m = !on || e < 0 ? 0u : 1u << (unsigned)eep_epk_rank_of(p, e);
     /* any lane bad -> every id of the token dropped; destinations OR'ed */
     bad = (__ballot_sync(0xffffffffu, bad) & gmask) != 0;
     for (int o = 1; o < G; o <<= 1) {
@@ -202,8 +205,7 @@ __device__ __forceinline__ unsigned eep_epk_route_warp(const eep_epk_params_t &p
         const int  q = q0 + (int)(lane / (unsigned)G);
         int        e;
         unsigned   m;
-        const bool bad = eep_epk_group_route(ids + q * K, q < nt && (int)k < K, k, p.num_local, G,
-                                             &e, &m);
+        const bool bad = eep_epk_group_route(p, ids + q * K, q < nt && (int)k < K, k, G, &e, &m);
 
         if (!bad && e >= 0) {
             atomicOr(&mw[e], (int)(1u << (unsigned)q));
@@ -245,7 +247,7 @@ __device__ void eep_epk_route_block(const eep_epk_params_t &p, const int *ids, i
         const bool on = t < n && (int)k < K;
         int        e;
         unsigned   m;
-        const bool bad = eep_epk_group_route(ids + (on ? t * K : 0), on, k, p.num_local, G, &e, &m);
+        const bool bad = eep_epk_group_route(p, ids + (on ? t * K : 0), on, k, G, &e, &m);
         int       *mw  = masks + (t >> 5) * NC;
         const int  bit = (int)(1u << (unsigned)(t & 31));
 
@@ -278,7 +280,7 @@ template <int IdxBits>
 __device__ void eep_epk_count(const eep_epk_params_t &p, int t_begin, int t_end, int *base,
                               int *stage, int stage_ints)
 {
-    const int      E = p.num_experts, K = EEP_EPK_K(p), El = p.num_local, W = EEP_EPK_W(p);
+    const int      E = p.num_experts, K = EEP_EPK_K(p), W = EEP_EPK_W(p);
     const int      CH   = max(1, min(1024, stage_ints / K));
     const int      G    = eep_epk_group_lanes(K);
     const int      TPW  = 32 / G; /* tokens per warp and pass */
@@ -297,7 +299,7 @@ __device__ void eep_epk_count(const eep_epk_params_t &p, int t_begin, int t_end,
             const int  j = j0 + (int)(threadIdx.x >> 5) * TPW + (int)(lane / (unsigned)G);
             int        e;
             unsigned   m;
-            const bool bad = eep_epk_group_route(stage + j * K, j < n && (int)k < K, k, El, G, &e,
+            const bool bad = eep_epk_group_route(p, stage + j * K, j < n && (int)k < K, k, G, &e,
                                                  &m);
 
             if (!bad && e >= 0) {

@@ -165,6 +165,26 @@ __device__ __forceinline__ unsigned eep_epk_round_mask(const int *mw, int E, int
     return dm;
 }
 
+/* Where global expert @p e (0 <= e < num_experts) lives, as (rank << 16) | local slot: the
+   arithmetic of an even placement (every rank num_local experts, in blocks: the fast path, a
+   division by a uniform value), else one read-only load from the host-checked table, u32 a
+   expert (a few KB at most, L1-resident after the first reads). */
+__device__ __forceinline__ unsigned eep_epk_place_of(const eep_epk_params_t &p, int e)
+{
+    if (p.place_even) {
+        const int r = e / p.num_local;
+
+        return ((unsigned)r << 16) | (unsigned)(e - r * p.num_local);
+    }
+    return __ldg((const unsigned *)p.place + e);
+}
+
+/* The rank that holds expert @p e. */
+__device__ __forceinline__ int eep_epk_rank_of(const eep_epk_params_t &p, int e)
+{
+    return p.place_even ? e / p.num_local : (int)(__ldg((const unsigned *)p.place + e) >> 16);
+}
+
 /* The bounded-wait context of an EP kernel's waits (kernels/common/wait.cuh). */
 __device__ __forceinline__ eep_wait_ctx eep_epk_wait_ctx(const eep_epk_params_t &p,
                                                          int                    *block_failed)

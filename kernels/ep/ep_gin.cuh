@@ -317,7 +317,7 @@ __device__ __noinline__ bool eep_epk_gin_dispatch_puts(const eep_epk_params_t &p
                 ncclTeamWorld(dc), d, (ncclWindow_t)p.window,
                 (size_t)(p.counts_off + ((unsigned long long)p.rank * 2 + parity) * p.slot_bytes),
                 (ncclWindow_t)p.window, (size_t)eep_epk_gin_slot_stage(p, d),
-                (size_t)(EEP_EPK_SLOT_COUNTS + p.num_local) * 8u,
+                (size_t)(EEP_EPK_SLOT_COUNTS + p.num_local_max) * 8u, /* d's count: <= max */
                 ncclGin_SignalInc{ (ncclGinSignal_t)(g.sig0 + p.rank) },
                 ncclGin_CounterInc{ (ncclGinCounter_t)g.ctr0 });
             mine++;
@@ -488,7 +488,7 @@ __device__ __noinline__ bool eep_epk_fwd_forward(const eep_epk_params_t &p, unsi
                   p, p.counts_off + ((unsigned long long)(n * L + ls) * 2 + parity) * p.slot_bytes,
                   nb + l);
 
-        for (int w = 1; w < EEP_EPK_SLOT_COUNTS + p.num_local; w++) {
+        for (int w = 1; w < EEP_EPK_SLOT_COUNTS + p.num_local_max; w++) {
             dst[w] = src[w];
         }
         eep_st_release_sys(dst + EEP_EPK_SLOT_TOKENS, src[EEP_EPK_SLOT_TOKENS]);

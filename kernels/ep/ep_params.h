@@ -62,7 +62,7 @@
 #define EEP_EPK_SLOT_TOKENS 0 /* tokens the peer sends me */
 #define EEP_EPK_SLOT_DDONE  1 /* unused since records carry tags */
 #define EEP_EPK_SLOT_CDONE  2 /* the peer started this combine (its partials carry tags) */
-#define EEP_EPK_SLOT_COUNTS 3 /* El words: rows for my local expert e */
+#define EEP_EPK_SLOT_COUNTS 3 /* El words: rows for my local expert slot e */
 
 /* Local control words (in this rank's allocator region, >= 256 bytes, zeroed with the window):
    the device-side call counters, each with the count of the current launch's blocks started in
@@ -88,7 +88,7 @@ typedef struct eep_epk_params {
     int hidden;
     int num_topk;
     int num_experts;
-    int num_local; /* El */
+    int num_local; /* El: the experts this rank holds (may be 0) */
     int alignment;
     int scan_warps; /* warps that build the per-expert order masks (smem bound) */
     /* wire record: [hidden][scales][meta: K ids, K weights, token, K positions, u64 tag] */
@@ -157,6 +157,14 @@ typedef struct eep_epk_params {
     unsigned long long h_fwd_n;   /* [world] tokens forwarded from source node n */
     unsigned long long h_fwd_tok; /* [world * max_tokens] their token indices */
     unsigned long long h_fwd_dm;  /* [world * max_tokens] their destination masks */
+
+    /* The expert placement (eep_epk_place_of, ep_common.cuh).  place_even 1: expert e lives on
+       rank e / num_local in slot e % num_local (every rank holds num_local; place may be 0);
+       else place is the device address of u32 [num_experts], (rank << 16) | slot.  Count slots
+       hold num_local_max words (the most a rank holds). */
+    int                num_local_max;
+    int                place_even;
+    unsigned long long place;
 } eep_epk_params_t;
 
 /* combine_flags */
@@ -182,7 +190,7 @@ typedef struct eep_epk_gin {
 #define EEP_EPK_GIN_COUNTERS       2
 
 EEP_LAYOUT_ASSERT(sizeof(void *) == 8, "64-bit pointers");
-EEP_LAYOUT_ASSERT(sizeof(eep_epk_params_t) == 448, "eep_epk_params_t size");
+EEP_LAYOUT_ASSERT(sizeof(eep_epk_params_t) == 464, "eep_epk_params_t size");
 EEP_LAYOUT_ASSERT(sizeof(eep_epk_gin_t) == EEP_DEVCOMM_BYTES + 16, "eep_epk_gin_t size");
 
 #endif /* EEP_KERNELS_EP_PARAMS_H */

@@ -7,9 +7,10 @@ import os
 c_int, c_void_p, c_int64, c_uint64 = ctypes.c_int, ctypes.c_void_p, ctypes.c_int64, ctypes.c_uint64
 
 
-class Shape(ctypes.Structure):  # eep_ep_shape_t
+class Shape(ctypes.Structure):  # eep_ep_shape_t (placement NULL: the default policy)
     _fields_ = [("world", c_int), ("max_tokens", c_int), ("hidden", c_int), ("num_topk", c_int),
-                ("num_experts", c_int), ("alignment", c_int), ("dtype", c_int)]
+                ("num_experts", c_int), ("alignment", c_int), ("dtype", c_int),
+                ("local_max", c_int), ("placement", c_void_p)]
 
 
 class Gen(ctypes.Structure):  # eep_ref_gen_t

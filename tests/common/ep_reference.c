@@ -307,6 +307,18 @@ static int check_ids(const eep_ep_shape_t *s, const eep_ref_input_t *inputs, int
     return 1;
 }
 
+/* The rank that holds global expert @p g (eep_ep_expert_place), and its slot there. */
+static int rank_of(const eep_ep_shape_t *s, int64_t g, int *slot_p)
+{
+    int r, j;
+
+    eep_ep_expert_place(s, (int)g, &r, &j);
+    if (slot_p != NULL) {
+        *slot_p = j;
+    }
+    return r;
+}
+
 /* The top-k lane of token t (of input in) holding expert e, or -1. */
 static int lane_of(const eep_ep_shape_t *s, const eep_ref_input_t *in, int t, int64_t e)
 {
@@ -326,17 +338,19 @@ static eep_status_t dispatch_one(const eep_ep_shape_t *s, const eep_ref_input_t 
 {
     eep_ref_recv_t r         = { 0 };
     size_t         row_bytes = (size_t)s->hidden * eep_ep_elem_bytes(s->dtype);
-    size_t  nsc = s->dtype == EEP_DTYPE_FP8_E4M3 ? (size_t)(s->hidden / EEP_EP_FP8_BLOCK) : 0;
-    size_t  K   = (size_t)s->num_topk;
-    int     El  = eep_ep_local_experts(s);
-    int     e, src, t, k;
-    int64_t row, rows;
+    size_t   nsc   = s->dtype == EEP_DTYPE_FP8_E4M3 ? (size_t)(s->hidden / EEP_EP_FP8_BLOCK) : 0;
+    size_t   K     = (size_t)s->num_topk;
+    int32_t *local = malloc(((size_t)eep_ep_local_experts(s) + 1) * sizeof(int32_t));
+    int      El    = local != NULL ? eep_ep_rank_experts(s, dst, local) : 0; /* ids by slot */
+    int      e, src, t, k;
+    int64_t  row, rows;
 
     r.num_local      = El;
-    r.expert_counts  = calloc((size_t)El, sizeof(int32_t));
+    r.expert_counts  = calloc((size_t)El + 1, sizeof(int32_t));
     r.expert_offsets = calloc((size_t)El + 1, sizeof(int64_t));
     r.tokens_from    = calloc((size_t)s->world, sizeof(int32_t));
-    if (r.expert_counts == NULL || r.expert_offsets == NULL || r.tokens_from == NULL) {
+    if (local == NULL || r.expert_counts == NULL || r.expert_offsets == NULL ||
+        r.tokens_from == NULL) {
         goto err_free;
     }
     /* Counts first, so the outputs are allocated at their exact size. */
@@ -345,7 +359,7 @@ static eep_status_t dispatch_one(const eep_ep_shape_t *s, const eep_ref_input_t 
             int hit = 0;
 
             for (e = 0; e < El; e++) {
-                if (lane_of(s, &inputs[src], t, (int64_t)dst * El + e) >= 0) {
+                if (lane_of(s, &inputs[src], t, local[e]) >= 0) {
                     r.expert_counts[e]++;
                     hit = 1;
                 }
@@ -373,14 +387,14 @@ static eep_status_t dispatch_one(const eep_ep_shape_t *s, const eep_ref_input_t 
             r.topk_idx[(size_t)row * K + (size_t)k] = -1;
         }
     }
-    /* The layout's order, spelled out: expert, then source rank, then source token. */
+    /* The layout's order, spelled out: local expert slot, then source rank, then source token. */
     for (e = 0; e < El; e++) {
         row = r.expert_offsets[e];
         for (src = 0; src < s->world; src++) {
             const eep_ref_input_t *in = &inputs[src];
 
             for (t = 0; t < in->num_tokens; t++) {
-                int lane = lane_of(s, in, t, (int64_t)dst * El + e);
+                int lane = lane_of(s, in, t, local[e]);
 
                 if (lane < 0) {
                     continue;
@@ -391,11 +405,11 @@ static eep_status_t dispatch_one(const eep_ep_shape_t *s, const eep_ref_input_t 
                            nsc * sizeof(float));
                 }
                 for (k = 0; k < (int)K; k++) {
-                    int64_t g  = in->topk_idx[(size_t)t * K + (size_t)k];
-                    int     on = g >= (int64_t)dst * El && g < (int64_t)(dst + 1) * El;
+                    int64_t g    = in->topk_idx[(size_t)t * K + (size_t)k];
+                    int     slot = -1;
+                    int     on   = g >= 0 && rank_of(s, g, &slot) == dst;
 
-                    r.topk_idx[(size_t)row * K + (size_t)k] = on ? (int32_t)(g - (int64_t)dst * El)
-                                                                 : -1;
+                    r.topk_idx[(size_t)row * K + (size_t)k] = on ? (int32_t)slot : -1;
                     r.topk_weights[(size_t)row * K + (size_t)k] =
                         on ? in->topk_weights[(size_t)t * K + (size_t)k] : 0.0f;
                 }
@@ -406,10 +420,12 @@ static eep_status_t dispatch_one(const eep_ep_shape_t *s, const eep_ref_input_t 
             }
         }
     }
+    free(local);
     *out = r;
     return EEP_OK;
 
 err_free:
+    free(local);
     eep_ref_recv_free(&r);
     return EEP_ERR_NO_MEMORY;
 }
@@ -493,7 +509,7 @@ eep_status_t eep_ref_topk_grad(const eep_ep_shape_t *s, const eep_ref_input_t *i
                                const uint16_t *const *g, float *const *grad)
 {
     size_t K = (size_t)s->num_topk, T = (size_t)s->max_tokens, H = (size_t)s->hidden;
-    int    El = eep_ep_local_experts(s), src, t, k, r;
+    int    src, t, k, r;
 
     for (src = 0; src < s->world; src++) {
         int32_t *row_of = eep_ref_rows_of(s, recv, src);
@@ -510,7 +526,7 @@ eep_status_t eep_ref_topk_grad(const eep_ep_shape_t *s, const eep_ref_input_t *i
                 /* the kernel adds every destination rank's lane k in rank order: 0 but on the
                    expert's rank (0 + d and d + 0 are d) */
                 for (r = 0; r < s->world && idx[k] >= 0; r++) {
-                    if (idx[k] >= (int64_t)r * El && idx[k] < (int64_t)(r + 1) * El) {
+                    if (rank_of(s, idx[k], NULL) == r) {
                         int32_t row = row_of[(size_t)r * T * K + (size_t)t * K + (size_t)k];
 
                         total += eep_ref_dot(y[r] + (size_t)row * H, g[r] + (size_t)row * H,
@@ -537,7 +553,6 @@ eep_status_t eep_ref_combine_src_ex(const eep_ep_shape_t *s, const eep_ref_input
                                     int weighted, uint16_t *out)
 {
     size_t   K = (size_t)s->num_topk, H = (size_t)s->hidden, T = (size_t)s->max_tokens;
-    int      El = eep_ep_local_experts(s);
     int32_t *row_of; /* [rank r][t * K + k]: r's row for (src, token t, lane k) */
     float   *total = malloc(H * sizeof(float)), *partial = malloc(H * sizeof(float));
     int      r, t, k;
@@ -576,7 +591,7 @@ eep_status_t eep_ref_combine_src_ex(const eep_ep_shape_t *s, const eep_ref_input
                 const uint16_t *yr;
                 float           w;
 
-                if (idx[k] < (int64_t)r * El || idx[k] >= (int64_t)(r + 1) * El) {
+                if (idx[k] < 0 || rank_of(s, idx[k], NULL) != r) {
                     continue;
                 }
                 row = row_of[(size_t)r * T * K + (size_t)t * K + (size_t)k];
@@ -630,14 +645,24 @@ eep_status_t eep_ref_combine_ex(const eep_ep_shape_t *s, const eep_ref_input_t *
 /* ---------------------------------------------------------------------------------------- */
 /* Rank-major layout                                                                          */
 
+static int eep_ref_slot_of(const eep_ep_shape_t *s, int64_t g)
+{
+    int slot;
+
+    (void)rank_of(s, g, &slot);
+    return slot;
+}
+
 eep_status_t eep_ref_rank_major(const eep_ep_shape_t *s, const eep_ref_input_t *inputs, int rank,
                                 eep_ref_recv_t *rm)
 {
     eep_ep_wire_t w;
-    const int     El = eep_ep_local_experts(s), K = s->num_topk, W = s->world;
-    const int64_t lo   = (int64_t)rank * El;
+    const int     El = eep_ep_rank_experts(s, rank, NULL), K = s->num_topk, W = s->world;
     int64_t       rows = 0, row;
     int           src, t, k;
+    /* lane k of a token is local here when its expert lives on this rank; its local id the slot */
+#define EEP_REF_LOCAL(g)   ((g) >= 0 && rank_of(s, (g), NULL) == rank)
+#define EEP_REF_SLOT_OF(g) eep_ref_slot_of(s, (g))
 
     eep_ep_wire_layout(s, &w);
     memset(rm, 0, sizeof(*rm));
@@ -646,7 +671,7 @@ eep_status_t eep_ref_rank_major(const eep_ep_shape_t *s, const eep_ref_input_t *
             for (k = 0; k < K; k++) {
                 const int64_t e = inputs[src].topk_idx[(size_t)t * K + k];
 
-                if (e >= lo && e < lo + El) {
+                if (EEP_REF_LOCAL(e)) {
                     rows++;
                     break;
                 }
@@ -655,7 +680,7 @@ eep_status_t eep_ref_rank_major(const eep_ep_shape_t *s, const eep_ref_input_t *
     }
     rm->num_local      = El;
     rm->num_rows       = rows;
-    rm->expert_counts  = calloc((size_t)El, sizeof(int32_t));
+    rm->expert_counts  = calloc((size_t)El + 1, sizeof(int32_t));
     rm->expert_offsets = calloc((size_t)W + 1, sizeof(int64_t));
     rm->tokens_from    = calloc((size_t)W, sizeof(int32_t));
     rm->x              = calloc((size_t)rows * w.hidden_bytes + 1, 1);
@@ -679,7 +704,7 @@ eep_status_t eep_ref_rank_major(const eep_ep_shape_t *s, const eep_ref_input_t *
             int            first = -1;
 
             for (k = 0; k < K; k++) {
-                if (idx[k] >= lo && idx[k] < lo + El) {
+                if (EEP_REF_LOCAL(idx[k])) {
                     first = first < 0 ? k : first;
                 }
             }
@@ -694,13 +719,16 @@ eep_status_t eep_ref_rank_major(const eep_ep_shape_t *s, const eep_ref_input_t *
                        w.scale_bytes);
             }
             for (k = 0; k < K; k++) {
-                const int local = idx[k] >= lo && idx[k] < lo + El;
+                const int local = EEP_REF_LOCAL(idx[k]);
+                const int slot  = local ? EEP_REF_SLOT_OF(idx[k]) : -1;
 
-                rm->topk_idx[(size_t)row * K + k]     = local ? (int32_t)(idx[k] - lo) : -1;
+                rm->topk_idx[(size_t)row * K + k]     = slot;
                 rm->topk_weights[(size_t)row * K + k] = local ? inputs[src]
                                                                     .topk_weights[(size_t)t * K + k]
                                                               : 0.0f;
-                rm->expert_counts[idx[k] - lo] += local;
+                if (local) {
+                    rm->expert_counts[slot]++;
+                }
             }
             rm->src_rank[row]  = src;
             rm->src_token[row] = t;
@@ -711,6 +739,8 @@ eep_status_t eep_ref_rank_major(const eep_ep_shape_t *s, const eep_ref_input_t *
     }
     rm->expert_offsets[W] = row;
     return EEP_OK;
+#undef EEP_REF_LOCAL
+#undef EEP_REF_SLOT_OF
 }
 
 eep_status_t eep_ref_combine_rank_major(const eep_ep_shape_t *s, const eep_ref_input_t *inputs,

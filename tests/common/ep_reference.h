@@ -5,9 +5,11 @@
  * layout and arithmetic that eep/ep.h promises, so kernel tests and eep-bench can compare every
  * element bit for bit:
  *
- * Dispatch.  Rank r owns global experts [r * El, (r + 1) * El).  Its received rows are
- * expert-major: for local expert e = 0..El-1, the rows of e are ordered by source rank ascending,
- * then source token index ascending (one row per (token, e) pair whose top-k holds r * El + e),
+ * Dispatch.  Rank r owns the global experts the shape's placement puts on it (shape->placement,
+ * NULL: eep_placement_default; El_r of them, possibly none), local slot e holding expert g_r(e).
+ * Its received rows are expert-major: for local slot e = 0..El_r-1, the rows of e are ordered by
+ * source rank ascending, then source token index ascending (one row per (token, e) pair whose
+ * top-k holds g_r(e)),
  * then padded with zero rows to a multiple of the alignment.  A row carries the token's hidden
  * bytes (and fp8 scales) unchanged, its K top-k entries mapped to local ids (-1 where the expert
  * is not on r, or was -1) and its K weights (0 where the local id is -1).  Padding rows: x = 0,
@@ -91,7 +93,7 @@ void eep_ref_topk_to_i32(const eep_ref_input_t *input, int num_topk, int32_t *ou
 /* ---- dispatch ---- */
 
 typedef struct {
-    int      num_local;      /* El */
+    int      num_local;      /* El: the experts this rank holds */
     int64_t  num_rows;       /* padded total = expert_offsets[El] */
     int32_t *expert_counts;  /* [El] real rows */
     int64_t *expert_offsets; /* [El + 1] */

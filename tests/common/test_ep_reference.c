@@ -403,7 +403,7 @@ static void test_special_cases(void **state)
 
 static void test_generator_is_deterministic(void **state)
 {
-    eep_ep_shape_t  s = { 4, 32, 2048, 8, 256, 16, EEP_DTYPE_FP8_E4M3 };
+    eep_ep_shape_t  s = { 4, 32, 2048, 8, 256, 16, EEP_DTYPE_FP8_E4M3, 0, NULL };
     eep_ref_gen_t   gen;
     eep_ref_input_t a, b, c;
 
@@ -424,7 +424,7 @@ static void test_generator_is_deterministic(void **state)
 
 static void test_bad_expert_ids(void **state)
 {
-    eep_ep_shape_t  s = { 2, 8, 2048, 4, 16, 4, EEP_DTYPE_BF16 };
+    eep_ep_shape_t  s = { 2, 8, 2048, 4, 16, 4, EEP_DTYPE_BF16, 0, NULL };
     eep_ref_gen_t   gen;
     eep_ref_input_t in[2];
     eep_ref_recv_t  recv[2];
@@ -614,7 +614,7 @@ static void test_combine_identity_experts(void **state)
    with bf16 partials; any other order gives a different bf16 result. */
 static void test_combine_order_is_lane_then_rank(void **state)
 {
-    eep_ep_shape_t  s     = { 2, 1, 8, 3, 4, 1, EEP_DTYPE_BF16 };
+    eep_ep_shape_t  s     = { 2, 1, 8, 3, 4, 1, EEP_DTYPE_BF16, 0, NULL };
     eep_ref_input_t in[2] = { { 0 }, { 0 } };
     eep_ref_recv_t  recv[2];
     uint16_t        x[8] = { 0 }, y0[16], y1[16], o0[8], o1[1];

@@ -464,6 +464,13 @@ inline T __ldcg(const T *p)
     return __atomic_load_n(p, __ATOMIC_RELAXED);
 }
 
+/* read-only data (the placement table): a plain load */
+template <typename T>
+inline T __ldg(const T *p)
+{
+    return *p;
+}
+
 template <typename T>
 inline T atomicAdd(T *p, T v)
 {

@@ -231,6 +231,41 @@ static bool reference(const eep_ep_shape_t &s, const eep_ref_input_t *in, eep_re
     return true;
 }
 
+/* The expert placement of the cases (issue 24): the default policy (contiguous blocks, as even
+   as possible: uneven when the experts do not divide among the ranks), a permuted one (the
+   default's counts, experts and slots shuffled: nothing contiguous), and one where the last rank
+   holds no expert (the others round-robin).  g_experts > 0: the cases' expert count. */
+enum { PLACE_DEFAULT, PLACE_PERMUTED, PLACE_EMPTY_RANK };
+static int g_place;
+static int g_experts;
+static int g_table_cases; /* cases whose kernels read the placement table (not the even path) */
+
+static void make_placement(int kind, int E, std::vector<eep_expert_place_t> &pl)
+{
+    pl.resize((size_t)E);
+    if (kind == PLACE_EMPTY_RANK) {
+        for (int e = 0; e < E; e++) {
+            pl[(size_t)e].rank = e % (W - 1);
+            pl[(size_t)e].slot = e / (W - 1);
+        }
+        return;
+    }
+    std::vector<eep_expert_place_t> def((size_t)E);
+    std::vector<int>                perm((size_t)E);
+    uint64_t                        st = 12345;
+
+    eep_placement_default(E, W, def.data());
+    for (int e = 0; e < E; e++) {
+        perm[(size_t)e] = e;
+    }
+    for (int e = E - 1; e > 0; e--) { /* Fisher-Yates, the reference's generator */
+        std::swap(perm[(size_t)e], perm[(size_t)(eep_ref_rand(&st) % (uint64_t)(e + 1))]);
+    }
+    for (int e = 0; e < E; e++) {
+        pl[(size_t)perm[(size_t)e]] = def[(size_t)e];
+    }
+}
+
 /* A case this build cannot run, and why. */
 static void skip_case(const char *name, const char *why)
 {
@@ -250,9 +285,14 @@ static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, i
         skip_case(name, "a token of one id cannot name an expert twice (top-k 1 build)");
         return 0;
     }
+    if (g_place == PLACE_EMPTY_RANK && W == 1) {
+        skip_case(name, "a rank without experts needs a second rank (one-rank build)");
+        return 0;
+    }
     if (experts_per_rank * W < EEP_EPK_FIXED_K) {   /* one rank, K 8: 4 experts cannot hold */
         experts_per_rank = 2 * EEP_EPK_FIXED_K / W; /* a token's ids */
     }
+    std::vector<eep_expert_place_t> placement;
     g_cases++;
     eep_ep_shape_t s;
     memset(&s, 0, sizeof(s));
@@ -262,9 +302,16 @@ static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, i
                     : dtype == EEP_DTYPE_FP8_E4M3 ? 128
                                                   : 64; /* 8 vectors of 16 bytes either way */
     s.num_topk    = EEP_EPK_FIXED_K;
-    s.num_experts = experts_per_rank * W;
+    s.num_experts = g_experts > 0 ? g_experts : experts_per_rank * W;
     s.alignment   = alignment;
     s.dtype       = dtype;
+    if (g_place != PLACE_DEFAULT) {
+        make_placement(g_place, s.num_experts, placement);
+        if (eep_ep_shape_place(&s, placement.data()) != EEP_OK || s.placement == NULL) {
+            printf("%s: the case's placement is refused, or is the default\n", name);
+            return 1;
+        }
+    }
 
     const int     El = eep_ep_local_experts(&s), K = s.num_topk, H = s.hidden, T = s.max_tokens;
     const int     NC = s.num_experts + W, S = 2, X = 1, G = S + X;
@@ -340,6 +387,14 @@ static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, i
             printf("%s: eep_ep_params_layout failed\n", name);
             return 1;
         }
+        if (!q.place_even) { /* the placement table, as eep_dispatch uploads it */
+            uint32_t *table = (uint32_t *)shm_alloc((size_t)s.num_experts * 4);
+
+            eep_ep_place_table(&s, table);
+            q.place = U(table);
+            g_table_cases += r == 0;
+        }
+        check(q.num_local == rr[r].num_local, "the rank's local experts", r, q.num_local);
         q.num_tokens = n;
         q.scan_warps = sw;
         q.window     = win;
@@ -529,18 +584,19 @@ static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, i
                 return 1;
             }
             for (int r = 0; r < W; r++) {
-                const uint64_t *m = (const uint64_t *)p[r].host_mirror;
+                const uint64_t *m  = (const uint64_t *)p[r].host_mirror;
+                const int       Er = p[r].num_local;
 
-                check(m[El + 1] == (uint64_t)pair + 1, "host mirror sequence", r, El + 1);
-                check((int64_t)m[El] == rr[r].num_rows, "host mirror rows", r, El);
-                for (int e = 0; e < El; e++) {
+                check(m[Er + 1] == (uint64_t)pair + 1, "host mirror sequence", r, Er + 1);
+                check((int64_t)m[Er] == rr[r].num_rows, "host mirror rows", r, Er);
+                for (int e = 0; e < Er; e++) {
                     check((int32_t)m[e] == rr[r].expert_counts[e], "host mirror count", r, e);
                 }
             }
             for (int r = 0; g_copy_engine && W == 1 && r < W; r++) {
                 const uint64_t *m = (const uint64_t *)p[r].host_mirror;
 
-                p[r].ce_copied = (int64_t)m[El] == (int64_t)in[r].num_tokens;
+                p[r].ce_copied = (int64_t)m[p[r].num_local] == (int64_t)in[r].num_tokens;
                 if (p[r].ce_copied) {
                     const size_t n = (size_t)in[r].num_tokens;
 
@@ -585,8 +641,8 @@ static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, i
             const float   *rw  = (const float *)p[r].recv_topk_weights;
 
             check(p[r].fault->abort_flag == 0, "no fault raised", r, -1);
-            for (int e = 0; e <= El; e++) {
-                if (e < El) {
+            for (int e = 0; e <= p[r].num_local; e++) {
+                if (e < p[r].num_local) {
                     check(cnt[e] == rr[r].expert_counts[e], "expert count", r, e);
                 }
                 if (!g_rank_major) {
@@ -691,6 +747,68 @@ static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, i
     return g_errors == before ? 0 : 1;
 }
 
+/*
+ * Placement as data (issue 24): 256 experts under the default policy (even on 1, 2, 4 and 8 ranks:
+ * the kernels' arithmetic; 37/36 a rank on 7, 52/51 on 5, 86/85 on 3: the table), a permuted
+ * placement (the default's counts, nothing contiguous) and one whose last rank holds no expert,
+ * through the modes, both layouts, a slow sender and (@p level 2) the gatings and a bad id; every
+ * element against the reference, combines bitwise.  @p level 0 (the builds whose rank count
+ * another build covers): the permuted and empty-rank placements, three cases each.
+ */
+static int placement_cases(int level)
+{
+    static const struct {
+        int         place;
+        const char *what;
+    } kinds[] = { { PLACE_DEFAULT, "default" },
+                  { PLACE_PERMUTED, "permuted" },
+                  { PLACE_EMPTY_RANK, "last rank empty" } };
+    int fails = 0;
+
+    g_experts = 256;
+    for (const auto &k : kinds) {
+        auto name = [&k](const char *c) {
+            return std::string("placement ") + k.what + ", 256 experts: " + c;
+        };
+        if (level == 0 && k.place == PLACE_DEFAULT) {
+            continue;
+        }
+        g_place            = k.place;
+        eep_shim_slow_rank = W > 1 ? 1 : 0;
+        fails += run_case(name("no-cpu-sync bf16, slow sender").c_str(), EEP_EPK_NO_CPU_SYNC,
+                          EEP_DTYPE_BF16, 0, 3);
+        fails += run_case(name("cached bf16, slow sender").c_str(), EEP_EPK_CACHED, EEP_DTYPE_BF16,
+                          0, 3);
+        eep_shim_slow_rank = -1;
+        if (level > 0) {
+            fails += run_case(name("cpu-sync fp8").c_str(), EEP_EPK_CPU_SYNC, EEP_DTYPE_FP8_E4M3, 0,
+                              2);
+        }
+        g_rank_major = 1;
+        fails += run_case(name("rank-major no-cpu-sync bf16").c_str(), EEP_EPK_NO_CPU_SYNC,
+                          EEP_DTYPE_BF16, 0, 2);
+        if (level > 0) {
+            fails += run_case(name("rank-major cached bf16, plain records").c_str(), EEP_EPK_CACHED,
+                              EEP_DTYPE_BF16, 40, 2, FAULT_NONE, GATING_BALANCED,
+                              EEP_EP_DISPATCH_LINES_MAX_TOKENS + 1);
+        }
+        g_rank_major = 0;
+        if (level > 1) {
+            fails += run_case(name("masked lanes, align 128").c_str(), EEP_EPK_NO_CPU_SYNC,
+                              EEP_DTYPE_BF16, 0, 2, FAULT_NONE, GATING_MASKED, 8, 4, 0, 128);
+            fails += run_case(name("hotspot, cpu-sync bf16").c_str(), EEP_EPK_CPU_SYNC,
+                              EEP_DTYPE_BF16, 0, 2, FAULT_NONE, GATING_HOTSPOT);
+            fails += run_case(name("silent rank 1, cached, 40 tokens").c_str(), EEP_EPK_CACHED,
+                              EEP_DTYPE_BF16, 0, 2, FAULT_NONE, GATING_SILENT_RANK, 40);
+            fails += run_case(name("bad expert id").c_str(), EEP_EPK_NO_CPU_SYNC, EEP_DTYPE_BF16, 0,
+                              1, FAULT_BAD_ID);
+        }
+    }
+    g_place   = PLACE_DEFAULT;
+    g_experts = 0;
+    return fails;
+}
+
 int main(void)
 {
     int fails = 0;
@@ -731,6 +849,33 @@ int main(void)
                       FAULT_SILENT_PEER);
     fails += run_case("hybrid silent peer, cached", EEP_EPK_CACHED, EEP_DTYPE_BF16, 0, 1,
                       FAULT_SILENT_PEER);
+    /* placements through the GIN leg (count slots of another size than the receiver's) */
+    g_experts = 256;
+    for (int kind : { PLACE_PERMUTED, PLACE_EMPTY_RANK }) {
+        g_place            = kind;
+        eep_shim_slow_rank = 1;
+        fails += run_case(kind == PLACE_PERMUTED ? "hybrid placement permuted: no-cpu-sync bf16"
+                                                 : "hybrid placement last rank empty: no-cpu-sync "
+                                                   "bf16",
+                          EEP_EPK_NO_CPU_SYNC, EEP_DTYPE_BF16, 0, 3);
+        eep_shim_slow_rank = -1;
+        fails += run_case(kind == PLACE_PERMUTED ? "hybrid placement permuted: cpu-sync fp8"
+                                                 : "hybrid placement last rank empty: cached fp8",
+                          kind == PLACE_PERMUTED ? EEP_EPK_CPU_SYNC : EEP_EPK_CACHED,
+                          EEP_DTYPE_FP8_E4M3, 0, 2);
+    }
+    g_place   = PLACE_DEFAULT;
+    g_experts = 0;
+    check(g_table_cases > 0, "some case read the placement table", 0, g_table_cases);
+    fails += g_errors > 0 && fails == 0;
+    printf("%d passed, %d failed, %d skipped\n", g_cases - fails, fails, g_skipped);
+    return fails == 0 ? 0 : 1;
+#endif
+#ifdef EEP_EMU_PLACEMENT_ONLY
+    /* the builds for rank counts a shrink makes (5, 7): the placement cases alone */
+    fails += placement_cases(2);
+    check(W % 2 == 0 || g_table_cases > 0, "some case read the placement table", 0, g_table_cases);
+    fails += g_errors > 0 && fails == 0;
     printf("%d passed, %d failed, %d skipped\n", g_cases - fails, fails, g_skipped);
     return fails == 0 ? 0 : 1;
 #endif
@@ -876,6 +1021,13 @@ int main(void)
         skip_case("rank-major copy engine", "one rank only (the one-rank build runs it)");
     }
     g_rank_major = 0;
+    /* every case and the gatings where a shrink lands (3 ranks) and at 8 ranks (the chunk-count
+       build); the other builds the non-contiguous placements only */
+    fails += placement_cases(W == 3 && EEP_EPK_FIXED_K == 8           ? 2
+                             : W == 8 && EEP_EPK_RECOUNT_MAX_IDS == 0 ? 2
+                                                                      : 0);
+    check(W % 3 != 0 || g_table_cases > 0, "some case read the placement table", 0, g_table_cases);
+    fails += g_errors > 0 && fails == 0;
     printf("%d passed, %d failed, %d skipped\n", g_cases - fails, fails, g_skipped);
     return fails == 0 ? 0 : 1;
 }

@@ -62,6 +62,13 @@ run --mode cached --dtype bf16 --hidden 128 --topk 2 --tokens 64 --align 1
 run --mode cached --dtype bf16 --hidden 7168 --topk 8 --tokens 128 --max-tokens 1024
 run --mode no-cpu-sync --dtype bf16 --hidden 7168 --topk 8 --tokens 128 --max-tokens 1025
 run --mode no-cpu-sync --dtype fp8 --hidden 7168 --topk 8 --tokens 32 --max-tokens 256
+# issue 24, placement as data: expert counts the ranks do not divide (the default policy's blocks
+# differ by one; the kernels read the placement table), and fewer experts than ranks (top-k 1,
+# world - 1 experts: the last rank holds none, still sends and sums its tokens)
+run --mode no-cpu-sync --dtype bf16 --hidden 7168 --topk 8 --tokens 512 --experts 257
+run --mode cpu-sync --dtype fp8 --hidden 4096 --topk 8 --tokens 256 --experts 255 --gating masked
+run --mode cached --dtype bf16 --hidden 2048 --topk 6 --tokens 128 --experts 253 --align 1
+run --mode no-cpu-sync --dtype bf16 --hidden 2048 --topk 1 --tokens 64 --experts $((n - 1))
 # every case above runs with programmatic dependent launch (EEP_EP_PDL=1, the default); plain
 # launches once per mode
 for mode in no-cpu-sync cpu-sync cached; do

@@ -4,7 +4,8 @@
  * conservation of rows over the world, and the expected combine output against a whole step
  * simulated here (every rank's expected receive layout, the stand-in expert on it, rows routed
  * back to their sources and summed in eep/ep.h's order), for 4 and 3 ranks (a shrink) and 12
- * experts; a single corrupted value is found at its index.
+ * experts, and (issue 24: placement as data) 5 and 7 ranks with 12 and 256 experts under the
+ * default policy and a permuted placement; a single corrupted value is found at its index.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -40,8 +41,21 @@ static void test_shape_check(void **state)
     (void)state;
     assert_int_equal(eep_step_shape_check(&s), EEP_OK);
     assert_int_equal(eep_step_shape_check(NULL), EEP_ERR_INVALID_ARG);
-    s.experts = 10; /* not a multiple of 4 */
+    s.experts = 10; /* not a multiple of 4: the default's 3, 3, 2, 2 */
+    assert_int_equal(eep_step_shape_check(&s), EEP_OK);
+    s.experts = 0;
     assert_int_equal(eep_step_shape_check(&s), EEP_ERR_INVALID_ARG);
+    {
+        eep_expert_place_t pl[12];
+
+        s = shape(4, 0, 1);
+        assert_int_equal(eep_placement_default(12, 4, pl), EEP_OK);
+        s.placement = pl;
+        assert_int_equal(eep_step_shape_check(&s), EEP_OK);
+        pl[3].slot = 0; /* expert 3 in expert 0's slot */
+        pl[3].rank = 0;
+        assert_int_equal(eep_step_shape_check(&s), EEP_ERR_INVALID_ARG);
+    }
     s = shape(4, 4, 1);
     assert_int_equal(eep_step_shape_check(&s), EEP_ERR_INVALID_ARG);
     s      = shape(4, 0, 1);
@@ -59,13 +73,16 @@ static void test_rows_max(void **state)
     int w, r;
 
     (void)state;
-    assert_int_equal(eep_step_rows_max(64, 2, 12, 8), 6 * 64 * 2); /* world 6, 2 experts each */
+    assert_int_equal(eep_step_rows_max(64, 2, 12, 6), 6 * 64 * 2); /* world 6, 2 experts each */
     assert_int_equal(eep_step_rows_max(24, 3, 12, 4), 4 * 24 * 3);
-    assert_int_equal(eep_step_rows_max(24, 3, 7, 8), 7 * 24 * 1);
+    assert_int_equal(eep_step_rows_max(24, 3, 7, 8), 6 * 24 * 2); /* world 6: 2, 1, 1, 1, 1, 1 */
+    /* every world now (issue 24): 12 experts on 5 ranks are 3, 3, 2, 2, 2: 5 ranks' tokens x 3 */
+    assert_int_equal(eep_step_rows_max(24, 3, 12, 5), 5 * 24 * 3);
+    assert_int_equal(eep_step_rows_max(64, 2, 12, 8), 8 * 64 * 2);
     assert_int_equal(eep_step_rows_max(0, 3, 12, 8), -1);
     assert_int_equal(eep_step_rows_max(24, 3, 12, 0), -1);
     for (w = 1; w <= 8; w++) {
-        for (r = 0; r < w && 12 % w == 0; r++) {
+        for (r = 0; r < w; r++) {
             eep_step_shape_t s = shape(w, r, 3);
             int32_t          c[12];
 
@@ -113,15 +130,16 @@ static void test_routing(void **state)
     assert_true(differ > 10);
 }
 
-/* A whole step simulated on the CPU for @p world ranks: compare with eep_step_expected_out. */
-static void simulate(int world, uint64_t step)
+/* A whole step simulated on the CPU for @p world ranks and @p E experts placed by @p pl (NULL:
+   the default): compare with eep_step_expected_out. */
+static void simulate_placed(int world, uint64_t step, int E, const eep_expert_place_t *pl)
 {
-    const int H = 16, T = 24, K = 3, E = 12, el = E / world;
-    int32_t   counts[12];
-    uint16_t *rows[4], *y[4], *want, *x;
-    int64_t   total[4], n_all = 0, *idx;
+    const int H = 16, T = 24, K = 3;
+    int32_t  *counts = malloc(sizeof(int32_t) * (size_t)E), *ids = malloc(sizeof(int32_t) * E);
+    uint16_t *rows[8], *y[8], *want, *x;
+    int64_t   total[8], n_all = 0, *idx;
     float    *w, *partial;
-    int       r, src, t, k, h, e;
+    int       r, src, t, k, h, e, el, held = 0;
 
     idx     = malloc(sizeof(int64_t) * T * K);
     w       = malloc(sizeof(float) * T * K);
@@ -131,6 +149,10 @@ static void simulate(int world, uint64_t step)
     for (r = 0; r < world; r++) {
         eep_step_shape_t s = shape(world, r, step);
 
+        s.experts   = E;
+        s.placement = pl;
+        assert_int_equal(eep_step_shape_check(&s), EEP_OK);
+        held += eep_step_local_experts(&s, NULL);
         rows[r]  = malloc(2 * (size_t)world * T * K * H);
         y[r]     = malloc(2 * (size_t)world * T * K * H);
         total[r] = eep_step_expected_recv(&s, counts, rows[r]);
@@ -139,25 +161,34 @@ static void simulate(int world, uint64_t step)
         n_all += total[r];
     }
     assert_int_equal(n_all, (int64_t)world * T * K); /* every lane lands exactly once */
+    assert_int_equal(held, E);                       /* every expert held once */
     for (src = 0; src < world; src++) {
         eep_step_shape_t s = shape(world, src, step);
 
+        s.experts   = E;
+        s.placement = pl;
         memset(partial, 0, sizeof(float) * (size_t)world * T * H);
         eep_step_routing(&s, src, idx, w);
         /* Walk every destination's layout in order to find the row of (src, t, expert). */
         for (r = 0; r < world; r++) {
-            int64_t row = 0;
+            int64_t          row = 0;
+            eep_step_shape_t d   = shape(world, r, step);
 
+            d.experts   = E;
+            d.placement = pl;
+            el          = eep_step_local_experts(&d, ids);
             for (e = 0; e < el; e++) {
                 for (int s2 = 0; s2 < world; s2++) {
                     eep_step_shape_t o = shape(world, s2, step);
                     int64_t          oi[24 * 3];
                     float            ow[24 * 3];
 
+                    o.experts   = E;
+                    o.placement = pl;
                     eep_step_routing(&o, s2, oi, ow);
                     for (t = 0; t < T; t++) {
                         for (k = 0; k < K; k++) {
-                            if (oi[t * K + k] != r * el + e) {
+                            if (oi[t * K + k] != ids[e]) {
                                 continue;
                             }
                             if (s2 == src) {
@@ -200,6 +231,13 @@ static void simulate(int world, uint64_t step)
     free(x);
     free(want);
     free(partial);
+    free(counts);
+    free(ids);
+}
+
+static void simulate(int world, uint64_t step)
+{
+    simulate_placed(world, step, 12, NULL);
 }
 
 static void test_step_four_ranks(void **state)
@@ -213,6 +251,48 @@ static void test_step_three_ranks(void **state)
 {
     (void)state;
     simulate(3, 9);
+}
+
+/* Issue 24: the worlds a shrink from 8 makes, where the experts do not divide (12 on 5: 3, 3, 2,
+   2, 2; 256 on 7: 37/36), a permuted placement, and the local experts a view reports checked
+   slot by slot. */
+static void test_step_uneven(void **state)
+{
+    eep_expert_place_t pl[256];
+    eep_step_shape_t   s;
+    int32_t            ids[256];
+    uint64_t           st = 7;
+    int                e;
+
+    (void)state;
+    simulate_placed(5, 4, 12, NULL);
+    simulate_placed(7, 5, 12, NULL);
+    simulate_placed(7, 6, 256, NULL);
+    simulate_placed(5, 7, 256, NULL);
+    /* the default's counts, experts shuffled */
+    assert_int_equal(eep_placement_default(256, 7, pl), EEP_OK);
+    for (e = 255; e > 0; e--) {
+        int j = (int)((st = st * 6364136223846793005ull + 1442695040888963407ull) >> 33) % (e + 1);
+        eep_expert_place_t tmp = pl[e];
+
+        pl[e] = pl[j];
+        pl[j] = tmp;
+    }
+    simulate_placed(7, 8, 256, pl);
+    s           = shape(7, 3, 1);
+    s.experts   = 256;
+    s.placement = NULL;
+    assert_int_equal(eep_step_local_experts(&s, ids), 37); /* rank 3: experts 110..146 */
+    assert_int_equal(ids[0], 110);
+    assert_true(eep_step_local_match(&s, ids, 37));
+    assert_false(eep_step_local_match(&s, ids, 36));
+    ids[5]++;
+    assert_false(eep_step_local_match(&s, ids, 37));
+    s.placement = pl;
+    assert_int_equal(eep_step_local_experts(&s, ids), 37);
+    assert_true(eep_step_local_match(&s, ids, 37));
+    s.placement = NULL; /* the view's (permuted) experts are not the default's */
+    assert_false(eep_step_local_match(&s, ids, 37));
 }
 
 static void test_expected_out_nonzero(void **state)
@@ -232,13 +312,10 @@ static void test_expected_out_nonzero(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_shape_check),
-        cmocka_unit_test(test_bf16),
-        cmocka_unit_test(test_rows_max),
-        cmocka_unit_test(test_routing),
-        cmocka_unit_test(test_step_four_ranks),
-        cmocka_unit_test(test_step_three_ranks),
-        cmocka_unit_test(test_expected_out_nonzero),
+        cmocka_unit_test(test_shape_check),     cmocka_unit_test(test_bf16),
+        cmocka_unit_test(test_rows_max),        cmocka_unit_test(test_routing),
+        cmocka_unit_test(test_step_four_ranks), cmocka_unit_test(test_step_three_ranks),
+        cmocka_unit_test(test_step_uneven),     cmocka_unit_test(test_expected_out_nonzero),
     };
 
     eep_log_set_level(EEP_LOG_LEVEL_NONE);

@@ -84,6 +84,19 @@ static eep_ep_handle_t *make_handle(const void *rt, uint64_t epoch, const eep_di
     return h;
 }
 
+/* expect_fail on another world. */
+static void expect_fail_world(const eep_dispatch_args_t *a, const eep_ep_world_t *w,
+                              eep_status_t want, const char *needle)
+{
+    eep_ep_shape_t shape;
+
+    last_msg[0] = '\0';
+    assert_int_equal(eep_ep_dispatch_args_check(a, w, NULL, &shape), want);
+    if (strstr(last_msg, needle) == NULL) {
+        fail_msg("message \"%s\" does not name \"%s\"", last_msg, needle);
+    }
+}
+
 /* Check a dispatch call fails with @p want and a message containing @p needle. */
 static void expect_fail(const eep_dispatch_args_t *a, const eep_ep_handle_t *h, eep_status_t want,
                         const char *needle)
@@ -95,6 +108,57 @@ static void expect_fail(const eep_dispatch_args_t *a, const eep_ep_handle_t *h, 
     if (strstr(last_msg, needle) == NULL) {
         fail_msg("message \"%s\" does not name \"%s\"", last_msg, needle);
     }
+}
+
+/* A view's placement (issue 24): calls of its expert count take it, others the default; its most
+   experts on one rank size the outputs, and a rank of more than 256 is refused. */
+static void test_view_placement(void **state)
+{
+    eep_expert_place_t  pl[1100];
+    eep_ep_world_t      w = world4;
+    eep_dispatch_args_t a;
+    eep_ep_shape_t      shape;
+    int                 e;
+
+    (void)state;
+    /* 16 experts: 13 on rank 0 (slots 0..12, in reverse), one on each other rank */
+    for (e = 0; e < 16; e++) {
+        pl[e].rank = e < 13 ? 0 : e - 12;
+        pl[e].slot = e < 13 ? 12 - e : 0;
+    }
+    w.place_experts   = 16;
+    w.place_local_max = 13;
+    w.placement       = pl;
+    valid_args(&a);
+    a.num_experts   = 16;
+    a.recv_capacity = eep_ep_recv_rows_max(4, 128, 8, 16, 128); /* the default's 4 a rank */
+    last_msg[0]     = '\0';
+    assert_int_equal(eep_ep_dispatch_args_check(&a, &w, NULL, &shape), EEP_ERR_INVALID_ARG);
+    assert_non_null(strstr(last_msg, "recv_capacity"));
+    a.recv_capacity = eep_ep_recv_rows_max_placed(4, 128, 8, 16, 128, pl);
+    assert_true(a.recv_capacity > eep_ep_recv_rows_max(4, 128, 8, 16, 128));
+    assert_int_equal(eep_ep_dispatch_args_check(&a, &w, NULL, &shape), EEP_OK);
+    assert_ptr_equal(shape.placement, pl);
+    assert_int_equal(eep_ep_local_experts(&shape), 13);
+    /* another expert count: the default */
+    valid_args(&a);
+    assert_int_equal(eep_ep_dispatch_args_check(&a, &w, NULL, &shape), EEP_OK);
+    assert_null(shape.placement);
+    /* 1100 experts, 257 on rank 0: refused, naming num_experts and the view's placement */
+    for (e = 0; e < 1100; e++) {
+        pl[e].rank = e < 257 ? 0 : 1 + (e - 257) % 3;
+        pl[e].slot = e < 257 ? e : (e - 257) / 3;
+    }
+    assert_int_equal(eep_placement_check(pl, 1100, 4, NULL), EEP_OK);
+    w.place_experts   = 1100;
+    w.place_local_max = 281; /* ranks 1..3: 281 each */
+    valid_args(&a);
+    a.num_experts = 1100;
+    expect_fail_world(&a, &w, EEP_ERR_INVALID_ARG, "view's");
+    assert_int_equal(eep_ep_recv_rows_max_placed(4, 128, 8, 16, 128, NULL),
+                     eep_ep_recv_rows_max(4, 128, 8, 16, 128));
+    pl[0].slot = 5; /* two experts in one slot */
+    assert_int_equal(eep_ep_recv_rows_max_placed(4, 128, 8, 1100, 128, pl), -1);
 }
 
 static int setup(void **state)
@@ -282,9 +346,21 @@ static void test_tokens_topk_experts_alignment(void **state)
     expect_fail(&a, NULL, EEP_ERR_INVALID_ARG, "num_topk");
 
     valid_args(&a);
-    a.num_experts = 258; /* not divisible by 4 ranks */
-    expect_fail(&a, NULL, EEP_ERR_INVALID_ARG, "num_experts");
-    a.num_experts = 4 * (EEP_EP_MAX_LOCAL_EXPERTS + 1);
+    /* 258 on 4 ranks: the default placement's 65, 65, 64, 64 (issue 24: no divisibility rule);
+       the outputs' worst case is that of the rank with 65 */
+    a.num_experts = 258;
+    expect_fail(&a, NULL, EEP_ERR_INVALID_ARG, "recv_capacity");
+    a.recv_capacity = eep_ep_recv_rows_max(4, 128, 8, 258, 128);
+    {
+        eep_ep_shape_t shape;
+
+        assert_true(a.recv_capacity > eep_ep_recv_rows_max(4, 128, 8, 256, 128));
+        assert_int_equal(eep_ep_dispatch_args_check(&a, &world4, NULL, &shape), EEP_OK);
+        assert_null(shape.placement);
+        assert_int_equal(eep_ep_local_experts(&shape), 65);
+    }
+    a.num_experts   = 4 * (EEP_EP_MAX_LOCAL_EXPERTS + 1);
+    a.recv_capacity = eep_ep_recv_rows_max(4, 128, 8, 256, 128);
     expect_fail(&a, NULL, EEP_ERR_INVALID_ARG, "num_experts");
     a.num_experts = 4; /* fewer experts than K = 8 */
     expect_fail(&a, NULL, EEP_ERR_INVALID_ARG, "num_experts");
@@ -440,10 +516,35 @@ static void test_public_entry_points(void **state)
     valid_args(&a);
     assert_int_equal(eep_dispatch(NULL, &a, &h, NULL), EEP_ERR_INVALID_ARG);
     assert_int_equal(eep_dispatch(&rt, &a, NULL, NULL), EEP_ERR_INVALID_ARG);
-    a.num_experts = 258; /* not divisible by the runtime's 4 ranks */
+    a.num_experts = 4 * 257; /* 257 on each of the runtime's 4 ranks: more than 256 */
     last_msg[0]   = '\0';
     assert_int_equal(eep_dispatch(&rt, &a, &h, NULL), EEP_ERR_INVALID_ARG);
     assert_non_null(strstr(last_msg, "num_experts"));
+    /* The runtime's view placement reaches the checks (eep_dispatch's world): 300 experts, 297
+       on rank 0 and one on each other rank, is refused naming the view's placement */
+    {
+        static eep_expert_place_t pl[300];
+        int                       e;
+
+        for (e = 0; e < 300; e++) {
+            pl[e].rank = e < 297 ? 0 : e - 296;
+            pl[e].slot = e < 297 ? e : 0;
+        }
+        rt.placement       = pl;
+        rt.num_experts     = 300;
+        rt.place_local_max = 297;
+        a.num_experts      = 300;
+        last_msg[0]        = '\0';
+        assert_int_equal(eep_dispatch(&rt, &a, &h, NULL), EEP_ERR_INVALID_ARG);
+        assert_non_null(strstr(last_msg, "the view's placement"));
+        a.num_experts = 256; /* another expert count: the default's 64 a rank */
+        last_msg[0]   = '\0';
+        (void)eep_dispatch(&rt, &a, &h, NULL);
+        assert_null(strstr(last_msg, "placement"));
+        assert_null(h);
+        rt.placement   = NULL;
+        rt.num_experts = 0;
+    }
     /* Valid arguments on a runtime with no GPU (or, with a driver, not in direct mode): refused
        before any launch, and no handle made. */
     a.num_experts = 256;
@@ -522,6 +623,7 @@ int main(void)
         cmocka_unit_test(test_handles),
         cmocka_unit_test(test_combine),
         cmocka_unit_test(test_public_entry_points),
+        cmocka_unit_test(test_view_placement),
         cmocka_unit_test(test_stale_epoch_through_runtime),
     };
 

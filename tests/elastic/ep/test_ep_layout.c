@@ -60,18 +60,19 @@ static void test_shape_check(void **state)
         eep_ep_shape_t s;
         const char    *why;
     } bad[] = {
-        { { 0, 16, 2048, 8, 256, 128, EEP_DTYPE_BF16 }, "world" },
-        { { 8, 0, 2048, 8, 256, 128, EEP_DTYPE_BF16 }, "max_tokens_per_rank" },
-        { { 8, 16, 100, 8, 256, 128, EEP_DTYPE_BF16 }, "hidden" },
-        { { 8, 16, 2064, 8, 256, 128, EEP_DTYPE_FP8_E4M3 }, "hidden" },
-        { { 8, 16, 2048, 0, 256, 128, EEP_DTYPE_BF16 }, "num_topk" },
-        { { 8, 16, 2048, 33, 256, 128, EEP_DTYPE_BF16 }, "num_topk" },
-        { { 8, 16, 2048, 8, 260, 128, EEP_DTYPE_BF16 }, "num_experts" },
-        { { 1, 16, 2048, 8, 512, 128, EEP_DTYPE_BF16 }, "num_experts" }, /* El > 256 */
-        { { 8, 16, 2048, 8, 256, 0, EEP_DTYPE_BF16 }, "expert_alignment" },
-        { { 8, 16, 2048, 8, 256, 48, EEP_DTYPE_BF16 }, "expert_alignment" },
-        { { 8, 16, 2048, 8, 256, 128, (eep_dtype_t)5 }, "dtype" },
-        { { 1024, 1 << 20, 2048, 8, 2048, 1, EEP_DTYPE_BF16 }, "max_tokens_per_rank" },
+        { { 0, 16, 2048, 8, 256, 128, EEP_DTYPE_BF16, 0, NULL }, "world" },
+        { { 8, 0, 2048, 8, 256, 128, EEP_DTYPE_BF16, 0, NULL }, "max_tokens_per_rank" },
+        { { 8, 16, 100, 8, 256, 128, EEP_DTYPE_BF16, 0, NULL }, "hidden" },
+        { { 8, 16, 2064, 8, 256, 128, EEP_DTYPE_FP8_E4M3, 0, NULL }, "hidden" },
+        { { 8, 16, 2048, 0, 256, 128, EEP_DTYPE_BF16, 0, NULL }, "num_topk" },
+        { { 8, 16, 2048, 33, 256, 128, EEP_DTYPE_BF16, 0, NULL }, "num_topk" },
+        { { 8, 16, 2048, 8, 2049, 128, EEP_DTYPE_BF16, 0, NULL }, "num_experts" },
+        { { 8, 16, 2048, 8, 7, 128, EEP_DTYPE_BF16, 0, NULL }, "num_experts" },   /* K > E */
+        { { 1, 16, 2048, 8, 512, 128, EEP_DTYPE_BF16, 0, NULL }, "num_experts" }, /* El > 256 */
+        { { 8, 16, 2048, 8, 256, 0, EEP_DTYPE_BF16, 0, NULL }, "expert_alignment" },
+        { { 8, 16, 2048, 8, 256, 48, EEP_DTYPE_BF16, 0, NULL }, "expert_alignment" },
+        { { 8, 16, 2048, 8, 256, 128, (eep_dtype_t)5, 0, NULL }, "dtype" },
+        { { 1024, 1 << 20, 2048, 8, 2048, 1, EEP_DTYPE_BF16, 0, NULL }, "max_tokens_per_rank" },
     };
     size_t         i;
     eep_ep_shape_t ok = shape(8, 4096, 7168, 8, 256, 128, EEP_DTYPE_FP8_E4M3);
@@ -157,8 +158,10 @@ static void test_rows_max_is_tight(void **state)
     assert_int_equal(recv.num_rows, 32);
     eep_ref_recv_free(&recv);
     eep_ref_input_free(&in);
+    /* 4 experts on 3 ranks (issue 24): the default's 2, 1, 1; rows of the rank with 2 */
+    assert_int_equal(eep_ep_recv_rows_max(3, 5, 4, 4, 4), (3 * 5 * 2 + 2 * 3) / 4 * 4);
     /* Bad shapes. */
-    assert_int_equal(eep_ep_recv_rows_max(3, 5, 4, 4, 4), -1);
+    assert_int_equal(eep_ep_recv_rows_max(3, 5, 4, 0, 4), -1);
     assert_int_equal(eep_ep_recv_rows_max(1, 5, 4, 4, 3), -1);
     /* K above El: a token can only hit El experts of one rank. */
     assert_int_equal(eep_ep_recv_rows_max(8, 10, 8, 16, 1), 8 * 10 * 2);
@@ -386,6 +389,107 @@ static void test_pick_sms(void **state)
 }
 
 /* The SM budget of a call: send + copy never exceed it, the combine runs on it (issue 27). */
+/* Issue 24: the placement of a shape.  The default (NULL) is eep_placement_default's blocks, even
+   and arithmetic when the experts divide; eep_ep_shape_place checks a placement, finds its most
+   experts a rank and stores the default's as NULL; the kernels' fields and table follow it;
+   buffers are sized for the most a rank holds. */
+static void test_placement(void **state)
+{
+    eep_ep_shape_t     s = shape(7, 128, 2048, 8, 256, 128, EEP_DTYPE_BF16);
+    eep_expert_place_t pl[256], def[256];
+    eep_epk_params_t   p;
+    uint32_t           table[256];
+    int32_t            ids[256];
+    int                e, r, j, n, total = 0;
+    static char        win[16]; /* the window address params take (never dereferenced) */
+
+    (void)state;
+    assert_int_equal(eep_ep_shape_check(&s, NULL), EEP_OK);
+    assert_int_equal(eep_ep_local_experts(&s), 37);
+    assert_false(eep_ep_place_even(&s));
+    assert_int_equal(eep_placement_default(256, 7, def), EEP_OK);
+    for (e = 0; e < 256; e++) {
+        eep_ep_expert_place(&s, e, &r, &j);
+        assert_int_equal(r, def[e].rank);
+        assert_int_equal(j, def[e].slot);
+    }
+    for (r = 0; r < 7; r++) {
+        n = eep_ep_rank_experts(&s, r, ids);
+        assert_true(n == 36 || n == 37);
+        for (j = 0; j < n; j++) {
+            assert_int_equal(def[ids[j]].rank, r);
+            assert_int_equal(def[ids[j]].slot, j);
+        }
+        total += n;
+    }
+    assert_int_equal(total, 256);
+    assert_int_equal(eep_ep_rows_max(&s), eep_ep_recv_rows_max(7, 128, 8, 256, 128));
+    assert_int_equal(eep_ep_rows_max(&s), (7 * 128 * 8 + 37 * 127) / 128 * 128);
+    /* the default given as data is stored as NULL */
+    assert_int_equal(eep_ep_shape_place(&s, def), EEP_OK);
+    assert_null(s.placement);
+    /* an even one: arithmetic */
+    s.world = 8;
+    assert_true(eep_ep_place_even(&s));
+    assert_int_equal(eep_ep_params_layout(&s, 3, 0, win, &p), EEP_OK);
+    assert_true(p.place_even);
+    assert_int_equal(p.num_local, 32);
+    /* 256 on 8 ranks, rank 5 holding 200 (reversed slots), the others 8 each */
+    for (e = 0; e < 256; e++) {
+        pl[e].rank = e < 200 ? 5 : (e - 200) / 8 + ((e - 200) / 8 >= 5);
+        pl[e].slot = e < 200 ? 199 - e : (e - 200) % 8;
+    }
+    assert_int_equal(eep_ep_shape_place(&s, pl), EEP_OK);
+    assert_ptr_equal(s.placement, pl);
+    assert_int_equal(eep_ep_local_experts(&s), 200);
+    assert_false(eep_ep_place_even(&s));
+    assert_int_equal(eep_ep_shape_check(&s, NULL), EEP_OK);
+    assert_int_equal(eep_ep_rows_max(&s), (8 * 128 * 8 + 200 * 127) / 128 * 128);
+    assert_int_equal(eep_ep_recv_rows_max_placed(8, 128, 8, 256, 128, pl), eep_ep_rows_max(&s));
+    assert_int_equal(eep_ep_rank_experts(&s, 5, ids), 200);
+    assert_int_equal(ids[0], 199);
+    assert_int_equal(eep_ep_rank_experts(&s, 0, NULL), 8);
+    assert_int_equal(eep_ep_params_layout(&s, 5, 0, win, &p), EEP_OK);
+    assert_false(p.place_even);
+    assert_int_equal(p.num_local, 200);
+    assert_int_equal(p.num_local_max, 200);
+    {
+        eep_ep_buffer_sizes_t z;
+
+        assert_int_equal(eep_ep_buffer_sizes(&s, &z), EEP_OK); /* count slots for 200 */
+        assert_int_equal(z.count_slot_bytes, (size_t)((3 + 200) * 8 + 127) / 128 * 128);
+    }
+    eep_ep_place_table(&s, table);
+    assert_int_equal(table[0], (5u << 16) | 199u);
+    assert_int_equal(table[255], (7u << 16) | 7u);
+    /* a rank without experts: 4 experts on 8 ranks (the default) */
+    s = shape(8, 128, 2048, 2, 4, 1, EEP_DTYPE_BF16);
+    assert_int_equal(eep_ep_shape_check(&s, NULL), EEP_OK);
+    assert_int_equal(eep_ep_rank_experts(&s, 1, NULL), 0);
+    assert_int_equal(eep_ep_rank_experts(&s, 0, NULL), 1);
+    assert_int_equal(eep_ep_params_layout(&s, 1, 0, win, &p), EEP_OK);
+    assert_int_equal(p.num_local, 0);
+    /* more than 256 on a rank, and a bad placement */
+    s = shape(2, 128, 2048, 8, 300, 1, EEP_DTYPE_BF16);
+    for (e = 0; e < 256; e++) {
+        pl[e].rank = 0;
+        pl[e].slot = e;
+    }
+    s.num_experts = 256;
+    s.world       = 1;
+    assert_int_equal(eep_ep_shape_place(&s, pl), EEP_OK);
+    assert_null(s.placement); /* one rank: the default */
+    s.world    = 2;
+    pl[7].rank = 1; /* slot 7 of rank 1, which holds 1 expert */
+    assert_int_equal(eep_ep_shape_place(&s, pl), EEP_ERR_INVALID_ARG);
+    assert_null(s.placement);
+    pl[7].slot = 0;
+    assert_int_equal(eep_ep_shape_place(&s, pl), EEP_ERR_INVALID_ARG); /* rank 0: slot 7 missing */
+    s.num_experts = 300;
+    s.world       = 1;
+    assert_int_equal(eep_ep_shape_check(&s, NULL), EEP_ERR_INVALID_ARG); /* 300 on one rank */
+}
+
 static void test_plan_sms(void **state)
 {
     eep_ep_shape_t   s1 = shape(1, 4096, 7168, 8, 256, 128, EEP_DTYPE_BF16);
@@ -472,7 +576,7 @@ int main(void)
         cmocka_unit_test(test_combine_lines),     cmocka_unit_test(test_layout_equal),
         cmocka_unit_test(test_expected_groups),   cmocka_unit_test(test_sm_model),
         cmocka_unit_test(test_knobs_table),       cmocka_unit_test(test_pick_sms),
-        cmocka_unit_test(test_plan_sms),
+        cmocka_unit_test(test_plan_sms),          cmocka_unit_test(test_placement),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -256,7 +256,7 @@ static void test_reserve_args(void **state)
     assert_non_null(strstr(eep_last_error(), "rt"));
     assert_int_equal(eep_ep_reserve(&rt, &d, 0), EEP_ERR_INVALID_ARG);
     assert_non_null(strstr(eep_last_error(), "num_shapes"));
-    d.num_experts = 255; /* not divisible by 4 ranks */
+    d.num_experts = 4 * 257; /* 257 experts on each of 4 ranks: more than 256 */
     assert_int_equal(eep_ep_reserve(&rt, &d, 1), EEP_ERR_INVALID_ARG);
     assert_non_null(strstr(eep_last_error(), "shapes[0].num_experts"));
 }
