@@ -3,11 +3,14 @@
  *
  * Everything runs on eep-rank's loop thread between calls: the step's host-measured durations go
  * into the histograms, and the text is rendered once per step (the endpoint's thread only copies
- * it).  The wait counters are per view: a peer label is a world rank of the view in use, so they
- * restart from 0 when the epoch changes (a counter reset, as Prometheus reads one).
+ * it).  The wait counters come from the runtime (eep_runtime_stats: the kernels' own accounting,
+ * cumulative) and are shown per view: a peer label is a world rank of the view in use, so they
+ * restart from 0 when the epoch changes (a counter reset, as Prometheus reads one; the first
+ * step of a view is in the base it is counted from).
  */
 #include "tools/eep_rank_obs.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "util/clock.h"
@@ -49,13 +52,54 @@ void eep_rank_obs_slow(const eep_rank_obs_t *obs)
     }
 }
 
+_Static_assert(EEP_RANK_WAIT_PHASES == EEP_WAIT_STAT_PHASES &&
+                   EEP_RANK_WAIT_DISPATCH_COUNTS == EEP_WAIT_STAT_DISPATCH_COUNTS &&
+                   EEP_RANK_WAIT_COMBINE == EEP_WAIT_STAT_COMBINE,
+               "the metrics' wait phases are the runtime's");
+
+/* The runtime's counters into the stats: waits since this epoch was first seen, JIT counts. */
+static void eep_rank_obs_runtime(eep_rank_obs_t *obs, eep_runtime_t *rt, uint64_t epoch)
+{
+    eep_rank_stats_t *st = &obs->stats;
+    int               ph, peer;
+
+    if (obs->rts == NULL) {
+        obs->rts  = calloc(1, sizeof(*obs->rts));
+        obs->base = calloc(1, sizeof(*obs->base));
+        if (obs->rts == NULL || obs->base == NULL) {
+            free(obs->rts);
+            free(obs->base);
+            obs->rts = obs->base = NULL;
+            return;
+        }
+    }
+    obs->rts->size = sizeof(*obs->rts);
+    if (eep_runtime_stats(rt, obs->rts) != EEP_OK) {
+        return;
+    }
+    if (epoch != obs->base_epoch) {
+        memcpy(obs->base, obs->rts, sizeof(*obs->base));
+        obs->base_epoch = epoch;
+    }
+    for (ph = 0; ph < EEP_WAIT_STAT_PHASES; ph++) {
+        for (peer = 0; peer < EEP_MAX_RANKS; peer++) {
+            st->wait_s[ph][peer] = obs->rts->wait_seconds[ph][peer] -
+                                   obs->base->wait_seconds[ph][peer];
+        }
+    }
+    st->jit_compiles   = obs->rts->jit_compiles;
+    st->jit_cache_hits = obs->rts->jit_cache_hits;
+}
+
 void eep_rank_obs_step(eep_rank_obs_t *obs, eep_runtime_t *rt, const eep_rank_obs_step_t *s)
 {
     eep_rank_stats_t *st = &obs->stats;
 
-    (void)rt;
     if (s->epoch != st->epoch) {
         memset(st->wait_s, 0, sizeof(st->wait_s));
+    }
+    if (rt != NULL) {
+        eep_rank_obs_runtime(obs, rt, s->epoch);
     }
     st->step  = s->step;
     st->epoch = s->epoch;
@@ -77,4 +121,7 @@ void eep_rank_obs_stop(eep_rank_obs_t *obs)
 {
     eep_rank_metrics_destroy(obs->metrics);
     obs->metrics = NULL;
+    free(obs->rts);
+    free(obs->base);
+    obs->rts = obs->base = NULL;
 }

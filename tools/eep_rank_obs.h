@@ -16,9 +16,11 @@
 #include "eep/eep.h"
 
 typedef struct {
-    eep_rank_config_t   cfg;
-    eep_rank_metrics_t *metrics; /* NULL: EEP_RANK_METRICS_ADDR is off */
-    eep_rank_stats_t    stats;
+    eep_rank_config_t    cfg;
+    eep_rank_metrics_t  *metrics; /* NULL: EEP_RANK_METRICS_ADDR is off */
+    eep_rank_stats_t     stats;
+    eep_runtime_stats_t *rts, *base; /* the runtime's, now and when this epoch was first seen */
+    uint64_t             base_epoch;
 } eep_rank_obs_t;
 
 /* One step as eep-rank saw it. */

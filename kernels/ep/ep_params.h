@@ -157,6 +157,9 @@ typedef struct eep_epk_params {
     unsigned long long h_fwd_n;   /* [world] tokens forwarded from source node n */
     unsigned long long h_fwd_tok; /* [world * max_tokens] their token indices */
     unsigned long long h_fwd_dm;  /* [world * max_tokens] their destination masks */
+
+    /* wait accounting: 0, or the runtime's u64 [EEP_WAIT_STAT_PHASES][EEP_MAX_RANKS] (device) */
+    unsigned long long wait_stats;
 } eep_epk_params_t;
 
 /* combine_flags */
@@ -182,7 +185,7 @@ typedef struct eep_epk_gin {
 #define EEP_EPK_GIN_COUNTERS       2
 
 EEP_LAYOUT_ASSERT(sizeof(void *) == 8, "64-bit pointers");
-EEP_LAYOUT_ASSERT(sizeof(eep_epk_params_t) == 448, "eep_epk_params_t size");
+EEP_LAYOUT_ASSERT(sizeof(eep_epk_params_t) == 456, "eep_epk_params_t size");
 EEP_LAYOUT_ASSERT(sizeof(eep_epk_gin_t) == EEP_DEVCOMM_BYTES + 16, "eep_epk_gin_t size");
 
 #endif /* EEP_KERNELS_EP_PARAMS_H */
