@@ -5,8 +5,8 @@
  * into the histograms, and the text is rendered once per step (the endpoint's thread only copies
  * it).  The wait counters come from the runtime (eep_runtime_stats: the kernels' own accounting,
  * cumulative) and are shown per view: a peer label is a world rank of the view in use, so they
- * restart from 0 when the epoch changes (a counter reset, as Prometheus reads one; the first
- * step of a view is in the base it is counted from).
+ * restart from 0 when the epoch changes (a counter reset, as Prometheus reads one), counted from
+ * what the last step of the old view read.
  */
 #include "tools/eep_rank_obs.h"
 
@@ -73,13 +73,15 @@ static void eep_rank_obs_runtime(eep_rank_obs_t *obs, eep_runtime_t *rt, uint64_
             return;
         }
     }
+    if (epoch != obs->base_epoch) {
+        /* the counts as the last step of the old view left them (zero before the first): the
+           new view's first step is counted in it */
+        memcpy(obs->base, obs->rts, sizeof(*obs->base));
+        obs->base_epoch = epoch;
+    }
     obs->rts->size = sizeof(*obs->rts);
     if (eep_runtime_stats(rt, obs->rts) != EEP_OK) {
         return;
-    }
-    if (epoch != obs->base_epoch) {
-        memcpy(obs->base, obs->rts, sizeof(*obs->base));
-        obs->base_epoch = epoch;
     }
     for (ph = 0; ph < EEP_WAIT_STAT_PHASES; ph++) {
         for (peer = 0; peer < EEP_MAX_RANKS; peer++) {
