@@ -91,8 +91,11 @@ __device__ __forceinline__ eep_wait_ctx eep_barrier_wait_ctx(const eep_barrier_p
                                                              const ncclDevComm          &dc,
                                                              int *block_failed)
 {
-    return eep_wait_ctx_make(p.fault, p.fault_claim, block_failed, p.timeout_ns, dc.rank,
-                             EEP_ABORT_CHECK_NS);
+    eep_wait_ctx w = eep_wait_ctx_make(p.fault, p.fault_claim, block_failed, p.timeout_ns, dc.rank,
+                                       EEP_ABORT_CHECK_NS);
+
+    w.wait_ns = p.wait_stats;
+    return w;
 }
 
 /* After arriving at scale-up barrier `epoch`: wait for the peer's arrival. */

@@ -25,12 +25,14 @@ typedef struct eep_barrier_params {
     unsigned long long *cycles;         /* bench hook: clock64 at each exit, or NULL */
     unsigned int        iterations;     /* barriers in this launch (>= 1) */
     int                 gin_signal0;    /* first GIN signal id: signal0 + rail rank of sender */
+    unsigned long long *wait_stats;     /* u64 [EEP_WAIT_STAT_PHASES][EEP_MAX_RANKS], or NULL */
 } eep_barrier_params_t;
 
 EEP_LAYOUT_ASSERT(sizeof(void *) == 8, "64-bit pointers");
 EEP_LAYOUT_OFFSET(eep_barrier_params_t, window, 200);
 EEP_LAYOUT_OFFSET(eep_barrier_params_t, lsa_arrive_off, 224);
 EEP_LAYOUT_OFFSET(eep_barrier_params_t, iterations, 272);
-EEP_LAYOUT_ASSERT(sizeof(eep_barrier_params_t) == 280, "eep_barrier_params_t size");
+EEP_LAYOUT_OFFSET(eep_barrier_params_t, wait_stats, 280);
+EEP_LAYOUT_ASSERT(sizeof(eep_barrier_params_t) == 288, "eep_barrier_params_t size");
 
 #endif /* EEP_BARRIER_PARAMS_H */

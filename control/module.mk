@@ -15,7 +15,7 @@ LIBEEP_CONTROL_A := $(BUILD)/lib/libeep_control.a
 CONTROL_SRCS += control/rpc/rpc_client.c control/rpc/rpc_client_stream.c \
                 control/etcd/etcd.c control/etcd/etcd_kv.c control/etcd/etcd_watch.c control/etcd/etcd_lease.c \
                 control/etcd/etcd_knobs.c \
-                control/tool/tool.c
+                control/tool/tool.c control/tool/prom.c
 
 # Objects under control/ get gRPC's flags (never CUDA's) and wait for the
 # generated headers (order-only).
@@ -27,7 +27,8 @@ $(BUILD)/control/%.o: control/%.c $(BUILD)/flags.stamp | $$(PROTO_GEN_H)
 # The knob tables include only util/config.h: no gRPC flags, no generated headers, so eep-info
 # links them (every knob documented) on a machine without the control plane's packages too.
 CONTROL_KNOB_OBJS := $(BUILD)/control/etcd/etcd_knobs.o $(BUILD)/control/eepd/eepd_knobs.o \
-                     $(BUILD)/control/agent/agent_knobs.o $(BUILD)/control/eepctl/eepctl_knobs.o
+                     $(BUILD)/control/agent/agent_knobs.o $(BUILD)/control/eepctl/eepctl_knobs.o \
+                     $(BUILD)/control/rank/rank_knobs.o
 $(CONTROL_KNOB_OBJS): $(BUILD)/control/%.o: control/%.c $(BUILD)/flags.stamp
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
@@ -39,3 +40,4 @@ $(LIBEEP_CONTROL_A): $$(patsubst %.c,$(BUILD)/%.o,$$(CONTROL_SRCS))
 
 # eepd, the agent, eepctl and the gRPC server glue (their tests: tests/control/, from tests/).
 include control/eepd/module.mk
+include control/rank/module.mk

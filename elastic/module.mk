@@ -8,7 +8,7 @@ LIBEEP_SRCS += elastic/runtime/runtime.c elastic/runtime/runtime_nccl.cc \
                elastic/runtime/wait_loop.c elastic/runtime/bootstrap.c \
                elastic/runtime/bootstrap_file.c elastic/runtime/bootstrap_tcp.c \
                elastic/runtime/placement.c elastic/runtime/runtime_view.c \
-               elastic/runtime/runtime_membership.c
+               elastic/runtime/runtime_membership.c elastic/runtime/runtime_stats.c
 LIBEEP_SRCS += elastic/ep/ep.c elastic/ep/ep_args.c elastic/ep/ep_handle.c elastic/ep/ep_layout.c \
                elastic/ep/ep_sm_model.c elastic/ep/ep_kernels.c elastic/ep/ep_mode.c
 # Each room's knob table registers itself (util/config.h, EEP_KNOB_TABLE).

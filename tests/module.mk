@@ -45,6 +45,16 @@ $(EEP_STEP_TEST): $(BUILD)/tests/tools/test_eep_step.o $(BUILD)/tools/eep_step.o
 	@mkdir -p $(dir $@)
 	$(CXX) -o $@ $^ $(LDFLAGS) $(NCCL_LDFLAGS) -lcmocka -ldl
 
+# tests/tools/test_eep_rank_obs: eep-rank's metrics endpoint and EEP_RANK_SLOW_MS
+# (tools/eep_rank_obs.c), CPU only.
+EEP_RANK_OBS_TEST := $(BUILD)/tests/tools/test_eep_rank_obs
+UNIT_TEST_BINS += $(EEP_RANK_OBS_TEST)
+unit-tests: $(EEP_RANK_OBS_TEST)
+$(EEP_RANK_OBS_TEST): $(BUILD)/tests/tools/test_eep_rank_obs.o $(BUILD)/tools/eep_rank_obs.o \
+                      $(LIBEEP_RANK_A) $(LIBEEP_CONTROL_A) $(LIBEEP_A)
+	@mkdir -p $(dir $@)
+	$(CXX) -o $@ $^ $(LDFLAGS) $(RANK_LDLIBS) $(NCCL_LDFLAGS) -lcmocka -ldl
+
 # JIT tests: the repository root (kernels/probe) and libeep.so (checked for not linking libcuda).
 $(BUILD)/tests/elastic/jit/test_jit%.o: CPPFLAGS += -DEEP_TEST_SOURCE_ROOT='"$(CURDIR)"'
 $(BUILD)/tests/elastic/gpu/test_cuda_sym.o: CPPFLAGS += \

@@ -47,6 +47,7 @@
 #include "eep/eep.h"
 #include "eep/ep.h"
 #include "elastic/gpu/cuda_sym.h"
+#include "tools/eep_rank_obs.h"
 #include "tools/eep_step.h"
 #include "util/clock.h"
 #include "util/config.h"
@@ -86,6 +87,7 @@ typedef struct {
     eep_rank_phase_t      arm_phase;
     int                   arm_signal;
     double                t_us[4]; /* by phase */
+    eep_rank_obs_t        obs;     /* metrics endpoint, EEP_RANK_SLOW_MS (eep_rank_obs.h) */
     /* MoE device buffers */
     void *d_x, *d_idx, *d_w, *d_recv_x, *d_recv_idx, *d_recv_w, *d_counts, *d_offsets, *d_y, *d_out;
     uint16_t *h_x, *h_rows, *h_want_rows, *h_y, *h_out, *h_want_out;
@@ -237,6 +239,8 @@ static eep_status_t eep_rank_step_barrier(eep_rank_t *r, eep_rank_phase_t *phase
     eep_status_t       status;
 
     *phase_p = EEP_RANK_PH_BARRIER;
+    eep_rank_obs_slow(&r->obs);
+    t0 = eep_clock_ms();
     memset(&o, 0, sizeof(o));
     o.size = sizeof(o);
     o.mode = EEP_BARRIER_SEQUENTIAL;
@@ -414,8 +418,9 @@ static eep_status_t eep_rank_step_moe(eep_rank_t *r, eep_rank_phase_t *phase_p, 
     a.recv_expert_offsets = r->d_offsets;
 
     *phase_p = EEP_RANK_PH_DISPATCH;
-    t0       = eep_clock_ms();
-    status   = eep_dispatch(r->rt, &a, &h, NULL);
+    eep_rank_obs_slow(&r->obs);
+    t0     = eep_clock_ms();
+    status = eep_dispatch(r->rt, &a, &h, NULL);
     if (status != EEP_OK) {
         return status;
     }
@@ -698,7 +703,12 @@ int main(int argc, char **argv)
     memset(&ap, 0, sizeof(ap));
     ap.size   = sizeof(ap);
     ap.notify = eep_rank_notify;
-    status    = eep_agent_create(&ap, &r.agent);
+    status    = eep_rank_obs_start(&r.obs, &ap); /* its metrics URL goes into the member key */
+    if (status != EEP_OK) {
+        fprintf(stderr, "eep-rank: no metrics endpoint: %s\n", eep_status_string(status));
+        return EEP_RANK_EXIT(status);
+    }
+    status = eep_agent_create(&ap, &r.agent);
     if (status != EEP_OK) {
         fprintf(stderr, "eep-rank: cannot join the job: %s\n", eep_status_string(status));
         return EEP_RANK_EXIT(status);
@@ -759,6 +769,11 @@ int main(int argc, char **argv)
         }
         status = r.moe ? eep_rank_step_moe(&r, &phase, &bad) : eep_rank_step_barrier(&r, &phase);
         eep_rank_line_step(&r, status, status == EEP_OK && bad == NULL, bad);
+        eep_rank_obs_step(&r.obs, r.rt,
+                          &(eep_rank_obs_step_t){ r.step, r.info.epoch, r.info.rank, r.info.world,
+                                                  status, r.t_us[EEP_RANK_PH_DISPATCH],
+                                                  r.t_us[EEP_RANK_PH_COMBINE],
+                                                  (uint64_t)r.tokens * r.topk * r.hidden * 2 });
         if (status == EEP_OK && bad != NULL) {
             eep_error(EEP_SUBSYS_TOOL, "step %llu of epoch %llu: wrong %s",
                       (unsigned long long)r.step, (unsigned long long)r.info.epoch, bad);
@@ -799,5 +814,6 @@ out:
     eep_agent_membership_destroy(&r.ms);
     eep_agent_leave(r.agent);
     eep_agent_destroy(r.agent);
+    eep_rank_obs_stop(&r.obs);
     return wrong ? EEP_RANK_EXIT_WRONG : exit_status == EEP_OK ? 0 : EEP_RANK_EXIT(exit_status);
 }

@@ -1,7 +1,7 @@
 /*
  * agent_main.c - eep-agent: one agent as a process, printing what the runtime would see.
  *
- *   eep-agent [--job=J] [--ttl=S] [--gpu=UUID] [--help] [--version]
+ *   eep-agent [--job=J] [--ttl=S] [--gpu=UUID] [--endpoint=URL] [--help] [--version]
  *
  * One JSON object per line on stdout, each with the wall clock in ms: "registered" (and again
  * with a new id after a lost lease), "view" (epoch, my rank, member ids), "lease_lost".  SIGTERM
@@ -25,10 +25,13 @@ static volatile sig_atomic_t eep_agent_main_stop;
 
 static int eep_agent_main_usage(FILE *out)
 {
-    fprintf(out, "usage: eep-agent [--job=J] [--ttl=S] [--gpu=UUID] [--help] [--version]\n"
+    fprintf(out, "usage: eep-agent [--job=J] [--ttl=S] [--gpu=UUID] [--endpoint=URL] [--help] "
+                 "[--version]\n"
                  "  --job=J     the job (default EEP_JOB)\n"
                  "  --ttl=S     lease TTL in seconds, 1..3600 (default EEP_AGENT_LEASE_TTL_S)\n"
                  "  --gpu=UUID  the GPU uuid published in the member key (EEP_AGENT_GPU_UUID)\n"
+                 "  --endpoint=URL  the address published in the member key (a rank's metrics "
+                 "URL, read by eepctl top)\n"
                  "one JSON object per line on stdout; SIGTERM or SIGINT leave gracefully\n");
     return out == stderr ? 2 : 0;
 }
@@ -51,9 +54,13 @@ static void eep_agent_main_event(const char *event, const char *member)
 int main(int argc, char **argv)
 {
     static const struct option longopts[] = {
-        { "job", required_argument, NULL, 'j' }, { "ttl", required_argument, NULL, 't' },
-        { "gpu", required_argument, NULL, 'g' }, { "version", no_argument, NULL, 'V' },
-        { "help", no_argument, NULL, 'h' },      { NULL, 0, NULL, 0 },
+        { "job", required_argument, NULL, 'j' },
+        { "ttl", required_argument, NULL, 't' },
+        { "gpu", required_argument, NULL, 'g' },
+        { "endpoint", required_argument, NULL, 'e' },
+        { "version", no_argument, NULL, 'V' },
+        { "help", no_argument, NULL, 'h' },
+        { NULL, 0, NULL, 0 },
     };
     eep_agent_params_t p;
     eep_agent_t       *agent = NULL;
@@ -83,6 +90,13 @@ int main(int argc, char **argv)
             break;
         case 'g':
             p.gpu_uuid = optarg;
+            break;
+        case 'e':
+            if (strlen(optarg) > 256) { /* eepd ignores a member whose endpoint is longer */
+                fprintf(stderr, "eep-agent: --endpoint is over 256 bytes\n");
+                return 2;
+            }
+            p.endpoint = optarg;
             break;
         case 'V':
             printf("eep-agent (ElasticEP) %s\n", eep_version());

@@ -512,7 +512,8 @@ static const eepctl_cmd_t eepctl_cmds[] = {
     { "health", "", "whether the replica serves, reaches etcd, and leads", 0, 0, 0,
       eepctl_run_health },
     { "top", "",
-      "the view's ranks and eepd's counters, refreshed\n"
+      "the view's ranks, each rank's own metrics (step, epoch, p50s, time waited, the peer\n"
+      "  it waits for most; at the URL its member key publishes) and eepd's counters, refreshed\n"
       "  --interval-ms=N  refresh period (default 1000)\n"
       "  --iterations=N   stop after N refreshes (default: until interrupted)\n"
       "  --metrics=URL    also read eepd's counters, http://HOST:PORT/metrics",

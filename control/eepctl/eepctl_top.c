@@ -1,12 +1,15 @@
 /*
  * eepctl_top.c - `eepctl top`: the job at a glance, refreshed: the view's ranks and their state
- * (GetStatus), and eepd's counters (its Prometheus /metrics, plain HTTP, when --metrics names it).
+ * (GetStatus), eepd's counters (its Prometheus /metrics, plain HTTP, when --metrics names it), and
+ * each rank's own metrics (the URL its member key publishes as endpoint): step, epoch, dispatch
+ * and combine p50, time waited, and the peer it waits for most.
  *
  * What is shown comes from sources behind one small ops table (eepctl_top_source_t), polled in
- * turn each refresh into one snapshot: today the status RPC and eepd's metrics page.  Per-rank
- * metrics (a rank's own endpoint, published in its member key) are meant to be one more source
- * with one more column; none exists yet.  On a terminal the screen is redrawn; with --json each
- * refresh is one JSON object per line.
+ * turn each refresh into one snapshot: the status RPC, eepd's metrics page, the ranks' pages
+ * (after the status, which names them).  Who waits for whom: each rank's
+ * eep_wait_seconds_total{phase,peer} counts, for the view it is in, how long it waited for each
+ * peer; summed over the ranks in the current epoch, the largest peer is the rank the job waits
+ * for.  On a terminal the screen is redrawn; with --json each refresh is one JSON object per line.
  */
 #include <netdb.h>
 #include <stdio.h>
@@ -18,10 +21,28 @@
 #include <unistd.h>
 
 #include "control/eepctl/eepctl.h"
+#include "control/tool/prom.h"
 #include "control/tool/tool.h"
+#include "eep/layout.h"
 
 #define EEPCTL_TOP_MAX_METRICS 64
 #define EEPCTL_TOP_PAGE_MAX    (1 << 20)
+#define EEPCTL_TOP_MAX_PEERS   EEP_MAX_RANKS
+
+/* A rank's scrape waits at most this long per socket call (a dead rank must not stall top). */
+#define EEPCTL_TOP_RANK_TIMEOUT_MS 1000
+
+/* What one rank's page said (ok 1), or why there is none. */
+typedef struct {
+    long        rank;
+    const char *id, *url; /* into the status reply */
+    int         ok;       /* -1 no URL published, 0 scrape failed, 1 read */
+    double      step, epoch, world;
+    double      dispatch_p50_us, combine_p50_us; /* negative: no calls yet */
+    double      wait_s;                          /* over every phase and peer */
+    long        most_peer;                       /* -1: waited for nobody */
+    double      most_s;
+} eepctl_top_rank_t;
 
 /* What one refresh saw; each source fills its part. */
 typedef struct {
@@ -30,6 +51,10 @@ typedef struct {
     char                     metric_names[EEPCTL_TOP_MAX_METRICS][96];
     double                   metric_values[EEPCTL_TOP_MAX_METRICS];
     int                      metrics_ok; /* -1 no source, 0 failed, 1 read */
+    eepctl_top_rank_t       *ranks;      /* the view's ranks, in rank order */
+    size_t                   n_ranks;
+    long                     job_most_peer; /* the rank the job waited for most, or -1 */
+    double                   job_most_s;
 } eepctl_top_snap_t;
 
 typedef struct {
@@ -178,9 +203,119 @@ static int eepctl_top_poll_metrics(const eepctl_opts_t *o, eepctl_top_snap_t *sn
     return 0;
 }
 
+/* The rank's wait counters: the total, and the peer it waited for most. */
+static void eepctl_top_rank_waits(const eep_prom_page_t *page, eepctl_top_rank_t *r,
+                                  double *by_peer, size_t n_peers)
+{
+    size_t i;
+    double mine[EEPCTL_TOP_MAX_PEERS];
+
+    memset(mine, 0, sizeof(mine));
+    for (i = 0; i < page->n; i++) {
+        const eep_prom_sample_t *x = &page->samples[i];
+        char                     peer[16], *end;
+        long                     p;
+
+        if (strcmp(x->name, "eep_wait_seconds_total") != 0 || !(x->value > 0) ||
+            eep_prom_label(x->labels, "peer", peer, sizeof(peer)) != 0) {
+            continue;
+        }
+        p = strtol(peer, &end, 10);
+        if (end == peer || *end != '\0' || p < 0 || p >= EEPCTL_TOP_MAX_PEERS) {
+            continue;
+        }
+        r->wait_s += x->value;
+        mine[p] += x->value;
+    }
+    for (i = 0; i < EEPCTL_TOP_MAX_PEERS; i++) {
+        if (mine[i] > r->most_s) {
+            r->most_s    = mine[i];
+            r->most_peer = (long)i;
+        }
+        if (by_peer != NULL && i < n_peers) {
+            by_peer[i] += mine[i];
+        }
+    }
+}
+
+/*
+ * Each rank of the view: its page, at the URL its member key publishes.  Waits are summed over
+ * the ranks in the view's epoch only (a peer label is a rank of the view the page's rank is in).
+ * A rank without a page is shown as such and fails nothing: in an elastic job a rank may be
+ * dying or not started, which is what top is there to show.
+ */
+static int eepctl_top_poll_ranks(const eepctl_opts_t *o, eepctl_top_snap_t *snap)
+{
+    const Eep__V1__GetStatusReply *st = snap->status;
+    double                        *by_peer;
+    size_t                         i, n;
+    int timeout = o->timeout_ms < EEPCTL_TOP_RANK_TIMEOUT_MS ? o->timeout_ms
+                                                             : EEPCTL_TOP_RANK_TIMEOUT_MS;
+
+    snap->job_most_peer = -1;
+    if (st == NULL || st->view == NULL || st->view->n_members == 0) {
+        return 0;
+    }
+    n           = st->view->n_members;
+    snap->ranks = calloc(n, sizeof(*snap->ranks));
+    by_peer     = calloc(n, sizeof(*by_peer));
+    if (snap->ranks == NULL || by_peer == NULL) {
+        free(by_peer);
+        return 1;
+    }
+    snap->n_ranks = n;
+    for (i = 0; i < n; i++) {
+        eepctl_top_rank_t       *r = &snap->ranks[i];
+        const Eep__V1__Member   *m = st->view->members[i];
+        size_t                   k;
+        char                    *page_text;
+        eep_prom_page_t          page;
+        const eep_prom_sample_t *x;
+
+        r->rank      = (long)i;
+        r->id        = m->id;
+        r->url       = m->endpoint;
+        r->ok        = -1;
+        r->most_peer = -1;
+        for (k = 0; k < st->n_members; k++) { /* the live member key, newer than the view's copy */
+            if (strcmp(st->members[k]->id, m->id) == 0 && st->members[k]->endpoint[0] != '\0') {
+                r->url = st->members[k]->endpoint;
+            }
+        }
+        if (r->url == NULL || strncmp(r->url, "http://", 7) != 0) {
+            continue;
+        }
+        r->ok     = 0;
+        page_text = eepctl_top_http_get(r->url, timeout);
+        if (page_text == NULL || eep_prom_page_parse(page_text, &page) != EEP_OK) {
+            free(page_text);
+            continue;
+        }
+        free(page_text);
+        r->ok    = 1;
+        r->step  = (x = eep_prom_find(&page, "eep_step", NULL, NULL)) != NULL ? x->value : -1;
+        r->epoch = (x = eep_prom_find(&page, "eep_epoch", NULL, NULL)) != NULL ? x->value : -1;
+        r->world = (x = eep_prom_find(&page, "eep_world", NULL, NULL)) != NULL ? x->value : -1;
+        r->dispatch_p50_us = eep_prom_quantile(&page, "eep_dispatch_duration_seconds", 0.5) * 1e6;
+        r->combine_p50_us  = eep_prom_quantile(&page, "eep_combine_duration_seconds", 0.5) * 1e6;
+        eepctl_top_rank_waits(&page, r, r->epoch == (double)st->view->epoch ? by_peer : NULL, n);
+        eep_prom_page_cleanup(&page);
+    }
+    for (i = 0; i < n; i++) {
+        if (by_peer[i] > snap->job_most_s) {
+            snap->job_most_s    = by_peer[i];
+            snap->job_most_peer = (long)i;
+        }
+    }
+    free(by_peer);
+    return 0;
+}
+
+/* Polled in this order: the ranks' source reads the status reply. */
 static const eepctl_top_source_t eepctl_top_sources[] = {
     { "status", eepctl_top_poll_status },
     { "metrics", eepctl_top_poll_metrics },
+    { "ranks", eepctl_top_poll_ranks },
 };
 
 /* The state of member @p m: its rank in @p v (or -1) and a word. */
@@ -198,6 +333,55 @@ static const char *eepctl_top_state(const Eep__V1__View *v, const Eep__V1__Membe
            : m->cordoned  ? (*rank_p >= 0 ? "active,cordoned" : "cordoned")
            : *rank_p >= 0 ? "active"
                           : "standby";
+}
+
+/* A number, or null when negative (not measured). */
+static void eepctl_top_json_num(const char *key, double v)
+{
+    if (v < 0) {
+        printf(",\"%s\":null", key);
+    } else {
+        printf(",\"%s\":%.6g", key, v);
+    }
+}
+
+static void eepctl_top_json_ranks(const eepctl_top_snap_t *s)
+{
+    size_t i;
+
+    if (s->ranks == NULL) {
+        return;
+    }
+    printf(",\"ranks\":[");
+    for (i = 0; i < s->n_ranks; i++) {
+        const eepctl_top_rank_t *r = &s->ranks[i];
+
+        printf("%s{\"rank\":%ld,\"id\":", i ? "," : "", r->rank);
+        eepctl_json_str(r->id);
+        printf(",\"url\":");
+        eepctl_json_str(r->url != NULL ? r->url : "");
+        printf(",\"ok\":%s", r->ok > 0 ? "true" : "false");
+        if (r->ok > 0) {
+            eepctl_top_json_num("step", r->step);
+            eepctl_top_json_num("epoch", r->epoch);
+            eepctl_top_json_num("world", r->world);
+            eepctl_top_json_num("dispatch_p50_us", r->dispatch_p50_us);
+            eepctl_top_json_num("combine_p50_us", r->combine_p50_us);
+            printf(",\"wait_s\":%.6g,\"waits_most_for\":", r->wait_s);
+            if (r->most_peer >= 0) {
+                printf("{\"rank\":%ld,\"s\":%.6g}", r->most_peer, r->most_s);
+            } else {
+                printf("null");
+            }
+        }
+        printf("}");
+    }
+    printf("],\"waited_for_most\":");
+    if (s->job_most_peer >= 0) {
+        printf("{\"rank\":%ld,\"s\":%.6g}", s->job_most_peer, s->job_most_s);
+    } else {
+        printf("null");
+    }
 }
 
 static void eepctl_top_json(const eepctl_top_snap_t *s, long long t_ms)
@@ -234,7 +418,49 @@ static void eepctl_top_json(const eepctl_top_snap_t *s, long long t_ms)
         }
         printf("}");
     }
+    eepctl_top_json_ranks(s);
     printf("}\n");
+}
+
+/* A microsecond column: "-" when not measured. */
+static const char *eepctl_top_us(char *buf, size_t len, double us)
+{
+    if (us < 0) {
+        snprintf(buf, len, "-");
+    } else {
+        snprintf(buf, len, "%.0f", us);
+    }
+    return buf;
+}
+
+static void eepctl_top_screen_ranks(const eepctl_top_snap_t *s)
+{
+    size_t i;
+
+    if (s->ranks == NULL) {
+        return;
+    }
+    printf("\n%-5s %-10s %-6s %-12s %-12s %-10s %s\n", "RANK", "STEP", "EPOCH", "DISP_P50_US",
+           "COMB_P50_US", "WAIT_S", "WAITS MOST FOR");
+    for (i = 0; i < s->n_ranks; i++) {
+        const eepctl_top_rank_t *r = &s->ranks[i];
+        char                     d[24], c[24], most[64] = "-";
+
+        if (r->ok <= 0) {
+            printf("%-5ld %s\n", r->rank,
+                   r->ok < 0 ? "(no metrics URL in its member key)" : "(metrics unreachable)");
+            continue;
+        }
+        if (r->most_peer >= 0) {
+            snprintf(most, sizeof(most), "rank %ld (%.3f s)", r->most_peer, r->most_s);
+        }
+        printf("%-5ld %-10.0f %-6.0f %-12s %-12s %-10.3f %s\n", r->rank, r->step, r->epoch,
+               eepctl_top_us(d, sizeof(d), r->dispatch_p50_us),
+               eepctl_top_us(c, sizeof(c), r->combine_p50_us), r->wait_s, most);
+    }
+    if (s->job_most_peer >= 0) {
+        printf("the ranks wait most for: rank %ld (%.3f s)\n", s->job_most_peer, s->job_most_s);
+    }
 }
 
 static void eepctl_top_screen(const eepctl_opts_t *o, const eepctl_top_snap_t *s, int tty)
@@ -283,6 +509,7 @@ static void eepctl_top_screen(const eepctl_opts_t *o, const eepctl_top_snap_t *s
         }
         printf("%-5s %-40s %-20.20s %s\n", r, st->members[i]->id, st->members[i]->host, state);
     }
+    eepctl_top_screen_ranks(s);
     fflush(stdout);
 }
 
@@ -313,6 +540,7 @@ int eepctl_top(const eepctl_opts_t *o)
         } else {
             eepctl_top_screen(o, &snap, tty);
         }
+        free(snap.ranks);
         if (snap.status != NULL) {
             protobuf_c_message_free_unpacked(&snap.status->base, NULL);
         }

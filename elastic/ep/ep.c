@@ -545,6 +545,7 @@ static eep_status_t eep_ep_prepare(eep_runtime_t *rt, const eep_ep_shape_t *shap
     p->fault       = (eep_fault_page_t *)(uintptr_t)rt->fault_dev;
     p->fault_claim = (unsigned int *)((char *)rt->buf + rt->layout.counters_off);
     p->timeout_ns  = (unsigned long long)rt->timeout_ms * 1000000ull;
+    p->wait_stats  = rt->wait_stats_dev; /* wait accounting (eep_runtime_stats) */
     /* the LSA team is a block of consecutive ranks (NCCL: node-major); the others are GIN's */
     p->lsa_base = rt->rank - rt->lsa_rank;
     if ((*st_p)->hybrid) {
@@ -822,6 +823,9 @@ eep_status_t eep_dispatch(eep_runtime_t *rt, const eep_dispatch_args_t *args,
     }
     h->seq++;
     *handle_p = h;
+    rt->n_dispatch++;
+    rt->dispatch_bytes += (uint64_t)args->num_tokens * shape.num_topk * shape.hidden *
+                          eep_ep_elem_bytes(shape.dtype);
     return EEP_OK;
 fail:
     eep_ep_handle_destroy(created);
@@ -985,6 +989,10 @@ eep_status_t eep_combine_ex(eep_runtime_t *rt, const eep_combine_args_t *args,
     }
     if (args->topk_grad != NULL) {
         status = eep_ep_combine_launch(rt, args, handle, &shape, EEP_EP_KERNEL_TOPK_GRAD, stream);
+    }
+    if (status == EEP_OK) {
+        rt->n_combine++;
+        rt->combine_bytes += (uint64_t)handle->num_tokens * shape.num_topk * shape.hidden * 2;
     }
     return status;
 }

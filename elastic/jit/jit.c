@@ -416,6 +416,12 @@ const char *eep_jit_cache_dir(const eep_jit_t *jit)
     return jit->cache_dir;
 }
 
+void eep_jit_counts(const eep_jit_t *jit, uint64_t *compiles_p, uint64_t *hits_p)
+{
+    *compiles_p = jit != NULL ? __atomic_load_n(&jit->n_compiles, __ATOMIC_RELAXED) : 0;
+    *hits_p     = jit != NULL ? __atomic_load_n(&jit->n_cache_hits, __ATOMIC_RELAXED) : 0;
+}
+
 const char *eep_jit_arch(const eep_jit_t *jit)
 {
     return jit->arch;
@@ -531,6 +537,9 @@ out:
         free(cubin);
         return status;
     }
+    /* counted for eep_runtime_stats; the prefetch thread compiles too */
+    __atomic_add_fetch(info->cache_hit ? &jit->n_cache_hits : &jit->n_compiles, 1,
+                       __ATOMIC_RELAXED);
     *cubin_p = cubin;
     *size_p  = size;
     return EEP_OK;

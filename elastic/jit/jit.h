@@ -96,6 +96,12 @@ void eep_jit_destroy(eep_jit_t *jit);
 /** @return the cache directory @p jit uses (entries live in <dir>/v1). */
 const char *eep_jit_cache_dir(const eep_jit_t *jit);
 
+/**
+ * What eep_jit_compile did so far, on every thread (the prefetch worker's too).
+ * @param [out] compiles_p  kernels compiled (cache misses); @param [out] hits_p  cache hits.
+ */
+void eep_jit_counts(const eep_jit_t *jit, uint64_t *compiles_p, uint64_t *hits_p);
+
 /** @return the GPU architecture @p jit compiles for ("sm_90"). */
 const char *eep_jit_arch(const eep_jit_t *jit);
 

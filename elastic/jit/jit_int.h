@@ -110,7 +110,8 @@ struct eep_jit {
     pthread_mutex_t   memo_lock; /* header memo */
     eep_jit_memo_t   *memo;
     size_t            n_memo, cap_memo;
-    int               memo_racy_s; /* EEP_JIT_MEMO_RACY_S; tests lower it */
+    int               memo_racy_s;              /* EEP_JIT_MEMO_RACY_S; tests lower it */
+    uint64_t          n_compiles, n_cache_hits; /* eep_jit_counts (atomics) */
     /* background compiles (jit_prefetch.c), all under prefetch_lock */
     pthread_mutex_t          prefetch_lock;
     pthread_cond_t           prefetch_wake; /* worker: something queued, or stop */

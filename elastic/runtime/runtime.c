@@ -209,6 +209,9 @@ eep_status_t eep_runtime_create(const eep_runtime_params_t *params, eep_runtime_
         goto err_release_ctx;
     }
     status = eep_runtime_map_fault_page(rt, cu);
+    if (status == EEP_OK) {
+        status = eep_runtime_stats_alloc(rt);
+    }
     if (status != EEP_OK) {
         goto err_free_page;
     }
@@ -232,6 +235,7 @@ err_nccl:
     eep_runtime_membership_end(rt);
     eep_runtime_nccl_teardown(rt, 1);
 err_free_page:
+    eep_runtime_stats_free(rt);
     if (rt->fault_host != NULL) {
         cu->cuMemFreeHost(rt->fault_host);
     }
@@ -267,6 +271,7 @@ void eep_runtime_destroy(eep_runtime_t *rt)
     eep_jit_destroy(rt->jit);
     eep_runtime_membership_end(rt);
     eep_runtime_nccl_teardown(rt, abort_comm);
+    eep_runtime_stats_free(rt);
     cu->cuMemFreeHost(rt->fault_host);
     cu->cuDevicePrimaryCtxRelease(rt->cu_dev);
     free(rt);
@@ -529,6 +534,7 @@ eep_status_t eep_runtime_clear_fault(eep_runtime_t *rt)
 {
     const eep_cuda_sym_t *cu;
     eep_status_t          status;
+    int                   i;
 
     if (rt == NULL) {
         eep_error(EEP_SUBSYS_RUNTIME, "eep_runtime_clear_fault: rt is NULL");
@@ -548,6 +554,13 @@ eep_status_t eep_runtime_clear_fault(eep_runtime_t *rt)
         "cuMemsetD32(fault claim)");
     if (status != EEP_OK) {
         return status;
+    }
+    for (i = 0; i < EEP_FAULT_MAX_RECORDS; i++) { /* eep_runtime_stats' faults, by phase */
+        const volatile eep_fault_record_t *r = &rt->fault_host->records[i];
+
+        if (r->valid && r->phase >= 0 && r->phase < (int)(sizeof(rt->faults) / 8)) {
+            rt->faults[r->phase]++;
+        }
     }
     memset((void *)rt->fault_host->records, 0, sizeof(rt->fault_host->records));
     rt->fault_host->nrecords = 0;

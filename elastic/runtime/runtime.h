@@ -61,26 +61,31 @@ typedef void (*eep_runtime_dtor_func_t)(eep_runtime_t *rt, void *arg);
 #define EEP_RUNTIME_MAX_DTORS 8
 
 struct eep_runtime {
-    eep_runtime_config_t   cfg;
-    int                    rank, nranks;
-    int                    lsa_rank, lsa_size, rail_rank, rail_size;
-    int                    device;
-    int                    gin, gin_probed;
-    int                    timeout_ms;
-    int                    timeout_ms_created; /* eep_runtime_set_timeout(rt, 0) restores it */
-    uint64_t               epoch;              /* membership epoch (eep_runtime_epoch) */
-    int                    fault_seen;         /* a fault was reported: abort the comm on destroy */
-    void                  *cu_ctx;             /* CUcontext: the device's primary context */
-    int                    cu_dev;             /* CUdevice */
-    eep_fault_page_t      *fault_host;         /* pinned, device-mapped */
-    uint64_t               fault_dev;          /* its device address */
-    eep_runtime_nccl_t    *nccl;
-    void                  *window; /* ncclWindow_t */
-    void                  *buf;    /* ncclMemAlloc base (local address) */
-    size_t                 window_bytes;
-    eep_devcomm_blob_t     devcomm; /* ncclDevComm */
-    int                    gin_signal0;
-    int                    ep_gin_signal0, ep_gin_counter0; /* hybrid EP's (-1: no GIN) */
+    eep_runtime_config_t cfg;
+    int                  rank, nranks;
+    int                  lsa_rank, lsa_size, rail_rank, rail_size;
+    int                  device;
+    int                  gin, gin_probed;
+    int                  timeout_ms;
+    int                  timeout_ms_created; /* eep_runtime_set_timeout(rt, 0) restores it */
+    uint64_t             epoch;              /* membership epoch (eep_runtime_epoch) */
+    int                  fault_seen;         /* a fault was reported: abort the comm on destroy */
+    void                *cu_ctx;             /* CUcontext: the device's primary context */
+    int                  cu_dev;             /* CUdevice */
+    eep_fault_page_t    *fault_host;         /* pinned, device-mapped */
+    uint64_t             fault_dev;          /* its device address */
+    /* statistics (runtime_stats.c): the kernels' wait ns, u64 [EEP_WAIT_STAT_PHASES][EEP_MAX_RANKS]
+       in device memory, read through a pinned copy on a stream of our own */
+    uint64_t            wait_stats_dev;
+    void               *wait_stats_host, *stats_stream;
+    uint64_t            n_dispatch, n_combine, n_barrier, dispatch_bytes, combine_bytes, faults[6];
+    eep_runtime_nccl_t *nccl;
+    void               *window; /* ncclWindow_t */
+    void               *buf;    /* ncclMemAlloc base (local address) */
+    size_t              window_bytes;
+    eep_devcomm_blob_t  devcomm; /* ncclDevComm */
+    int                 gin_signal0;
+    int                 ep_gin_signal0, ep_gin_counter0; /* hybrid EP's (-1: no GIN) */
     eep_workspace_layout_t layout;
     eep_jit_t             *jit;
     eep_jit_kernel_t      *barrier_kernels[2]; /* by eep_barrier_mode_t */
@@ -109,6 +114,10 @@ struct eep_runtime {
     const char         *last_action;
     uint64_t            applying_epoch; /* the view being applied (its waits may abandon it) */
 };
+
+/** The wait counters (runtime_stats.c): made with the fault page, freed with it.  @return status. */
+eep_status_t eep_runtime_stats_alloc(eep_runtime_t *rt);
+void         eep_runtime_stats_free(eep_runtime_t *rt);
 
 /**
  * Register @p func(@p rt, @p arg) to run when @p rt is destroyed, after its kernels finished and

@@ -31,6 +31,7 @@ void eep_barrier_params_fill(const eep_runtime_t *rt, const eep_barrier_opts_t *
     p->cycles         = (unsigned long long *)opts->cycles;
     p->iterations     = opts->iterations > 0 ? opts->iterations : 1;
     p->gin_signal0    = rt->gin_signal0;
+    p->wait_stats     = (unsigned long long *)(uintptr_t)rt->wait_stats_dev;
 }
 
 static eep_status_t eep_barrier_kernel(eep_runtime_t *rt, eep_barrier_mode_t mode,
@@ -113,6 +114,7 @@ eep_status_t eep_barrier_ex(eep_runtime_t *rt, const eep_barrier_opts_t *opts, v
         block = EEP_BARRIER_MAX_THREADS;
     }
     grid = (o.mode == EEP_BARRIER_PARALLEL && rt->gin) ? 2 : 1;
+    rt->n_barrier++;
     return eep_jit_launch(kernel, grid, block, 0, stream, &p, sizeof(p));
 }
 

@@ -209,6 +209,38 @@ void eep_runtime_abort(eep_runtime_t *rt);
 eep_status_t eep_runtime_clear_fault(eep_runtime_t *rt);
 
 /* ------------------------------------------------------------------------------------------ */
+/* Statistics: what a rank did and how long it waited for whom (issue 28)                      */
+
+/* What eep_runtime_stats reports; counts are since eep_runtime_create. */
+typedef struct {
+    size_t   size; /* in: sizeof(eep_runtime_stats_t) */
+    uint64_t epoch;
+    int      rank, nranks;
+    uint64_t dispatch_calls, combine_calls, barrier_calls; /* enqueued */
+    /* token bytes routed: num_tokens x top-k x hidden x element size, per call */
+    uint64_t dispatch_bytes, combine_bytes;
+    uint64_t jit_compiles, jit_cache_hits;
+    uint64_t faults[6]; /* device waits that gave up or bad input, by EEP_PHASE_* (eep/layout.h),
+                           counted as eep_runtime_clear_fault drops their records */
+    /*
+     * Seconds this rank's kernels spent waiting for world rank `peer`, by phase
+     * (EEP_WAIT_STAT_*: barrier, dispatch counts, dispatch data, combine): each bounded wait
+     * that had to spin adds its time once, on the device.  `peer` is the world rank at the time
+     * of the wait (a view change renumbers ranks: take differences per epoch).
+     */
+    double wait_seconds[EEP_WAIT_STAT_PHASES][EEP_MAX_RANKS];
+} eep_runtime_stats_t;
+
+/**
+ * Read the statistics of @p rt.  Blocks no stream: the device's wait counters are copied on a
+ * stream of the runtime's own (kernels running meanwhile may be counted or not yet).  Call it
+ * between calls on the runtime's thread, like every other call.
+ * @param [out] stats_p  filled on EEP_OK; its size field says how much the caller knows.
+ * @return EEP_OK; EEP_ERR_INVALID_ARG naming a NULL argument or a size below the first version.
+ */
+eep_status_t eep_runtime_stats(eep_runtime_t *rt, eep_runtime_stats_t *stats_p);
+
+/* ------------------------------------------------------------------------------------------ */
 /* Barrier                                                                                      */
 
 typedef enum {

@@ -8,6 +8,11 @@
  * observed} in the fault page and raises the abort flag; every other wait of every kernel of the
  * runtime then leaves at its next abort check.  Nothing traps: the CUDA context stays usable.
  *
+ * Wait accounting (issue 28): a wait that had to spin adds the ns it spent into the runtime's
+ * wait_ns[slot][peer] (EEP_WAIT_STAT_*, device memory) with one atomicAdd as it leaves, however
+ * it leaves (reached, expired, aborted); a wait done within its first polls reads no clock and
+ * counts nothing.  The slot follows the fault phase unless the caller names one (stat_slot).
+ *
  * The fault page lives in pinned host memory; atomics on it are not portable across PCIe, so a
  * record slot is claimed with an atomic on a device counter and the record is written with plain
  * stores, its `valid` word last, each step fenced at system scope.
@@ -34,7 +39,9 @@ struct eep_wait_ctx {
     int                rank;
     /* how often a spinning wait reads the host-mapped abort flag (a PCIe read): kernels with
        thousands of waiters at once check rarely, or the reads crowd out everyone's traffic */
-    unsigned long long abort_check_ns;
+    unsigned long long  abort_check_ns;
+    unsigned long long *wait_ns;   /* u64 [EEP_WAIT_STAT_PHASES][EEP_MAX_RANKS], or nullptr */
+    int                 stat_slot; /* EEP_WAIT_STAT_*, or -1: from the fault phase */
 };
 
 /* The one maker of a wait context, for every kernel (barrier, dispatch, combine). */
@@ -52,7 +59,23 @@ __device__ __forceinline__ eep_wait_ctx eep_wait_ctx_make(eep_fault_page_t  *fau
     w.timeout_ns     = timeout_ns;
     w.rank           = rank;
     w.abort_check_ns = abort_check_ns;
+    w.wait_ns        = nullptr;
+    w.stat_slot      = -1;
     return w;
+}
+
+/* A wait that spun since @p start_ns leaves: its time goes to (slot, @p peer). */
+__device__ __forceinline__ void eep_wait_account(const eep_wait_ctx &w, int phase, int peer,
+                                                 unsigned long long start_ns)
+{
+    if (w.wait_ns == nullptr || start_ns == 0 || peer < 0 || peer >= EEP_MAX_RANKS) {
+        return;
+    }
+    const int slot = w.stat_slot >= 0                 ? w.stat_slot
+                     : phase == EEP_PHASE_EP_DISPATCH ? EEP_WAIT_STAT_DISPATCH_DATA
+                     : phase == EEP_PHASE_EP_COMBINE  ? EEP_WAIT_STAT_COMBINE
+                                                      : EEP_WAIT_STAT_BARRIER;
+    atomicAdd(&w.wait_ns[slot * EEP_MAX_RANKS + peer], eep_globaltimer() - start_ns);
 }
 
 /* Record a fault (first waiter of the block only) and raise the abort flag. */
@@ -139,9 +162,11 @@ __device__ __forceinline__ bool eep_wait_geq(const eep_wait_ctx &w, Load load,
     for (unsigned int polls = 1;; polls++) {
         v = load();
         if (v >= target) {
+            eep_wait_account(w, phase, peer, c.start_ns);
             return true;
         }
         if ((polls & 7u) == 0 && eep_wait_expired(w, c, target, v, phase, peer)) {
+            eep_wait_account(w, phase, peer, c.start_ns);
             return false;
         }
     }
@@ -166,6 +191,9 @@ __device__ __forceinline__ bool eep_warp_wait_geq(const eep_wait_ctx &w, Poll po
         const unsigned long long v      = poll();
         const unsigned           shortm = __ballot_sync(0xffffffffu, v < target);
         if (shortm == 0) {
+            if (lead) {
+                eep_wait_account(w, phase, peer, c.start_ns);
+            }
             return true;
         }
         if ((polls & 7u) != 7u) {
@@ -174,6 +202,9 @@ __device__ __forceinline__ bool eep_warp_wait_geq(const eep_wait_ctx &w, Poll po
         const unsigned long long seen = __shfl_sync(0xffffffffu, v, __ffs(shortm) - 1);
         const int verdict = lead && eep_wait_expired(w, c, target, seen, phase, peer) ? 1 : 0;
         if (__shfl_sync(0xffffffffu, verdict, 0) != 0) {
+            if (lead) {
+                eep_wait_account(w, phase, peer, c.start_ns);
+            }
             return false;
         }
     }

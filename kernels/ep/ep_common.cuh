@@ -189,8 +189,11 @@ __device__ __forceinline__ int eep_epk_rank_of(const eep_epk_params_t &p, int e)
 __device__ __forceinline__ eep_wait_ctx eep_epk_wait_ctx(const eep_epk_params_t &p,
                                                          int                    *block_failed)
 {
-    return eep_wait_ctx_make(p.fault, p.fault_claim, block_failed, p.timeout_ns, p.rank,
-                             EEP_EPK_ABORT_CHECK_NS);
+    eep_wait_ctx w = eep_wait_ctx_make(p.fault, p.fault_claim, block_failed, p.timeout_ns, p.rank,
+                                       EEP_EPK_ABORT_CHECK_NS);
+
+    w.wait_ns = (unsigned long long *)p.wait_stats;
+    return w;
 }
 
 /* Wait, by thread threadIdx.x (< world), until word @p idx of peer threadIdx.x's slot carries
@@ -199,7 +202,8 @@ __device__ __forceinline__ void
 eep_epk_wait_slot_words_one(const eep_epk_params_t &p, const unsigned char *my_counts, int parity,
                             int idx, unsigned long long seq, int phase, int *block_failed)
 {
-    const eep_wait_ctx w = eep_epk_wait_ctx(p, block_failed);
+    eep_wait_ctx w = eep_epk_wait_ctx(p, block_failed);
+    w.stat_slot    = phase == EEP_PHASE_EP_DISPATCH ? EEP_WAIT_STAT_DISPATCH_COUNTS : -1;
     {
         const unsigned long long
             *word = (const unsigned long long *)(my_counts +

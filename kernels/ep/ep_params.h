@@ -165,6 +165,8 @@ typedef struct eep_epk_params {
     int                num_local_max;
     int                place_even;
     unsigned long long place;
+    /* wait accounting: 0, or the runtime's u64 [EEP_WAIT_STAT_PHASES][EEP_MAX_RANKS] (device) */
+    unsigned long long wait_stats;
 } eep_epk_params_t;
 
 /* combine_flags */
@@ -190,7 +192,7 @@ typedef struct eep_epk_gin {
 #define EEP_EPK_GIN_COUNTERS       2
 
 EEP_LAYOUT_ASSERT(sizeof(void *) == 8, "64-bit pointers");
-EEP_LAYOUT_ASSERT(sizeof(eep_epk_params_t) == 464, "eep_epk_params_t size");
+EEP_LAYOUT_ASSERT(sizeof(eep_epk_params_t) == 472, "eep_epk_params_t size");
 EEP_LAYOUT_ASSERT(sizeof(eep_epk_gin_t) == EEP_DEVCOMM_BYTES + 16, "eep_epk_gin_t size");
 
 #endif /* EEP_KERNELS_EP_PARAMS_H */

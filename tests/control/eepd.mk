@@ -7,6 +7,7 @@
 #   test_eepd_cluster  real etcd + eepd replicas + agent processes on 127.0.0.1: join, leave,
 #                      kill -9, SIGSTOP, leader failover, a 3-member etcd losing one; measures
 #   test_eepctl        every eepctl command, table and --json, against a real eepd
+#   test_eepctl_top_ranks  top's per-rank source: fake rank metrics endpoints, one slowed
 #   test_grpc_client   Python grpcio against eepd: GetStatus, WatchViews, bad input, TLS refusal
 #   test_tool          cmocka: the tools' JSON emitter and numeric flags (no etcd)
 #   test_control_faults  issue 25's quick fault and bad-data cases (real etcd, eepd, agents)
@@ -16,7 +17,7 @@ UNIT_TEST_BINS += $(EEPD_TEST_BINS)
 SCRIPT_TESTS   += tests/control/test_eepd_fuzz.sh tests/control/test_eepd_cluster.py \
                   tests/control/test_eepctl.py tests/control/test_grpc_client.py \
                   tests/control/test_control_faults.py tests/control/test_eepd_health.py \
-                  tests/control/test_eepctl_cli.sh
+                  tests/control/test_eepctl_cli.sh tests/control/test_eepctl_top_ranks.py
 
 $(EEPD_TEST_BINS): $(BUILD)/tests/control/%: $(BUILD)/tests/control/%.o $(LIBEEPD_A) \
                    $(LIBEEP_CONTROL_A) $$(LIBEEP_PROTO_A) $(LIBUTIL_A)

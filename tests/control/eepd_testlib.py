@@ -387,7 +387,7 @@ class Eepd:
 class Agent:
     """An eep-agent process; its JSON lines are collected with their arrival time."""
 
-    def __init__(self, etcd, job, ttl=2, name="a", extra_env=None):
+    def __init__(self, etcd, job, ttl=2, name="a", extra_env=None, args=()):
         self.started_ms = now_ms()
         self.events = []
         self.bad_lines = []  # stdout lines that are not JSON
@@ -398,8 +398,8 @@ class Agent:
         if extra_env:
             env.update(extra_env)
         self.log = tmp("agent-%s-%d.log" % (name, id(self)))
-        self.proc = spawn([os.path.join(BIN, "eep-agent"), "--ttl", str(ttl)], env=env,
-                          log=self.log, stdout=subprocess.PIPE)
+        self.proc = spawn([os.path.join(BIN, "eep-agent"), "--ttl", str(ttl)] + list(args),
+                          env=env, log=self.log, stdout=subprocess.PIPE)
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self):

@@ -22,3 +22,12 @@ $(ETCD_TEST_BINS): $(BUILD)/tests/control/%: $(BUILD)/tests/control/%.o \
 
 # The etcd test server script itself (other tests source it).
 SCRIPT_TESTS += tests/control/test_etcd_server_sh.sh
+
+# test_rank_metrics: a rank's Prometheus text, the reader eepctl top scrapes it with, and the
+# rank's /metrics endpoint on 127.0.0.1 (cmocka, no etcd).
+RANK_METRICS_TEST := $(BUILD)/tests/control/test_rank_metrics
+UNIT_TEST_BINS += $(RANK_METRICS_TEST)
+$(RANK_METRICS_TEST): $(BUILD)/tests/control/test_rank_metrics.o $(LIBEEP_RANK_A) \
+                      $(LIBEEP_CONTROL_A) $(LIBUTIL_A)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $^ $(LDFLAGS) $(RANK_LDLIBS) -lcmocka -lm

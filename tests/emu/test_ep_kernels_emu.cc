@@ -273,6 +273,49 @@ static void skip_case(const char *name, const char *why)
     g_skipped++;
 }
 
+/*
+ * Wait accounting (issue 28): with a slow sender, every other rank's dispatch waits summed for
+ * that peer (count slot and records) are the largest of its peers', and at least a good part of
+ * the delay; every rank's counters stay within its peers.  A case without a slow rank checks
+ * only that nothing was counted for a rank outside the world, and so does CPU_SYNC: its copy
+ * launch starts here once every block of the first launch has ended (launch() waits for all of
+ * them), so the slow senders' delay is spent before anything waits for their data.
+ */
+static void check_waits(const eep_epk_params_t *p, const char *name, int mode)
+{
+    const int slow = eep_shim_slow_rank;
+
+    for (int r = 0; r < W; r++) {
+        const unsigned long long *ns      = (const unsigned long long *)p[r].wait_stats;
+        unsigned long long        outside = 0, best = 0;
+        int                       best_peer = -1;
+
+        for (int ph = 0; ph < EEP_WAIT_STAT_PHASES; ph++) {
+            for (int peer = W; peer < EEP_MAX_RANKS; peer++) {
+                outside += ns[ph * EEP_MAX_RANKS + peer];
+            }
+        }
+        check(outside == 0, "no wait counted for a rank outside the world", r, (long long)outside);
+        if (slow < 0 || W < 2 || r == slow || mode == EEP_EPK_CPU_SYNC) {
+            continue;
+        }
+        for (int peer = 0; peer < W; peer++) {
+            const unsigned long long d = ns[EEP_WAIT_STAT_DISPATCH_COUNTS * EEP_MAX_RANKS + peer] +
+                                         ns[EEP_WAIT_STAT_DISPATCH_DATA * EEP_MAX_RANKS + peer];
+
+            if (d > best) {
+                best      = d;
+                best_peer = peer;
+            }
+        }
+        printf("  %s: rank %d waited %.3f s in dispatch, most for rank %d\n", name, r,
+               (double)best / 1e9, best_peer);
+        check(best_peer == slow, "the dispatch waits name the slow rank", r, best_peer);
+        check(best >= 50000000ull, "the waits for the slow rank hold its delay (ns)", r,
+              (long long)best);
+    }
+}
+
 static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, int pairs,
                     int fault = FAULT_NONE, int gating = GATING_BALANCED, int max_tokens = 8,
                     int experts_per_rank = 4, int hidden = 0, int alignment = 4)
@@ -417,6 +460,7 @@ static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, i
 #endif
         q.fault       = (eep_fault_page_t *)shm_alloc(sizeof(eep_fault_page_t));
         q.fault_claim = (unsigned int *)shm_alloc(4);
+        q.wait_stats  = U(shm_alloc((size_t)EEP_WAIT_STAT_PHASES * EEP_MAX_RANKS * 8));
         q.timeout_ns  = (fault == FAULT_SILENT_PEER || fault == FAULT_DUP_ID ? 2ull : 200ull) *
                        1000000000ull;
         q.send_blocks = S;
@@ -737,6 +781,7 @@ static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, i
               "GIN bare signals (combine) of the rank", r, (long long)g_net->signals_only[r]);
     }
 #endif
+    check_waits(p, name, mode);
     for (int r = 0; r < W; r++) {
         eep_ref_input_free(&in[r]);
         eep_ref_recv_free(&rr[r]);

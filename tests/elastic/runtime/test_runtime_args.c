@@ -101,7 +101,8 @@ static void test_shared_layouts(void **state)
     (void)state;
     assert_int_equal(sizeof(eep_fault_record_t), 48);
     assert_int_equal(offsetof(eep_fault_page_t, records), 64);
-    assert_int_equal(sizeof(eep_barrier_params_t), 280);
+    assert_int_equal(sizeof(eep_barrier_params_t), 288);
+    assert_int_equal(offsetof(eep_barrier_params_t, wait_stats), 280);
     assert_int_equal(offsetof(eep_barrier_params_t, window), EEP_DEVCOMM_BYTES);
 }
 
@@ -182,6 +183,20 @@ static void test_bad_arguments(void **state)
     eep_runtime_destroy(NULL);
     assert_int_equal(eep_runtime_stream_query(NULL, NULL), EEP_ERR_INVALID_ARG);
     assert_non_null(strstr(last_error, "eep_runtime_stream_query"));
+    {
+        static eep_runtime_stats_t st;
+
+        memset(&st, 0, sizeof(st));
+        st.size = sizeof(st);
+        assert_int_equal(eep_runtime_stats(NULL, &st), EEP_ERR_INVALID_ARG);
+        assert_non_null(strstr(last_error, "argument rt"));
+        /* a caller's struct older than the first version: refused before rt is read */
+        st.size = 16;
+        assert_int_equal(eep_runtime_stats((eep_runtime_t *)&o, &st), EEP_ERR_INVALID_ARG);
+        assert_non_null(strstr(last_error, "stats_p->size"));
+        assert_int_equal(eep_runtime_stats((eep_runtime_t *)&o, NULL), EEP_ERR_INVALID_ARG);
+        assert_non_null(strstr(last_error, "argument stats_p"));
+    }
 }
 
 /* A runtime from views: bad combinations named before any GPU work; the membership calls. */
