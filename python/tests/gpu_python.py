@@ -207,7 +207,7 @@ def main():
     eager, _ = buf.combine(r[0], hg)
     sync()
     eager = eager.clone()
-    graph = torch.cuda.Graph()
+    graph = torch.cuda.CUDAGraph()
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
