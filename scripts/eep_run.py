@@ -486,10 +486,12 @@ def _stopped_at(run, p, t):
 
 
 def timeline(run, end_ms):
-    """1 s buckets: ok steps/s over all ranks, median dispatch/combine GB/s, world, ranks."""
+    """1 s buckets (the last, partial one left out): ok steps/s over all ranks, median dispatch
+    and combine GB/s, the smallest world of the bucket's ok steps (a shrink shows), ranks that
+    ran ok steps."""
     t0 = run.t0
-    n = max(1, int((end_ms - t0) / 1000) + 1)
-    buckets = [{"t_s": i, "steps": 0, "d": [], "c": [], "world": 0, "ranks": set()}
+    n = max(1, int((end_ms - t0) / 1000))
+    buckets = [{"t_s": i, "steps": 0, "d": [], "c": [], "world": None, "ranks": set()}
                for i in range(n)]
     for p in run.procs():
         for e in p.events:
@@ -500,7 +502,8 @@ def timeline(run, end_ms):
                 continue
             b = buckets[i]
             b["steps"] += 1
-            b["world"] = max(b["world"], e.get("world", 0))
+            w = e.get("world", 0)
+            b["world"] = w if b["world"] is None else min(b["world"], w)
             b["ranks"].add(p.slot)
             for k, key in (("dispatch_us", "d"), ("combine_us", "c")):
                 if e.get(k):
@@ -509,7 +512,8 @@ def timeline(run, end_ms):
     for b in buckets:
         med = (lambda xs: round(sorted(xs)[len(xs) // 2], 3) if xs else None)
         out.append({"t_s": b["t_s"], "steps_per_s": b["steps"], "dispatch_gbps": med(b["d"]),
-                    "combine_gbps": med(b["c"]), "world": b["world"], "ranks": len(b["ranks"])})
+                    "combine_gbps": med(b["c"]), "world": b["world"] or 0,
+                    "ranks": len(b["ranks"])})
     marks = [{"t_s": round((r["t_ms"] - t0) / 1000, 2), "slot": r["slot"], "action": r["action"],
               "kind": r["kind"]} for r in run.applied if "skipped" not in r]
     return {"ranks": len(run.slots), "buckets": out, "faults": marks}
@@ -596,7 +600,8 @@ def plot(tl_path, png_path):
     ax1b.set_ylabel("GB/s per rank (payload)")
     ax1.legend(loc="upper left", fontsize=8)
     ax1b.legend(loc="upper right", fontsize=8)
-    ax2.step(t, [x["world"] for x in b], where="post", color="tab:purple", label="world (views)")
+    ax2.step(t, [x["world"] for x in b], where="post", color="tab:purple",
+             label="world (smallest of the second)")
     ax2.step(t, [x["ranks"] for x in b], where="post", color="tab:orange", ls="--",
              label="ranks stepping")
     ax2.set_ylim(0, tl["ranks"] + 1)
@@ -652,8 +657,9 @@ def cmd_run(args):
     stop = {"sig": None}
 
     def on_signal(sig, frame):
-        stop["sig"] = sig
-        raise KeyboardInterrupt
+        if stop["sig"] is None:  # once: a second signal must not cut the clean-up short
+            stop["sig"] = sig
+            raise KeyboardInterrupt
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     summary = {"ranks": args.ranks, "steps": args.steps, "seconds": args.seconds,
