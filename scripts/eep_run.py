@@ -62,6 +62,11 @@ class ScheduleError(ValueError):
     pass
 
 
+def _j(v):
+    """A value as the schedule file spells it (JSON), for messages."""
+    return json.dumps(v)
+
+
 def check_schedule(entries, ranks, where="schedule", moe=True):
     """Validate a parsed schedule; returns it sorted by t_s.  Raises ScheduleError naming the
     entry (index from 0) and what is wrong with it."""
@@ -80,32 +85,32 @@ def check_schedule(entries, ranks, where="schedule", moe=True):
                 raise ScheduleError(f"{at}: '{k}' is missing")
         t = e["t_s"]
         if isinstance(t, bool) or not isinstance(t, NUM) or t < 0 or t > 86400:
-            raise ScheduleError(f"{at}: t_s must be a number of seconds 0..86400, got {t!r}")
+            raise ScheduleError(f"{at}: t_s must be a number of seconds 0..86400, got {_j(t)}")
         r = e["rank"]
         if isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < ranks:
-            raise ScheduleError(f"{at}: rank must be a slot 0..{ranks - 1}, got {r!r}")
+            raise ScheduleError(f"{at}: rank must be a slot 0..{ranks - 1}, got {_j(r)}")
         a = e["action"]
         if a not in ACTIONS:
-            raise ScheduleError(f"{at}: unknown action {a!r} (one of {', '.join(ACTIONS)})")
+            raise ScheduleError(f"{at}: unknown action {_j(a)} (one of {', '.join(ACTIONS)})")
         args = e.get("args", {})
         if args is None:
             args = {}
         if not isinstance(args, dict):
-            raise ScheduleError(f"{at}: args must be an object, got {args!r}")
+            raise ScheduleError(f"{at}: args must be an object, got {_j(args)}")
         for k, v in args.items():
             if k not in ARGS[a]:
                 took = ", ".join(ARGS[a]) or "none"
-                raise ScheduleError(f"{at}: {a} takes no arg {k!r} (it takes: {took})")
+                raise ScheduleError(f"{at}: {a} takes no arg {_j(k)} (it takes: {took})")
             spec = ARGS[a][k]
             if spec[0] is str:
                 if v not in PHASES:
-                    raise ScheduleError(f"{at}: {k} must be one of {', '.join(PHASES)}, got {v!r}")
+                    raise ScheduleError(f"{at}: {k} must be one of {', '.join(PHASES)}, got {_j(v)}")
                 if not moe and v != "barrier":
                     raise ScheduleError(f"{at}: phase {v} needs MoE steps (--steps moe)")
                 continue
             if isinstance(v, bool) or not isinstance(v, spec[0]) or not spec[1] <= v <= spec[2]:
                 kind = "a whole number" if spec[0] is int else "a number"
-                raise ScheduleError(f"{at}: {k} must be {kind} {spec[1]}..{spec[2]}, got {v!r}")
+                raise ScheduleError(f"{at}: {k} must be {kind} {spec[1]}..{spec[2]}, got {_j(v)}")
         for k in REQUIRED.get(a, ()):
             if k not in args:
                 raise ScheduleError(f"{at}: {a} needs args.{k}")
@@ -134,21 +139,24 @@ def load_schedule(path, ranks, moe=True):
     return check_schedule(entries, ranks, path, moe)
 
 
-def gen_schedule(seed, ranks, seconds, moe=True, gap_s=12.0, first_s=8.0):
-    """A seeded schedule: one fault every gap_s (jittered), each undone a few seconds later
-    (restart after a kill or an exit, cont after a stop), never two at once."""
+def gen_schedule(seed, ranks, seconds, moe=True):
+    """A seeded schedule: one fault every ~12 s (less in short runs, jittered), each undone a few
+    seconds later (restart after a kill or an exit, cont after a stop), never two at once; the
+    first len(kinds) faults go through every kind once, in order."""
     rng = random.Random(seed)
+    first_s, gap_s, tail_s = min(8.0, seconds * 0.15), min(12.0, seconds / 4), min(6.0, seconds * 0.3)
     kinds = ["kill", "stop", "restart"]
     if moe:
         kinds += ["exit-dispatch", "exit-combine", "stall", "delay", "corrupt-id", "hang"]
     out, t = [], first_s
-    while t + 6 <= seconds:
+    while t + tail_s <= seconds:
         a = kinds[len(out) % len(kinds)] if len(out) < len(kinds) else rng.choice(kinds)
         e = {"t_s": round(t, 1), "rank": rng.randrange(ranks), "action": a, "args": {}}
+        undo = round(rng.uniform(min(2.0, gap_s * 0.3), min(4.0, gap_s * 0.5)), 1)
         if a in ENDS_PROCESS:
-            e["args"]["restart_after_s"] = round(rng.uniform(2, 4), 1)
+            e["args"]["restart_after_s"] = undo
         elif a == "stop":
-            e["args"]["cont_after_s"] = round(rng.uniform(2, 4), 1)
+            e["args"]["cont_after_s"] = undo
         elif a == "stall":
             e["args"] = {"phase": rng.choice(["dispatch", "combine"]), "ms": rng.choice([50, 1500])}
         elif a == "delay":
@@ -218,7 +226,7 @@ class Run:
         e["EEP_AGENT_GPU_UUID"] = self.uuids[gpu] if gpu < len(self.uuids) else f"GPU-{gpu}"
         if per_gpu > 1 or self.args.hostids:
             # each process its own one-GPU NCCL "host" (NCCL refuses two ranks of a GPU and host)
-            e["NCCL_HOSTID"] = f"eep-run-{os.getpid()}-{slot}-{gen}"
+            e["NCCL_HOSTID"] = f"eep-run-{os.getpid()}-g{gen}-{slot}"
         arm = os.path.join(self.work, f"rank-{slot}.arm")
         cmd = [self.args.rank_bin, "--steps", self.args.steps, "--arm-file", arm,
                "--tokens", str(self.args.tokens), "--hidden", str(self.args.hidden),
@@ -351,11 +359,16 @@ class Run:
             want = i + 1
 
             def all_ok():
+                self.check_deaths()
+                if self.failures:
+                    return True  # a rank died: no point waiting
                 return all(s.proc.first(t_start, lambda e: e.get("event") == "step" and
                                         e.get("ok") == 1 and e.get("world") == want)
                            for s in self.slots[:want])
-            if not wait_for(all_ok, self.args.start_s, 0.1):
+            if not wait_for(all_ok, self.args.start_s, 0.1) or self.failures:
                 self.check_deaths()
+                if self.failures:
+                    raise RuntimeError(f"start: a rank died before all {want} ran at world {want}")
                 raise RuntimeError(f"start: the {want} rank(s) did not all run an ok step at world "
                                    f"{want} within {self.args.start_s} s (see {self.work})")
             print(f"eep-run: {want} rank(s) running after {(now_ms() - t_start) / 1000:.1f} s",
