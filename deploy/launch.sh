@@ -119,6 +119,7 @@ cleanup() {
     eep_etcd_stop
 }
 eep_etcd_start 1 || { echo "launch.sh: etcd did not start (is etcd-server installed?)" >&2; exit 1; }
+echo "etcd: $EEP_ETCD_ENDPOINTS (data dir $EEP_TEST_ETCD_DIR, removed at the end)"
 # After eep_etcd_start, which installs its own traps: ours stops our processes, then etcd.
 trap cleanup EXIT
 trap 'exit 130' INT TERM

@@ -11,7 +11,8 @@
 #   4. SIGTERM mid-run stops every rank (none left) and still writes the summary;
 #   5. seeded schedules: the same seed gives the same schedule, and it validates;
 #   6. deploy/launch.sh --gpus 3 --rank-bin FAKE: 3 eepd replicas, the driver, a schedule file,
-#      nothing left afterwards; a bad schedule exits 2 before anything starts.
+#      nothing left afterwards; a bad schedule exits 2 before anything starts;
+#   7. Ctrl-C (SIGINT to launch.sh's process group): exit 130, no rank, eepd or etcd data dir left.
 set -u
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${BUILD:-build}
@@ -186,3 +187,39 @@ while read -r p; do
 done <"$run_dir/rank-pids"
 rm -rf "$run_dir"
 echo "ok: launch.sh runs 3 eepd + the driver on fake ranks, applies the schedule, leaves nothing"
+
+# ---- 7. Ctrl-C: SIGINT to launch.sh's whole process group (what a terminal sends)
+mkdir -p "$tmp/r7"
+FAKE_RANK_DIR=$tmp/r7 BUILD=$build python3 - "$root/deploy/launch.sh" "$fake" "$tmp/l7.log" <<'PY' ||
+import os, signal, subprocess, sys, time
+launch, fake, log = sys.argv[1:4]
+p = subprocess.Popen([launch, "--gpus", "3", "--rank-bin", fake, "--seconds", "120"],
+                     stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
+for _ in range(300):
+    if "3 rank(s) running" in open(log).read():
+        break
+    time.sleep(0.1)
+else:
+    p.kill()
+    sys.exit("the ranks did not start")
+os.killpg(p.pid, signal.SIGINT)
+try:
+    rc = p.wait(timeout=60)
+except subprocess.TimeoutExpired:
+    os.killpg(p.pid, signal.SIGKILL)
+    sys.exit("launch.sh still runs 60 s after Ctrl-C")
+sys.exit(0 if rc == 130 else f"exit {rc} after Ctrl-C, expected 130")
+PY
+    { cat "$tmp/l7.log"; fail "Ctrl-C"; }
+run_dir=$(sed -n 's/^logs in \([^;]*\);.*/\1/p' "$tmp/l7.log")
+grep -q "interrupted (SIGINT)" "$tmp/l7.log" || fail "Ctrl-C: the driver did not stop the ranks itself"
+while read -r p; do
+    kill -0 "$p" 2>/dev/null && fail "rank pid $p left running after Ctrl-C"
+done <"$run_dir/rank-pids"
+after=$(pgrep -c -f "$build/bin/eepd")
+[ "$after" -le "$before" ] || fail "$((after - before)) eepd left running after Ctrl-C"
+etcd_dir=$(sed -n 's/^etcd: .* (data dir \(.*\), removed at the end)$/\1/p' "$tmp/l7.log")
+[ -n "$etcd_dir" ] || fail "launch.sh did not say where etcd's data dir is"
+[ ! -e "$etcd_dir" ] || fail "etcd's data dir $etcd_dir left behind after Ctrl-C"
+rm -rf "$run_dir"
+echo "ok: Ctrl-C (SIGINT to the group) stops ranks, eepd and etcd, exit 130"
