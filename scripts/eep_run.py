@@ -67,7 +67,7 @@ def _j(v):
     return json.dumps(v)
 
 
-def check_schedule(entries, ranks, where="schedule", moe=True):
+def check_schedule(entries, ranks, where="schedule", moe=True, experts=12):
     """Validate a parsed schedule; returns it sorted by t_s.  Raises ScheduleError naming the
     entry (index from 0) and what is wrong with it."""
     if not isinstance(entries, list):
@@ -118,9 +118,10 @@ def check_schedule(entries, ranks, where="schedule", moe=True):
             raise ScheduleError(f"{at}: corrupt-id needs MoE steps (--steps moe)")
         if a in ("exit-dispatch", "exit-combine") and not moe:
             raise ScheduleError(f"{at}: {a} needs MoE steps (--steps moe)")
-        if a == "corrupt-id" and -1 <= args.get("expert", -2) < 0:
-            raise ScheduleError(f"{at}: corrupt-id expert=-1 means 'no expert': give one out of "
-                                "range (>= the expert count, or < -1)")
+        if a == "corrupt-id" and -1 <= args.get("expert", -2) < experts:
+            raise ScheduleError(f"{at}: corrupt-id expert={args['expert']} is not out of range "
+                                f"(-1 is 'no expert', 0..{experts - 1} are valid ids): give one "
+                                f">= {experts} or < -1, which dispatch must refuse")
         out.append({"t_s": float(t), "rank": r, "action": a, "args": dict(args), "index": i})
     out.sort(key=lambda x: (x["t_s"], x["index"]))
     return out

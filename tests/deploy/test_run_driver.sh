@@ -46,7 +46,8 @@ bad "stall needs args.ms" '[{"t_s":1,"rank":0,"action":"stall","args":{"phase":"
 bad "ms must be a whole number 1..3600000, got 2.5" '[{"t_s":1,"rank":0,"action":"stall","args":{"ms":2.5}}]'
 bad "phase must be one of barrier, dispatch, combine" '[{"t_s":1,"rank":0,"action":"delay","args":{"ms":5,"phase":"gemm"}}]'
 bad "args must be an object" '[{"t_s":1,"rank":0,"action":"stop","args":[1]}]'
-bad "corrupt-id expert=-1 means 'no expert'" '[{"t_s":1,"rank":0,"action":"corrupt-id","args":{"expert":-1}}]'
+bad "corrupt-id expert=5 is not out of range (-1 is 'no expert', 0..11 are valid ids)" '[{"t_s":1,"rank":0,"action":"corrupt-id","args":{"expert":5}}]'
+bad "corrupt-id expert=-1 is not out of range" '[{"t_s":1,"rank":0,"action":"corrupt-id","args":{"expert":-1}}]'
 python3 "$drv" check-schedule "$tmp/none.json" --ranks 3 2>"$tmp/err"
 [ $? -eq 2 ] && grep -q "cannot read it" "$tmp/err" || fail "a missing schedule file is not refused clearly"
 printf '[{"t_s":1,"rank":0,"action":"stall","args":{"ms":5,"phase":"dispatch"}}]\n' >"$tmp/moe.json"
@@ -54,7 +55,7 @@ python3 "$drv" check-schedule "$tmp/moe.json" --ranks 3 --steps barrier 2>"$tmp/
 [ $? -eq 2 ] && grep -q "phase dispatch needs MoE steps" "$tmp/err" ||
     fail "a dispatch fault on barrier steps is not refused"
 python3 "$drv" check-schedule "$tmp/moe.json" --ranks 3 >/dev/null || fail "the same on MoE steps is refused"
-echo "ok: 18 bad schedules refused, each naming its problem"
+echo "ok: 19 bad schedules refused, each naming its problem"
 
 # ---- 2. every action on 3 fake ranks
 cat >"$tmp/sched.json" <<'EOF'
