@@ -67,6 +67,9 @@ if [ -z "$per_gpu" ]; then
 fi
 rank_bin=${rank_bin:-$build/bin/eep-rank}
 nranks=$((gpus * per_gpu))
+# MoE experts: 12, or the least multiple of 12 the starting world divides (8 ranks: 24)
+experts=12
+while [ "$nranks" -gt 0 ] && [ $((experts % nranks)) -ne 0 ]; do experts=$((experts + 12)); done
 plugin=$build/lib/libnccl-net-eep-gin.so
 if [ "$gpus" -gt 0 ] && [ "$per_gpu" -gt 1 ] && [ ! -f "$plugin" ]; then
     echo "launch.sh: $per_gpu ranks per GPU need the GIN test plugin $plugin: run make first" >&2
@@ -75,7 +78,7 @@ fi
 # A bad schedule is a usage error before anything starts.
 if [ -n "$faults" ] && [ "$faults" != 1 ] && [ "$faults" != 0 ] && [ "$gpus" -gt 0 ]; then
     python3 "$here/scripts/eep_run.py" check-schedule "$faults" --ranks "$nranks" --steps "$steps" \
-        >/dev/null || exit 2
+        --experts "$experts" >/dev/null || exit 2
 fi
 
 # etcd: the same helper the tests use (free ports, health wait, cleanup trap).
@@ -124,10 +127,10 @@ echo "etcd: $EEP_ETCD_ENDPOINTS (data dir $EEP_TEST_ETCD_DIR, removed at the end
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# With ranks, eepd and the agents detect and settle fast, and eepd places eep-rank's 12 experts.
+# With ranks, eepd and the agents detect and settle fast, and eepd places eep-rank's experts.
 eepd_env=() agent_env=()
 if [ "$gpus" -gt 0 ]; then
-    eepd_env=(EEP_EEPD_SETTLE_MS=50 EEP_EEPD_LEASE_TTL_S=3 EEP_EEPD_NUM_EXPERTS=12)
+    eepd_env=(EEP_EEPD_SETTLE_MS=50 EEP_EEPD_LEASE_TTL_S=3 "EEP_EEPD_NUM_EXPERTS=$experts")
     agent_env=(EEP_AGENT_LEASE_TTL_S=3 EEP_INIT_TIMEOUT_MS=20000)
 fi
 ports=()
@@ -198,7 +201,8 @@ fi
 
 drv=(python3 "$here/scripts/eep_run.py" run --rank-bin "$rank_bin" --ranks "$nranks"
      --work "$run_dir" --build "$build" --seconds "$seconds" --steps "$steps" --gpus "$gpus"
-     --per-gpu "$per_gpu" --uuids "$(IFS=,; echo "${uuids[*]}")" --seed "$seed")
+     --per-gpu "$per_gpu" --uuids "$(IFS=,; echo "${uuids[*]}")" --seed "$seed"
+     --experts "$experts")
 [ -n "$faults" ] && [ "$faults" != 0 ] && drv+=(--faults "$faults")
 for a in $rank_args; do drv+=("--rank-arg=$a"); done
 echo "logs in $run_dir; try: ${ctl[*]} status   (Ctrl-C stops everything)"

@@ -127,7 +127,7 @@ def check_schedule(entries, ranks, where="schedule", moe=True, experts=12):
     return out
 
 
-def load_schedule(path, ranks, moe=True):
+def load_schedule(path, ranks, moe=True, experts=12):
     try:
         with open(path) as f:
             text = f.read()
@@ -137,7 +137,7 @@ def load_schedule(path, ranks, moe=True):
         entries = json.loads(text)
     except ValueError as e:
         raise ScheduleError(f"{path}: not JSON: {e}")
-    return check_schedule(entries, ranks, path, moe)
+    return check_schedule(entries, ranks, path, moe, experts)
 
 
 def gen_schedule(seed, ranks, seconds, moe=True):
@@ -231,7 +231,8 @@ class Run:
         arm = os.path.join(self.work, f"rank-{slot}.arm")
         cmd = [self.args.rank_bin, "--steps", self.args.steps, "--arm-file", arm,
                "--tokens", str(self.args.tokens), "--hidden", str(self.args.hidden),
-               "--topk", str(self.args.topk)] + self.args.rank_arg
+               "--topk", str(self.args.topk), "--experts", str(self.args.experts)] + \
+            self.args.rank_arg
         name = f"rank-{slot}" + (f".{gen}" if gen else "")
         p = JsonProc(name, cmd, e, self.work)
         p.slot, p.arm = slot, arm
@@ -658,11 +659,11 @@ def cmd_run(args):
         raw = gen_schedule(args.seed, args.ranks, args.seconds, moe)
         with open(os.path.join(out, "schedule.json"), "w") as f:
             json.dump(raw, f, indent=1)
-        schedule = check_schedule(raw, args.ranks, "generated schedule", moe)
+        schedule = check_schedule(raw, args.ranks, "generated schedule", moe, args.experts)
         sched_name = f"seeded (seed {args.seed}, {len(schedule)} entries, {out}/schedule.json)"
     else:
         try:
-            schedule = load_schedule(args.faults, args.ranks, moe)
+            schedule = load_schedule(args.faults, args.ranks, moe, args.experts)
         except ScheduleError as e:
             print(f"eep-run: {e}", file=sys.stderr)
             return 2
@@ -756,6 +757,7 @@ def main():
     r.add_argument("--tokens", type=int, default=64)
     r.add_argument("--hidden", type=int, default=256)
     r.add_argument("--topk", type=int, default=2)
+    r.add_argument("--experts", type=int, default=12)
     r.add_argument("--rank-arg", action="append", default=[],
                    help="one more eep-rank argument (repeatable)")
     r.add_argument("--status-every-s", type=float, default=5.0,
@@ -765,6 +767,7 @@ def main():
     c.add_argument("file")
     c.add_argument("--ranks", type=int, required=True)
     c.add_argument("--steps", choices=["barrier", "moe"], default="moe")
+    c.add_argument("--experts", type=int, default=12)
     g = sub.add_parser("gen-schedule")
     g.add_argument("--ranks", type=int, required=True)
     g.add_argument("--seconds", type=float, required=True)
@@ -781,7 +784,7 @@ def main():
         sys.exit(cmd_run(args))
     if args.cmd == "check-schedule":
         try:
-            s = load_schedule(args.file, args.ranks, args.steps == "moe")
+            s = load_schedule(args.file, args.ranks, args.steps == "moe", args.experts)
         except ScheduleError as e:
             print(f"eep-run: {e}", file=sys.stderr)
             sys.exit(2)
