@@ -182,7 +182,10 @@ if [ "$per_gpu" -gt 1 ]; then
     fi
     [ "$mps_up" -eq 1 ] || echo "no MPS daemon: the ranks of a GPU run time-sliced (~2.25 ms slices)"
     rank_env+=(NCCL_NET_PLUGIN="$plugin" NCCL_NET_PLUGIN_REF_COUNT=1 NCCL_SOCKET_IFNAME=lo
-               NCCL_MNNVL_ENABLE=0 NCCL_NVLS_ENABLE=0 CUDA_MODULE_LOADING=EAGER EEP_AGENT_RDMA=0)
+               NCCL_MNNVL_ENABLE=0 NCCL_NVLS_ENABLE=0 CUDA_MODULE_LOADING=EAGER EEP_AGENT_RDMA=0
+               # each rank a 12-SM budget (4 send + 8 copy): every rank's blocks resident at
+               # once, as make gpu-elastic found (a rank filling the GPU starved its peer's combine)
+               "EEP_EP_NUM_SMS=${EEP_EP_NUM_SMS:-12}" "EEP_EP_COPY_SMS=${EEP_EP_COPY_SMS:-8}")
 else
     echo "$gpus GPU(s): one rank per GPU"
 fi

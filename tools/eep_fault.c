@@ -190,6 +190,47 @@ eep_status_t eep_fault_parse(const char *spec, eep_fault_t *fault_p, char *err, 
     return EEP_OK;
 }
 
+eep_status_t eep_fault_queue_add(eep_fault_queue_t *q, const eep_fault_t *fault, uint64_t next_step)
+{
+    if (q->n == EEP_FAULT_QUEUE_MAX) {
+        return EEP_ERR_NO_MEMORY;
+    }
+    q->f[q->n] = *fault;
+    if (q->f[q->n].step < 0) {
+        q->f[q->n].step = (int64_t)next_step;
+    }
+    q->n++;
+    return EEP_OK;
+}
+
+int eep_fault_queue_due(const eep_fault_queue_t *q, uint64_t step, eep_fault_phase_t phase,
+                        unsigned mask)
+{
+    int i;
+
+    for (i = 0; i < q->n; i++) {
+        if (q->f[i].phase == phase && (mask & EEP_FAULT_BIT(q->f[i].action)) &&
+            (uint64_t)q->f[i].step <= step) {
+            return i;
+        }
+    }
+    return -1;
+}
+
+eep_fault_t eep_fault_queue_take(eep_fault_queue_t *q, int i, uint64_t step)
+{
+    eep_fault_t f = q->f[i];
+
+    if (f.action == EEP_FAULT_DELAY && f.steps > 1) {
+        q->f[i].steps--;
+        q->f[i].step = (int64_t)step + 1;
+    } else {
+        memmove(&q->f[i], &q->f[i + 1], (size_t)(q->n - i - 1) * sizeof(q->f[0]));
+        q->n--;
+    }
+    return f;
+}
+
 int eep_fault_corrupt_pick(const int64_t *idx, int tokens, int topk, int local_experts, int rank)
 {
     int t, k;

@@ -73,6 +73,35 @@ const char *eep_fault_action_name(eep_fault_action_t action);
 /** @return the phase's name ("first", "barrier", "dispatch", "combine"). */
 const char *eep_fault_phase_name(eep_fault_phase_t phase);
 
+/* The armed faults of one rank, fired in the order they were armed. */
+#define EEP_FAULT_QUEUE_MAX 16
+#define EEP_FAULT_BIT(a)    (1u << (a))
+
+typedef struct {
+    eep_fault_t f[EEP_FAULT_QUEUE_MAX];
+    int         n;
+} eep_fault_queue_t;
+
+/**
+ * Arm @p fault; one without a step (-1) fires at @p next_step.
+ * @return EEP_OK; EEP_ERR_NO_MEMORY when EEP_FAULT_QUEUE_MAX are armed already.
+ */
+eep_status_t eep_fault_queue_add(eep_fault_queue_t *q, const eep_fault_t *fault,
+                                 uint64_t next_step);
+
+/**
+ * @return the index of the first armed fault due at step @p step (its step <= @p step) and
+ *         @p phase whose action is in @p mask (EEP_FAULT_BIT()s), or -1.
+ */
+int eep_fault_queue_due(const eep_fault_queue_t *q, uint64_t step, eep_fault_phase_t phase,
+                        unsigned mask);
+
+/**
+ * Fire fault @p i at step @p step: it leaves the queue, except a delay with steps left, which
+ * stays, due again at @p step + 1.  @return the fault as it fired.
+ */
+eep_fault_t eep_fault_queue_take(eep_fault_queue_t *q, int i, uint64_t step);
+
 /**
  * The token a corrupt-id fault damages: the first one whose @p topk experts all live on @p rank
  * (expert e on rank e / @p local_experts), so that no peer expects a row from it and a dropped

@@ -62,7 +62,7 @@
 #define EEP_RANK_EXIT_WRONG       3
 #define EEP_RANK_MAX_WORLD        8 /* MoE buffers are sized for this many ranks */
 #define EEP_RANK_FIRST_TIMEOUT_MS 60000
-#define EEP_RANK_MAX_FAULTS       16 /* armed and not yet fired */
+#define EEP_RANK_MAX_FAULTS       EEP_FAULT_QUEUE_MAX /* --fault flags */
 
 static volatile sig_atomic_t eep_rank_stop, eep_rank_view_flag, eep_rank_arm_req;
 
@@ -92,8 +92,7 @@ typedef struct {
                                         same on every member (a newcomer's step count is not) */
     int                   fresh_view; /* no good step yet in this view: a peer may still be
                                          compiling its kernels (seconds) */
-    eep_fault_t           fq[EEP_RANK_MAX_FAULTS]; /* armed faults, fired in order */
-    int                   nfq;
+    eep_fault_queue_t     fq;         /* armed faults, fired in order */
     uint64_t              injected;
     int                   corrupted; /* this step's topk_idx was corrupted on purpose */
     double                t_us[4];   /* by phase */
@@ -226,15 +225,11 @@ static int eep_rank_fault_arm(eep_rank_t *r, const char *spec, const char *from)
             return -1;
         }
     }
-    if (r->nfq == EEP_RANK_MAX_FAULTS) {
+    if (eep_fault_queue_add(&r->fq, &f, r->step + 1) != EEP_OK) {
         fprintf(stderr, "eep-rank: %s: more than %d faults armed at once\n", from,
-                EEP_RANK_MAX_FAULTS);
+                EEP_FAULT_QUEUE_MAX);
         return -1;
     }
-    if (f.step < 0) {
-        f.step = (int64_t)r->step + 1;
-    }
-    r->fq[r->nfq++] = f;
     return 0;
 }
 
@@ -261,29 +256,14 @@ static void eep_rank_arm_read(eep_rank_t *r)
 /* @return the index of the first armed fault due now at @p phase with an action in @p mask. */
 static int eep_rank_fault_due(const eep_rank_t *r, eep_rank_phase_t phase, unsigned mask)
 {
-    int i;
-
-    for (i = 0; i < r->nfq; i++) {
-        if ((int)r->fq[i].phase == (int)phase && (mask & (1u << r->fq[i].action)) &&
-            (uint64_t)r->fq[i].step <= r->step) {
-            return i;
-        }
-    }
-    return -1;
+    return eep_fault_queue_due(&r->fq, r->step, (eep_fault_phase_t)phase, mask);
 }
 
 /* Fire fault @p i: it leaves the queue (a delay of several steps comes back next step). */
 static eep_fault_t eep_rank_fault_pop(eep_rank_t *r, int i, const char *extra)
 {
-    eep_fault_t f = r->fq[i];
+    eep_fault_t f = eep_fault_queue_take(&r->fq, i, r->step);
 
-    if (f.action == EEP_FAULT_DELAY && r->fq[i].steps > 1) {
-        r->fq[i].steps--;
-        r->fq[i].step = (int64_t)r->step + 1;
-    } else {
-        memmove(&r->fq[i], &r->fq[i + 1], (size_t)(r->nfq - i - 1) * sizeof(r->fq[0]));
-        r->nfq--;
-    }
     r->injected++;
     printf("{\"t_ms\":%lld,\"event\":\"inject\",\"action\":\"%s\",\"phase\":\"%s\",\"epoch\":%llu,"
            "\"rank\":%d,\"world\":%d,\"step\":%llu,\"ms\":%d,\"injected\":%llu%s}\n",
@@ -311,7 +291,7 @@ static eep_status_t eep_rank_idle(int ms)
  */
 static eep_status_t eep_rank_fault_before(eep_rank_t *r, eep_rank_phase_t phase)
 {
-    const unsigned mask = (1u << EEP_FAULT_HANG) | (1u << EEP_FAULT_DELAY);
+    const unsigned mask = EEP_FAULT_BIT(EEP_FAULT_HANG) | EEP_FAULT_BIT(EEP_FAULT_DELAY);
     eep_status_t   status;
     int            i;
 
@@ -335,8 +315,8 @@ static eep_status_t eep_rank_fault_before(eep_rank_t *r, eep_rank_phase_t phase)
  */
 static void eep_rank_fault_after(eep_rank_t *r, eep_rank_phase_t phase)
 {
-    const unsigned mask = (1u << EEP_FAULT_KILL) | (1u << EEP_FAULT_STOP) | (1u << EEP_FAULT_EXIT) |
-                          (1u << EEP_FAULT_STALL);
+    const unsigned mask = EEP_FAULT_BIT(EEP_FAULT_KILL) | EEP_FAULT_BIT(EEP_FAULT_STOP) |
+                          EEP_FAULT_BIT(EEP_FAULT_EXIT) | EEP_FAULT_BIT(EEP_FAULT_STALL);
     int i;
 
     while (!eep_rank_stop && (i = eep_rank_fault_due(r, phase, mask)) >= 0) {
@@ -373,16 +353,17 @@ static void eep_rank_fault_corrupt(eep_rank_t *r, const eep_step_shape_t *s)
     int  i, t;
 
     r->corrupted = 0;
-    if ((i = eep_rank_fault_due(r, EEP_RANK_PH_DISPATCH, 1u << EEP_FAULT_CORRUPT_ID)) < 0) {
+    if ((i = eep_rank_fault_due(r, EEP_RANK_PH_DISPATCH, EEP_FAULT_BIT(EEP_FAULT_CORRUPT_ID))) <
+        0) {
         return;
     }
     t = eep_fault_corrupt_pick(r->h_idx, s->tokens, s->topk, s->experts / s->world, s->rank);
     if (t < 0) {
         return;
     }
-    snprintf(extra, sizeof(extra), ",\"token\":%d,\"expert\":%d,\"was\":%lld", t, r->fq[i].expert,
+    snprintf(extra, sizeof(extra), ",\"token\":%d,\"expert\":%d,\"was\":%lld", t, r->fq.f[i].expert,
              (long long)r->h_idx[(size_t)t * s->topk]);
-    r->h_idx[(size_t)t * s->topk] = r->fq[i].expert;
+    r->h_idx[(size_t)t * s->topk] = r->fq.f[i].expert;
     eep_rank_fault_pop(r, i, extra);
     r->corrupted = 1;
 }

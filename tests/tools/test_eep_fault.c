@@ -2,7 +2,9 @@
  * test_eep_fault.c - eep-rank's fault specs (tools/eep_fault.c) on the CPU: every action with its
  * defaults and keys, the legacy arm-file line of make gpu-elastic, the aliases exit-dispatch /
  * exit-combine, and bad input refused with a message naming the bad word (unknown action or key,
- * a key the action does not take, numbers out of range or not whole, a missing ms); the
+ * a key the action does not take, numbers out of range or not whole, a missing ms); the queue
+ * of armed faults (a fault without a step fires at the next one, only at its phase and action
+ * class, in arming order; a delay of K steps fires K steps in a row; at most 16 armed); the
  * corrupt-id token is one routed only to this rank's own experts.
  */
 #include <setjmp.h>
@@ -133,6 +135,56 @@ static void test_bad_input(void **state)
     assert_int_equal(eep_fault_parse(NULL, NULL, NULL, 0), EEP_ERR_INVALID_ARG);
 }
 
+static void test_queue(void **state)
+{
+    const unsigned    after  = EEP_FAULT_BIT(EEP_FAULT_STALL) | EEP_FAULT_BIT(EEP_FAULT_KILL);
+    const unsigned    before = EEP_FAULT_BIT(EEP_FAULT_DELAY) | EEP_FAULT_BIT(EEP_FAULT_HANG);
+    eep_fault_queue_t q;
+    eep_fault_t       f, g;
+    int               i;
+
+    (void)state;
+    memset(&q, 0, sizeof(q));
+    f = parse_ok("stall phase=combine ms=5"); /* no step: the next one */
+    assert_int_equal(eep_fault_queue_add(&q, &f, 11), EEP_OK);
+    f = parse_ok("kill phase=combine step=20");
+    assert_int_equal(eep_fault_queue_add(&q, &f, 11), EEP_OK);
+    f = parse_ok("delay ms=3 steps=3 phase=dispatch");
+    assert_int_equal(eep_fault_queue_add(&q, &f, 12), EEP_OK);
+    assert_int_equal(q.n, 3);
+    assert_int_equal(q.f[0].step, 11);
+    assert_int_equal(q.f[1].step, 20);
+    /* not before its step, not at another phase, not for another action class */
+    assert_int_equal(eep_fault_queue_due(&q, 10, EEP_FAULT_PH_COMBINE, after), -1);
+    assert_int_equal(eep_fault_queue_due(&q, 11, EEP_FAULT_PH_DISPATCH, after), -1);
+    assert_int_equal(eep_fault_queue_due(&q, 11, EEP_FAULT_PH_COMBINE, before), -1);
+    i = eep_fault_queue_due(&q, 11, EEP_FAULT_PH_COMBINE, after);
+    assert_int_equal(i, 0);
+    g = eep_fault_queue_take(&q, i, 11);
+    assert_int_equal(g.action, EEP_FAULT_STALL);
+    assert_int_equal(q.n, 2);
+    assert_int_equal(eep_fault_queue_due(&q, 11, EEP_FAULT_PH_COMBINE, after), -1);
+    /* a late step still fires one that is overdue */
+    assert_int_equal(eep_fault_queue_due(&q, 25, EEP_FAULT_PH_COMBINE, after), 0);
+    /* the delay: steps 12, 13, 14 in a row, then gone */
+    for (i = 12; i <= 14; i++) {
+        int k = eep_fault_queue_due(&q, (uint64_t)i, EEP_FAULT_PH_DISPATCH, before);
+
+        assert_int_equal(k, 1);
+        g = eep_fault_queue_take(&q, k, (uint64_t)i);
+        assert_int_equal(g.action, EEP_FAULT_DELAY);
+        assert_int_equal(eep_fault_queue_due(&q, (uint64_t)i, EEP_FAULT_PH_DISPATCH, before), -1);
+    }
+    assert_int_equal(q.n, 1);
+    assert_int_equal(eep_fault_queue_due(&q, 15, EEP_FAULT_PH_DISPATCH, before), -1);
+    /* full at EEP_FAULT_QUEUE_MAX */
+    while (q.n < EEP_FAULT_QUEUE_MAX) {
+        assert_int_equal(eep_fault_queue_add(&q, &f, 1), EEP_OK);
+    }
+    assert_int_equal(eep_fault_queue_add(&q, &f, 1), EEP_ERR_NO_MEMORY);
+    assert_int_equal(q.n, EEP_FAULT_QUEUE_MAX);
+}
+
 static void test_corrupt_pick(void **state)
 {
     /* 3 local experts per rank: rank 1 owns 3..5 */
@@ -151,9 +203,8 @@ static void test_corrupt_pick(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_actions),
-        cmocka_unit_test(test_legacy_arm_line),
-        cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_actions),      cmocka_unit_test(test_legacy_arm_line),
+        cmocka_unit_test(test_bad_input),    cmocka_unit_test(test_queue),
         cmocka_unit_test(test_corrupt_pick),
     };
 
