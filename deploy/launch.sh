@@ -3,6 +3,7 @@
 #
 #   deploy/launch.sh [--seconds N] [--replicas R] [--agents A] [--ranks-per-gpu K]
 #                    [--faults 1|FILE] [--seed S] [--steps moe|barrier] [--rank-args "ARGS"]
+#                    [--allow-inject]
 #
 # Starts a local etcd (127.0.0.1, free ports, a temp data dir), R eepd replicas (default 3, one
 # leads) and then:
@@ -16,6 +17,8 @@
 #     and at the end summary.txt, summary.json, timeline.json and timeline.png in the run folder.
 #   without a GPU: it says so and runs the control plane alone (plus A stand-in agents, default 0,
 #     so that views can be watched with eepctl); --faults is ignored there (no ranks).
+# With --faults or --allow-inject, eepd takes InjectFault (EEP_EEPD_FAULT_INJECTION=1) and the
+# ranks arm what `eepctl inject-fault data-plane RANK SPEC` sends them (eep-rank --agent-faults).
 # Runs N seconds (default 180; with ranks, counted from when all run), or until Ctrl-C; then stops
 # everything it started, also on errors and signals: ranks, eepd, MPS daemon, etcd (and etcd's
 # data dir).  The logs stay in $EEP_RUN_DIR (printed).  Exit: the rank driver's status with ranks
@@ -25,7 +28,7 @@ set -u
 here=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD:-$here/build}
 seconds=180 replicas=3 agents=0 rank_args="" per_gpu="" faults="" seed=1 steps=moe
-rank_bin="" gpus_forced=""
+rank_bin="" gpus_forced="" allow_inject=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --seconds) seconds=$2; shift 2 ;;
@@ -38,7 +41,8 @@ while [ $# -gt 0 ]; do
         --steps) steps=$2; shift 2 ;;
         --rank-bin) rank_bin=$2; shift 2 ;;
         --gpus) gpus_forced=$2; shift 2 ;;
-        -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+        --allow-inject) allow_inject=1; shift ;;
+        -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
         *) echo "launch.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -132,6 +136,8 @@ eepd_env=() agent_env=()
 if [ "$gpus" -gt 0 ]; then
     eepd_env=(EEP_EEPD_SETTLE_MS=50 EEP_EEPD_LEASE_TTL_S=3 "EEP_EEPD_NUM_EXPERTS=$experts")
     agent_env=(EEP_AGENT_LEASE_TTL_S=3 EEP_INIT_TIMEOUT_MS=20000)
+    if [ -n "$faults" ] && [ "$faults" != 0 ]; then allow_inject=1; fi
+    [ "$allow_inject" -eq 1 ] && eepd_env+=(EEP_EEPD_FAULT_INJECTION=1)
 fi
 ports=()
 for i in $(seq 0 $((replicas - 1))); do
@@ -208,6 +214,7 @@ drv=(python3 "$here/scripts/eep_run.py" run --rank-bin "$rank_bin" --ranks "$nra
      --experts "$experts")
 [ -n "$faults" ] && [ "$faults" != 0 ] && drv+=(--faults "$faults")
 for a in $rank_args; do drv+=("--rank-arg=$a"); done
+[ "$allow_inject" -eq 1 ] && drv+=("--rank-arg=--agent-faults")
 echo "logs in $run_dir; try: ${ctl[*]} status   (Ctrl-C stops everything)"
 # The launcher's own EEP_RUN_DIR / EEP_TEST_* are no knobs: not passed on (the driver drops them).
 env ${rank_env[@]+"${rank_env[@]}"} ${agent_env[@]+"${agent_env[@]}"} "${drv[@]}" &

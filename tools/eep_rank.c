@@ -5,6 +5,7 @@
  *   eep-rank [--steps barrier|moe] [--interval-ms N] [--seconds N] [--max-steps N]
  *            [--timeout-ms N] [--view-wait-s N] [--join-timeout-s N] [--tokens N] [--hidden N]
  *            [--topk N] [--experts N] [--seed N] [--arm-file PATH] [--fault SPEC]... [-v]
+ *            [--agent-faults]
  *            [--help] [--version]
  *
  * Options are getopt_long's (--opt=value or --opt value); --help lists them with their defaults.
@@ -15,7 +16,9 @@
  *                     (make gpu-elastic writes "PHASE KILL|STOP": a death mid-kernel)
  *   --fault SPEC      arm a fault at start (repeatable), e.g. --fault "stall phase=combine ms=800
  *                     step=50"; SPEC's grammar is tools/eep_fault.h's (docs/fault-schedule.md)
- * Fault injection is off unless --fault or --arm-file is given.  Each fault that fires prints an
+ *   --agent-faults    arm the specs `eepctl inject-fault data-plane MEMBER SPEC` sends through
+ *                     eepd and this rank's agent (eep_agent_take_fault), between steps
+ * Fault injection is off unless --fault, --arm-file or --agent-faults is given.  Each fault that fires prints an
  * "inject" line first (and "dying" before a self-raised KILL, STOP or exit).
  *
  * The rank joins through the agent (EEP_JOB, EEP_ETCD_ENDPOINTS) and creates its runtime from the
@@ -82,6 +85,7 @@ typedef struct {
     const char *arm_file;
     const char *fault_specs[EEP_RANK_MAX_FAULTS];
     int         n_fault_specs;
+    int         agent_faults; /* --agent-faults: arm what eepctl inject-fault data-plane sends */
     /* state */
     eep_agent_t          *agent;
     eep_membership_t      ms;
@@ -748,6 +752,7 @@ enum {
     EEP_RANK_OPT_STEPS = 256,
     EEP_RANK_OPT_ARM,
     EEP_RANK_OPT_FAULT,
+    EEP_RANK_OPT_AGENT_FAULTS,
     EEP_RANK_OPT_VERSION,
     EEP_RANK_OPT_INT /* + index into eep_rank_ints */
 };
@@ -773,6 +778,7 @@ static int eep_rank_usage(FILE *out, const eep_rank_t *defaults)
             "                        ACTION: kill stop exit exit-dispatch exit-combine stall hang\n"
             "                        delay corrupt-id; keys: phase= step= ms= steps= expert=\n"
             "                        (docs/fault-schedule.md)\n"
+            "  --agent-faults        arm the specs `eepctl inject-fault data-plane` sends\n"
             "  -v, --verbose         log the GPU probe\n"
             "  -h, --help, --version\n"
             "exit: 0 done or stopped (SIGTERM/SIGINT), 2 usage, 3 a wrong step, 4 an injected "
@@ -798,6 +804,7 @@ static int eep_rank_args(eep_rank_t *r, int argc, char **argv, int *verbose_p)
     longopts[n++] = (struct option){ "steps", required_argument, NULL, EEP_RANK_OPT_STEPS };
     longopts[n++] = (struct option){ "arm-file", required_argument, NULL, EEP_RANK_OPT_ARM };
     longopts[n++] = (struct option){ "fault", required_argument, NULL, EEP_RANK_OPT_FAULT };
+    longopts[n++] = (struct option){ "agent-faults", no_argument, NULL, EEP_RANK_OPT_AGENT_FAULTS };
     longopts[n++] = (struct option){ "verbose", no_argument, NULL, 'v' };
     longopts[n++] = (struct option){ "help", no_argument, NULL, 'h' };
     longopts[n++] = (struct option){ "version", no_argument, NULL, EEP_RANK_OPT_VERSION };
@@ -841,6 +848,9 @@ static int eep_rank_args(eep_rank_t *r, int argc, char **argv, int *verbose_p)
                 return 2;
             }
             r->fault_specs[r->n_fault_specs++] = optarg;
+            break;
+        case EEP_RANK_OPT_AGENT_FAULTS:
+            r->agent_faults = 1;
             break;
         case 'v':
             *verbose_p = 1;
@@ -986,6 +996,14 @@ int main(int argc, char **argv)
         }
         if (eep_rank_arm_req) {
             eep_rank_arm_read(&r);
+        }
+        if (r.agent_faults) {
+            char spec[256];
+
+            if (eep_agent_take_fault(r.agent, spec, sizeof(spec)) == EEP_OK &&
+                eep_rank_fault_arm(&r, spec, "eepctl inject-fault") != 0) {
+                eep_warn(EEP_SUBSYS_TOOL, "fault from eepctl not armed (see the line above)");
+            }
         }
         if (eep_rank_view_flag) {
             status = eep_rank_sync(&r, &changed);

@@ -58,7 +58,7 @@ expect() {
 # parsed in both spellings, faults included: then the no-GPU exit
 expect "both spellings" 80 "no usable GPU" --steps=moe --interval-ms 5 --seconds=3 --tokens 32 \
     --fault "stall phase=dispatch ms=5 step=3" --fault=corrupt-id --fault "exit-combine" \
-    --arm-file=/tmp/nothing -v
+    --arm-file=/tmp/nothing --agent-faults -v
 expect "barrier faults" 80 "no usable GPU" --fault "hang ms=100" --fault "delay ms=3 steps=2"
 expect "unknown option" 2 "bad argument '--frobnicate': unknown option" --frobnicate
 expect "missing value" 2 "bad argument '--seconds': it needs a value" --seconds
