@@ -386,8 +386,13 @@ class Run:
             if rc is not None and not p.expect_death and not getattr(p, "reported", False):
                 p.reported = True
                 what = "a wrong step" if rc == 3 else f"exit {rc}"
+                try:
+                    with open(p.err) as f:
+                        tail = [x.strip() for x in f.read().splitlines() if x.strip()][-1:]
+                except OSError:
+                    tail = []
                 self.failures.append(f"rank slot {p.slot} ({p.name}, pid {p.pid}) died unasked "
-                                     f"({what}); see {p.err}")
+                                     f"({what}){': ' + tail[0][:200] if tail else ''}; see {p.err}")
 
     def loop(self, schedule):
         end = self.t0 + self.args.seconds * 1000
@@ -535,8 +540,10 @@ def timeline(run, end_ms):
 
 
 def report(run, summary, out):
-    lines = [f"make run: {summary['ranks']} ranks, --steps {summary['steps']}, "
-             f"{summary['seconds']} s after start-up ({summary.get('start_s', '?')} s), "
+    started = (f"{summary.get('ran_s')} of {summary['seconds']} s after start-up "
+               f"({summary['start_s']} s)"
+               if "start_s" in summary else "start-up did not finish")
+    lines = [f"make run: {summary['ranks']} ranks, --steps {summary['steps']}, {started}, "
              f"schedule: {summary['schedule']}"]
     lines.append(f"steps: {summary['steps_ok']} ok on all ranks, wrong steps: "
                  f"{summary['wrong_steps']} (must be 0)")
@@ -703,6 +710,8 @@ def cmd_run(args):
         p.poll()
     if run.t0 is None:
         run.t0 = t_launch
+    elif "start_s" in summary:
+        summary["ran_s"] = round((end_ms - run.t0) / 1000, 1)
     faults = analyze(run, end_ms)
     summary["faults"] = faults
     summary["restarts"] = sum(1 for r in run.applied if r["action"] == "restart")
