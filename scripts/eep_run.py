@@ -26,6 +26,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -338,13 +339,19 @@ class Run:
             return f"{self.bytes / us / 1e3:.2f} GB/s" if us else "- GB/s"
         med = (lambda xs: sorted(xs)[len(xs) // 2] if xs else 0)
         t = (now_ms() - self.t0) / 1000 if self.t0 else 0.0
+        if self.args.steps == "moe":
+            times = (f"dispatch {med(d_us):.0f} us {rate(med(d_us))} | "
+                     f"combine {med(c_us):.0f} us {rate(med(c_us))}")
+        else:
+            times = f"barrier {med(d_us):.0f} us"
         line = (f"[{t:6.1f} s] step {max(steps) if steps else '-'} epoch "
                 f"{max(epochs) if epochs else '-'} world {max(worlds) if worlds else '-'} ranks "
-                f"{live}/{len(self.slots)} | dispatch {med(d_us):.0f} us {rate(med(d_us))} | "
-                f"combine {med(c_us):.0f} us {rate(med(c_us))} | faults {faults} | wrong {wrong}")
+                f"{live}/{len(self.slots)} | {times} | faults {faults} | wrong {wrong}")
         tty = sys.stdout.isatty()
         if tty and not final:
-            sys.stdout.write("\r" + line[:200].ljust(120))
+            # one terminal line, rewritten in place (a longer one would wrap and scroll)
+            width = max(40, shutil.get_terminal_size((120, 24)).columns - 1)
+            sys.stdout.write("\r" + line[:width].ljust(width))
             sys.stdout.flush()
         elif final or time.time() - self._last_print >= self.args.status_every_s:
             if tty:
@@ -594,8 +601,9 @@ def venv_python(build):
         if not os.path.exists(py):
             subprocess.run([sys.executable, "-m", "venv", venv], check=True, capture_output=True,
                            timeout=120)
-        subprocess.run([py, "-m", "pip", "install", "-q", "matplotlib"], check=True,
-                       capture_output=True, timeout=600)
+        # bounded: without an index in reach (the GPU machine) this fails in well under a minute
+        subprocess.run([py, "-m", "pip", "install", "-q", "--timeout", "15", "--retries", "1",
+                        "matplotlib"], check=True, capture_output=True, timeout=600)
     except (OSError, subprocess.SubprocessError) as e:
         print(f"eep-run: no matplotlib ({e.__class__.__name__}): no PNG", flush=True)
         return None
