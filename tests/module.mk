@@ -55,6 +55,14 @@ $(EEP_RANK_OBS_TEST): $(BUILD)/tests/tools/test_eep_rank_obs.o $(BUILD)/tools/ee
 	@mkdir -p $(dir $@)
 	$(CXX) -o $@ $^ $(LDFLAGS) $(RANK_LDLIBS) $(NCCL_LDFLAGS) -lcmocka -ldl
 
+# tests/tools/test_eep_fault: eep-rank's fault specs (tools/eep_fault.c), CPU only.
+EEP_FAULT_TEST := $(BUILD)/tests/tools/test_eep_fault
+UNIT_TEST_BINS += $(EEP_FAULT_TEST)
+unit-tests: $(EEP_FAULT_TEST)
+$(EEP_FAULT_TEST): $(BUILD)/tests/tools/test_eep_fault.o $(BUILD)/tools/eep_fault.o $(LIBUTIL_A)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $^ $(LDFLAGS) -lcmocka
+
 # JIT tests: the repository root (kernels/probe) and libeep.so (checked for not linking libcuda).
 $(BUILD)/tests/elastic/jit/test_jit%.o: CPPFLAGS += -DEEP_TEST_SOURCE_ROOT='"$(CURDIR)"'
 $(BUILD)/tests/elastic/gpu/test_cuda_sym.o: CPPFLAGS += \
