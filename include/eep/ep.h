@@ -336,8 +336,8 @@ void eep_ep_handle_destroy(eep_ep_handle_t *handle);
 
 /**
  * The transport of dispatch/combine on @p rt: "direct" (every peer over NVLink stores) or "hybrid"
- * (peers of other nodes over GIN put + signal, of this node over NVLink), chosen once per runtime
- * from its teams and EEP_EP_MODE (and logged).
+ * (peers of other nodes over GIN put + signal, of this node over NVLink), chosen from the
+ * runtime's teams and EEP_EP_MODE (and logged) at the first call and again after every view.
  * @return the name, or NULL when neither can run on @p rt (the reason is logged).
  */
 const char *eep_ep_transport(eep_runtime_t *rt);
