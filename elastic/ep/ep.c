@@ -1088,7 +1088,10 @@ eep_status_t eep_ep_window_size(int world, const eep_ep_shape_desc_t *shapes, in
         return status;
     }
     eep_ep_envelope_sizes(&env, &z);
-    bytes    = ws.data_off + z.total_bytes;
+    bytes = ws.data_off + z.total_bytes;
+    /* more than one rank may be hybrid (every rank a node of its own in the one-GPU cluster):
+       its GIN send staging follows (with NVLink forwarding the call names what it needs) */
+    bytes += world > 1 ? eep_ep_gin_stage_bytes_env(&env) : 0;
     *bytes_p = (bytes + EEP_EP_WINDOW_GRANULARITY - 1) / EEP_EP_WINDOW_GRANULARITY *
                EEP_EP_WINDOW_GRANULARITY;
     return EEP_OK;

@@ -308,8 +308,11 @@ typedef struct {
 
 /**
  * The window size a runtime of @p world ranks needs to serve @p shapes (for
- * eep_runtime_params_t.window_bytes or EEP_WINDOW_SIZE): the runtime's workspace and the
- * dispatch/combine buffers laid out for all of them.  Pure arithmetic, no GPU needed.
+ * eep_runtime_params_t.window_bytes or EEP_WINDOW_SIZE): the runtime's workspace, the
+ * dispatch/combine buffers laid out for all of them and, for more than one rank, the hybrid
+ * mode's GIN send staging with one GPU a node (with NVLink forwarding between nodes a hybrid
+ * runtime serves one shape and its first call names the bytes it needs).  Pure arithmetic, no
+ * GPU needed.
  * @param [out] bytes_p  written on success.
  * @return EEP_OK; EEP_ERR_INVALID_ARG naming the bad shape field (or shapes of different
  *         max_tokens_per_rank).
