@@ -429,7 +429,7 @@ static bool combine_check(layer &L, int weighted, const char *what)
     return ok;
 }
 
-static bool topk_grad_check(layer &L, const char *what)
+[[maybe_unused]] static bool topk_grad_check(layer &L, const char *what)
 {
     std::vector<const uint16_t *> y(W), g(W);
     std::vector<float *>          ref(W);
