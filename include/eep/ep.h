@@ -41,6 +41,21 @@
  * (dispatch waits for the counts, not for the data), NO_CPU_SYNC 0, CACHED 0.  docs/dispatch.md
  * explains why this is enough.
  *
+ * Degraded mode (issue 24; docs/dispatch.md, "Degraded mode"): with a peer known dead (the
+ * runtime's view machine marked it after a fault, until a view removes it; or
+ * eep_dispatch_args_t.dead_mask), dispatch and combine complete on the live ranks.  A call skips
+ * every wait on, and every store or put to, a dead rank.  A top-k lane whose expert lives on a
+ * dead rank is dropped: routed as if its id were -1 (no row anywhere, the token not sent to that
+ * rank for it), reported in the dispatch's dropped report (dropped_topk, num_dropped, on the GPU),
+ * and left out of combine: its weight counts as 0, and the other lanes' weights are NOT
+ * renormalised (out[t] is the sum over the live lanes only; a caller that wants renormalised
+ * outputs has the report and its own weights to do it).  So every live rank's outputs are exactly
+ * those of a dispatch whose inputs had -1 in the dropped lanes and a dead rank with no tokens:
+ * expert-major layout dense and ordered as above, counts without the dead rank's rows, combine
+ * bitwise reproducible.  A handle keeps the dead set of the dispatch that made it: a CACHED
+ * dispatch needs the same set, and a combine of a handle made before a rank was known dead
+ * returns EEP_ERR_PEER_LOST (nothing enqueued: dispatch again).
+ *
  * Threading: calls on one runtime are serialised by the caller (one stream per runtime, like NCCL
  * collectives on one communicator); every rank of the runtime must make the same sequence of
  * dispatch/combine calls with the same shapes.
@@ -193,6 +208,25 @@ typedef struct {
 
     /* ---- since the third version (older callers' size leaves it expert-major) ---- */
     eep_ep_layout_t layout; /* EEP_EP_LAYOUT_EXPERT_MAJOR (0) or EEP_EP_LAYOUT_RANK_MAJOR */
+
+    /* ---- since the fourth version (older callers' size leaves them 0): degraded mode ---- */
+    /*
+     * Ranks known dead (bit r: rank r of this runtime), on top of those the runtime knows (its
+     * view machine's dead peers while it is degraded: eep_membership_info_t.degraded): the call
+     * neither waits for nor writes to any of them (see "Degraded mode" below).  Bits at or above
+     * the world size, or this rank's own, are refused (EEP_ERR_INVALID_ARG naming dead_mask).
+     * Every live rank must pass the same mask (as they pass the same shapes).
+     */
+    uint64_t dead_mask;
+    /*
+     * The dropped report, device memory, or NULL: dropped_topk [num_tokens, num_topk] gets 1
+     * where lane k of token t names an expert (an id in [0, num_experts)) held by a dead rank,
+     * else 0; *num_dropped the count of those (token, k) pairs.  Both are written by every
+     * dispatch that has them (zeros when nothing is dead), in every mode, on the GPU: no host
+     * synchronisation.  Any alignment.
+     */
+    uint8_t *dropped_topk;
+    int32_t *num_dropped;
 } eep_dispatch_args_t;
 
 /**

@@ -161,7 +161,8 @@ __device__ __forceinline__ unsigned eep_epk_rail_mask(const eep_epk_params_t &p)
 /*
  * Wait, by thread d < W of the block for each bit d of @p mask, until signal @p sig_base + d reads
  * at least @p target (bounded: deadline, abort flag; the fault names world rank d), then acquire.
- * No block sync: callers sync.
+ * A dead rank's bit (p.dead_mask) is left out: its signal never comes.  No block sync: callers
+ * sync.
  */
 __device__ __forceinline__ void eep_epk_gin_wait_mask(const eep_epk_params_t &p, unsigned mask,
                                                       int sig_base, unsigned long long target,
@@ -170,6 +171,7 @@ __device__ __forceinline__ void eep_epk_gin_wait_mask(const eep_epk_params_t &p,
 {
     const int d = (int)threadIdx.x;
 
+    mask &= ~p.dead_mask;
     if (d < EEP_EPK_W(p) && ((mask >> (unsigned)d) & 1u)) {
         eep_wait_ctx w = eep_epk_wait_ctx(p, block_failed);
 
@@ -312,7 +314,7 @@ __device__ __noinline__ bool eep_epk_gin_dispatch_puts(const eep_epk_params_t &p
     }
     __syncthreads(); /* every record posted before any count slot (same context: ordered) */
     for (int d = threadIdx.x; d < W; d += blockDim.x) {
-        if (eep_epk_is_gin(p, d)) {
+        if (eep_epk_is_gin(p, d) && !eep_epk_dead(p, d)) { /* nothing to a dead peer */
             gin.put(
                 ncclTeamWorld(dc), d, (ncclWindow_t)p.window,
                 (size_t)(p.counts_off + ((unsigned long long)p.rank * 2 + parity) * p.slot_bytes),
@@ -370,7 +372,7 @@ __device__ __noinline__ bool eep_epk_gin_combine_puts(const eep_epk_params_t &p,
     }
     __syncthreads(); /* every row posted before the signals */
     for (int d = threadIdx.x; d < W; d += blockDim.x) {
-        if (eep_epk_is_gin(p, d)) {
+        if (eep_epk_is_gin(p, d) && !eep_epk_dead(p, d)) {
             gin.signal(ncclTeamWorld(dc), d,
                        ncclGin_SignalInc{ (ncclGinSignal_t)(g.sig0 + W + p.rank) });
         }

@@ -167,6 +167,15 @@ typedef struct eep_epk_params {
     unsigned long long place;
     /* wait accounting: 0, or the runtime's u64 [EEP_WAIT_STAT_PHASES][EEP_MAX_RANKS] (device) */
     unsigned long long wait_stats;
+    /* Degraded mode (issue 24): bit d, world rank d is known dead.  Nothing waits for it or
+       stores to it; a top-k lane on one of its experts is routed as id -1 (eep_epk_live_id).
+       The dispatch's counter block writes the dropped report when asked: dropped_topk, 0 or
+       u8 [num_tokens, K] (1: the lane's expert is on a dead rank), and num_dropped, 0 or one
+       int (the count of such lanes). */
+    unsigned int       dead_mask;
+    int                dead_pad;
+    unsigned long long dropped_topk;
+    unsigned long long num_dropped;
 } eep_epk_params_t;
 
 /* combine_flags */
@@ -192,7 +201,7 @@ typedef struct eep_epk_gin {
 #define EEP_EPK_GIN_COUNTERS       2
 
 EEP_LAYOUT_ASSERT(sizeof(void *) == 8, "64-bit pointers");
-EEP_LAYOUT_ASSERT(sizeof(eep_epk_params_t) == 472, "eep_epk_params_t size");
+EEP_LAYOUT_ASSERT(sizeof(eep_epk_params_t) == 496, "eep_epk_params_t size");
 EEP_LAYOUT_ASSERT(sizeof(eep_epk_gin_t) == EEP_DEVCOMM_BYTES + 16, "eep_epk_gin_t size");
 
 #endif /* EEP_KERNELS_EP_PARAMS_H */
