@@ -251,7 +251,10 @@ typedef struct {
  * @param [in]     stream    CUstream (void * so callers need no CUDA header); NULL: default.
  * @return EEP_OK once the work is enqueued (CPU_SYNC: and the counts are known on the host);
  *         EEP_ERR_INVALID_ARG / EEP_ERR_STALE_EPOCH for bad input; EEP_ERR_PEER_TIMEOUT when the
- *         counts did not arrive in time (CPU_SYNC); EEP_ERR_DEVICE_FAULT for an earlier fault.
+ *         counts did not arrive in time (CPU_SYNC); EEP_ERR_DEVICE_FAULT for an earlier fault;
+ *         EEP_ERR_PEER_LOST for a CACHED dispatch on a handle made before a rank was known dead
+ *         (degraded mode: dispatch again without CACHED); EEP_ERR_UNSUPPORTED for a dead rank in
+ *         hybrid mode with forwarding (more than one GPU a node).
  */
 eep_status_t eep_dispatch(eep_runtime_t *rt, const eep_dispatch_args_t *args,
                           eep_ep_handle_t **handle_p, void *stream);
@@ -265,6 +268,8 @@ eep_status_t eep_dispatch(eep_runtime_t *rt, const eep_dispatch_args_t *args,
  * rounding to nearest even.  The order is fixed, so the result is bitwise reproducible.  A token
  * with no expert gives zeros.  A rank-major handle (EEP_EP_LAYOUT_RANK_MAJOR): p_r = y[row(t)],
  * the one row rank r received for t, as given (the caller summed its local experts).
+ * Degraded mode (the header's "Degraded mode"): the ranks r are the live ones and the lanes k
+ * those the dispatch did not drop; a dropped lane weighs 0 and the others are not renormalised.
  *
  * @param [in]  rt      the runtime that made @p handle.
  * @param [in]  y       [rows, hidden] bf16, the expert outputs in the handle's received layout
@@ -273,7 +278,9 @@ eep_status_t eep_dispatch(eep_runtime_t *rt, const eep_dispatch_args_t *args,
  * @param [out] out     [num_tokens of that dispatch, hidden] bf16; device, 16-byte aligned.
  * @param [in]  stream  CUstream, NULL: default.
  * @return EEP_OK once enqueued; EEP_ERR_INVALID_ARG (NULL/misaligned pointer, foreign handle),
- *         EEP_ERR_STALE_EPOCH (handle from an older membership epoch).
+ *         EEP_ERR_STALE_EPOCH (handle from an older membership epoch); EEP_ERR_PEER_LOST (the
+ *         runtime knows a rank dead that the handle's dispatch sent tokens to: its partials never
+ *         come; nothing is enqueued, dispatch again).
  */
 eep_status_t eep_combine(eep_runtime_t *rt, const void *y, const eep_ep_handle_t *handle, void *out,
                          void *stream);
