@@ -103,19 +103,32 @@ static void eep_ep_world_of(const eep_runtime_t *rt, eep_ep_world_t *world)
     world->dead_mask       = eep_ep_runtime_dead(rt);
 }
 
-/* Degraded mode is built for direct mode and for hybrid mode without forwarding (one GPU a node:
-   every peer a GIN peer); a forwarder that died would strand its node's tokens. */
-static eep_status_t eep_ep_dead_supported(const eep_runtime_t *rt, const struct eep_ep_state *st,
-                                          uint32_t dead_mask, const char *call)
+/*
+ * Degraded mode: @p p's dead set (p->dead_mask) as the kernels use it.  drop_mask, the ranks
+ * this rank cannot reach, and mute_mask, the sources that cannot reach it: the dead, and in
+ * hybrid mode with forwarding (L GPUs a node, ranks node-major) every rank of another node whose
+ * forwarder for the pair is dead (rank -> o crosses to o's node at the rank of that node with
+ * this rank's local index; o -> rank at this node's rank with o's local index, and the
+ * combine's partials come back the same way).  Without forwarding both are the dead set.
+ */
+static void eep_ep_reach_masks(const eep_runtime_t *rt, const struct eep_ep_state *st,
+                               eep_epk_params_t *p)
 {
-    if (dead_mask != 0 && st->hybrid && rt->lsa_size > 1) {
-        eep_error(EEP_SUBSYS_KERNEL,
-                  "%s: ranks 0x%x are known dead, and degraded mode is not built for hybrid mode "
-                  "with forwarding (%d GPUs a node): wait for the view that removes them",
-                  call, dead_mask, rt->lsa_size);
-        return EEP_ERR_UNSUPPORTED;
+    const int L = st->hybrid && rt->lsa_size > 1 ? rt->lsa_size : 1, me = rt->rank;
+
+    p->drop_mask = p->dead_mask;
+    p->mute_mask = p->dead_mask;
+    for (int o = 0; L > 1 && p->dead_mask != 0 && o < rt->nranks && o < EEP_EPK_MAX_WORLD; o++) {
+        if (o / L == me / L) {
+            continue; /* same node: over NVLink, no forwarder */
+        }
+        if ((p->dead_mask >> ((o / L) * L + me % L)) & 1u) {
+            p->drop_mask |= 1u << o;
+        }
+        if ((p->dead_mask >> ((me / L) * L + o % L)) & 1u) {
+            p->mute_mask |= 1u << o;
+        }
     }
-    return EEP_OK;
 }
 
 /* Free the placement tables (no kernel of the runtime runs). */
@@ -738,9 +751,7 @@ eep_status_t eep_dispatch(eep_runtime_t *rt, const eep_dispatch_args_t *args,
         return status;
     }
     p.dead_mask = eep_ep_args_dead_mask(args, &world);
-    if ((status = eep_ep_dead_supported(rt, st, p.dead_mask, "dispatch")) != EEP_OK) {
-        return status;
-    }
+    eep_ep_reach_masks(rt, st, &p);
     if (args->size >= offsetof(eep_dispatch_args_t, num_dropped) + sizeof(args->num_dropped)) {
         p.dropped_topk = (uintptr_t)args->dropped_topk;
         p.num_dropped  = (uintptr_t)args->num_dropped;
@@ -972,9 +983,7 @@ static eep_status_t eep_ep_combine_launch(eep_runtime_t *rt, const eep_combine_a
     p.combine_flags = a->weighted ? 0 : EEP_EPK_COMBINE_UNWEIGHTED;
     /* the handle's dead ranks (eep_ep_combine_args_check refused any found dead since) */
     p.dead_mask = handle->dead_mask;
-    if ((status = eep_ep_dead_supported(rt, st, p.dead_mask, "combine")) != EEP_OK) {
-        return status;
-    }
+    eep_ep_reach_masks(rt, st, &p);
     eep_ep_params_handle(&p, handle);
     if ((status = eep_ep_kernel(rt, st, kind, 0, 0, 0, shape, &kernel)) != EEP_OK) {
         return status;

@@ -373,11 +373,11 @@ __device__ __forceinline__ void eep_epk_dispatch(const eep_epk_params_t &p)
             }
             eep_epk_stamp(p, 1);
             /* each expert's count to the rank that holds it, in its local slot's word (none to
-               a dead rank) */
+               a rank this one cannot reach: dead, or behind a dead forwarder) */
             for (int e = threadIdx.x; e < E; e += blockDim.x) {
                 const unsigned pl = eep_epk_place_of(p, e);
 
-                if (!eep_epk_dead(p, (int)(pl >> 16))) {
+                if (!((p.drop_mask >> (pl >> 16)) & 1u)) {
                     unsigned long long *slot = eep_epk_count_slot(p, peer_base, (int)(pl >> 16),
                                                                   parity);
 
@@ -386,7 +386,7 @@ __device__ __forceinline__ void eep_epk_dispatch(const eep_epk_params_t &p)
             }
             __syncthreads();
         }
-        if ((int)threadIdx.x < W && !eep_epk_dead(p, (int)threadIdx.x)) {
+        if ((int)threadIdx.x < W && !((p.drop_mask >> threadIdx.x) & 1u)) {
             const int           d    = threadIdx.x;
             unsigned long long *slot = eep_epk_count_slot(p, peer_base, d, parity);
             /* a release store: after the __syncthreads, it orders every count word above */

@@ -362,7 +362,7 @@ __device__ void eep_epk_expand(const eep_epk_params_t &p, unsigned long long seq
                 (const unsigned long long *)(my_counts +
                                              ((unsigned long long)s * 2 + parity) * p.slot_bytes);
             /* degraded mode: a dead peer sent nothing (its slot holds an older call's) */
-            sm.n[s] = eep_epk_dead(p, s)
+            sm.n[s] = eep_epk_muted(p, s)
                           ? 0
                           : (int)(unsigned)(slot[EEP_EPK_SLOT_TOKENS] & 0xffffffffull);
         }
@@ -375,7 +375,7 @@ __device__ void eep_epk_expand(const eep_epk_params_t &p, unsigned long long seq
                     (const unsigned long long *)(my_counts + ((unsigned long long)s * 2 + parity) *
                                                                  p.slot_bytes);
                 src_prefix[s * El + e] = running;
-                running += eep_epk_dead(p, s)
+                running += eep_epk_muted(p, s)
                                ? 0
                                : (int)(unsigned)(slot[EEP_EPK_SLOT_COUNTS + e] & 0xffffffffull);
             }

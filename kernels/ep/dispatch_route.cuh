@@ -386,7 +386,8 @@ __device__ __forceinline__ void eep_epk_chunk_sum(const eep_epk_params_t &p, int
 /*
  * Degraded mode, the counter block (every thread of it): the dropped report of this call's
  * tokens, dropped_topk[t][k] = 1 where lane k names an expert (in [0, E)) of a dead rank, else 0
- * (written whether or not anything is dead: the caller's buffer holds this call's report), and
+ * (written whether or not anything is dead: the caller's buffer holds this call's report; with
+ * forwarding also the lanes behind a dead forwarder, eep_epk_live_id), and
  * *num_dropped their count, by one shared atomic per thread that found any.
  */
 template <int IdxBits>
@@ -401,7 +402,7 @@ __device__ void eep_epk_report_dropped(const eep_epk_params_t &p)
     }
     __syncthreads();
     for (int i = threadIdx.x; i < nk; i += blockDim.x) {
-        const long long e    = p.dead_mask != 0 ? eep_epk_id<IdxBits>(p, i) : -1;
+        const long long e    = p.drop_mask != 0 ? eep_epk_id<IdxBits>(p, i) : -1;
         const int       drop = e >= 0 && eep_epk_live_id(p, e) < 0;
 
         if (p.dropped_topk != 0) {
@@ -438,7 +439,7 @@ __device__ void eep_epk_publish(const eep_epk_params_t &p, unsigned long long se
                 (const unsigned long long *)(my_counts +
                                              ((unsigned long long)s * 2 + parity) * p.slot_bytes);
             /* a dead peer's slot is stale: it sent nothing */
-            running += eep_epk_dead(p, s)
+            running += eep_epk_muted(p, s)
                            ? 0
                            : (int)(unsigned)(slot[EEP_EPK_SLOT_COUNTS + e] & 0xffffffffull);
         }
@@ -452,8 +453,8 @@ __device__ void eep_epk_publish(const eep_epk_params_t &p, unsigned long long se
                 (const unsigned long long *)(my_counts +
                                              ((unsigned long long)s * 2 + parity) * p.slot_bytes);
             csm.nbase[s] = run;
-            run += eep_epk_dead(p, s) ? 0
-                                      : (int)(unsigned)(slot[EEP_EPK_SLOT_TOKENS] & 0xffffffffull);
+            run += eep_epk_muted(p, s) ? 0
+                                       : (int)(unsigned)(slot[EEP_EPK_SLOT_TOKENS] & 0xffffffffull);
         }
         csm.nbase[W] = run;
     }

@@ -479,7 +479,9 @@ __device__ __noinline__ bool eep_epk_fwd_forward(const eep_epk_params_t &p, unsi
     for (int j = threadIdx.x; j < N * L; j += blockDim.x) {
         const int n = j / L, l = j % L;
 
-        if (n == me_node) {
+        /* degraded: nothing relayed for a dead source (its slot here is an older call's), nor
+           to a dead rank of this node */
+        if (n == me_node || eep_epk_dead(p, n * L + ls) || eep_epk_dead(p, nb + l)) {
             continue;
         }
         const unsigned long long *src = (const unsigned long long *)(mine +
@@ -562,8 +564,8 @@ __device__ __noinline__ bool eep_epk_fwd_dispatch(const eep_epk_params_t &p, uns
     }
     __syncthreads(); /* every record and its metadata posted before the count slots */
     for (int m = threadIdx.x; m < N; m += blockDim.x) {
-        if (m == me_node) {
-            continue;
+        if (m == me_node || eep_epk_dead(p, m * L + ls)) {
+            continue; /* degraded: a dead forwarder gets nothing (nothing goes to its node) */
         }
         /* word 1 of the node's first slot (unused by the receivers): this rank's token count */
         unsigned long long *w1 = (unsigned long long *)(mine + eep_epk_gin_slot_stage(p, m * L)) +
@@ -615,11 +617,12 @@ __device__ __noinline__ bool eep_epk_fwd_combine(const eep_epk_params_t &p, unsi
     }
     __threadfence_system(); /* every block's rows (acquired by the ticket) before the done word */
     __syncthreads();
-    if ((int)threadIdx.x < L) {
+    /* degraded: no done word to, and none awaited from, a dead rank of this node */
+    if ((int)threadIdx.x < L && !eep_epk_dead(p, nb + (int)threadIdx.x)) {
         eep_st_release_sys(
             (unsigned long long *)eep_epk_peer(p, eep_epk_fwd_cdone(p, ls), nb + threadIdx.x), seq);
     }
-    if ((int)threadIdx.x < L) {
+    if ((int)threadIdx.x < L && !eep_epk_dead(p, nb + (int)threadIdx.x)) {
         const eep_wait_ctx        w     = eep_epk_wait_ctx(p, block_failed);
         const unsigned long long *word  = (const unsigned long long *)(mine +
                                                                       eep_epk_fwd_cdone(
@@ -668,7 +671,7 @@ __device__ __noinline__ bool eep_epk_fwd_combine(const eep_epk_params_t &p, unsi
     }
     __syncthreads(); /* every row posted before the signals */
     for (int d = threadIdx.x; d < W; d += blockDim.x) {
-        if ((rail >> (unsigned)d) & 1u) {
+        if (((rail >> (unsigned)d) & 1u) && !eep_epk_dead(p, d)) {
             gin.signal(ncclTeamWorld(dc), d,
                        ncclGin_SignalInc{ (ncclGinSignal_t)(g.sig0 + W + p.rank) });
         }

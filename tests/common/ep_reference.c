@@ -797,9 +797,19 @@ eep_status_t eep_ref_combine_rank_major(const eep_ep_shape_t *s, const eep_ref_i
 /* ---------------------------------------------------------------------------------------- */
 /* Degraded mode                                                                              */
 
-static eep_status_t degrade_one(const eep_ep_shape_t *s, const eep_ref_input_t *in, int dead,
-                                uint64_t dead_mask, eep_ref_input_t *out, uint8_t *dropped,
-                                int32_t *n_dropped_p)
+/* Whether source rank @p src reaches rank @p dst (degraded mode): both alive, and with
+   forwarding (@p L > 1) across nodes the forwarder, dst's node's rank with src's local index. */
+static int degrade_reaches(uint64_t dead_mask, int L, int src, int dst)
+{
+    if (((dead_mask >> src) & 1u) || ((dead_mask >> dst) & 1u)) {
+        return 0;
+    }
+    return L <= 1 || src / L == dst / L || !((dead_mask >> ((dst / L) * L + src % L)) & 1u);
+}
+
+static eep_status_t degrade_one(const eep_ep_shape_t *s, const eep_ref_input_t *in, int rank,
+                                int dead, uint64_t dead_mask, int L, eep_ref_input_t *out,
+                                uint8_t *dropped, int32_t *n_dropped_p)
 {
     const size_t    K = (size_t)s->num_topk, T = dead ? 0 : (size_t)in->num_tokens;
     const size_t    xb = (size_t)s->hidden * eep_ep_elem_bytes(s->dtype);
@@ -824,7 +834,7 @@ static eep_status_t degrade_one(const eep_ep_shape_t *s, const eep_ref_input_t *
     memcpy(o.topk_weights, in->topk_weights, T * K * sizeof(float));
     for (size_t i = 0; i < T * K; i++) {
         const int64_t g    = in->topk_idx[i];
-        const int     drop = g >= 0 && ((dead_mask >> rank_of(s, g, NULL)) & 1u) != 0;
+        const int     drop = g >= 0 && !degrade_reaches(dead_mask, L, rank, rank_of(s, g, NULL));
 
         o.topk_idx[i] = drop ? -1 : g;
         if (dropped != NULL) {
@@ -841,9 +851,16 @@ eep_status_t eep_ref_degrade(const eep_ep_shape_t *s, const eep_ref_input_t *inp
                              uint64_t dead_mask, eep_ref_input_t *out, uint8_t *const *dropped,
                              int32_t *n_dropped)
 {
+    return eep_ref_degrade_lsa(s, inputs, dead_mask, 1, out, dropped, n_dropped);
+}
+
+eep_status_t eep_ref_degrade_lsa(const eep_ep_shape_t *s, const eep_ref_input_t *inputs,
+                                 uint64_t dead_mask, int L, eep_ref_input_t *out,
+                                 uint8_t *const *dropped, int32_t *n_dropped)
+{
     int r;
 
-    if (eep_ep_shape_check(s, NULL) != EEP_OK || s->world > 64 ||
+    if (eep_ep_shape_check(s, NULL) != EEP_OK || s->world > 64 || L < 1 || s->world % L != 0 ||
         (s->world < 64 && (dead_mask >> s->world) != 0) ||
         (s->world < 64 && dead_mask == (1ull << s->world) - 1u) || dead_mask == ~0ull) {
         return EEP_ERR_INVALID_ARG;
@@ -856,7 +873,7 @@ eep_status_t eep_ref_degrade(const eep_ep_shape_t *s, const eep_ref_input_t *inp
         int32_t      n    = 0;
         eep_status_t status;
 
-        status = degrade_one(s, &inputs[r], dead, dead_mask, &out[r],
+        status = degrade_one(s, &inputs[r], r, dead, dead_mask, L, &out[r],
                              dropped != NULL && !dead ? dropped[r] : NULL, &n);
         if (status != EEP_OK) {
             while (r-- > 0) {

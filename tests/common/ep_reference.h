@@ -196,6 +196,17 @@ eep_status_t eep_ref_degrade(const eep_ep_shape_t *shape, const eep_ref_input_t 
                              uint64_t dead_mask, eep_ref_input_t *out, uint8_t *const *dropped,
                              int32_t *n_dropped);
 
+/**
+ * eep_ref_degrade for hybrid mode with forwarding: ranks in nodes of @p lsa_size GPUs
+ * (node-major), a token of rank s crossing to another node at that node's rank with s's local
+ * index (its forwarder).  A lane of s is also dropped when its expert's node is another one whose
+ * forwarder for s is dead.  @p lsa_size 1 (no forwarding) is eep_ref_degrade.
+ * @return as eep_ref_degrade; EEP_ERR_INVALID_ARG also when @p lsa_size does not divide the world.
+ */
+eep_status_t eep_ref_degrade_lsa(const eep_ep_shape_t *shape, const eep_ref_input_t *inputs,
+                                 uint64_t dead_mask, int lsa_size, eep_ref_input_t *out,
+                                 uint8_t *const *dropped, int32_t *n_dropped);
+
 /** splitmix64 step: the generator's only source of randomness (also for tests). */
 uint64_t eep_ref_rand(uint64_t *state);
 
