@@ -45,7 +45,9 @@
  * runtime's view machine marked it after a fault, until a view removes it; or
  * eep_dispatch_args_t.dead_mask), dispatch and combine complete on the live ranks.  A call skips
  * every wait on, and every store or put to, a dead rank.  A top-k lane whose expert lives on a
- * dead rank is dropped: routed as if its id were -1 (no row anywhere, the token not sent to that
+ * dead rank is dropped (in hybrid mode with forwarding also one whose expert's node is another
+ * node whose forwarder for this rank, its rank with this rank's local index, is dead: that path
+ * is gone both ways): routed as if its id were -1 (no row anywhere, the token not sent to that
  * rank for it), reported in the dispatch's dropped report (dropped_topk, num_dropped, on the GPU),
  * and left out of combine: its weight counts as 0, and the other lanes' weights are NOT
  * renormalised (out[t] is the sum over the live lanes only; a caller that wants renormalised
@@ -220,8 +222,9 @@ typedef struct {
     uint64_t dead_mask;
     /*
      * The dropped report, device memory, or NULL: dropped_topk [num_tokens, num_topk] gets 1
-     * where lane k of token t names an expert (an id in [0, num_experts)) held by a dead rank,
-     * else 0; *num_dropped the count of those (token, k) pairs.  Both are written by every
+     * where lane k of token t names an expert (an id in [0, num_experts)) held by a dead rank
+     * (hybrid mode with forwarding: or by a rank of a node this rank reaches only through a
+     * dead forwarder, see "Degraded mode"), else 0; *num_dropped the count of those (token, k) pairs.  Both are written by every
      * dispatch that has them (zeros when nothing is dead), in every mode, on the GPU: no host
      * synchronisation.  Any alignment.
      */
@@ -253,8 +256,7 @@ typedef struct {
  *         EEP_ERR_INVALID_ARG / EEP_ERR_STALE_EPOCH for bad input; EEP_ERR_PEER_TIMEOUT when the
  *         counts did not arrive in time (CPU_SYNC); EEP_ERR_DEVICE_FAULT for an earlier fault;
  *         EEP_ERR_PEER_LOST for a CACHED dispatch on a handle made before a rank was known dead
- *         (degraded mode: dispatch again without CACHED); EEP_ERR_UNSUPPORTED for a dead rank in
- *         hybrid mode with forwarding (more than one GPU a node).
+ *         (degraded mode: dispatch again without CACHED).
  */
 eep_status_t eep_dispatch(eep_runtime_t *rt, const eep_dispatch_args_t *args,
                           eep_ep_handle_t **handle_p, void *stream);
