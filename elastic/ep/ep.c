@@ -103,32 +103,13 @@ static void eep_ep_world_of(const eep_runtime_t *rt, eep_ep_world_t *world)
     world->dead_mask       = eep_ep_runtime_dead(rt);
 }
 
-/*
- * Degraded mode: @p p's dead set (p->dead_mask) as the kernels use it.  drop_mask, the ranks
- * this rank cannot reach, and mute_mask, the sources that cannot reach it: the dead, and in
- * hybrid mode with forwarding (L GPUs a node, ranks node-major) every rank of another node whose
- * forwarder for the pair is dead (rank -> o crosses to o's node at the rank of that node with
- * this rank's local index; o -> rank at this node's rank with o's local index, and the
- * combine's partials come back the same way).  Without forwarding both are the dead set.
- */
-static void eep_ep_reach_masks(const eep_runtime_t *rt, const struct eep_ep_state *st,
-                               eep_epk_params_t *p)
+/* Degraded mode: @p p's dead set as the kernels use it (eep_ep_reach_masks, ep_args.h), with
+   forwarding in hybrid mode over nodes of lsa_size GPUs. */
+static void eep_ep_reach_masks_of(const eep_runtime_t *rt, const struct eep_ep_state *st,
+                                  eep_epk_params_t *p)
 {
-    const int L = st->hybrid && rt->lsa_size > 1 ? rt->lsa_size : 1, me = rt->rank;
-
-    p->drop_mask = p->dead_mask;
-    p->mute_mask = p->dead_mask;
-    for (int o = 0; L > 1 && p->dead_mask != 0 && o < rt->nranks && o < EEP_EPK_MAX_WORLD; o++) {
-        if (o / L == me / L) {
-            continue; /* same node: over NVLink, no forwarder */
-        }
-        if ((p->dead_mask >> ((o / L) * L + me % L)) & 1u) {
-            p->drop_mask |= 1u << o;
-        }
-        if ((p->dead_mask >> ((me / L) * L + o % L)) & 1u) {
-            p->mute_mask |= 1u << o;
-        }
-    }
+    eep_ep_reach_masks(rt->nranks, rt->rank, st->hybrid ? rt->lsa_size : 1, p->dead_mask,
+                       &p->drop_mask, &p->mute_mask);
 }
 
 /* Free the placement tables (no kernel of the runtime runs). */
@@ -751,7 +732,7 @@ eep_status_t eep_dispatch(eep_runtime_t *rt, const eep_dispatch_args_t *args,
         return status;
     }
     p.dead_mask = eep_ep_args_dead_mask(args, &world);
-    eep_ep_reach_masks(rt, st, &p);
+    eep_ep_reach_masks_of(rt, st, &p);
     if (args->size >= offsetof(eep_dispatch_args_t, num_dropped) + sizeof(args->num_dropped)) {
         p.dropped_topk = (uintptr_t)args->dropped_topk;
         p.num_dropped  = (uintptr_t)args->num_dropped;
@@ -983,7 +964,7 @@ static eep_status_t eep_ep_combine_launch(eep_runtime_t *rt, const eep_combine_a
     p.combine_flags = a->weighted ? 0 : EEP_EPK_COMBINE_UNWEIGHTED;
     /* the handle's dead ranks (eep_ep_combine_args_check refused any found dead since) */
     p.dead_mask = handle->dead_mask;
-    eep_ep_reach_masks(rt, st, &p);
+    eep_ep_reach_masks_of(rt, st, &p);
     eep_ep_params_handle(&p, handle);
     if ((status = eep_ep_kernel(rt, st, kind, 0, 0, 0, shape, &kernel)) != EEP_OK) {
         return status;

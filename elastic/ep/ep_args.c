@@ -182,6 +182,29 @@ static eep_status_t eep_ep_check_dead_mask(const eep_dispatch_args_t *a,
     return EEP_OK;
 }
 
+void eep_ep_reach_masks(int world, int rank, int lsa_size, uint32_t dead, uint32_t *drop_p,
+                        uint32_t *mute_p)
+{
+    const int L    = lsa_size > 1 ? lsa_size : 1;
+    uint32_t  drop = dead, mute = dead;
+
+    for (int o = 0; L > 1 && dead != 0 && o < world && o < 32; o++) {
+        const int to = (o / L) * L + rank % L, from = (rank / L) * L + o % L;
+
+        if (o / L == rank / L) {
+            continue; /* the same node: over NVLink, no forwarder */
+        }
+        if (to < 32 && ((dead >> to) & 1u)) {
+            drop |= 1u << o; /* this rank's forwarder to o's node is dead */
+        }
+        if (from < 32 && ((dead >> from) & 1u)) {
+            mute |= 1u << o; /* o's forwarder to this node is dead */
+        }
+    }
+    *drop_p = drop;
+    *mute_p = mute;
+}
+
 eep_ep_layout_t eep_ep_args_layout(const eep_dispatch_args_t *a)
 {
     return a->size >= offsetof(eep_dispatch_args_t, layout) + sizeof(a->layout)

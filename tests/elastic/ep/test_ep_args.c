@@ -664,6 +664,39 @@ static void test_degraded_args(void **state)
     eep_ep_handle_destroy(h);
 }
 
+/* The reach masks (degraded mode with forwarding): 2 nodes of 2 GPUs, rank 3 dead.  Rank 1's
+   forwarder to node 1 is 3: it reaches neither 2 nor 3, and 2 hears nothing from it (1's tokens
+   went through 3), while 2's tokens reach 1 through 0; rank 0 crosses through 2, alive.  Not
+   symmetric, by the route.  Without forwarding: the dead set only. */
+static void test_reach_masks(void **state)
+{
+    uint32_t drop, mute;
+
+    (void)state;
+    eep_ep_reach_masks(4, 1, 2, 1u << 3, &drop, &mute);
+    assert_int_equal(drop, 0xcu);
+    assert_int_equal(mute, 0x8u);
+    eep_ep_reach_masks(4, 0, 2, 1u << 3, &drop, &mute);
+    assert_int_equal(drop, 0x8u);
+    assert_int_equal(mute, 0x8u);
+    eep_ep_reach_masks(4, 2, 2, 1u << 3, &drop, &mute);
+    assert_int_equal(drop, 0x8u); /* 2 -> 0, 1 through 0 (its own local index) */
+    assert_int_equal(mute, 0xau); /* 1 -> 2 went through 3 */
+    eep_ep_reach_masks(4, 2, 1, 1u << 3, &drop, &mute);
+    assert_int_equal(drop, 0x8u);
+    assert_int_equal(mute, 0x8u);
+    eep_ep_reach_masks(8, 5, 2, 0, &drop, &mute); /* nothing dead: nothing cut */
+    assert_int_equal(drop | mute, 0u);
+    /* 4 nodes of 2, rank 6 (node 3, local 0) dead: rank 0 reaches node 3 through 6: cut;
+       rank 1 through 7: fine; both hear node 3's live rank 7 through their node's rank 1 */
+    eep_ep_reach_masks(8, 0, 2, 1u << 6, &drop, &mute);
+    assert_int_equal(drop, 0xc0u);
+    assert_int_equal(mute, 0x40u);
+    eep_ep_reach_masks(8, 1, 2, 1u << 6, &drop, &mute);
+    assert_int_equal(drop, 0x40u);
+    assert_int_equal(mute, 0x40u);
+}
+
 /* The runtime's dead peers (its view machine's) reach the checks through eep_combine: a handle
    made before the death is refused with EEP_ERR_PEER_LOST, nothing launched. */
 static void test_degraded_through_runtime(void **state)
@@ -721,6 +754,7 @@ int main(void)
         cmocka_unit_test(test_stale_epoch_through_runtime),
         cmocka_unit_test(test_degraded_args),
         cmocka_unit_test(test_degraded_through_runtime),
+        cmocka_unit_test(test_reach_masks),
     };
 
     return cmocka_run_group_tests(tests, setup, teardown);
