@@ -213,6 +213,8 @@ static bool layer_params(layer &L, const eep_ep_envelope_t &env, rank_rt *rt, ee
         q.timeout_ns   = (g_dead != 0 ? 20ull : 200ull) * 1000000000ull; /* a wait for the dead
                                                                            rank faults */
         q.dead_mask    = g_dead;
+        q.drop_mask    = g_dead; /* direct mode: the reach masks are the dead set */
+        q.mute_mask    = g_dead;
         q.send_blocks  = SEND;
         q.chunk_totals = U(rt[r].chunk_totals);
         q.chunk_flags  = U(rt[r].chunk_flags);
