@@ -377,7 +377,7 @@ __device__ __forceinline__ void eep_epk_dispatch(const eep_epk_params_t &p)
             for (int e = threadIdx.x; e < E; e += blockDim.x) {
                 const unsigned pl = eep_epk_place_of(p, e);
 
-                if (!((p.drop_mask >> (pl >> 16)) & 1u)) {
+                if (!eep_epk_unreachable(p, (int)(pl >> 16))) {
                     unsigned long long *slot = eep_epk_count_slot(p, peer_base, (int)(pl >> 16),
                                                                   parity);
 
@@ -386,7 +386,7 @@ __device__ __forceinline__ void eep_epk_dispatch(const eep_epk_params_t &p)
             }
             __syncthreads();
         }
-        if ((int)threadIdx.x < W && !((p.drop_mask >> threadIdx.x) & 1u)) {
+        if ((int)threadIdx.x < W && !eep_epk_unreachable(p, (int)threadIdx.x)) {
             const int           d    = threadIdx.x;
             unsigned long long *slot = eep_epk_count_slot(p, peer_base, d, parity);
             /* a release store: after the __syncthreads, it orders every count word above */

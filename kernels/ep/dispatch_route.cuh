@@ -402,7 +402,7 @@ __device__ void eep_epk_report_dropped(const eep_epk_params_t &p)
     }
     __syncthreads();
     for (int i = threadIdx.x; i < nk; i += blockDim.x) {
-        const long long e    = p.drop_mask != 0 ? eep_epk_id<IdxBits>(p, i) : -1;
+        const long long e    = (p.drop_mask | p.dead_mask) != 0 ? eep_epk_id<IdxBits>(p, i) : -1;
         const int       drop = e >= 0 && eep_epk_live_id(p, e) < 0;
 
         if (p.dropped_topk != 0) {

@@ -195,7 +195,13 @@ __device__ __forceinline__ bool eep_epk_dead(const eep_epk_params_t &p, int r)
    come, its slot counts as zero. */
 __device__ __forceinline__ bool eep_epk_muted(const eep_epk_params_t &p, int s)
 {
-    return ((p.mute_mask >> (unsigned)s) & 1u) != 0;
+    return (((p.mute_mask | p.dead_mask) >> (unsigned)s) & 1u) != 0; /* the dead, always */
+}
+
+/* This rank cannot reach rank @p d (dead, or behind a dead forwarder): nothing is sent to it. */
+__device__ __forceinline__ bool eep_epk_unreachable(const eep_epk_params_t &p, int d)
+{
+    return (((p.drop_mask | p.dead_mask) >> (unsigned)d) & 1u) != 0;
 }
 
 /* A top-k id as the dispatch routes it: -1 when it names an expert (in [0, num_experts)) of a
@@ -205,8 +211,8 @@ __device__ __forceinline__ bool eep_epk_muted(const eep_epk_params_t &p, int s)
    partial.  One uniform test when nothing is dead. */
 __device__ __forceinline__ long long eep_epk_live_id(const eep_epk_params_t &p, long long e)
 {
-    return p.drop_mask != 0 && e >= 0 && e < p.num_experts &&
-                   ((p.drop_mask >> (unsigned)eep_epk_rank_of(p, (int)e)) & 1u) != 0
+    return (p.drop_mask | p.dead_mask) != 0 && e >= 0 && e < p.num_experts &&
+                   eep_epk_unreachable(p, eep_epk_rank_of(p, (int)e))
                ? -1
                : e;
 }

@@ -172,7 +172,8 @@ typedef struct eep_epk_params {
        hybrid mode with forwarding every rank of a node whose forwarder for this rank is dead):
        a top-k lane on one of their experts is routed as id -1 (eep_epk_live_id).  mute_mask: the
        sources that cannot reach this rank (the same rule the other way): their count words are
-       not waited for and their slots read as zero.  Without forwarding both are dead_mask.
+       not waited for and their slots read as zero.  Without forwarding both are dead_mask (the
+       kernels take each with dead_mask OR'ed in: a dead rank is always both).
        The dispatch's counter block writes the dropped report when asked: dropped_topk, 0 or
        u8 [num_tokens, K] (1: the lane was dropped), and num_dropped, 0 or one int (their
        count). */
