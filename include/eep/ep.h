@@ -215,18 +215,18 @@ typedef struct {
     /*
      * Ranks known dead (bit r: rank r of this runtime), on top of those the runtime knows (its
      * view machine's dead peers while it is degraded: eep_membership_info_t.degraded): the call
-     * neither waits for nor writes to any of them (see "Degraded mode" below).  Bits at or above
-     * the world size, or this rank's own, are refused (EEP_ERR_INVALID_ARG naming dead_mask).
-     * Every live rank must pass the same mask (as they pass the same shapes).
+     * neither waits for nor writes to any of them (see "Degraded mode" at the top).  Bits at or
+     * above the world size, or this rank's own, are refused (EEP_ERR_INVALID_ARG naming
+     * dead_mask).  Every live rank must pass the same mask (as they pass the same shapes).
      */
     uint64_t dead_mask;
     /*
      * The dropped report, device memory, or NULL: dropped_topk [num_tokens, num_topk] gets 1
      * where lane k of token t names an expert (an id in [0, num_experts)) held by a dead rank
      * (hybrid mode with forwarding: or by a rank of a node this rank reaches only through a
-     * dead forwarder, see "Degraded mode"), else 0; *num_dropped the count of those (token, k) pairs.  Both are written by every
-     * dispatch that has them (zeros when nothing is dead), in every mode, on the GPU: no host
-     * synchronisation.  Any alignment.
+     * dead forwarder, see "Degraded mode"), else 0; *num_dropped the count of those (token, k)
+     * pairs.  Both are written by every dispatch that has them (zeros when nothing is dead), in
+     * every mode, on the GPU: no host synchronisation.  Any alignment.
      */
     uint8_t *dropped_topk;
     int32_t *num_dropped;
