@@ -868,7 +868,12 @@ static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, i
         for (int r = 0; g_dead != 0 && r < W; r++) {
             size_t nz = 0;
 
-            for (size_t i = 0; is_dead(r) && i < z.total_bytes; i++) {
+#ifdef EEP_EMU_LSA
+            const size_t win_bytes = z.total_bytes + stage; /* with the GIN send staging */
+#else
+            const size_t win_bytes = z.total_bytes;
+#endif
+            for (size_t i = 0; is_dead(r) && i < win_bytes; i++) {
                 nz += win->base[r][i] != 0;
             }
             check(nz == 0, "the dead rank's window untouched", r, (long long)nz);
