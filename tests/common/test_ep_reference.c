@@ -522,6 +522,48 @@ static void test_degrade(void **state)
     }
 }
 
+/* eep_ref_degrade_lsa: 2 nodes of 2 GPUs, rank 3 dead.  Rank 1 crosses to node 1 through 3,
+   so its lanes on ranks 2 and 3 are dropped; ranks 0 and 2 lose only rank 3's lanes.  An LSA
+   size that does not divide the world is refused. */
+static void test_degrade_forwarding(void **state)
+{
+    eep_ep_shape_t  s = { 4, 8, 64, 4, 16, 4, EEP_DTYPE_BF16, 0, NULL }; /* 4 experts a rank */
+    eep_ref_gen_t   gen;
+    eep_ref_input_t in[4], din[4];
+    int32_t         n[4];
+    int             r, i, cut = 0;
+
+    (void)state;
+    eep_ref_gen_init(&gen, 13);
+    for (r = 0; r < 4; r++) {
+        assert_int_equal(eep_ref_input_generate(&s, &gen, r, &in[r]), EEP_OK);
+    }
+    assert_int_equal(eep_ref_degrade_lsa(&s, in, 1u << 3, 2, din, NULL, n), EEP_OK);
+    for (r = 0; r < 3; r++) {
+        int mine = 0;
+
+        for (i = 0; i < in[r].num_tokens * 4; i++) {
+            const int64_t g    = in[r].topk_idx[i];
+            const int     rank = g >= 0 ? (int)(g / 4) : -1;
+            const int     drop = rank == 3 || (r == 1 && rank == 2);
+
+            assert_int_equal(din[r].topk_idx[i], drop ? -1 : g);
+            mine += drop;
+            cut += r == 1 && rank == 2;
+        }
+        assert_int_equal(n[r], mine);
+    }
+    assert_true(cut > 0); /* rank 1 had lanes on rank 2, all cut */
+    assert_int_equal(din[3].num_tokens, 0);
+    for (r = 0; r < 4; r++) {
+        eep_ref_input_free(&din[r]);
+    }
+    assert_int_equal(eep_ref_degrade_lsa(&s, in, 1u << 3, 3, din, NULL, NULL), EEP_ERR_INVALID_ARG);
+    for (r = 0; r < 4; r++) {
+        eep_ref_input_free(&in[r]);
+    }
+}
+
 /* Expert outputs: y = c (a constant) on every real row, poison on padding rows. */
 static uint16_t **make_y(const ep_world_t *w, uint16_t value)
 {
@@ -726,6 +768,7 @@ int main(void)
         cmocka_unit_test(test_special_cases),
         cmocka_unit_test(test_bad_expert_ids),
         cmocka_unit_test(test_degrade),
+        cmocka_unit_test(test_degrade_forwarding),
         cmocka_unit_test(test_combine_constant_outputs),
         cmocka_unit_test(test_combine_identity_experts),
         cmocka_unit_test(test_combine_order_is_lane_then_rank),
