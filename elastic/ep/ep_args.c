@@ -172,7 +172,7 @@ static eep_status_t eep_ep_check_dead_mask(const eep_dispatch_args_t *a,
                   (unsigned long long)m, world->world);
         return EEP_ERR_INVALID_ARG;
     }
-    if ((m >> world->rank) & 1u) {
+    if (world->rank >= 0 && world->rank < 64 && ((m >> world->rank) & 1u)) {
         eep_error(EEP_SUBSYS_KERNEL,
                   "dispatch: invalid argument dead_mask: 0x%llx names this rank (%d): a rank "
                   "that runs is not dead",
