@@ -5,7 +5,8 @@
 #   make asan|ubsan the same tests under AddressSanitizer / UndefinedBehaviorSanitizer
 #   make gpu-check  GPU tests, one process per visible GPU (GPU machine)
 #   make bench      benchmarks against NCCL, written to bench/RESULTS.md (GPU machine)
-#   make run        local etcd + eepd + one rank per GPU (control plane alone without a GPU)
+#   make run        local etcd + 3 eepd + checked MoE ranks (one per GPU, 4 on one GPU) with a
+#                   live status line; FAULTS=1|FILE injects faults (control plane alone w/o GPU)
 #
 # Knobs (override on the command line): CUDA_HOME, NCCL_HOME, DEBUG, SANITIZER, WERROR, BUILD.
 
@@ -150,11 +151,18 @@ clean:
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
 
-# make run: local etcd + eepd + one rank per visible GPU (the control plane alone without one).
-# EEP_RUN_ARGS passes launcher flags, e.g. make run EEP_RUN_ARGS="--seconds 20 --agents 3".
+# make run: local etcd + 3 eepd replicas + eep-rank --steps moe, one per visible GPU (4 on one
+# GPU, through the GIN test plugin), RUN_SECONDS long (default 180) with a live status line, then
+# a summary and a timeline PNG; FAULTS=1 (a schedule seeded by SEED) or FAULTS=path/schedule.json
+# (docs/fault-schedule.md) injects faults.  Without a GPU: the control plane alone.
+# EEP_RUN_ARGS passes more launcher flags, e.g. make run EEP_RUN_ARGS="--agents 3".
+RUN_SECONDS ?= 180
+FAULTS ?=
+SEED ?= 1
 run: deps-run
 	@$(MAKE) --no-print-directory all
-	@BUILD=$(abspath $(BUILD)) deploy/launch.sh $(EEP_RUN_ARGS)
+	@BUILD=$(abspath $(BUILD)) deploy/launch.sh --seconds $(RUN_SECONDS) --seed $(SEED) \
+	    $(if $(FAULTS),--faults $(FAULTS)) $(EEP_RUN_ARGS)
 
 # make install PREFIX=/usr/local, make uninstall: deploy/install.mk.
 include deploy/install.mk

@@ -66,16 +66,16 @@ elif [ -f "$bundle" ]; then
     echo "gpu-elastic: using $bundle for etcd, eepd and eep-rank's objects"
     b=$work/bundle
     mkdir -p "$b" && tar -C "$b" -xJf "$bundle" || { echo "gpu-elastic: cannot unpack $bundle"; exit 1; }
-    [ -f "$b/obj/eep_step.o" ] ||
-        { echo "gpu-elastic: $bundle predates eep-rank's step loop (no obj/eep_step.o): run scripts/device-bundle.sh again"; exit 1; }
+    [ -f "$b/obj/eep_step.o" ] && [ -f "$b/obj/eep_fault.o" ] ||
+        { echo "gpu-elastic: $bundle predates eep-rank's step loop or fault injection (no obj/eep_step.o or obj/eep_fault.o): run scripts/device-bundle.sh again"; exit 1; }
     make -j"$(nproc)" build/lib/libeep.a build/lib/libnccl-net-eep-gin.so >>"$blog" 2>&1 ||
         { echo "gpu-elastic: build of libeep.a / the plugin failed:"; tail -30 "$blog"; exit 1; }
     nccl=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null)
     nccl_lib=${nccl:+-L$nccl/lib -Wl,-rpath,$nccl/lib}
     # shellcheck disable=SC2086  # nccl_lib is a list of flags
-    g++ -o "$b/build/bin/eep-rank" "$b"/obj/eep_rank.o "$b"/obj/eep_step.o "$b"/obj/libeep_agent.a \
-        "$b"/obj/libeep_control.a "$b"/obj/libeep_proto.a build/lib/libeep.a -L"$b/lib" \
-        -Wl,-rpath-link,"$b/lib" -lgrpc -lgpr -lprotobuf-c -libverbs -pthread $nccl_lib \
+    g++ -o "$b/build/bin/eep-rank" "$b"/obj/eep_rank.o "$b"/obj/eep_step.o "$b"/obj/eep_fault.o "$b"/obj/eep_rank_obs.o \
+        "$b"/obj/libeep_agent.a "$b"/obj/libeep_rank.a "$b"/obj/libeep_control.a "$b"/obj/libeep_proto.a build/lib/libeep.a -L"$b/lib" \
+        -Wl,-rpath-link,"$b/lib" -lgrpc -lgpr -lprotobuf-c -libverbs -lmicrohttpd -pthread $nccl_lib \
         -l:libnccl.so.2 -ldl >>"$blog" 2>&1 || { echo "gpu-elastic: linking eep-rank failed:"; tail -20 "$blog"; exit 1; }
     export PATH=$b/bin:$PATH LD_LIBRARY_PATH=$b/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
     bin=$b/build/bin etcd_bin=$b/bin/etcd

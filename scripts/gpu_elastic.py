@@ -18,99 +18,33 @@ each round GPU memory (nvidia-smi) and each live rank's open fds are sampled; th
 Writes summary.txt and summary.json to --out; every rank's log stays in --work.
 """
 import argparse
-import bisect
 import json
 import os
 import signal
-import socket
-import statistics
 import subprocess
 import sys
 import time
-import urllib.request
 
-
-def now_ms():
-    return int(time.time() * 1000)
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from eep_procs import JsonProc, free_port, now_ms, start_etcd, stats, wait_for  # noqa: E402
 
 
 def log(msg):
     print(f"gpu-elastic: {msg}", flush=True)
 
 
-class Rank:
+class Rank(JsonProc):
     """One eep-rank process and the JSON lines it printed."""
 
     def __init__(self, slot, args, env, work):
         self.slot = slot
-        self.out = os.path.join(work, f"rank-{slot}.jsonl")
-        self.err = os.path.join(work, f"rank-{slot}.err")
         self.arm = os.path.join(work, f"rank-{slot}.arm")
-        self.events = []
-        self.times = []  # t_ms of each event, non-decreasing: first() bisects
-        self.bad = False
-        self._pos = 0
-        self.start_ms = now_ms()
-        self.expect_death = False
         e = dict(env)
         e["NCCL_HOSTID"] = f"eep-gpu-elastic-{os.getpid()}-{slot}"
         cmd = [args.rank_bin, "--steps", args.steps, "--interval-ms", str(args.interval_ms),
                "--timeout-ms", str(args.timeout_ms), "--view-wait-s", "30",
                "--join-timeout-s", "120", "--arm-file", self.arm]
-        self.proc = subprocess.Popen(cmd, stdout=open(self.out, "w"), stderr=open(self.err, "w"),
-                                     env=e, start_new_session=True)
-
-    def poll(self):
-        with open(self.out) as f:
-            f.seek(self._pos)
-            while True:
-                line = f.readline()
-                if not line or not line.endswith("\n"):
-                    break
-                self._pos = f.tell()
-                try:
-                    e = json.loads(line)
-                except ValueError:
-                    continue
-                t = e.get("t_ms", 0)
-                self.events.append(e)
-                self.times.append(max(t, self.times[-1]) if self.times else t)
-                self.bad = self.bad or (e.get("event") == "step" and "bad" in e)
-        return self.events
-
-    def alive(self):
-        return self.proc.poll() is None
-
-    def first(self, since, pred):
-        self.poll()
-        for i in range(bisect.bisect_left(self.times, since), len(self.events)):
-            if pred(self.events[i]):
-                return self.events[i]
-        return None
-
-    def fds(self):
-        try:
-            return len(os.listdir(f"/proc/{self.proc.pid}/fd"))
-        except OSError:
-            return -1
-
-
-def wait_for(cond, timeout_s, step_s=0.01):
-    end = time.time() + timeout_s
-    while time.time() < end:
-        v = cond()
-        if v:
-            return v
-        time.sleep(step_s)
-    return cond()
+        super().__init__(f"rank-{slot}", cmd, e, work)
 
 
 def ok_step_at(world, since):
@@ -135,41 +69,6 @@ def gpu_used_by_pid():
         return {int(a): int(b) for a, b in (ln.split(",") for ln in out.splitlines() if "," in ln)}
     except (OSError, ValueError, subprocess.TimeoutExpired):
         return {}
-
-
-def start_etcd(etcd_bin, work):
-    cport, pport = free_port(), free_port()
-    d = os.path.join(work, "etcd")
-    env = dict(os.environ)
-    proc = subprocess.Popen(
-        [etcd_bin, "--name", "m0", "--data-dir", d,
-         "--listen-client-urls", f"http://127.0.0.1:{cport}",
-         "--advertise-client-urls", f"http://127.0.0.1:{cport}",
-         "--listen-peer-urls", f"http://127.0.0.1:{pport}",
-         "--initial-advertise-peer-urls", f"http://127.0.0.1:{pport}",
-         "--initial-cluster", f"m0=http://127.0.0.1:{pport}", "--initial-cluster-state", "new",
-         "--heartbeat-interval", "50", "--election-timeout", "500",
-         "--grpc-keepalive-min-time", "500ms", "--logger", "zap", "--log-level", "warn"],
-        stdout=open(os.path.join(work, "etcd.log"), "w"), stderr=subprocess.STDOUT, env=env,
-        start_new_session=True)
-
-    def healthy():
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{cport}/health", timeout=1) as r:
-                return b'"health":"true"' in r.read()
-        except OSError:
-            return False
-    if not wait_for(healthy, 20, 0.1):
-        proc.kill()
-        raise RuntimeError("etcd did not become healthy in 20 s (see etcd.log)")
-    return proc, f"127.0.0.1:{cport}"
-
-
-def stats(xs):
-    xs = [x for x in xs if x is not None]
-    if not xs:
-        return {"n": 0, "median": None, "max": None}
-    return {"n": len(xs), "median": round(statistics.median(xs), 1), "max": round(max(xs), 1)}
 
 
 class Job:

@@ -55,6 +55,14 @@ $(EEP_RANK_OBS_TEST): $(BUILD)/tests/tools/test_eep_rank_obs.o $(BUILD)/tools/ee
 	@mkdir -p $(dir $@)
 	$(CXX) -o $@ $^ $(LDFLAGS) $(RANK_LDLIBS) $(NCCL_LDFLAGS) -lcmocka -ldl
 
+# tests/tools/test_eep_fault: eep-rank's fault specs (tools/eep_fault.c), CPU only.
+EEP_FAULT_TEST := $(BUILD)/tests/tools/test_eep_fault
+UNIT_TEST_BINS += $(EEP_FAULT_TEST)
+unit-tests: $(EEP_FAULT_TEST)
+$(EEP_FAULT_TEST): $(BUILD)/tests/tools/test_eep_fault.o $(BUILD)/tools/eep_fault.o $(LIBUTIL_A)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $^ $(LDFLAGS) -lcmocka
+
 # JIT tests: the repository root (kernels/probe) and libeep.so (checked for not linking libcuda).
 $(BUILD)/tests/elastic/jit/test_jit%.o: CPPFLAGS += -DEEP_TEST_SOURCE_ROOT='"$(CURDIR)"'
 $(BUILD)/tests/elastic/gpu/test_cuda_sym.o: CPPFLAGS += \
@@ -142,12 +150,17 @@ $(EP_KERNELS_EMU_TEST) $(EP_KERNELS_EMU_WIDE) $(EP_HYBRID_EMU): tests/emu/test_e
 # test_ep_training_emu*: the training paths (issue 26: unweighted combine, top-k weight
 # gradients, fp8 and bf16 dispatches and two hidden sizes in one window) through the same kernels
 # and emulator: K 2 on 2 ranks, K 8 on 3.
-EP_TRAINING_EMU := $(BUILD)/tests/emu/test_ep_training_emu $(BUILD)/tests/emu/test_ep_training_emu_w3k8
+# _hybrid_2x1: the same in hybrid mode, one GPU a node (the one-GPU cluster): every shape of the
+# envelope in one hybrid window (the top-k gradients are direct mode only).
+EP_TRAINING_EMU := $(BUILD)/tests/emu/test_ep_training_emu $(BUILD)/tests/emu/test_ep_training_emu_w3k8 \
+                   $(BUILD)/tests/emu/test_ep_training_emu_hybrid_2x1
 UNIT_TEST_BINS += $(EP_TRAINING_EMU)
 unit-tests: $(EP_TRAINING_EMU)
 $(BUILD)/tests/emu/test_ep_training_emu: EMU_SHAPE := -DEEP_EPK_FIXED_K=2 -DEEP_EPK_FIXED_W=2
 $(BUILD)/tests/emu/test_ep_training_emu_w3k8: EMU_SHAPE := -DEEP_EPK_FIXED_K=8 -DEEP_EPK_FIXED_W=3
-$(EP_TRAINING_EMU): tests/emu/test_ep_training_emu.cc tests/emu/ep_kernel_shim.h \
+$(BUILD)/tests/emu/test_ep_training_emu_hybrid_2x1: EMU_SHAPE := -DEEP_EPK_FIXED_K=2 \
+    -DEEP_EPK_FIXED_W=2 -DEEP_EMU_LSA=1
+$(EP_TRAINING_EMU): tests/emu/test_ep_training_emu.cc tests/emu/ep_kernel_shim.h tests/emu/gin_model.h \
                     $(wildcard kernels/ep/*.cuh kernels/ep/*.h kernels/common/*.cuh) \
                     $(EP_REFERENCE_OBJ) $(LIBEEP_A)
 	@mkdir -p $(dir $@)

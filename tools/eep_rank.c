@@ -4,19 +4,22 @@
  *
  *   eep-rank [--steps barrier|moe] [--interval-ms N] [--seconds N] [--max-steps N]
  *            [--timeout-ms N] [--view-wait-s N] [--join-timeout-s N] [--tokens N] [--hidden N]
- *            [--topk N] [--experts N] [--seed N] [--arm-file PATH] [-v]
+ *            [--topk N] [--experts N] [--seed N] [--arm-file PATH] [--fault SPEC]... [-v]
+ *            [--agent-faults]
+ *            [--help] [--version]
  *
+ * Options are getopt_long's (--opt=value or --opt value); --help lists them with their defaults.
  *   --steps barrier   each step is one sequential barrier (default: runs everywhere today)
  *   --steps moe       each step is dispatch -> stand-in expert -> combine through eep/ep.h,
  *                     checked bit for bit against tools/eep_step.c (seeded routing)
- *   --interval-ms N   pause between steps (10)          --seconds N    stop after N s (0: never)
- *   --max-steps N     stop after N good steps (0: never) --timeout-ms N device-wait deadline (500)
- *   --view-wait-s N   give up waiting for the view that resolves a fault after N s (30)
- *   --join-timeout-s N  give up when no view holds this rank for N s at start (300)
- *   --tokens/--hidden/--topk/--experts/--seed   the MoE shape (64, 256, 2, 12, 1)
- *   --arm-file PATH   on SIGUSR1, read "PHASE KILL|STOP" from PATH (PHASE: barrier, dispatch,
- *                     combine): the next kernel of that phase is launched, then this process
- *                     raises SIGKILL or SIGSTOP on itself (a death mid-kernel, for gpu-elastic)
+ *   --arm-file PATH   on SIGUSR1, read one fault SPEC from PATH and arm it for the next step
+ *                     (make gpu-elastic writes "PHASE KILL|STOP": a death mid-kernel)
+ *   --fault SPEC      arm a fault at start (repeatable), e.g. --fault "stall phase=combine ms=800
+ *                     step=50"; SPEC's grammar is tools/eep_fault.h's (docs/fault-schedule.md)
+ *   --agent-faults    arm the specs `eepctl inject-fault data-plane MEMBER SPEC` sends through
+ *                     eepd and this rank's agent (eep_agent_take_fault), between steps
+ * Fault injection is off unless --fault, --arm-file or --agent-faults is given.  Each fault that fires prints an
+ * "inject" line first (and "dying" before a self-raised KILL, STOP or exit).
  *
  * The rank joins through the agent (EEP_JOB, EEP_ETCD_ENDPOINTS) and creates its runtime from the
  * membership (the agent as eep_membership_t): the first view that holds it gives rank, world and
@@ -32,10 +35,14 @@
  *    "local_experts":L,"fds":N,"gpu_free_mb":M}
  *   {"t_ms":..,"event":"fault","epoch":E,"status":..,"phase":..,"peer":P}
  *   {"t_ms":..,"event":"dying","phase":..,"signal":"KILL"}   (just before a self-raised signal)
+ *   {"t_ms":..,"event":"inject","action":"stall","phase":"dispatch","step":N,"ms":..,
+ *    "injected":I}                                            (a fault of --fault/--arm-file)
  * Exit: 0 after SIGTERM/SIGINT or --seconds/--max-steps, 2 for usage, 3 when a step's result was
- * wrong, else the negated eep_status_t (80: no GPU).  Every wait is bounded.
+ * wrong, 4 after an injected exit, else the negated eep_status_t (80: no GPU).  Every wait is
+ * bounded (an injected hang without ms lasts until SIGTERM).
  */
 #include <dirent.h>
+#include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,8 +53,10 @@
 #include "control/agent/agent_membership.h"
 #include "eep/eep.h"
 #include "eep/ep.h"
+#include "eep/version.h"
 #include "elastic/gpu/cuda_sym.h"
 #include "tools/eep_rank_obs.h"
+#include "tools/eep_fault.h"
 #include "tools/eep_step.h"
 #include "util/clock.h"
 #include "util/config.h"
@@ -57,6 +66,7 @@
 #define EEP_RANK_EXIT_WRONG       3
 #define EEP_RANK_MAX_WORLD        8 /* MoE buffers are sized for this many ranks */
 #define EEP_RANK_FIRST_TIMEOUT_MS 60000
+#define EEP_RANK_MAX_FAULTS       EEP_FAULT_QUEUE_MAX /* --fault flags */
 
 static volatile sig_atomic_t eep_rank_stop, eep_rank_view_flag, eep_rank_arm_req;
 
@@ -74,6 +84,9 @@ typedef struct {
     int         moe, interval_ms, seconds, max_steps, timeout_ms, view_wait_s, join_timeout_s;
     int         tokens, hidden, topk, experts, seed;
     const char *arm_file;
+    const char *fault_specs[EEP_RANK_MAX_FAULTS];
+    int         n_fault_specs;
+    int         agent_faults; /* --agent-faults: arm what eepctl inject-fault data-plane sends */
     /* state */
     eep_agent_t          *agent;
     eep_membership_t      ms;
@@ -84,10 +97,11 @@ typedef struct {
                                         same on every member (a newcomer's step count is not) */
     int                   fresh_view; /* no good step yet in this view: a peer may still be
                                          compiling its kernels (seconds) */
-    eep_rank_phase_t      arm_phase;
-    int                   arm_signal;
-    double                t_us[4]; /* by phase */
-    eep_rank_obs_t        obs;     /* metrics endpoint, EEP_RANK_SLOW_MS (eep_rank_obs.h) */
+    eep_fault_queue_t     fq;         /* armed faults, fired in order */
+    uint64_t              injected;
+    int                   corrupted; /* this step's topk_idx was corrupted on purpose */
+    double                t_us[4];   /* by phase */
+    eep_rank_obs_t        obs;       /* metrics endpoint, EEP_RANK_SLOW_MS (eep_rank_obs.h) */
     /* MoE device buffers */
     void *d_x, *d_idx, *d_w, *d_recv_x, *d_recv_idx, *d_recv_w, *d_counts, *d_offsets, *d_y, *d_out;
     uint16_t *h_x, *h_rows, *h_want_rows, *h_y, *h_out, *h_want_out;
@@ -176,45 +190,188 @@ static void eep_rank_line_fault(const eep_rank_t *r, eep_status_t status, eep_ra
            eep_status_name(status), eep_rank_phase_names[phase], peer);
 }
 
-/* SIGUSR1 asked: read "PHASE KILL|STOP" from the arm file. */
+/* ---- fault injection (--fault, --arm-file + SIGUSR1): tools/eep_fault.h ---- */
+
+static eep_rank_phase_t eep_rank_first_phase(const eep_rank_t *r)
+{
+    return r->moe ? EEP_RANK_PH_DISPATCH : EEP_RANK_PH_BARRIER;
+}
+
+/*
+ * Arm one fault @p spec (from @p from: "--fault" or the arm file) for the step it names, else the
+ * next one.  @return 0, or -1 after one line on stderr saying what is wrong with it.
+ */
+static int eep_rank_fault_arm(eep_rank_t *r, const char *spec, const char *from)
+{
+    eep_fault_t f;
+    char        err[320];
+
+    if (eep_fault_parse(spec, &f, err, sizeof(err)) != EEP_OK) {
+        fprintf(stderr, "eep-rank: %s: %s\n", from, err);
+        return -1;
+    }
+    if (f.phase == EEP_FAULT_PH_FIRST) {
+        f.phase = (eep_fault_phase_t)eep_rank_first_phase(r);
+    }
+    if (r->moe != (f.phase != EEP_FAULT_PH_BARRIER)) {
+        fprintf(stderr, "eep-rank: %s: fault '%s' has no %s kernel to act on with --steps %s\n",
+                from, spec, eep_fault_phase_name(f.phase), r->moe ? "moe" : "barrier");
+        return -1;
+    }
+    if (f.action == EEP_FAULT_CORRUPT_ID) {
+        if (!f.has_expert) {
+            f.expert = r->experts; /* the first id out of range */
+        } else if (f.expert >= -1 && f.expert < r->experts) {
+            /* a valid id would move a token to another expert: the checker would call the step
+               wrong, which is not what this fault tests (the dispatch's refusal of bad ids) */
+            fprintf(stderr,
+                    "eep-rank: %s: corrupt-id expert=%d is a valid id (-1..%d): give one out of "
+                    "range, which dispatch must refuse (eep/ep.h)\n",
+                    from, f.expert, r->experts - 1);
+            return -1;
+        }
+    }
+    if (eep_fault_queue_add(&r->fq, &f, r->step + 1) != EEP_OK) {
+        fprintf(stderr, "eep-rank: %s: more than %d faults armed at once\n", from,
+                EEP_FAULT_QUEUE_MAX);
+        return -1;
+    }
+    return 0;
+}
+
+/* SIGUSR1 asked: arm the fault spec the arm file holds (one line). */
 static void eep_rank_arm_read(eep_rank_t *r)
 {
-    char  phase[32] = "", sig[16] = "";
+    char  line[256];
     FILE *f;
-    int   i;
 
     eep_rank_arm_req = 0;
     if (r->arm_file == NULL || (f = fopen(r->arm_file, "r")) == NULL) {
         eep_warn(EEP_SUBSYS_TOOL, "SIGUSR1 without a readable --arm-file: ignored");
         return;
     }
-    if (fscanf(f, "%31s %15s", phase, sig) != 2) {
-        phase[0] = '\0';
+    if (fgets(line, sizeof(line), f) == NULL) {
+        line[0] = '\0';
     }
     fclose(f);
-    for (i = 1; i <= EEP_RANK_PH_COMBINE; i++) {
-        if (strcmp(phase, eep_rank_phase_names[i]) == 0) {
-            r->arm_phase  = (eep_rank_phase_t)i;
-            r->arm_signal = strcmp(sig, "STOP") == 0 ? SIGSTOP : SIGKILL;
-            return;
-        }
+    if (eep_rank_fault_arm(r, line, r->arm_file) != 0) {
+        eep_warn(EEP_SUBSYS_TOOL, "arm file: fault not armed (see the line above)");
     }
-    eep_warn(EEP_SUBSYS_TOOL, "arm file says '%s %s': want PHASE KILL|STOP", phase, sig);
 }
 
-/* Called right after a kernel of @p phase was enqueued. */
-static void eep_rank_maybe_die(eep_rank_t *r, eep_rank_phase_t phase)
+/* @return the index of the first armed fault due now at @p phase with an action in @p mask. */
+static int eep_rank_fault_due(const eep_rank_t *r, eep_rank_phase_t phase, unsigned mask)
 {
-    if (r->arm_phase != phase) {
+    return eep_fault_queue_due(&r->fq, r->step, (eep_fault_phase_t)phase, mask);
+}
+
+/* Fire fault @p i: it leaves the queue (a delay of several steps comes back next step). */
+static eep_fault_t eep_rank_fault_pop(eep_rank_t *r, int i, const char *extra)
+{
+    eep_fault_t f = eep_fault_queue_take(&r->fq, i, r->step);
+
+    r->injected++;
+    printf("{\"t_ms\":%lld,\"event\":\"inject\",\"action\":\"%s\",\"phase\":\"%s\",\"epoch\":%llu,"
+           "\"rank\":%d,\"world\":%d,\"step\":%llu,\"ms\":%d,\"injected\":%llu%s}\n",
+           eep_clock_wall_ms(), eep_fault_action_name(f.action), eep_fault_phase_name(f.phase),
+           (unsigned long long)r->info.epoch, r->info.rank, r->info.world,
+           (unsigned long long)r->step, f.ms, (unsigned long long)r->injected, extra);
+    fflush(stdout);
+    return f;
+}
+
+/* Make no call for @p ms (0: until SIGTERM/SIGINT).  @return EEP_ERR_ABORTED once asked to stop. */
+static eep_status_t eep_rank_idle(int ms)
+{
+    double end = eep_clock_ms() + ms;
+
+    while (!eep_rank_stop && (ms == 0 || eep_clock_ms() < end)) {
+        eep_clock_sleep_ms(5);
+    }
+    return eep_rank_stop ? EEP_ERR_ABORTED : EEP_OK;
+}
+
+/*
+ * Before @p phase's kernel is launched: hang, delay (peers wait for this rank).  A view that came
+ * meanwhile stops the step (EEP_ERR_ABORTED), as it stops a device wait.
+ */
+static eep_status_t eep_rank_fault_before(eep_rank_t *r, eep_rank_phase_t phase)
+{
+    const unsigned mask = EEP_FAULT_BIT(EEP_FAULT_HANG) | EEP_FAULT_BIT(EEP_FAULT_DELAY);
+    eep_status_t   status;
+    int            i;
+
+    while ((i = eep_rank_fault_due(r, phase, mask)) >= 0) {
+        eep_fault_t f = eep_rank_fault_pop(r, i, "");
+
+        if ((status = eep_rank_idle(f.ms)) != EEP_OK) {
+            return status;
+        }
+        if (eep_rank_view_flag) {
+            return EEP_ERR_ABORTED;
+        }
+    }
+    return EEP_OK;
+}
+
+/*
+ * Right after @p phase's kernel was enqueued: kill, stop, exit (a death mid-kernel), or stall
+ * (this host makes no call for ms while its kernel is in flight; a stall longer than the peers'
+ * device-wait deadline makes them time out on this rank in the next phase).
+ */
+static void eep_rank_fault_after(eep_rank_t *r, eep_rank_phase_t phase)
+{
+    const unsigned mask = EEP_FAULT_BIT(EEP_FAULT_KILL) | EEP_FAULT_BIT(EEP_FAULT_STOP) |
+                          EEP_FAULT_BIT(EEP_FAULT_EXIT) | EEP_FAULT_BIT(EEP_FAULT_STALL);
+    int i;
+
+    while (!eep_rank_stop && (i = eep_rank_fault_due(r, phase, mask)) >= 0) {
+        eep_fault_t f = eep_rank_fault_pop(r, i, "");
+
+        if (f.action == EEP_FAULT_STALL) {
+            (void)eep_rank_idle(f.ms); /* a stop request ends it: the wait then aborts */
+            continue;
+        }
+        printf("{\"t_ms\":%lld,\"event\":\"dying\",\"epoch\":%llu,\"rank\":%d,\"phase\":\"%s\","
+               "\"signal\":\"%s\"}\n",
+               eep_clock_wall_ms(), (unsigned long long)r->info.epoch, r->info.rank,
+               eep_rank_phase_names[phase],
+               f.action == EEP_FAULT_STOP   ? "STOP"
+               : f.action == EEP_FAULT_EXIT ? "EXIT"
+                                            : "KILL");
+        fflush(stdout);
+        if (f.action == EEP_FAULT_EXIT) {
+            _exit(EEP_FAULT_EXIT_CODE); /* no cleanup: the kernel is still in flight */
+        }
+        raise(f.action == EEP_FAULT_STOP ? SIGSTOP : SIGKILL); /* STOP: goes on after SIGCONT */
+    }
+}
+
+/*
+ * After the step's routing was made, before it goes to the GPU: corrupt-id writes its id into one
+ * token that only this rank's own experts take (eep_fault_corrupt_pick), so that whatever the
+ * kernel does with the token no peer's checked step changes; a step without such a token leaves
+ * the fault armed for the next one.
+ */
+static void eep_rank_fault_corrupt(eep_rank_t *r, const eep_step_shape_t *s)
+{
+    char extra[96];
+    int  i, t;
+
+    r->corrupted = 0;
+    if ((i = eep_rank_fault_due(r, EEP_RANK_PH_DISPATCH, EEP_FAULT_BIT(EEP_FAULT_CORRUPT_ID))) <
+        0) {
         return;
     }
-    printf("{\"t_ms\":%lld,\"event\":\"dying\",\"epoch\":%llu,\"rank\":%d,\"phase\":\"%s\","
-           "\"signal\":\"%s\"}\n",
-           eep_clock_wall_ms(), (unsigned long long)r->info.epoch, r->info.rank,
-           eep_rank_phase_names[phase], r->arm_signal == SIGSTOP ? "STOP" : "KILL");
-    fflush(stdout);
-    r->arm_phase = EEP_RANK_PH_NONE;
-    raise(r->arm_signal); /* SIGSTOP: continues here after SIGCONT, a zombie */
+    t = eep_fault_corrupt_pick(r->h_idx, s->tokens, s->topk, s->experts / s->world, s->rank);
+    if (t < 0) {
+        return;
+    }
+    snprintf(extra, sizeof(extra), ",\"token\":%d,\"expert\":%d,\"was\":%lld", t, r->fq.f[i].expert,
+             (long long)r->h_idx[(size_t)t * s->topk]);
+    r->h_idx[(size_t)t * s->topk] = r->fq.f[i].expert;
+    eep_rank_fault_pop(r, i, extra);
+    r->corrupted = 1;
 }
 
 static int eep_rank_should_abort(void *ctx)
@@ -234,12 +391,15 @@ static eep_status_t eep_rank_wait(eep_rank_t *r, eep_rank_phase_t phase, double 
 
 static eep_status_t eep_rank_step_barrier(eep_rank_t *r, eep_rank_phase_t *phase_p)
 {
-    double             t0 = eep_clock_ms();
+    double             t0;
     eep_barrier_opts_t o;
     eep_status_t       status;
 
     *phase_p = EEP_RANK_PH_BARRIER;
     eep_rank_obs_slow(&r->obs);
+    if ((status = eep_rank_fault_before(r, EEP_RANK_PH_BARRIER)) != EEP_OK) {
+        return status;
+    }
     t0 = eep_clock_ms();
     memset(&o, 0, sizeof(o));
     o.size = sizeof(o);
@@ -251,7 +411,7 @@ static eep_status_t eep_rank_step_barrier(eep_rank_t *r, eep_rank_phase_t *phase
     if (status != EEP_OK) {
         return status;
     }
-    eep_rank_maybe_die(r, EEP_RANK_PH_BARRIER);
+    eep_rank_fault_after(r, EEP_RANK_PH_BARRIER);
     return eep_rank_wait(r, EEP_RANK_PH_BARRIER, t0);
 }
 
@@ -384,6 +544,7 @@ static eep_status_t eep_rank_step_moe(eep_rank_t *r, eep_rank_phase_t *phase_p, 
     }
     el = eep_step_local_experts(&s, NULL);
     eep_step_routing(&s, s.rank, r->h_idx, r->h_w);
+    eep_rank_fault_corrupt(r, &s);
     eep_step_tokens(&s, s.rank, r->h_x);
     if ((status = eep_rank_cu(
              cu->cuMemcpyHtoD((CUdeviceptr)r->d_x, r->h_x, (size_t)s.tokens * s.hidden * 2),
@@ -419,14 +580,24 @@ static eep_status_t eep_rank_step_moe(eep_rank_t *r, eep_rank_phase_t *phase_p, 
 
     *phase_p = EEP_RANK_PH_DISPATCH;
     eep_rank_obs_slow(&r->obs);
+    if ((status = eep_rank_fault_before(r, EEP_RANK_PH_DISPATCH)) != EEP_OK) {
+        return status;
+    }
     t0     = eep_clock_ms();
     status = eep_dispatch(r->rt, &a, &h, NULL);
     if (status != EEP_OK) {
         return status;
     }
-    eep_rank_maybe_die(r, EEP_RANK_PH_DISPATCH);
+    eep_rank_fault_after(r, EEP_RANK_PH_DISPATCH);
     status = eep_rank_wait(r, EEP_RANK_PH_DISPATCH, t0);
-    if (status != EEP_OK) {
+    if (status == EEP_OK && r->corrupted) {
+        /* the kernel records an out-of-range id (eep/ep.h): the wait or the poll must say so */
+        status = eep_poll(r->rt);
+        if (status == EEP_OK) {
+            *bad_p = "corrupt-id accepted";
+        }
+    }
+    if (status != EEP_OK || *bad_p != NULL) {
         goto out;
     }
     /* What arrived, against what every rank's seeded routing says must arrive. */
@@ -464,12 +635,15 @@ static eep_status_t eep_rank_step_moe(eep_rank_t *r, eep_rank_phase_t *phase_p, 
         goto out;
     }
     *phase_p = EEP_RANK_PH_COMBINE;
-    t0       = eep_clock_ms();
-    status   = eep_combine(r->rt, r->d_y, h, r->d_out, NULL);
+    if ((status = eep_rank_fault_before(r, EEP_RANK_PH_COMBINE)) != EEP_OK) {
+        goto out;
+    }
+    t0     = eep_clock_ms();
+    status = eep_combine(r->rt, r->d_y, h, r->d_out, NULL);
     if (status != EEP_OK) {
         goto out;
     }
-    eep_rank_maybe_die(r, EEP_RANK_PH_COMBINE);
+    eep_rank_fault_after(r, EEP_RANK_PH_COMBINE);
     status = eep_rank_wait(r, EEP_RANK_PH_COMBINE, t0);
     if (status != EEP_OK) {
         goto out;
@@ -553,82 +727,162 @@ static eep_status_t eep_rank_recover(eep_rank_t *r, eep_status_t why, eep_rank_p
     return EEP_ERR_ABORTED;
 }
 
-static int eep_rank_usage(const char *bad)
+/* The numeric options: name, field, bounds (inclusive), what it is. */
+static const struct {
+    const char *name;
+    size_t      off;
+    int         min, max;
+    const char *doc;
+} eep_rank_ints[] = {
+    { "interval-ms", offsetof(eep_rank_t, interval_ms), 0, 100000000, "pause between steps" },
+    { "seconds", offsetof(eep_rank_t, seconds), 0, 100000000, "stop after N s (0: never)" },
+    { "max-steps", offsetof(eep_rank_t, max_steps), 0, 100000000,
+      "stop after N good steps (0: never)" },
+    { "timeout-ms", offsetof(eep_rank_t, timeout_ms), 1, 100000000, "device-wait deadline" },
+    { "view-wait-s", offsetof(eep_rank_t, view_wait_s), 1, 100000000,
+      "give up waiting for the view that resolves a fault" },
+    { "join-timeout-s", offsetof(eep_rank_t, join_timeout_s), 1, 100000000,
+      "give up when no view holds this rank (at start, when fenced)" },
+    { "tokens", offsetof(eep_rank_t, tokens), 1, 100000000, "MoE: tokens per rank" },
+    { "hidden", offsetof(eep_rank_t, hidden), 8, 100000000, "MoE: bf16 channels" },
+    { "topk", offsetof(eep_rank_t, topk), 1, 100000000, "MoE: experts per token" },
+    { "experts", offsetof(eep_rank_t, experts), 1, 100000000, "MoE: experts in all" },
+    { "seed", offsetof(eep_rank_t, seed), 0, 100000000, "MoE: routing seed" },
+};
+
+#define EEP_RANK_N_INTS (int)(sizeof(eep_rank_ints) / sizeof(eep_rank_ints[0]))
+
+enum {
+    EEP_RANK_OPT_STEPS = 256,
+    EEP_RANK_OPT_ARM,
+    EEP_RANK_OPT_FAULT,
+    EEP_RANK_OPT_AGENT_FAULTS,
+    EEP_RANK_OPT_VERSION,
+    EEP_RANK_OPT_INT /* + index into eep_rank_ints */
+};
+
+/* @return 0 (@p out stdout) or 2, the exit status. */
+static int eep_rank_usage(FILE *out, const eep_rank_t *defaults)
 {
-    if (bad != NULL) {
-        fprintf(stderr, "eep-rank: bad argument '%s'\n", bad);
+    int i;
+
+    fprintf(out, "usage: eep-rank [OPTIONS]   one rank of an elastic job (JSON lines on stdout)\n"
+                 "  --steps=barrier|moe   a step is one barrier (default) or dispatch -> "
+                 "stand-in expert -> combine, checked\n");
+    for (i = 0; i < EEP_RANK_N_INTS; i++) {
+        char flag[40];
+
+        snprintf(flag, sizeof(flag), "--%s=N", eep_rank_ints[i].name);
+        fprintf(out, "  %-21s %s; default %d\n", flag, eep_rank_ints[i].doc,
+                *(const int *)((const char *)defaults + eep_rank_ints[i].off));
     }
-    fprintf(stderr, "usage: eep-rank [--steps barrier|moe] [--interval-ms N] [--seconds N] "
-                    "[--max-steps N] [--timeout-ms N] [--view-wait-s N] [--join-timeout-s N] "
-                    "[--tokens N] [--hidden N] [--topk N] [--experts N] [--seed N] "
-                    "[--arm-file PATH] [-v]\n");
-    return bad != NULL ? 2 : 0;
+    fprintf(out,
+            "  --arm-file=PATH       on SIGUSR1, arm the fault SPEC written in PATH\n"
+            "  --fault=SPEC          arm a fault (repeatable, at most %d): ACTION [key=value ...]\n"
+            "                        ACTION: kill stop exit exit-dispatch exit-combine stall hang\n"
+            "                        delay corrupt-id; keys: phase= step= ms= steps= expert=\n"
+            "                        (docs/fault-schedule.md)\n"
+            "  --agent-faults        arm the specs `eepctl inject-fault data-plane` sends\n"
+            "  -v, --verbose         log the GPU probe\n"
+            "  -h, --help, --version\n"
+            "exit: 0 done or stopped (SIGTERM/SIGINT), 2 usage, 3 a wrong step, 4 an injected "
+            "exit, else the negated eep_status_t (80: no GPU)\n",
+            EEP_RANK_MAX_FAULTS);
+    return out == stdout ? 0 : 2;
 }
 
-/* @return 0, or 2 after printing the usage. */
+/*
+ * getopt_long over @p argv into @p r (whose fields hold the defaults).
+ * @return -1 to go on, else the exit status (0 after --help/--version, 2 after a usage error).
+ */
 static int eep_rank_args(eep_rank_t *r, int argc, char **argv, int *verbose_p)
 {
-    static const struct {
-        const char *name;
-        size_t      off;
-        int         min;
-    } ints[] = {
-        { "--interval-ms", offsetof(eep_rank_t, interval_ms), 0 },
-        { "--seconds", offsetof(eep_rank_t, seconds), 0 },
-        { "--max-steps", offsetof(eep_rank_t, max_steps), 0 },
-        { "--timeout-ms", offsetof(eep_rank_t, timeout_ms), 1 },
-        { "--view-wait-s", offsetof(eep_rank_t, view_wait_s), 1 },
-        { "--join-timeout-s", offsetof(eep_rank_t, join_timeout_s), 1 },
-        { "--tokens", offsetof(eep_rank_t, tokens), 1 },
-        { "--hidden", offsetof(eep_rank_t, hidden), 8 },
-        { "--topk", offsetof(eep_rank_t, topk), 1 },
-        { "--experts", offsetof(eep_rank_t, experts), 1 },
-        { "--seed", offsetof(eep_rank_t, seed), 0 },
-    };
-    int a, i;
+    struct option longopts[EEP_RANK_N_INTS + 8];
+    eep_rank_t    defaults = *r;
+    int           c, i, n = 0;
 
-    for (a = 1; a < argc; a++) {
-        char *end = NULL;
-        long  v;
-
-        if (strcmp(argv[a], "-v") == 0) {
-            *verbose_p = 1;
-            continue;
-        }
-        if (strcmp(argv[a], "-h") == 0 || strcmp(argv[a], "--help") == 0) {
-            eep_rank_usage(NULL);
-            return 1;
-        }
-        if (a + 1 >= argc) {
-            return eep_rank_usage(argv[a]);
-        }
-        if (strcmp(argv[a], "--steps") == 0) {
-            if (strcmp(argv[a + 1], "moe") != 0 && strcmp(argv[a + 1], "barrier") != 0) {
-                return eep_rank_usage(argv[a + 1]);
-            }
-            r->moe = strcmp(argv[++a], "moe") == 0;
-            continue;
-        }
-        if (strcmp(argv[a], "--arm-file") == 0) {
-            r->arm_file = argv[++a];
-            continue;
-        }
-        for (i = 0; i < (int)(sizeof(ints) / sizeof(ints[0])); i++) {
-            if (strcmp(argv[a], ints[i].name) == 0) {
-                break;
-            }
-        }
-        if (i == (int)(sizeof(ints) / sizeof(ints[0]))) {
-            return eep_rank_usage(argv[a]);
-        }
-        v = strtol(argv[a + 1], &end, 10);
-        if (*end != '\0' || v < ints[i].min || v > 100000000) {
-            return eep_rank_usage(argv[a]);
-        }
-        *(int *)((char *)r + ints[i].off) = (int)v;
-        a++;
+    for (i = 0; i < EEP_RANK_N_INTS; i++) {
+        longopts[n++] = (struct option){ eep_rank_ints[i].name, required_argument, NULL,
+                                         EEP_RANK_OPT_INT + i };
     }
-    return 0;
+    longopts[n++] = (struct option){ "steps", required_argument, NULL, EEP_RANK_OPT_STEPS };
+    longopts[n++] = (struct option){ "arm-file", required_argument, NULL, EEP_RANK_OPT_ARM };
+    longopts[n++] = (struct option){ "fault", required_argument, NULL, EEP_RANK_OPT_FAULT };
+    longopts[n++] = (struct option){ "agent-faults", no_argument, NULL, EEP_RANK_OPT_AGENT_FAULTS };
+    longopts[n++] = (struct option){ "verbose", no_argument, NULL, 'v' };
+    longopts[n++] = (struct option){ "help", no_argument, NULL, 'h' };
+    longopts[n++] = (struct option){ "version", no_argument, NULL, EEP_RANK_OPT_VERSION };
+    longopts[n++] = (struct option){ NULL, 0, NULL, 0 };
+
+    optind = 0;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":vh", longopts, NULL)) != -1) {
+        if (c >= EEP_RANK_OPT_INT && c < EEP_RANK_OPT_INT + EEP_RANK_N_INTS) {
+            char *end = NULL;
+            long  v;
+
+            i = c - EEP_RANK_OPT_INT;
+            v = strtol(optarg, &end, 10);
+            if (optarg[0] == '\0' || *end != '\0' || v < eep_rank_ints[i].min ||
+                v > eep_rank_ints[i].max) {
+                fprintf(stderr,
+                        "eep-rank: bad argument '--%s': '%s' is not a whole number in %d..%d\n",
+                        eep_rank_ints[i].name, optarg, eep_rank_ints[i].min, eep_rank_ints[i].max);
+                return 2;
+            }
+            *(int *)((char *)r + eep_rank_ints[i].off) = (int)v;
+            continue;
+        }
+        switch (c) {
+        case EEP_RANK_OPT_STEPS:
+            if (strcmp(optarg, "moe") != 0 && strcmp(optarg, "barrier") != 0) {
+                fprintf(stderr, "eep-rank: bad argument '%s' for --steps: barrier or moe\n",
+                        optarg);
+                return 2;
+            }
+            r->moe = strcmp(optarg, "moe") == 0;
+            break;
+        case EEP_RANK_OPT_ARM:
+            r->arm_file = optarg;
+            break;
+        case EEP_RANK_OPT_FAULT:
+            if (r->n_fault_specs == EEP_RANK_MAX_FAULTS) {
+                fprintf(stderr, "eep-rank: bad argument '--fault': more than %d\n",
+                        EEP_RANK_MAX_FAULTS);
+                return 2;
+            }
+            r->fault_specs[r->n_fault_specs++] = optarg;
+            break;
+        case EEP_RANK_OPT_AGENT_FAULTS:
+            r->agent_faults = 1;
+            break;
+        case 'v':
+            *verbose_p = 1;
+            break;
+        case 'h':
+            return eep_rank_usage(stdout, &defaults);
+        case EEP_RANK_OPT_VERSION:
+            printf("eep-rank (ElasticEP) %s\n", eep_version());
+            return 0;
+        case ':':
+            fprintf(stderr, "eep-rank: bad argument '%s': it needs a value\n", argv[optind - 1]);
+            return 2;
+        default:
+            fprintf(stderr, "eep-rank: bad argument '%s': unknown option\n", argv[optind - 1]);
+            return eep_rank_usage(stderr, &defaults);
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "eep-rank: bad argument '%s': eep-rank takes options only\n", argv[optind]);
+        return eep_rank_usage(stderr, &defaults);
+    }
+    /* the faults last: they depend on --steps and --experts wherever those were given */
+    for (i = 0; i < r->n_fault_specs; i++) {
+        if (eep_rank_fault_arm(r, r->fault_specs[i], "--fault") != 0) {
+            return 2;
+        }
+    }
+    return -1;
 }
 
 /* @return EEP_OK when a CUDA driver loads and sees a device; quiet unless @p verbose. */
@@ -680,8 +934,8 @@ int main(int argc, char **argv)
     r.experts        = 12;
     r.seed           = 1;
     ret              = eep_rank_args(&r, argc, argv, &verbose);
-    if (ret != 0) {
-        return ret == 1 ? 0 : 2;
+    if (ret >= 0) {
+        return ret;
     }
     eep_config_check_env();
     status = eep_rank_gpu_check(verbose);
@@ -752,6 +1006,14 @@ int main(int argc, char **argv)
         if (eep_rank_arm_req) {
             eep_rank_arm_read(&r);
         }
+        if (r.agent_faults) {
+            char spec[256];
+
+            if (eep_agent_take_fault(r.agent, spec, sizeof(spec)) == EEP_OK &&
+                eep_rank_fault_arm(&r, spec, "eepctl inject-fault") != 0) {
+                eep_warn(EEP_SUBSYS_TOOL, "fault from eepctl not armed (see the line above)");
+            }
+        }
         if (eep_rank_view_flag) {
             status = eep_rank_sync(&r, &changed);
             if (status != EEP_OK && eep_rank_recover(&r, status, EEP_RANK_PH_NONE) != EEP_OK) {
@@ -789,6 +1051,9 @@ int main(int argc, char **argv)
             exit_status = status;
             break;
         }
+        if (status != EEP_OK && eep_rank_stop) {
+            break; /* asked to stop (SIGTERM/SIGINT) mid-step: a clean exit, not a fault */
+        }
         if (status != EEP_OK) {
             status = eep_rank_recover(&r, status, phase);
             if (status != EEP_OK) {
@@ -805,10 +1070,10 @@ int main(int argc, char **argv)
     }
 out:
     printf("{\"t_ms\":%lld,\"event\":\"exit\",\"epoch\":%llu,\"rank\":%d,\"steps\":%llu,"
-           "\"good\":%llu,\"faults\":%llu,\"status\":\"%s\",\"wrong\":%d}\n",
+           "\"good\":%llu,\"faults\":%llu,\"injected\":%llu,\"status\":\"%s\",\"wrong\":%d}\n",
            eep_clock_wall_ms(), (unsigned long long)r.info.epoch, r.info.rank,
            (unsigned long long)r.step, (unsigned long long)r.good, (unsigned long long)r.faults,
-           eep_status_name(exit_status), wrong);
+           (unsigned long long)r.injected, eep_status_name(exit_status), wrong);
     eep_runtime_destroy(r.rt);
     eep_rank_moe_free(&r);
     eep_agent_membership_destroy(&r.ms);

@@ -55,7 +55,9 @@ struct eep_agent {
     int               stop;
     int               view_watch_lost;
     eep_etcd_watch_t *member_watch;
+    eep_etcd_watch_t *inject_watch; /* inject/<member id>: data-plane faults for the rank */
     eep_etcd_watch_t *view_watch;
+    char              inject_spec[256]; /* the newest one not yet taken ("" none) */
     uint8_t          *latest;
     size_t            latest_len;
     uint64_t          latest_epoch;
@@ -173,6 +175,34 @@ static void eep_agent_on_member(const eep_etcd_event_t *events, size_t count, in
     if (hit) {
         eep_agent_notify(agent);
     }
+}
+
+/* eepd put a data-plane fault spec for this member (eepctl inject-fault data-plane): keep the
+   newest for eep_agent_take_fault; no notify (that would stop the rank's running kernel). */
+static void eep_agent_on_inject(const eep_etcd_event_t *events, size_t count, int64_t revision,
+                                eep_status_t status, void *arg)
+{
+    eep_agent_t *agent = arg;
+    size_t       i;
+
+    (void)revision;
+    (void)status;
+    pthread_mutex_lock(&agent->lock);
+    for (i = 0; events != NULL && i < count; i++) {
+        size_t n = events[i].kv.value_len;
+
+        if (events[i].type != EEP_ETCD_EVENT_PUT || n == 0) {
+            continue;
+        }
+        if (n >= sizeof(agent->inject_spec)) {
+            eep_warn(EEP_SUBSYS_AGENT, "fault spec of %zu bytes for this member: ignored", n);
+            continue;
+        }
+        memcpy(agent->inject_spec, events[i].kv.value, n);
+        agent->inject_spec[n] = '\0';
+        eep_info(EEP_SUBSYS_AGENT, "data-plane fault for this rank: %s", agent->inject_spec);
+    }
+    pthread_mutex_unlock(&agent->lock);
 }
 
 /* Keep the newest view's bytes; decoding for the runtime happens in poll. */
@@ -368,10 +398,26 @@ static eep_status_t eep_agent_register(eep_agent_t *agent)
     pthread_mutex_lock(&agent->lock);
     agent->member_watch = watch;
     pthread_mutex_unlock(&agent->lock);
+    /* Faults eepd sends this member come after its key exists: from the same revision on. */
+    snprintf(key, sizeof(key), "%sinject/%s", agent->prefix, id);
+    status = eep_etcd_watch_create(agent->etcd, key, 0, rev + 1, eep_agent_on_inject, agent,
+                                   &watch);
+    if (status != EEP_OK) {
+        goto err_cancel_member;
+    }
+    pthread_mutex_lock(&agent->lock);
+    agent->inject_watch = watch;
+    pthread_mutex_unlock(&agent->lock);
     eep_info(EEP_SUBSYS_AGENT, "registered as member %s (lease %llx, ttl %lld s, %zu rdma nics)",
              id, (unsigned long long)lease, (long long)ttl, agent->n_nics);
     return EEP_OK;
 
+err_cancel_member:
+    pthread_mutex_lock(&agent->lock);
+    watch               = agent->member_watch;
+    agent->member_watch = NULL;
+    pthread_mutex_unlock(&agent->lock);
+    eep_etcd_watch_cancel(watch);
 err_unregister:
     pthread_mutex_lock(&agent->lock);
     agent->registered = 0;
@@ -386,18 +432,24 @@ static void eep_agent_revoke_or_keep(eep_agent_t *agent, int64_t lease);
 /* reg_lock held: forget the old registration (its lease may still live after an eviction). */
 static void eep_agent_drop_registration(eep_agent_t *agent)
 {
-    eep_etcd_watch_t *watch;
+    eep_etcd_watch_t *watch, *inject;
     int64_t           lease;
 
     pthread_mutex_lock(&agent->lock);
-    watch               = agent->member_watch;
-    lease               = agent->lease;
-    agent->member_watch = NULL;
-    agent->lease        = 0;
-    agent->lease_dead   = 0;
+    watch                 = agent->member_watch;
+    inject                = agent->inject_watch;
+    lease                 = agent->lease;
+    agent->member_watch   = NULL;
+    agent->inject_watch   = NULL;
+    agent->inject_spec[0] = '\0'; /* meant for the old member */
+    agent->lease          = 0;
+    agent->lease_dead     = 0;
     pthread_mutex_unlock(&agent->lock);
     if (watch != NULL) {
         eep_etcd_watch_cancel(watch);
+    }
+    if (inject != NULL) {
+        eep_etcd_watch_cancel(inject);
     }
     if (lease != 0) {
         /* Revoke even a lease we counted lost: a restarted etcd restores leases (with a fresh
@@ -713,6 +765,23 @@ void eep_agent_destroy(eep_agent_t *agent)
     pthread_mutex_destroy(&agent->reg_lock);
     pthread_mutex_destroy(&agent->lock);
     free(agent);
+}
+
+eep_status_t eep_agent_take_fault(eep_agent_t *agent, char *spec, size_t len)
+{
+    eep_status_t status = EEP_ERR_NOT_FOUND;
+
+    if (agent == NULL || spec == NULL || len == 0) {
+        return EEP_ERR_INVALID_ARG;
+    }
+    pthread_mutex_lock(&agent->lock);
+    if (agent->inject_spec[0] != '\0') {
+        snprintf(spec, len, "%s", agent->inject_spec);
+        agent->inject_spec[0] = '\0';
+        status                = EEP_OK;
+    }
+    pthread_mutex_unlock(&agent->lock);
+    return status;
 }
 
 static char *eep_agent_dup(const char *s)

@@ -113,6 +113,15 @@ eep_status_t eep_agent_report_fault(eep_agent_t *agent, const char *suspect, int
 eep_status_t eep_agent_leave(eep_agent_t *agent);
 
 /**
+ * Take the newest data-plane fault spec eepd sent this member (`eepctl inject-fault data-plane
+ * MEMBER SPEC`, eepd with EEP_EEPD_FAULT_INJECTION=1: the key inject/<member id>); eep-rank arms
+ * it (tools/eep_fault.h).  Specs meant for an older registration of this agent are dropped.
+ * @param [out] spec  the spec, NUL-terminated (truncated to @p len - 1).
+ * @return EEP_OK; EEP_ERR_NOT_FOUND when none is waiting; EEP_ERR_INVALID_ARG.
+ */
+eep_status_t eep_agent_take_fault(eep_agent_t *agent, char *spec, size_t len);
+
+/**
  * Discover RDMA devices with libibverbs.  Zero devices (or no RDMA stack) is not an error.
  * @param [out] names_p  a NULL-terminated array of names (free each and the array), or NULL.
  * @param [out] count_p  the number found.

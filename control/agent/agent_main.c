@@ -4,7 +4,8 @@
  *   eep-agent [--job=J] [--ttl=S] [--gpu=UUID] [--endpoint=URL] [--help] [--version]
  *
  * One JSON object per line on stdout, each with the wall clock in ms: "registered" (and again
- * with a new id after a lost lease), "view" (epoch, my rank, member ids), "lease_lost".  SIGTERM
+ * with a new id after a lost lease), "view" (epoch, my rank, member ids), "lease_lost", "fault"
+ * (a data-plane fault spec eepd sent this member: what eep-rank --agent-faults arms).  SIGTERM
  * or SIGINT leave gracefully.  Used by `make run` and the control-plane tests.
  */
 #include <getopt.h>
@@ -67,7 +68,7 @@ int main(int argc, char **argv)
     eep_agent_view_t  *view;
     eep_status_t       status;
     struct sigaction   sa;
-    char               id[256] = "", now_id[256];
+    char               id[256] = "", now_id[256], spec[256];
     uint32_t           i;
     int                a;
 
@@ -132,6 +133,12 @@ int main(int argc, char **argv)
             strcmp(now_id, id) != 0) {
             snprintf(id, sizeof(id), "%s", now_id);
             eep_agent_main_event("registered", id);
+            printf("}\n");
+        }
+        if (eep_agent_take_fault(agent, spec, sizeof(spec)) == EEP_OK) {
+            eep_agent_main_event("fault", id);
+            printf(",\"spec\":");
+            eep_tool_json_str(stdout, spec);
             printf("}\n");
         }
         status = eep_agent_wait(agent, 100, &view);

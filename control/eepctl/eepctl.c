@@ -7,6 +7,7 @@
  *     drain|cordon|uncordon MEMBER
  *     report-fault SUSPECT [PHASE]
  *     inject-fault evict|revoke-lease|step-down|stale-publish [MEMBER]
+ *     inject-fault data-plane MEMBER SPEC
  *     health
  *     top [--interval-ms=N] [--iterations=N] [--metrics=URL]   (eepctl_top.c)
  *
@@ -460,6 +461,7 @@ static int eepctl_run_inject(const eepctl_cmd_t *cmd, const eepctl_opts_t *o, ch
         { "revoke-lease", EEP__V1__FAULT_KIND__FAULT_REVOKE_LEASE },
         { "step-down", EEP__V1__FAULT_KIND__FAULT_LEADER_STEP_DOWN },
         { "stale-publish", EEP__V1__FAULT_KIND__FAULT_STALE_PUBLISH },
+        { "data-plane", EEP__V1__FAULT_KIND__FAULT_DATA_PLANE },
     };
     Eep__V1__InjectFaultRequest req     = EEP__V1__INJECT_FAULT_REQUEST__INIT;
     char                        id[256] = "";
@@ -471,11 +473,18 @@ static int eepctl_run_inject(const eepctl_cmd_t *cmd, const eepctl_opts_t *o, ch
     if (i == sizeof(kinds) / sizeof(kinds[0])) {
         fprintf(stderr,
                 "eepctl %s: unknown fault kind '%s' (evict, revoke-lease, step-down, "
-                "stale-publish)\n",
+                "stale-publish, data-plane)\n",
                 cmd->name, args[0]);
         return 2;
     }
     req.kind = kinds[i].kind;
+    if ((req.kind == EEP__V1__FAULT_KIND__FAULT_DATA_PLANE) != (n == 3)) {
+        fprintf(stderr, "eepctl %s: %s\n", cmd->name,
+                n == 3 ? "only data-plane takes a SPEC"
+                       : "data-plane wants MEMBER and SPEC, e.g. 2 \"stall ms=800\"");
+        return 2;
+    }
+    req.spec = n == 3 ? args[2] : "";
     if (n > 1) {
         ret = eepctl_resolve(o, args[1], id, sizeof(id), &rank);
         if (ret != 0) {
@@ -504,11 +513,13 @@ static const eepctl_cmd_t eepctl_cmds[] = {
       "report a suspected member (the leader evicts it)\n"
       "  it rejoins as a new member; PHASE defaults to \"operator\"",
       1, 2, 0, eepctl_run_report },
-    { "inject-fault", "KIND [MEMBER]",
+    { "inject-fault", "KIND [MEMBER [SPEC]]",
       "testing only: inject a fault (eepd must enable it)\n"
       "  KIND: evict, revoke-lease (MEMBER's lease), step-down (the leader), stale-publish\n"
-      "  (a follower publishes once as if it led); eepd needs EEP_EEPD_FAULT_INJECTION=1",
-      1, 2, 0, eepctl_run_inject },
+      "  (a follower publishes once as if it led), data-plane (MEMBER's rank arms SPEC,\n"
+      "  e.g. \"stall phase=combine ms=800\": docs/fault-schedule.md; eep-rank needs\n"
+      "  --agent-faults); eepd needs EEP_EEPD_FAULT_INJECTION=1",
+      1, 3, 0, eepctl_run_inject },
     { "health", "", "whether the replica serves, reaches etcd, and leads", 0, 0, 0,
       eepctl_run_health },
     { "top", "",

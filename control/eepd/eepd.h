@@ -208,7 +208,8 @@ void        eepd_job_free(eepd_job_t *job);
 void eepd_jobs_drain(eepd_t *eepd);
 /** Stop the helper (after its current job) and end every job left (API calls: UNAVAILABLE). */
 void eepd_jobs_stop(eepd_t *eepd);
-/** API writes: up to 4 puts / deletes of @p job->ops, or a lease revoke (@p job->lease). */
+/** API writes: up to 4 puts (each on its op's lease) / deletes of @p job->ops, or a lease
+ * revoke (@p job->lease). */
 void eepd_job_run_writes(eep_etcd_t *etcd, eepd_job_t *job);
 
 /* eepd_api.c */

@@ -62,6 +62,22 @@ static int eepd_api_ack(eepd_t *eepd, eep_rpc_call_t *call, const char *text)
     return eepd_api_reply(eepd, call, &ack.base);
 }
 
+/* A data-plane fault spec: 1..255 printable ASCII bytes (the rank parses it strictly). */
+static int eepd_api_spec_ok(const char *spec)
+{
+    size_t n;
+
+    if (spec == NULL) {
+        return 0;
+    }
+    for (n = 0; spec[n] != '\0'; n++) {
+        if (spec[n] < 0x20 || spec[n] > 0x7e) {
+            return 0;
+        }
+    }
+    return n >= 1 && n <= 255;
+}
+
 static int eepd_api_id_ok(const char *id)
 {
     size_t n = 0;
@@ -437,6 +453,12 @@ static int eepd_api_inject_fault(eepd_t *eepd, eep_rpc_call_t *call, const uint8
     if (in == NULL) {
         return eepd_api_fail(eepd, call, EEP_RPC_INVALID_ARGUMENT, "bad InjectFaultRequest");
     }
+    if (in->kind == EEP__V1__FAULT_KIND__FAULT_DATA_PLANE && !eepd_api_spec_ok(in->spec)) {
+        /* the request itself is wrong, whoever leads */
+        code = eepd_api_fail(eepd, call, EEP_RPC_INVALID_ARGUMENT,
+                             "spec: 1..255 printable characters, e.g. \"stall ms=800\"");
+        goto out;
+    }
     code = eepd_api_may_mutate(eepd, call, authenticated);
     if (code != EEP_RPC_OK) {
         goto out;
@@ -460,6 +482,27 @@ static int eepd_api_inject_fault(eepd_t *eepd, eep_rpc_call_t *call, const uint8
         } else {
             job->lease = m->member->lease;
         }
+        break;
+    case EEP__V1__FAULT_KIND__FAULT_DATA_PLANE:
+        /* The member's agent watches inject/<id> and hands the spec to its rank (eep-rank arms
+           it); the key lives on the member's lease, so it leaves with the member. */
+        m = eepd_api_id_ok(in->member) ? eepd_member_find(eepd, in->member) : NULL;
+        if (m == NULL) {
+            code = eepd_api_fail(eepd, call, EEP_RPC_NOT_FOUND, "no such member");
+            goto out;
+        }
+        job = eepd_api_job(eepd, call, "fault sent to the member's agent");
+        if (job == NULL) {
+            code = EEP_RPC_RESOURCE_EXHAUSTED;
+            goto out;
+        }
+        eepd_key(eepd, key, sizeof(key), "inject/%s", m->id);
+        if (!eepd_api_job_op(job, key, (const uint8_t *)in->spec, strlen(in->spec))) {
+            eepd_job_free(job);
+            code = eepd_api_fail(eepd, call, EEP_RPC_RESOURCE_EXHAUSTED, "out of memory");
+            goto out;
+        }
+        job->ops[job->n_ops - 1].lease = m->member->lease;
         break;
     case EEP__V1__FAULT_KIND__FAULT_LEADER_STEP_DOWN:
         if (!eepd->is_leader) {

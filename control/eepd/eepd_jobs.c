@@ -176,7 +176,7 @@ void eepd_job_run_writes(eep_etcd_t *etcd, eepd_job_t *job)
     for (i = 0; i < job->n_ops && job->status == EEP_OK; i++) {
         if (job->ops[i].type == EEP_ETCD_OP_PUT) {
             job->status = eep_etcd_put(etcd, job->ops[i].key, job->ops[i].value,
-                                       job->ops[i].value_len, 0, NULL);
+                                       job->ops[i].value_len, job->ops[i].lease, NULL);
         } else {
             job->status = eep_etcd_delete(etcd, job->ops[i].key, 0, NULL);
         }

@@ -513,22 +513,26 @@ static eep_status_t eep_ep_prepare(eep_runtime_t *rt, const eep_ep_shape_t *shap
         (*st_p)->env      = env;
         (*st_p)->have_env = 1;
     }
-    /* hybrid: the GIN send staging follows the area (kernels/ep/ep_gin.cuh); it is laid out for
-       one shape, so a hybrid runtime serves the shape its envelope was made for only */
+    /* hybrid: the GIN area follows the dispatch/combine area (kernels/ep/ep_gin.cuh).  With one
+       GPU a node it is the send staging only, laid out at the envelope's sizes: every shape of
+       the envelope is served.  With NVLink forwarding (lsaSize > 1) the forwarding regions are
+       peers' targets laid out by the call's max_tokens: one shape per runtime there. */
     if ((*st_p)->hybrid) {
         eep_ep_envelope_t one;
 
         eep_ep_envelope_of(shape, &one);
-        if (!eep_ep_envelope_equal(&one, &(*st_p)->env)) {
+        if (rt->lsa_size > 1 && !eep_ep_envelope_equal(&one, &(*st_p)->env)) {
             eep_error(EEP_SUBSYS_KERNEL,
-                      "dispatch/combine: a hybrid runtime serves one shape (its GIN staging is "
-                      "laid out for it); this call's (hidden %d, top-k %d, %s) differs: use a "
-                      "runtime per shape in hybrid mode",
-                      shape->hidden, shape->num_topk, eep_ep_dtype_name(shape->dtype));
+                      "dispatch/combine: a hybrid runtime with NVLink forwarding (%d GPUs a "
+                      "node) serves one shape (its forwarding regions are laid out for it); "
+                      "this call's (hidden %d, top-k %d, %s) differs: use a runtime per shape",
+                      rt->lsa_size, shape->hidden, shape->num_topk,
+                      eep_ep_dtype_name(shape->dtype));
             return EEP_ERR_UNSUPPORTED;
         }
         eep_ep_envelope_sizes(&(*st_p)->env, &z);
-        stage = eep_ep_gin_stage_bytes(shape, rt->lsa_size);
+        stage = rt->lsa_size > 1 ? eep_ep_gin_stage_bytes(shape, rt->lsa_size)
+                                 : eep_ep_gin_stage_bytes_env(&(*st_p)->env);
         if (ep_off + z.total_bytes + stage > rt->window_bytes) {
             eep_error(EEP_SUBSYS_KERNEL,
                       "dispatch/combine: this shape needs %zu bytes of window after the "
@@ -1118,7 +1122,10 @@ eep_status_t eep_ep_window_size(int world, const eep_ep_shape_desc_t *shapes, in
         return status;
     }
     eep_ep_envelope_sizes(&env, &z);
-    bytes    = ws.data_off + z.total_bytes;
+    bytes = ws.data_off + z.total_bytes;
+    /* more than one rank may be hybrid (every rank a node of its own in the one-GPU cluster):
+       its GIN send staging follows (with NVLink forwarding the call names what it needs) */
+    bytes += world > 1 ? eep_ep_gin_stage_bytes_env(&env) : 0;
     *bytes_p = (bytes + EEP_EP_WINDOW_GRANULARITY - 1) / EEP_EP_WINDOW_GRANULARITY *
                EEP_EP_WINDOW_GRANULARITY;
     return EEP_OK;

@@ -483,6 +483,19 @@ size_t eep_ep_gin_stage_bytes(const eep_ep_shape_t *s, int lsa_size)
     return (size_t)eep_ep_align_up((int64_t)bytes, EEP_EP_WINDOW_ALIGN);
 }
 
+size_t eep_ep_gin_stage_bytes_env(const eep_ep_envelope_t *env)
+{
+    eep_ep_buffer_sizes_t z;
+    eep_ep_wire_t         wire;
+    size_t                W = (size_t)env->world, T = (size_t)env->max_tokens;
+
+    eep_ep_envelope_sizes(env, &z);
+    eep_ep_envelope_record(env, &wire);
+    return (size_t)eep_ep_align_up(
+        (int64_t)(W * T * (wire.token_bytes + z.combine_row_bytes) + W * z.count_slot_bytes),
+        EEP_EP_WINDOW_ALIGN);
+}
+
 size_t eep_ep_gin_stage_bytes_max(const eep_ep_shape_t *s)
 {
     size_t most = 0, b;

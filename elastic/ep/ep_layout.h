@@ -234,6 +234,14 @@ eep_status_t eep_ep_buffer_sizes(const eep_ep_shape_t *shape, eep_ep_buffer_size
  */
 size_t eep_ep_gin_stage_bytes(const eep_ep_shape_t *shape, int lsa_size);
 
+/**
+ * The send staging of a runtime laid out for @p env with one GPU a node (no forwarding regions):
+ * the kernels stage at the envelope's record and row sizes and its max_tokens, so every shape
+ * that fits the envelope fits this (the staging is local, read by this rank's own puts only, and
+ * drained before the next call writes it).  2 MiB-aligned.
+ */
+size_t eep_ep_gin_stage_bytes_env(const eep_ep_envelope_t *env);
+
 /** The largest eep_ep_gin_stage_bytes over the LSA sizes that divide the world (for a caller
     that sizes the window before the runtime knows its teams). */
 size_t eep_ep_gin_stage_bytes_max(const eep_ep_shape_t *shape);

@@ -351,8 +351,11 @@ typedef struct {
 
 /**
  * The window size a runtime of @p world ranks needs to serve @p shapes (for
- * eep_runtime_params_t.window_bytes or EEP_WINDOW_SIZE): the runtime's workspace and the
- * dispatch/combine buffers laid out for all of them.  Pure arithmetic, no GPU needed.
+ * eep_runtime_params_t.window_bytes or EEP_WINDOW_SIZE): the runtime's workspace, the
+ * dispatch/combine buffers laid out for all of them and, for more than one rank, the hybrid
+ * mode's GIN send staging with one GPU a node (with NVLink forwarding between nodes a hybrid
+ * runtime serves one shape and its first call names the bytes it needs).  Pure arithmetic, no
+ * GPU needed.
  * @param [out] bytes_p  written on success.
  * @return EEP_OK; EEP_ERR_INVALID_ARG naming the bad shape field (or shapes of different
  *         max_tokens_per_rank).
@@ -379,8 +382,8 @@ void eep_ep_handle_destroy(eep_ep_handle_t *handle);
 
 /**
  * The transport of dispatch/combine on @p rt: "direct" (every peer over NVLink stores) or "hybrid"
- * (peers of other nodes over GIN put + signal, of this node over NVLink), chosen once per runtime
- * from its teams and EEP_EP_MODE (and logged).
+ * (peers of other nodes over GIN put + signal, of this node over NVLink), chosen from the
+ * runtime's teams and EEP_EP_MODE (and logged) at the first call and again after every view.
  * @return the name, or NULL when neither can run on @p rt (the reason is logged).
  */
 const char *eep_ep_transport(eep_runtime_t *rt);

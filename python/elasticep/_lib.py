@@ -171,6 +171,7 @@ _FUNCS = {
     "eep_ep_window_size": (c_int, [c_int, ctypes.POINTER(ShapeDesc), c_int,
                                    ctypes.POINTER(c_size_t)]),
     "eep_ep_reserve": (c_int, [c_void_p, ctypes.POINTER(ShapeDesc), c_int]),
+    "eep_ep_transport": (c_char_p, [c_void_p]),
 }
 
 _lib = None

@@ -349,6 +349,13 @@ class Buffer:
 
     # ---- state -------------------------------------------------------------------------------
     @property
+    def transport(self):
+        """"direct" (every peer over NVLink) or "hybrid" (peers of other nodes over GIN); the
+        top-k weight gradients (combine_topk_grad) are direct mode only."""
+        name = self._lib.eep_ep_transport(self._rt) if self._rt else None
+        return name.decode() if name else None
+
+    @property
     def epoch(self):
         return int(self._lib.eep_runtime_epoch(self._rt)) if self._rt else 0
 

@@ -59,6 +59,9 @@ class MockLib:
         self.reserved = [(shapes[i].hidden, shapes[i].dtype) for i in range(n)]
         return 0
 
+    def eep_ep_transport(self, rt):
+        return b"direct"  # one process plays every rank: the direct layout
+
     def eep_ep_handle_destroy(self, h):
         self.handles.pop(h.value, None)
 

@@ -5,7 +5,9 @@ status (table and JSON), health, watch (--count, --from), cordon/uncordon (a cor
 kept out of views until uncordoned), drain (a new view without the member at once),
 report-fault (the leader evicts the suspect, whose agent rejoins as a new member), members named
 by rank (drain 2) as well as by id, top (--json, eepd's /metrics), inject-fault
-evict / revoke-lease / step-down, and inject-fault refused by a replica that did not enable it.
+evict / revoke-lease / step-down / data-plane (the spec reaches the member's agent, which hands it
+to its rank; bad specs and members refused), and inject-fault refused by a replica that did not
+enable it.
 """
 import json
 import os
@@ -89,6 +91,22 @@ def main():
     # inject-fault
     r = quiet.ctl("--json", "inject-fault", "evict", agents[0].member(), check_rc=False)
     check(r.returncode == 1 and "PERMISSION_DENIED" in r.stdout, "injection disabled on c2")
+    # data-plane: the spec reaches that member's agent (eep-rank --agent-faults arms it), no other
+    tgt = agents[0]
+    d.ctl("inject-fault", "data-plane", tgt.member(), "stall phase=combine ms=800")
+    wait_for(lambda: tgt.evs("fault"), 10, "the data-plane fault to reach the member's agent")
+    f = tgt.evs("fault")
+    check(len(f) == 1 and f[0]["spec"] == "stall phase=combine ms=800" and
+          f[0]["member"] == tgt.member(), "the agent got the spec once: %s" % f)
+    check(not any(a.evs("fault") for a in agents[1:]), "no other agent got it")
+    r = d.ctl("inject-fault", "data-plane", tgt.member(), "stall\tms=1", check_rc=False)
+    check(r.returncode == 1 and "INVALID_ARGUMENT" in r.stderr, "a spec with a tab: %s" % r.stderr)
+    r = d.ctl("inject-fault", "data-plane", "no-such-member", "hang", check_rc=False)
+    check(r.returncode == 1 and "NOT_FOUND" in r.stderr, "data-plane to an unknown member")
+    r = d.ctl("inject-fault", "data-plane", tgt.member(), check_rc=False)
+    check(r.returncode == 2 and "wants MEMBER and SPEC" in r.stderr, "data-plane without a spec")
+    r = d.ctl("inject-fault", "evict", tgt.member(), "hang", check_rc=False)
+    check(r.returncode == 2 and "only data-plane takes a SPEC" in r.stderr, "evict with a spec")
     old = agents[0].member()
     d.ctl("--json", "inject-fault", "revoke-lease", old)
     wait_for(lambda: agents[0].member() != old and agents[0].in_view(), 10,
@@ -121,7 +139,7 @@ def main():
     r = d.ctl("bogus", check_rc=False)
     check(r.returncode == 2, "usage error exits 2")
     print("eepctl: status, watch, cordon/uncordon, drain, report-fault, inject-fault "
-          "(evict, revoke-lease, step-down, disabled), health: ok")
+          "(evict, revoke-lease, step-down, data-plane, disabled), health: ok")
     return 0
 
 

@@ -138,12 +138,46 @@ static void test_injection_disabled(void **state)
     eepd_destroy(eepd);
 }
 
+/* FAULT_DATA_PLANE: the spec is checked first (printable, 1..255), whoever leads. */
+static void test_data_plane_fault_checked(void **state)
+{
+    eepd_t                     *eepd = make_eepd(0, 1);
+    Eep__V1__InjectFaultRequest inj  = EEP__V1__INJECT_FAULT_REQUEST__INIT;
+    char                        longer[300];
+    uint8_t                     buf[512];
+    size_t                      n;
+
+    (void)state;
+    memset(longer, 'a', sizeof(longer) - 1);
+    longer[sizeof(longer) - 1] = '\0';
+    inj.kind                   = EEP__V1__FAULT_KIND__FAULT_DATA_PLANE;
+    inj.member                 = "host-1-abc";
+    inj.spec                   = "";
+    n                          = eep__v1__inject_fault_request__pack(&inj, buf);
+    assert_int_equal(eepd_api_handle(eepd, EEPD_M_INJECT_FAULT, NULL, buf, n, 1),
+                     EEP_RPC_INVALID_ARGUMENT);
+    inj.spec = "stall\nms=5";
+    n        = eep__v1__inject_fault_request__pack(&inj, buf);
+    assert_int_equal(eepd_api_handle(eepd, EEPD_M_INJECT_FAULT, NULL, buf, n, 1),
+                     EEP_RPC_INVALID_ARGUMENT);
+    inj.spec = longer;
+    n        = eep__v1__inject_fault_request__pack(&inj, buf);
+    assert_int_equal(eepd_api_handle(eepd, EEPD_M_INJECT_FAULT, NULL, buf, n, 1),
+                     EEP_RPC_INVALID_ARGUMENT);
+    /* a good spec: past the check (and then no etcd; the member is looked up by the leader) */
+    inj.spec = "stall phase=combine ms=800";
+    n        = eep__v1__inject_fault_request__pack(&inj, buf);
+    assert_int_equal(eepd_api_handle(eepd, EEPD_M_INJECT_FAULT, NULL, buf, n, 1),
+                     EEP_RPC_UNAVAILABLE);
+    eepd_destroy(eepd);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_valid_reads),        cmocka_unit_test(test_garbage_and_oversized),
         cmocka_unit_test(test_member_id_checked),  cmocka_unit_test(test_tls_requires_certificate),
-        cmocka_unit_test(test_injection_disabled),
+        cmocka_unit_test(test_injection_disabled), cmocka_unit_test(test_data_plane_fault_checked),
     };
 
     eep_log_set_level(EEP_LOG_LEVEL_ERROR);

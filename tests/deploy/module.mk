@@ -6,3 +6,6 @@ SCRIPT_TESTS += tests/deploy/test_rank_nogpu.sh tests/deploy/test_dockerfile.py 
                 tests/deploy/test_node_ranks.sh
 # make gpu-elastic's driver (scripts/gpu_elastic.py) with a FAKE eep-rank and the real etcd + eepd.
 SCRIPT_TESTS += tests/deploy/test_gpu_elastic_driver.sh
+# make run's rank side (scripts/eep_run.py: status line, fault schedule, summary, timeline PNG;
+# deploy/launch.sh's GPU path) with FAKE eep-ranks.
+SCRIPT_TESTS += tests/deploy/test_run_driver.sh

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # test_rank_nogpu.sh - eep-rank on a machine without a GPU: one clear line on stderr, nothing on
 # stdout, EEP_ERR_NO_DEVICE's exit code (80), at once and before it touches the control plane
-# (EEP_ETCD_ENDPOINTS points at a port nobody listens on).  Also: a bad flag exits 2.
+# (EEP_ETCD_ENDPOINTS points at a port nobody listens on).  Also the getopt_long parsing, which
+# comes first: --opt=value and --opt value both parse (then 80), --help and --version exit 0, a
+# bad flag, value, operand or fault spec exits 2 naming it.
 set -u
 here=$(cd "$(dirname "$0")/../.." && pwd)
 build=${BUILD:-$here/build}
@@ -36,6 +38,38 @@ timeout 20 "$bin" --steps gemm >"$out" 2>"$err"
 rc=$?
 [ "$rc" -eq 2 ] || fail "--steps gemm: exit $rc, expected 2 (usage)"
 grep -q "bad argument 'gemm'" "$err" || fail "--steps gemm: no clear usage error"
-timeout 20 "$bin" --help >"$out" 2>"$err"
-[ $? -eq 0 ] || fail "--help did not exit 0"
+timeout 20 "$bin" --help >"$out" 2>"$err" || fail "--help did not exit 0"
+grep -q -- "--fault=SPEC" "$out" || fail "--help does not list --fault"
+grep -q -- "--interval-ms=N .*default 10" "$out" || fail "--help does not give --interval-ms's default"
+timeout 20 "$bin" --version >"$out" 2>"$err" || fail "--version did not exit 0"
+grep -q "^eep-rank (ElasticEP) [0-9]" "$out" || fail "--version printed '$(cat "$out")'"
+
+# NAME WANT_RC WANT_STDERR ARGS...: eep-rank without a GPU, stderr must hold WANT_STDERR
+expect() {
+    local name=$1 want=$2 msg=$3 rc
+    shift 3
+    env -i PATH="$PATH" HOME="${HOME:-/tmp}" EEP_ETCD_ENDPOINTS=127.0.0.1:1 EEP_JOB=nogpu \
+        timeout 20 "$bin" "$@" >"$out" 2>"$err"
+    rc=$?
+    [ "$rc" -eq "$want" ] || fail "$name: exit $rc, expected $want"
+    grep -q -- "$msg" "$err" || fail "$name: stderr does not say '$msg'"
+    echo "ok: $name (exit $rc)"
+}
+# parsed in both spellings, faults included: then the no-GPU exit
+expect "both spellings" 80 "no usable GPU" --steps=moe --interval-ms 5 --seconds=3 --tokens 32 \
+    --fault "stall phase=dispatch ms=5 step=3" --fault=corrupt-id --fault "exit-combine" \
+    --arm-file=/tmp/nothing --agent-faults -v
+expect "barrier faults" 80 "no usable GPU" --fault "hang ms=100" --fault "delay ms=3 steps=2"
+expect "unknown option" 2 "bad argument '--frobnicate': unknown option" --frobnicate
+expect "missing value" 2 "bad argument '--seconds': it needs a value" --seconds
+expect "bad number" 2 "bad argument '--tokens': 'x' is not a whole number" --tokens=x
+expect "operand" 2 "bad argument 'moe': eep-rank takes options only" moe
+expect "bad fault" 2 "unknown action 'explode'" --fault explode
+expect "bad fault key" 2 "kill does not take 'ms'" --fault "kill ms=3"
+expect "phase of another mode" 2 "no dispatch kernel to act on with --steps barrier" \
+    --fault "stall phase=dispatch ms=5"
+expect "corrupt-id in range" 2 "corrupt-id expert=3 is a valid id" --steps moe \
+    --fault "corrupt-id expert=3"
+expect "corrupt-id out of range" 80 "no usable GPU" --steps moe --experts 12 \
+    --fault "corrupt-id expert=12"
 echo "ok"

@@ -251,25 +251,25 @@ int main()
 {
     eep_ref_gen_t g;
     eep_ref_gen_init(&g, 3);
-    run({ 2, 40, 256, 8, 16, 4, EEP_DTYPE_BF16 }, g, 0, "random");
-    run({ 4, 33, 256, 6, 32, 8, EEP_DTYPE_FP8_E4M3 }, g, 1, "random fp8");
-    run({ 3, 20, 128, 1, 12, 1, EEP_DTYPE_BF16 }, g, 1, "K1");
+    run({ 2, 40, 256, 8, 16, 4, EEP_DTYPE_BF16, 0, nullptr }, g, 0, "random");
+    run({ 4, 33, 256, 6, 32, 8, EEP_DTYPE_FP8_E4M3, 0, nullptr }, g, 1, "random fp8");
+    run({ 3, 20, 128, 1, 12, 1, EEP_DTYPE_BF16, 0, nullptr }, g, 1, "K1");
     eep_ref_gen_t m   = g;
     m.masked_fraction = 0.3;
-    run({ 4, 70, 256, 8, 64, 16, EEP_DTYPE_BF16 }, m, 0, "masked (T > block)");
+    run({ 4, 70, 256, 8, 64, 16, EEP_DTYPE_BF16, 0, nullptr }, m, 0, "masked (T > block)");
     eep_ref_gen_t h  = g;
     h.hotspot_expert = 5;
     h.hotspot_only   = 1;
-    run({ 2, 30, 256, 8, 16, 8, EEP_DTYPE_FP8_E4M3 }, h, 0, "hotspot only");
+    run({ 2, 30, 256, 8, 16, 8, EEP_DTYPE_FP8_E4M3, 0, nullptr }, h, 0, "hotspot only");
     eep_ref_gen_t z = g;
     z.silent_rank   = 1;
-    run({ 3, 25, 128, 6, 24, 4, EEP_DTYPE_BF16 }, z, 0, "silent rank");
+    run({ 3, 25, 128, 6, 24, 4, EEP_DTYPE_BF16, 0, nullptr }, z, 0, "silent rank");
     eep_ref_gen_t mr = g;
     mr.masked_rank   = 0;
-    run({ 3, 25, 128, 6, 24, 4, EEP_DTYPE_BF16 }, mr, 1, "masked rank");
+    run({ 3, 25, 128, 6, 24, 4, EEP_DTYPE_BF16, 0, nullptr }, mr, 1, "masked rank");
     eep_ref_gen_t t1 = g;
     t1.num_tokens    = 1;
-    run({ 4, 16, 256, 8, 32, 32, EEP_DTYPE_BF16 }, t1, 0, "T=1");
+    run({ 4, 16, 256, 8, 32, 32, EEP_DTYPE_BF16, 0, nullptr }, t1, 0, "T=1");
     printf("errors: %lld\n", (long long)errors);
     return errors != 0;
 }

@@ -262,9 +262,11 @@ static void make_placement(int kind, int E, std::vector<eep_expert_place_t> &pl)
 {
     pl.resize((size_t)E);
     if (kind == PLACE_EMPTY_RANK) {
+        const int held = W > 1 ? W - 1 : 1; /* the ranks that hold experts (a W 1 build skips) */
+
         for (int e = 0; e < E; e++) {
-            pl[(size_t)e].rank = e % (W - 1);
-            pl[(size_t)e].slot = e / (W - 1);
+            pl[(size_t)e].rank = e % held;
+            pl[(size_t)e].slot = e / held;
         }
         return;
     }

@@ -18,12 +18,23 @@
  */
 #include "tests/emu/ep_kernel_shim.h"
 
+/* EEP_EMU_LSA (the hybrid build): nodes of EEP_EMU_LSA GPUs, peers of another node over the GIN
+   model (tests/emu/gin_model.h) by the EEP_EPK_GIN kernels; with one GPU a node (the one-GPU
+   cluster) a hybrid runtime serves every shape of its envelope, its staging laid out at the
+   envelope's sizes (eep_ep_gin_stage_bytes_env).  The top-k weight gradients are direct mode
+   only (eep_combine_ex refuses them in hybrid mode): that step is left out there. */
+#ifdef EEP_EMU_LSA
+#define EEP_EPK_GIN 1
+#include "tests/emu/gin_model.h"
+#endif
+
 #include "kernels/ep/combine.cuh"
 #include "kernels/ep/dispatch.cuh"
 #include "tests/common/ep_reference.h"
 
 #include "elastic/ep/ep_layout.h"
 
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -38,6 +49,13 @@
 #define W       EEP_EPK_FIXED_W
 #define K       EEP_EPK_FIXED_K
 #define LIMIT_S 240
+#ifdef EEP_EMU_LSA
+#define EMU_L EEP_EMU_LSA
+static_assert(W % EMU_L == 0 && W / EMU_L >= 2, "a hybrid build has at least two nodes");
+static eep_gin_model   *g_net;         /* the network (in the shared mapping) */
+static eep_shim_window *g_node_win[W]; /* each node's LSA window set */
+static size_t           g_gstage_off;  /* the GIN staging: after the dispatch/combine area */
+#endif
 
 static unsigned char *g_mem;
 static size_t         g_used, g_size;
@@ -88,6 +106,19 @@ static bool launch(body_fn fn, const eep_epk_params_t *p, unsigned G, size_t dyn
     bool               ok    = true;
 
     fflush(stdout);
+#ifdef EEP_EMU_LSA
+    std::vector<pid_t> nets; /* every rank's network process (tests/emu/gin_model.h) */
+    g_net->stop = 0;
+    for (int r = 0; r < W; r++) {
+        pid_t pid = fork();
+
+        if (pid == 0) {
+            eep_gin_model_network(g_net, r);
+            _exit(0);
+        }
+        nets.push_back(pid);
+    }
+#endif
     for (int r = 0; r < W; r++) {
         for (unsigned b = 0; b < G && !is_dead(r); b++) {
             pid_t pid = fork();
@@ -111,6 +142,13 @@ static bool launch(body_fn fn, const eep_epk_params_t *p, unsigned G, size_t dyn
         pid_t pid = waitpid(-1, &st, WNOHANG);
 
         if (pid > 0) {
+#ifdef EEP_EMU_LSA
+            if (std::find(nets.begin(), nets.end(), pid) != nets.end()) {
+                printf("%s: a network process ended early (status %d)\n", what, st);
+                ok = false;
+                continue;
+            }
+#endif
             left--;
             if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
                 printf("%s: a block process failed (status %d)\n", what, st);
@@ -121,6 +159,11 @@ static bool launch(body_fn fn, const eep_epk_params_t *p, unsigned G, size_t dyn
             for (pid_t q : pids) {
                 kill(q, SIGKILL);
             }
+#ifdef EEP_EMU_LSA
+            for (pid_t q : nets) {
+                kill(q, SIGKILL);
+            }
+#endif
             while (waitpid(-1, &st, 0) > 0) {
             }
             return false;
@@ -128,6 +171,14 @@ static bool launch(body_fn fn, const eep_epk_params_t *p, unsigned G, size_t dyn
             usleep(20000);
         }
     }
+#ifdef EEP_EMU_LSA
+    g_net->stop = 1; /* every put of the launch delivered before the test reads */
+    for (pid_t q : nets) {
+        int st;
+
+        waitpid(q, &st, 0);
+    }
+#endif
     return ok;
 }
 
@@ -205,9 +256,26 @@ static bool layer_params(layer &L, const eep_ep_envelope_t &env, rank_rt *rt, ee
             eep_ep_place_table(&L.s, table);
             q.place = U(table);
         }
-        q.num_tokens   = L.in[r].num_tokens;
-        q.scan_warps   = SW;
-        q.window       = win;
+        q.num_tokens = L.in[r].num_tokens;
+        q.scan_warps = SW;
+        q.window     = win;
+#ifdef EEP_EMU_LSA
+        {
+            eep_epk_gin_t *g  = (eep_epk_gin_t *)shm_alloc(sizeof(eep_epk_gin_t));
+            ncclDevComm    dc = { r, W, r % EMU_L, EMU_L, 1, 0, g_net };
+
+            memcpy(&g->devcomm, &dc, sizeof(dc));
+            g->sig0      = 5; /* not 0: the kernels must add it */
+            g->ctr0      = 3;
+            g->lsa_size  = EMU_L;
+            g->nodes     = W / EMU_L;
+            q.window     = g_node_win[r / EMU_L];
+            q.lsa_base   = r / EMU_L * EMU_L;
+            q.gin_mask   = (W == 32 ? ~0u : (1u << W) - 1u) & ~(((1u << EMU_L) - 1u) << q.lsa_base);
+            q.gin        = U(g);
+            q.gstage_off = g_gstage_off;
+        }
+#endif
         q.fault        = (eep_fault_page_t *)rt[r].fault;
         q.fault_claim  = (unsigned int *)rt[r].claim;
         q.timeout_ns   = (g_dead != 0 ? 20ull : 200ull) * 1000000000ull; /* a wait for the dead
@@ -454,9 +522,33 @@ static int run(const char *name, int max_tokens, int steps)
         check(eep_ep_envelope_misfit(&only_a, &G->s, 0) != NULL,
               "the fp8 layout alone does not hold bf16 records (why eep_ep_reserve exists)", 0, -1);
     }
-    eep_shim_window *win = (eep_shim_window *)shm_alloc(sizeof(eep_shim_window));
+    eep_shim_window *win   = (eep_shim_window *)shm_alloc(sizeof(eep_shim_window));
+    size_t           bytes = z.total_bytes;
+#ifdef EEP_EMU_LSA
+    /* the staging for every shape of the envelope, as eep_dispatch sizes it with one GPU a node
+       (EMU_L 1); with forwarding, the largest of the three shapes' own GIN areas */
+    size_t stage = EMU_L == 1 ? eep_ep_gin_stage_bytes_env(&env) : 0;
+
+    for (layer *l : { A, G, B }) {
+        size_t b = EMU_L == 1 ? 0 : eep_ep_gin_stage_bytes(&l->s, EMU_L);
+
+        stage = b > stage ? b : stage;
+    }
+    check(stage > 0, "the GIN staging has a size", 0, -1);
+    g_gstage_off = z.total_bytes;
+    bytes += stage;
+    g_net         = (eep_gin_model *)shm_alloc(sizeof(eep_gin_model));
+    g_net->nranks = W;
+    for (int n = 0; n < W / EMU_L; n++) {
+        g_node_win[n] = (eep_shim_window *)shm_alloc(sizeof(eep_shim_window));
+    }
+#endif
     for (int r = 0; r < W; r++) {
-        win->base[r]       = (unsigned char *)shm_alloc(z.total_bytes);
+        win->base[r] = (unsigned char *)shm_alloc(bytes);
+#ifdef EEP_EMU_LSA
+        g_net->base[r]                         = win->base[r];
+        g_node_win[r / EMU_L]->base[r % EMU_L] = win->base[r]; /* LSA index = local index */
+#endif
         rt[r].win          = win->base[r];
         rt[r].fault        = shm_alloc(sizeof(eep_fault_page_t));
         rt[r].claim        = shm_alloc(4);
@@ -488,10 +580,12 @@ static int run(const char *name, int max_tokens, int steps)
             memcpy((void *)G->p[r].y_grad, (const void *)G->p[r].recv_x,
                    (size_t)G->rows * G->s.hidden * 2);
         }
+#ifndef EEP_EMU_LSA
         snprintf(what, sizeof(what), "%s step %d: top-k weight gradients", name, step);
         if (!topk_grad_check(*G, what)) {
             return 1;
         }
+#endif
         snprintf(what, sizeof(what), "%s step %d: unweighted combine", name, step);
         set_rows(*G, step + 50, false);
         if (!combine_check(*G, 0, what)) {
