@@ -74,6 +74,20 @@ struct eep_ep_state {
     eep_ep_place_slot_t places[EEP_EP_PLACE_SLOTS];
 };
 
+/* Degraded mode: the peers the runtime's view machine knows dead (a fault named them) and no
+   view has removed yet; 0 without membership. */
+static uint32_t eep_ep_runtime_dead(const eep_runtime_t *rt)
+{
+    uint32_t mask = 0;
+
+    for (int r = 0; rt->vm != NULL && r < rt->nranks && r < EEP_EPK_MAX_WORLD; r++) {
+        if (r != rt->rank && eep_view_machine_dead(rt->vm, r)) {
+            mask |= 1u << r;
+        }
+    }
+    return mask;
+}
+
 /* The runtime as the argument checks see it: its membership epoch is that of the view its
    communicator was built from (eep_runtime_epoch). */
 static void eep_ep_world_of(const eep_runtime_t *rt, eep_ep_world_t *world)
@@ -86,6 +100,16 @@ static void eep_ep_world_of(const eep_runtime_t *rt, eep_ep_world_t *world)
     world->place_experts   = rt->placement != NULL ? rt->num_experts : 0;
     world->place_local_max = rt->place_local_max;
     world->placement       = rt->placement != NULL && !rt->place_default ? rt->placement : NULL;
+    world->dead_mask       = eep_ep_runtime_dead(rt);
+}
+
+/* Degraded mode: @p p's dead set as the kernels use it (eep_ep_reach_masks, ep_args.h), with
+   forwarding in hybrid mode over nodes of lsa_size GPUs. */
+static void eep_ep_reach_masks_of(const eep_runtime_t *rt, const struct eep_ep_state *st,
+                                  eep_epk_params_t *p)
+{
+    eep_ep_reach_masks(rt->nranks, rt->rank, st->hybrid ? rt->lsa_size : 1, p->dead_mask,
+                       &p->drop_mask, &p->mute_mask);
 }
 
 /* Free the placement tables (no kernel of the runtime runs). */
@@ -711,6 +735,12 @@ eep_status_t eep_dispatch(eep_runtime_t *rt, const eep_dispatch_args_t *args,
     if ((status = eep_ep_prepare(rt, &shape, 0, &cu, &st, &p)) != EEP_OK) {
         return status;
     }
+    p.dead_mask = eep_ep_args_dead_mask(args, &world);
+    eep_ep_reach_masks_of(rt, st, &p);
+    if (args->size >= offsetof(eep_dispatch_args_t, num_dropped) + sizeof(args->num_dropped)) {
+        p.dropped_topk = (uintptr_t)args->dropped_topk;
+        p.num_dropped  = (uintptr_t)args->num_dropped;
+    }
     El = p.num_local;
     /* Senders and copiers within the call's SM budget (docs/dispatch.md 5). */
     if (eep_ep_plan_sms(&st->cfg, &shape, st->device_sms, 0.0, args->num_sms,
@@ -824,6 +854,7 @@ eep_status_t eep_dispatch(eep_runtime_t *rt, const eep_dispatch_args_t *args,
         h->layout        = (int)eep_ep_args_layout(args);
         h->epoch         = world.epoch;
         h->rank          = rt->rank;
+        h->dead_mask     = p.dead_mask;
     }
     h->seq++;
     *handle_p = h;
@@ -935,6 +966,9 @@ static eep_status_t eep_ep_combine_launch(eep_runtime_t *rt, const eep_combine_a
     p.y_grad        = (uintptr_t)a->y_grad;
     p.topk_grad     = (uintptr_t)a->topk_grad;
     p.combine_flags = a->weighted ? 0 : EEP_EPK_COMBINE_UNWEIGHTED;
+    /* the handle's dead ranks (eep_ep_combine_args_check refused any found dead since) */
+    p.dead_mask = handle->dead_mask;
+    eep_ep_reach_masks_of(rt, st, &p);
     eep_ep_params_handle(&p, handle);
     if ((status = eep_ep_kernel(rt, st, kind, 0, 0, 0, shape, &kernel)) != EEP_OK) {
         return status;

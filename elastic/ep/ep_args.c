@@ -148,6 +148,63 @@ static eep_status_t eep_ep_check_shape(const eep_dispatch_args_t *a, const eep_e
     return EEP_OK;
 }
 
+/* The fourth version of the struct (degraded mode): dead_mask, dropped_topk, num_dropped. */
+static int eep_ep_args_v4(const eep_dispatch_args_t *a)
+{
+    return a->size >= offsetof(eep_dispatch_args_t, num_dropped) + sizeof(a->num_dropped);
+}
+
+uint32_t eep_ep_args_dead_mask(const eep_dispatch_args_t *a, const eep_ep_world_t *world)
+{
+    return world->dead_mask | (eep_ep_args_v4(a) ? (uint32_t)a->dead_mask : 0u);
+}
+
+/* The caller's dead ranks: inside the world, never this rank. */
+static eep_status_t eep_ep_check_dead_mask(const eep_dispatch_args_t *a,
+                                           const eep_ep_world_t      *world)
+{
+    const uint64_t m = eep_ep_args_v4(a) ? a->dead_mask : 0;
+
+    if (world->world < 64 && (m >> world->world) != 0) {
+        eep_error(EEP_SUBSYS_KERNEL,
+                  "dispatch: invalid argument dead_mask: 0x%llx names a rank at or above the "
+                  "world size %d",
+                  (unsigned long long)m, world->world);
+        return EEP_ERR_INVALID_ARG;
+    }
+    if (world->rank >= 0 && world->rank < 64 && ((m >> world->rank) & 1u)) {
+        eep_error(EEP_SUBSYS_KERNEL,
+                  "dispatch: invalid argument dead_mask: 0x%llx names this rank (%d): a rank "
+                  "that runs is not dead",
+                  (unsigned long long)m, world->rank);
+        return EEP_ERR_INVALID_ARG;
+    }
+    return EEP_OK;
+}
+
+void eep_ep_reach_masks(int world, int rank, int lsa_size, uint32_t dead, uint32_t *drop_p,
+                        uint32_t *mute_p)
+{
+    const int L    = lsa_size > 1 ? lsa_size : 1;
+    uint32_t  drop = dead, mute = dead;
+
+    for (int o = 0; L > 1 && dead != 0 && o < world && o < 32; o++) {
+        const int to = (o / L) * L + rank % L, from = (rank / L) * L + o % L;
+
+        if (o / L == rank / L) {
+            continue; /* the same node: over NVLink, no forwarder */
+        }
+        if (to < 32 && ((dead >> to) & 1u)) {
+            drop |= 1u << o; /* this rank's forwarder to o's node is dead */
+        }
+        if (from < 32 && ((dead >> from) & 1u)) {
+            mute |= 1u << o; /* o's forwarder to this node is dead */
+        }
+    }
+    *drop_p = drop;
+    *mute_p = mute;
+}
+
 eep_ep_layout_t eep_ep_args_layout(const eep_dispatch_args_t *a)
 {
     return a->size >= offsetof(eep_dispatch_args_t, layout) + sizeof(a->layout)
@@ -202,6 +259,9 @@ eep_status_t eep_ep_dispatch_args_check(const eep_dispatch_args_t *a, const eep_
     }
     status = eep_ep_check_shape(a, world, &s);
     if (status != EEP_OK) {
+        return status;
+    }
+    if ((status = eep_ep_check_dead_mask(a, world)) != EEP_OK) {
         return status;
     }
     fp8 = a->dtype == EEP_DTYPE_FP8_E4M3;
@@ -280,6 +340,19 @@ eep_status_t eep_ep_dispatch_args_check(const eep_dispatch_args_t *a, const eep_
                       (int)eep_ep_args_layout(a), handle->layout);
             return EEP_ERR_INVALID_ARG;
         }
+        /* the layout excludes the handle's dead ranks, and only those */
+        if (handle->dead_mask != eep_ep_args_dead_mask(a, world)) {
+            const uint32_t now = eep_ep_args_dead_mask(a, world);
+
+            eep_error(EEP_SUBSYS_KERNEL,
+                      "dispatch: invalid argument handle: cached mode needs the dead ranks of the "
+                      "dispatch that made it (0x%x), this call's are 0x%x%s",
+                      handle->dead_mask, now,
+                      (now & ~handle->dead_mask) != 0
+                          ? ": a rank was found dead since; dispatch again without CACHED"
+                          : "");
+            return (now & ~handle->dead_mask) != 0 ? EEP_ERR_PEER_LOST : EEP_ERR_INVALID_ARG;
+        }
     } else if (handle != NULL) {
         /* Refilled in place: its epoch may be old, but it must be ours and alive. */
         if (handle->magic != EEP_EP_HANDLE_MAGIC) {
@@ -305,6 +378,15 @@ eep_status_t eep_ep_combine_args_check(const void *y, const eep_ep_handle_t *han
     status = eep_ep_handle_check(handle, world, call);
     if (status != EEP_OK) {
         return status;
+    }
+    /* Degraded mode: the handle's layout skips its dead ranks; one found dead since would owe
+       partials it never sends (and this combine would wait for them). */
+    if ((world->dead_mask & ~handle->dead_mask) != 0) {
+        eep_error(EEP_SUBSYS_KERNEL,
+                  "combine: the handle's dispatch sent tokens to ranks known dead since (0x%x; "
+                  "it knew 0x%x): their partials never come, nothing enqueued; dispatch again",
+                  world->dead_mask & ~handle->dead_mask, handle->dead_mask);
+        return EEP_ERR_PEER_LOST;
     }
     if (handle->num_recv_rows > 0 && (status = eep_ep_check_ptr(call, "y", y)) != EEP_OK) {
         return status;

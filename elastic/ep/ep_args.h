@@ -26,6 +26,8 @@ typedef struct {
     int                       place_experts;
     int                       place_local_max;
     const eep_expert_place_t *placement;
+    /* Degraded mode: the ranks the runtime knows dead (bit r; never this rank's own). */
+    uint32_t dead_mask;
 } eep_ep_world_t;
 
 /** The placement of a call of @p num_experts experts on @p world into @p shape (placement and
@@ -58,6 +60,23 @@ eep_status_t eep_ep_combine_args_check(const void *y, const eep_ep_handle_t *han
  */
 eep_status_t eep_ep_handle_check(const eep_ep_handle_t *handle, const eep_ep_world_t *world,
                                  const char *what);
+
+/**
+ * The dead ranks of a dispatch (degraded mode, eep/ep.h): the runtime's and args->dead_mask
+ * (fourth version of the struct; 0 before).  Checked by eep_ep_dispatch_args_check.
+ */
+uint32_t eep_ep_args_dead_mask(const eep_dispatch_args_t *args, const eep_ep_world_t *world);
+
+/**
+ * Degraded mode, the dead set @p dead as the kernels use it (kernels/ep/ep_params.h): drop, the
+ * ranks rank @p rank cannot reach, and mute, the sources that cannot reach it.  Both are @p dead
+ * unless @p lsa_size > 1 (hybrid mode with forwarding, nodes of lsa_size GPUs, ranks
+ * node-major): then a token of rank s crosses to another node at that node's rank with s's local
+ * index (its forwarder; the combine's partials return the same way), so a dead forwarder also
+ * cuts every rank of its node off for its rail peers, both ways.  Ranks past 31 are ignored.
+ */
+void eep_ep_reach_masks(int world, int rank, int lsa_size, uint32_t dead, uint32_t *drop_p,
+                        uint32_t *mute_p);
 
 /** The call's output layout (expert-major for callers whose struct predates the field). */
 eep_ep_layout_t eep_ep_args_layout(const eep_dispatch_args_t *args);

@@ -31,6 +31,7 @@ struct eep_ep_handle {
     int            layout;        /* eep_ep_layout_t of that dispatch */
     uint64_t       seq;           /* call number of that dispatch */
     int64_t        num_recv_rows; /* padded rows: exact (CPU_SYNC) or rows_max */
+    uint32_t       dead_mask;     /* ranks dead for that dispatch (degraded mode, eep/ep.h) */
 
     /* Device arrays, owned by the handle through release(). */
     int32_t *d_expert_counts;  /* [El] real rows per local expert */

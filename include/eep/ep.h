@@ -41,6 +41,23 @@
  * (dispatch waits for the counts, not for the data), NO_CPU_SYNC 0, CACHED 0.  docs/dispatch.md
  * explains why this is enough.
  *
+ * Degraded mode (issue 24; docs/dispatch.md, "Degraded mode"): with a peer known dead (the
+ * runtime's view machine marked it after a fault, until a view removes it; or
+ * eep_dispatch_args_t.dead_mask), dispatch and combine complete on the live ranks.  A call skips
+ * every wait on, and every store or put to, a dead rank.  A top-k lane whose expert lives on a
+ * dead rank is dropped (in hybrid mode with forwarding also one whose expert's node is another
+ * node whose forwarder for this rank, its rank with this rank's local index, is dead: that path
+ * is gone both ways): routed as if its id were -1 (no row anywhere, the token not sent to that
+ * rank for it), reported in the dispatch's dropped report (dropped_topk, num_dropped, on the GPU),
+ * and left out of combine: its weight counts as 0, and the other lanes' weights are NOT
+ * renormalised (out[t] is the sum over the live lanes only; a caller that wants renormalised
+ * outputs has the report and its own weights to do it).  So every live rank's outputs are exactly
+ * those of a dispatch whose inputs had -1 in the dropped lanes and a dead rank with no tokens:
+ * expert-major layout dense and ordered as above, counts without the dead rank's rows, combine
+ * bitwise reproducible.  A handle keeps the dead set of the dispatch that made it: a CACHED
+ * dispatch needs the same set, and a combine of a handle made before a rank was known dead
+ * returns EEP_ERR_PEER_LOST (nothing enqueued: dispatch again).
+ *
  * Threading: calls on one runtime are serialised by the caller (one stream per runtime, like NCCL
  * collectives on one communicator); every rank of the runtime must make the same sequence of
  * dispatch/combine calls with the same shapes.
@@ -193,6 +210,26 @@ typedef struct {
 
     /* ---- since the third version (older callers' size leaves it expert-major) ---- */
     eep_ep_layout_t layout; /* EEP_EP_LAYOUT_EXPERT_MAJOR (0) or EEP_EP_LAYOUT_RANK_MAJOR */
+
+    /* ---- since the fourth version (older callers' size leaves them 0): degraded mode ---- */
+    /*
+     * Ranks known dead (bit r: rank r of this runtime), on top of those the runtime knows (its
+     * view machine's dead peers while it is degraded: eep_membership_info_t.degraded): the call
+     * neither waits for nor writes to any of them (see "Degraded mode" at the top).  Bits at or
+     * above the world size, or this rank's own, are refused (EEP_ERR_INVALID_ARG naming
+     * dead_mask).  Every live rank must pass the same mask (as they pass the same shapes).
+     */
+    uint64_t dead_mask;
+    /*
+     * The dropped report, device memory, or NULL: dropped_topk [num_tokens, num_topk] gets 1
+     * where lane k of token t names an expert (an id in [0, num_experts)) held by a dead rank
+     * (hybrid mode with forwarding: or by a rank of a node this rank reaches only through a
+     * dead forwarder, see "Degraded mode"), else 0; *num_dropped the count of those (token, k)
+     * pairs.  Both are written by every dispatch that has them (zeros when nothing is dead), in
+     * every mode, on the GPU: no host synchronisation.  Any alignment.
+     */
+    uint8_t *dropped_topk;
+    int32_t *num_dropped;
 } eep_dispatch_args_t;
 
 /**
@@ -217,7 +254,9 @@ typedef struct {
  * @param [in]     stream    CUstream (void * so callers need no CUDA header); NULL: default.
  * @return EEP_OK once the work is enqueued (CPU_SYNC: and the counts are known on the host);
  *         EEP_ERR_INVALID_ARG / EEP_ERR_STALE_EPOCH for bad input; EEP_ERR_PEER_TIMEOUT when the
- *         counts did not arrive in time (CPU_SYNC); EEP_ERR_DEVICE_FAULT for an earlier fault.
+ *         counts did not arrive in time (CPU_SYNC); EEP_ERR_DEVICE_FAULT for an earlier fault;
+ *         EEP_ERR_PEER_LOST for a CACHED dispatch on a handle made before a rank was known dead
+ *         (degraded mode: dispatch again without CACHED).
  */
 eep_status_t eep_dispatch(eep_runtime_t *rt, const eep_dispatch_args_t *args,
                           eep_ep_handle_t **handle_p, void *stream);
@@ -231,6 +270,8 @@ eep_status_t eep_dispatch(eep_runtime_t *rt, const eep_dispatch_args_t *args,
  * rounding to nearest even.  The order is fixed, so the result is bitwise reproducible.  A token
  * with no expert gives zeros.  A rank-major handle (EEP_EP_LAYOUT_RANK_MAJOR): p_r = y[row(t)],
  * the one row rank r received for t, as given (the caller summed its local experts).
+ * Degraded mode (the header's "Degraded mode"): the ranks r are the live ones and the lanes k
+ * those the dispatch did not drop; a dropped lane weighs 0 and the others are not renormalised.
  *
  * @param [in]  rt      the runtime that made @p handle.
  * @param [in]  y       [rows, hidden] bf16, the expert outputs in the handle's received layout
@@ -239,7 +280,9 @@ eep_status_t eep_dispatch(eep_runtime_t *rt, const eep_dispatch_args_t *args,
  * @param [out] out     [num_tokens of that dispatch, hidden] bf16; device, 16-byte aligned.
  * @param [in]  stream  CUstream, NULL: default.
  * @return EEP_OK once enqueued; EEP_ERR_INVALID_ARG (NULL/misaligned pointer, foreign handle),
- *         EEP_ERR_STALE_EPOCH (handle from an older membership epoch).
+ *         EEP_ERR_STALE_EPOCH (handle from an older membership epoch); EEP_ERR_PEER_LOST (the
+ *         runtime knows a rank dead that the handle's dispatch sent tokens to: its partials never
+ *         come; nothing is enqueued, dispatch again).
  */
 eep_status_t eep_combine(eep_runtime_t *rt, const void *y, const eep_ep_handle_t *handle, void *out,
                          void *stream);

@@ -163,9 +163,10 @@ typedef struct {
     int                       num_local;     /* experts this rank holds (may be 0) */
     const int32_t            *local_experts; /* [num_local]: global ids, by local slot */
     const eep_expert_place_t *placement;     /* [num_experts]; both valid until the next sync */
-    int                       degraded; /* a peer is known dead and no view has removed it yet */
-    int                       n_lost;   /* experts held by peers known dead */
-    const char               *action;   /* what the last view did: "none", "shrink", "fresh" */
+    int                       degraded;      /* a peer is known dead and no view has removed it yet
+                                           (dispatch/combine skip it: eep/ep.h) */
+    int                       n_lost;        /* experts held by peers known dead */
+    const char               *action;        /* what the last view did: "none", "shrink", "fresh" */
     double                    apply_ms; /* how long the last view's application took on this rank */
 } eep_membership_info_t;
 
@@ -189,7 +190,9 @@ eep_status_t eep_membership_sync(eep_runtime_t *rt, int *changed_p, eep_membersh
 /**
  * After a call or eep_poll() returned EEP_ERR_PEER_TIMEOUT: mark the peer named by the first
  * fault record dead (degraded mode) and report it to the control plane once, so that a view
- * without it follows.  Further calls return the fault until a view is applied.
+ * without it follows.  Further calls return the fault until a view is applied, or until the
+ * caller lowers it (eep_runtime_clear_fault): then dispatch and combine run degraded, skipping
+ * the dead peer and reporting the tokens whose experts it held (eep/ep.h, "Degraded mode").
  * @param [in] phase  "dispatch", "combine", "barrier" (for the report).
  * @return EEP_OK; EEP_ERR_NOT_FOUND (no fault record); EEP_ERR_FENCED; EEP_ERR_INVALID_ARG.
  */

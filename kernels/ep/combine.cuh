@@ -547,11 +547,14 @@ __device__ __forceinline__ void eep_epc_body(const eep_epk_params_t &p)
     if (blockIdx.x == 0 && (int)threadIdx.x < W && eep_epk_is_gin(p, (int)threadIdx.x)) {
         ncclGin gin(eep_epk_gin_dc(p), 0);
 
-        gin.signal(ncclTeamWorld(eep_epk_gin_dc(p)), (int)threadIdx.x,
-                   ncclGin_SignalInc{ (ncclGinSignal_t)(eep_epk_gin(p).sig0 + 2 * W + p.rank) });
+        if (!eep_epk_dead(p, (int)threadIdx.x)) { /* nothing to a dead peer */
+            gin.signal(
+                ncclTeamWorld(eep_epk_gin_dc(p)), (int)threadIdx.x,
+                ncclGin_SignalInc{ (ncclGinSignal_t)(eep_epk_gin(p).sig0 + 2 * W + p.rank) });
+        }
     } else
 #endif
-        if (blockIdx.x == 0 && (int)threadIdx.x < W) {
+        if (blockIdx.x == 0 && (int)threadIdx.x < W && !eep_epk_dead(p, (int)threadIdx.x)) {
         unsigned long long *slot = (unsigned long long *)(peer_base[threadIdx.x] + p.counts_off +
                                                           ((unsigned long long)p.rank * 2 +
                                                            parity) *

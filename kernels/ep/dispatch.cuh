@@ -268,7 +268,8 @@ __device__ __forceinline__ void eep_epk_dispatch(const eep_epk_params_t &p)
                             eep_epk_fault_bad(p, t, bad_id);
                         } else {
                             for (int k = 0; k < K; k++) {
-                                const long long e = eep_epk_id<IdxBits>(p, (long long)t * K + k);
+                                const long long e = eep_epk_live_id(
+                                    p, eep_epk_id<IdxBits>(p, (long long)t * K + k));
                                 if (e >= 0) {
                                     atomicOr(&mw[e], (int)(1u << lane));
                                 }
@@ -314,8 +315,9 @@ __device__ __forceinline__ void eep_epk_dispatch(const eep_epk_params_t &p)
                     };
 
                     if ((int)lane < K) {
-                        my_id = (int)eep_epk_id<IdxBits>(p, (long long)t * K + lane);
-                        my_w  = ((const float *)p.topk_weights)[(long long)t * K + lane];
+                        my_id = (int)eep_epk_live_id(
+                            p, eep_epk_id<IdxBits>(p, (long long)t * K + lane));
+                        my_w = ((const float *)p.topk_weights)[(long long)t * K + lane];
                         if (my_id >= 0 && my_id < E && (((unsigned)mw[my_id] >> l) & 1u)) {
                             my_pos = pw[my_id] + __popc((unsigned)mw[my_id] & lt);
                         }
@@ -360,6 +362,9 @@ __device__ __forceinline__ void eep_epk_dispatch(const eep_epk_params_t &p)
            every rank wait for these words first). */
         int *base = dyn;
 
+        if (p.dropped_topk != 0 || p.num_dropped != 0) {
+            eep_epk_report_dropped<IdxBits>(p);
+        }
         if (Mode != EEP_EPK_CACHED) {
             if (T * K <= EEP_EPK_RECOUNT_MAX_IDS) { /* few ids: every token counted here */
                 eep_epk_count<IdxBits>(p, 0, T, base, dyn + NC, 2 * p.scan_warps * NC);
@@ -367,17 +372,21 @@ __device__ __forceinline__ void eep_epk_dispatch(const eep_epk_params_t &p)
                 eep_epk_chunk_sum(p, base, NC, S, seq); /* every sender's chunk */
             }
             eep_epk_stamp(p, 1);
-            /* each expert's count to the rank that holds it, in its local slot's word */
+            /* each expert's count to the rank that holds it, in its local slot's word (none to
+               a rank this one cannot reach: dead, or behind a dead forwarder) */
             for (int e = threadIdx.x; e < E; e += blockDim.x) {
-                const unsigned      pl   = eep_epk_place_of(p, e);
-                unsigned long long *slot = eep_epk_count_slot(p, peer_base, (int)(pl >> 16),
-                                                              parity);
+                const unsigned pl = eep_epk_place_of(p, e);
 
-                slot[EEP_EPK_SLOT_COUNTS + (pl & 0xffffu)] = (seq << 32) | (unsigned)base[e];
+                if (!eep_epk_unreachable(p, (int)(pl >> 16))) {
+                    unsigned long long *slot = eep_epk_count_slot(p, peer_base, (int)(pl >> 16),
+                                                                  parity);
+
+                    slot[EEP_EPK_SLOT_COUNTS + (pl & 0xffffu)] = (seq << 32) | (unsigned)base[e];
+                }
             }
             __syncthreads();
         }
-        if ((int)threadIdx.x < W) {
+        if ((int)threadIdx.x < W && !eep_epk_unreachable(p, (int)threadIdx.x)) {
             const int           d    = threadIdx.x;
             unsigned long long *slot = eep_epk_count_slot(p, peer_base, d, parity);
             /* a release store: after the __syncthreads, it orders every count word above */

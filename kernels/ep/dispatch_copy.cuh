@@ -361,7 +361,10 @@ __device__ void eep_epk_expand(const eep_epk_params_t &p, unsigned long long seq
             const unsigned long long *slot =
                 (const unsigned long long *)(my_counts +
                                              ((unsigned long long)s * 2 + parity) * p.slot_bytes);
-            sm.n[s] = (int)(unsigned)(slot[EEP_EPK_SLOT_TOKENS] & 0xffffffffull);
+            /* degraded mode: a dead peer sent nothing (its slot holds an older call's) */
+            sm.n[s] = eep_epk_muted(p, s)
+                          ? 0
+                          : (int)(unsigned)(slot[EEP_EPK_SLOT_TOKENS] & 0xffffffffull);
         }
         for (int e = threadIdx.x; e < El; e += blockDim.x) {
             int running = 0;
@@ -372,7 +375,9 @@ __device__ void eep_epk_expand(const eep_epk_params_t &p, unsigned long long seq
                     (const unsigned long long *)(my_counts + ((unsigned long long)s * 2 + parity) *
                                                                  p.slot_bytes);
                 src_prefix[s * El + e] = running;
-                running += (int)(unsigned)(slot[EEP_EPK_SLOT_COUNTS + e] & 0xffffffffull);
+                running += eep_epk_muted(p, s)
+                               ? 0
+                               : (int)(unsigned)(slot[EEP_EPK_SLOT_COUNTS + e] & 0xffffffffull);
             }
             sm.counts[e] = running;
         }

@@ -21,7 +21,8 @@ __device__ __forceinline__ long long eep_epk_id(const eep_epk_params_t &p, long 
     return ((const int *)p.topk_idx)[i];
 }
 
-/* Token @p t's top-k id and weight of this lane (lane k < K: entry k; other lanes -1 and 0). */
+/* Token @p t's top-k id and weight of this lane (lane k < K: entry k, -1 when its expert's rank
+   is dead (eep_epk_live_id); other lanes -1 and 0). */
 template <int IdxBits>
 __device__ __forceinline__ void eep_epk_lane_topk(const eep_epk_params_t &p, int t, unsigned lane,
                                                   int *id_p, float *w_p)
@@ -31,14 +32,14 @@ __device__ __forceinline__ void eep_epk_lane_topk(const eep_epk_params_t &p, int
     *id_p = -1;
     *w_p  = 0.0f;
     if ((int)lane < K) {
-        *id_p = (int)eep_epk_id<IdxBits>(p, (long long)t * K + lane);
+        *id_p = (int)eep_epk_live_id(p, eep_epk_id<IdxBits>(p, (long long)t * K + lane));
         *w_p  = ((const float *)p.topk_weights)[(long long)t * K + lane];
     }
 }
 
-/* Route one token whose K ids come from get(k): its destination mask (the ranks of its
-   experts, eep_epk_rank_of); or bad (an id outside [-1, E) or repeated in the token: mask 0,
-   *bad_id_p the offending id). */
+/* Route one token whose K ids come from get(k): its destination mask (the live ranks of its
+   experts, eep_epk_rank_of; a dead rank's expert routes nowhere); or bad (an id outside [-1, E)
+   or repeated in the token, checked on the ids as given: mask 0, *bad_id_p the offending id). */
 template <typename GetId>
 __device__ __forceinline__ unsigned eep_epk_route_ids(const eep_epk_params_t &p, GetId get, int K,
                                                       int E, bool *bad_p, long long *bad_id_p)
@@ -64,7 +65,9 @@ __device__ __forceinline__ unsigned eep_epk_route_ids(const eep_epk_params_t &p,
                 return 0;
             }
         }
-        mask |= 1u << (unsigned)eep_epk_rank_of(p, (int)e);
+        if (eep_epk_live_id(p, e) >= 0) {
+            mask |= 1u << (unsigned)eep_epk_rank_of(p, (int)e);
+        }
     }
     return mask;
 }
@@ -155,7 +158,8 @@ __device__ __forceinline__ int eep_epk_group_lanes(int K)
 /*
  * Lane @p k of a token's group of @p G lanes (@p on: this (token, k) exists) routing the token
  * from its staged ids @p tid (out-of-range ids staged as -2): the lane's id in *@p e_p (-1:
- * none), the token's destinations (the group's OR) in *@p m_p.  @return whether the token is bad
+ * none, or an expert of a dead rank: eep_epk_live_id), the token's destinations (the group's OR)
+ * in *@p m_p.  @return whether the token is bad
  * (an id out of range, or repeated: each lane checks its id against the token's earlier ones),
  * alike on every lane of the group.  Every lane of the warp calls this (a ballot and shuffles).
  */
@@ -165,14 +169,16 @@ __device__ __forceinline__ bool eep_epk_group_route(const eep_epk_params_t &p, c
 {
     const unsigned lane  = threadIdx.x & 31u;
     const unsigned gmask = (G == 32 ? 0xffffffffu : ((1u << G) - 1u)) << (lane - k);
-    const int      e     = on ? tid[k] : -1;
-    bool           bad   = on && e < -1;
+    const int      e0    = on ? tid[k] : -1;
+    bool           bad   = on && e0 < -1;
     unsigned       m;
 
-    for (int i = 0; on && e >= 0 && i < (int)k; i++) {
-        bad |= tid[i] == e;
+    for (int i = 0; on && e0 >= 0 && i < (int)k; i++) {
+        bad |= tid[i] == e0;
     }
-    m = !on || e < 0 ? 0u : 1u << (unsigned)eep_epk_rank_of(p, e);
+    /* checked as given, routed live (a dead rank's expert: -1) */
+    const int e = (int)eep_epk_live_id(p, e0);
+    m           = !on || e < 0 ? 0u : 1u << (unsigned)eep_epk_rank_of(p, e);
     /* any lane bad -> every id of the token dropped; destinations OR'ed */
     bad = (__ballot_sync(0xffffffffu, bad) & gmask) != 0;
     for (int o = 1; o < G; o <<= 1) {
@@ -377,6 +383,42 @@ __device__ __forceinline__ void eep_epk_chunk_sum(const eep_epk_params_t &p, int
     __syncthreads();
 }
 
+/*
+ * Degraded mode, the counter block (every thread of it): the dropped report of this call's
+ * tokens, dropped_topk[t][k] = 1 where lane k names an expert (in [0, E)) of a dead rank, else 0
+ * (written whether or not anything is dead: the caller's buffer holds this call's report; with
+ * forwarding also the lanes behind a dead forwarder, eep_epk_live_id), and
+ * *num_dropped their count, by one shared atomic per thread that found any.
+ */
+template <int IdxBits>
+__device__ void eep_epk_report_dropped(const eep_epk_params_t &p)
+{
+    __shared__ int n_dropped;
+    const int      nk   = p.num_tokens * EEP_EPK_K(p);
+    int            mine = 0;
+
+    if (threadIdx.x == 0) {
+        n_dropped = 0;
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < nk; i += blockDim.x) {
+        const long long e    = (p.drop_mask | p.dead_mask) != 0 ? eep_epk_id<IdxBits>(p, i) : -1;
+        const int       drop = e >= 0 && eep_epk_live_id(p, e) < 0;
+
+        if (p.dropped_topk != 0) {
+            ((unsigned char *)p.dropped_topk)[i] = (unsigned char)drop;
+        }
+        mine += drop;
+    }
+    if (mine != 0) {
+        atomicAdd(&n_dropped, mine);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0 && p.num_dropped != 0) {
+        *(int *)p.num_dropped = n_dropped;
+    }
+}
+
 /* CPU_SYNC, Phase 0, the counter block: wait for every peer's counts, publish counts and
    offsets on the device and in the host-mapped mirror (its last word last). */
 __device__ void eep_epk_publish(const eep_epk_params_t &p, unsigned long long seq,
@@ -396,7 +438,10 @@ __device__ void eep_epk_publish(const eep_epk_params_t &p, unsigned long long se
             const unsigned long long *slot =
                 (const unsigned long long *)(my_counts +
                                              ((unsigned long long)s * 2 + parity) * p.slot_bytes);
-            running += (int)(unsigned)(slot[EEP_EPK_SLOT_COUNTS + e] & 0xffffffffull);
+            /* a dead peer's slot is stale: it sent nothing */
+            running += eep_epk_muted(p, s)
+                           ? 0
+                           : (int)(unsigned)(slot[EEP_EPK_SLOT_COUNTS + e] & 0xffffffffull);
         }
         csm.counts[e] = running;
     }
@@ -408,7 +453,8 @@ __device__ void eep_epk_publish(const eep_epk_params_t &p, unsigned long long se
                 (const unsigned long long *)(my_counts +
                                              ((unsigned long long)s * 2 + parity) * p.slot_bytes);
             csm.nbase[s] = run;
-            run += (int)(unsigned)(slot[EEP_EPK_SLOT_TOKENS] & 0xffffffffull);
+            run += eep_epk_muted(p, s) ? 0
+                                       : (int)(unsigned)(slot[EEP_EPK_SLOT_TOKENS] & 0xffffffffull);
         }
         csm.nbase[W] = run;
     }

@@ -185,6 +185,38 @@ __device__ __forceinline__ int eep_epk_rank_of(const eep_epk_params_t &p, int e)
     return p.place_even ? e / p.num_local : (int)(__ldg((const unsigned *)p.place + e) >> 16);
 }
 
+/* Degraded mode (ep_params.h): world rank @p r is known dead (nothing to it, no wait for it). */
+__device__ __forceinline__ bool eep_epk_dead(const eep_epk_params_t &p, int r)
+{
+    return ((p.dead_mask >> (unsigned)r) & 1u) != 0;
+}
+
+/* Source @p s cannot reach this rank (dead, or its forwarder here is): its count words never
+   come, its slot counts as zero. */
+__device__ __forceinline__ bool eep_epk_muted(const eep_epk_params_t &p, int s)
+{
+    return (((p.mute_mask | p.dead_mask) >> (unsigned)s) & 1u) != 0; /* the dead, always */
+}
+
+/* This rank cannot reach rank @p d (dead, or behind a dead forwarder): nothing is sent to it. */
+__device__ __forceinline__ bool eep_epk_unreachable(const eep_epk_params_t &p, int d)
+{
+    return (((p.drop_mask | p.dead_mask) >> (unsigned)d) & 1u) != 0;
+}
+
+/* A top-k id as the dispatch routes it: -1 when it names an expert (in [0, num_experts)) of a
+   rank this rank cannot reach (p.drop_mask: dead, or behind a dead forwarder), else as given
+   (out-of-range ids stay, for the bad-id checks).  Every sender, the counter and the records'
+   metadata see the same ids, so those lanes are simply absent: no record, no row, no count, no
+   partial.  One uniform test when nothing is dead. */
+__device__ __forceinline__ long long eep_epk_live_id(const eep_epk_params_t &p, long long e)
+{
+    return (p.drop_mask | p.dead_mask) != 0 && e >= 0 && e < p.num_experts &&
+                   eep_epk_unreachable(p, eep_epk_rank_of(p, (int)e))
+               ? -1
+               : e;
+}
+
 /* The bounded-wait context of an EP kernel's waits (kernels/common/wait.cuh). */
 __device__ __forceinline__ eep_wait_ctx eep_epk_wait_ctx(const eep_epk_params_t &p,
                                                          int                    *block_failed)
@@ -204,6 +236,9 @@ eep_epk_wait_slot_words_one(const eep_epk_params_t &p, const unsigned char *my_c
 {
     eep_wait_ctx w = eep_epk_wait_ctx(p, block_failed);
     w.stat_slot    = phase == EEP_PHASE_EP_DISPATCH ? EEP_WAIT_STAT_DISPATCH_COUNTS : -1;
+    if (eep_epk_muted(p, (int)threadIdx.x)) {
+        return; /* degraded mode: a dead peer's word never comes (its slot counts as zero) */
+    }
     {
         const unsigned long long
             *word = (const unsigned long long *)(my_counts +

@@ -161,7 +161,8 @@ __device__ __forceinline__ unsigned eep_epk_rail_mask(const eep_epk_params_t &p)
 /*
  * Wait, by thread d < W of the block for each bit d of @p mask, until signal @p sig_base + d reads
  * at least @p target (bounded: deadline, abort flag; the fault names world rank d), then acquire.
- * No block sync: callers sync.
+ * A dead rank's bit (p.dead_mask) is left out: its signal never comes.  No block sync: callers
+ * sync.
  */
 __device__ __forceinline__ void eep_epk_gin_wait_mask(const eep_epk_params_t &p, unsigned mask,
                                                       int sig_base, unsigned long long target,
@@ -170,6 +171,7 @@ __device__ __forceinline__ void eep_epk_gin_wait_mask(const eep_epk_params_t &p,
 {
     const int d = (int)threadIdx.x;
 
+    mask &= ~p.dead_mask;
     if (d < EEP_EPK_W(p) && ((mask >> (unsigned)d) & 1u)) {
         eep_wait_ctx w = eep_epk_wait_ctx(p, block_failed);
 
@@ -312,7 +314,7 @@ __device__ __noinline__ bool eep_epk_gin_dispatch_puts(const eep_epk_params_t &p
     }
     __syncthreads(); /* every record posted before any count slot (same context: ordered) */
     for (int d = threadIdx.x; d < W; d += blockDim.x) {
-        if (eep_epk_is_gin(p, d)) {
+        if (eep_epk_is_gin(p, d) && !eep_epk_dead(p, d)) { /* nothing to a dead peer */
             gin.put(
                 ncclTeamWorld(dc), d, (ncclWindow_t)p.window,
                 (size_t)(p.counts_off + ((unsigned long long)p.rank * 2 + parity) * p.slot_bytes),
@@ -370,7 +372,7 @@ __device__ __noinline__ bool eep_epk_gin_combine_puts(const eep_epk_params_t &p,
     }
     __syncthreads(); /* every row posted before the signals */
     for (int d = threadIdx.x; d < W; d += blockDim.x) {
-        if (eep_epk_is_gin(p, d)) {
+        if (eep_epk_is_gin(p, d) && !eep_epk_dead(p, d)) {
             gin.signal(ncclTeamWorld(dc), d,
                        ncclGin_SignalInc{ (ncclGinSignal_t)(g.sig0 + W + p.rank) });
         }
@@ -477,7 +479,9 @@ __device__ __noinline__ bool eep_epk_fwd_forward(const eep_epk_params_t &p, unsi
     for (int j = threadIdx.x; j < N * L; j += blockDim.x) {
         const int n = j / L, l = j % L;
 
-        if (n == me_node) {
+        /* degraded: nothing relayed for a dead source (its slot here is an older call's), nor
+           to a dead rank of this node */
+        if (n == me_node || eep_epk_dead(p, n * L + ls) || eep_epk_dead(p, nb + l)) {
             continue;
         }
         const unsigned long long *src = (const unsigned long long *)(mine +
@@ -560,8 +564,8 @@ __device__ __noinline__ bool eep_epk_fwd_dispatch(const eep_epk_params_t &p, uns
     }
     __syncthreads(); /* every record and its metadata posted before the count slots */
     for (int m = threadIdx.x; m < N; m += blockDim.x) {
-        if (m == me_node) {
-            continue;
+        if (m == me_node || eep_epk_dead(p, m * L + ls)) {
+            continue; /* degraded: a dead forwarder gets nothing (nothing goes to its node) */
         }
         /* word 1 of the node's first slot (unused by the receivers): this rank's token count */
         unsigned long long *w1 = (unsigned long long *)(mine + eep_epk_gin_slot_stage(p, m * L)) +
@@ -613,11 +617,12 @@ __device__ __noinline__ bool eep_epk_fwd_combine(const eep_epk_params_t &p, unsi
     }
     __threadfence_system(); /* every block's rows (acquired by the ticket) before the done word */
     __syncthreads();
-    if ((int)threadIdx.x < L) {
+    /* degraded: no done word to, and none awaited from, a dead rank of this node */
+    if ((int)threadIdx.x < L && !eep_epk_dead(p, nb + (int)threadIdx.x)) {
         eep_st_release_sys(
             (unsigned long long *)eep_epk_peer(p, eep_epk_fwd_cdone(p, ls), nb + threadIdx.x), seq);
     }
-    if ((int)threadIdx.x < L) {
+    if ((int)threadIdx.x < L && !eep_epk_dead(p, nb + (int)threadIdx.x)) {
         const eep_wait_ctx        w     = eep_epk_wait_ctx(p, block_failed);
         const unsigned long long *word  = (const unsigned long long *)(mine +
                                                                       eep_epk_fwd_cdone(
@@ -666,7 +671,7 @@ __device__ __noinline__ bool eep_epk_fwd_combine(const eep_epk_params_t &p, unsi
     }
     __syncthreads(); /* every row posted before the signals */
     for (int d = threadIdx.x; d < W; d += blockDim.x) {
-        if ((rail >> (unsigned)d) & 1u) {
+        if (((rail >> (unsigned)d) & 1u) && !eep_epk_dead(p, d)) {
             gin.signal(ncclTeamWorld(dc), d,
                        ncclGin_SignalInc{ (ncclGinSignal_t)(g.sig0 + W + p.rank) });
         }

@@ -167,6 +167,22 @@ typedef struct eep_epk_params {
     unsigned long long place;
     /* wait accounting: 0, or the runtime's u64 [EEP_WAIT_STAT_PHASES][EEP_MAX_RANKS] (device) */
     unsigned long long wait_stats;
+    /* Degraded mode (issue 24), bit d for world rank d.  dead_mask: known dead; nothing waits
+       for it or stores to it.  drop_mask: the ranks this rank cannot reach (the dead, and in
+       hybrid mode with forwarding every rank of a node whose forwarder for this rank is dead):
+       a top-k lane on one of their experts is routed as id -1 (eep_epk_live_id).  mute_mask: the
+       sources that cannot reach this rank (the same rule the other way): their count words are
+       not waited for and their slots read as zero.  Without forwarding both are dead_mask (the
+       kernels take each with dead_mask OR'ed in: a dead rank is always both).
+       The dispatch's counter block writes the dropped report when asked: dropped_topk, 0 or
+       u8 [num_tokens, K] (1: the lane was dropped), and num_dropped, 0 or one int (their
+       count). */
+    unsigned int       dead_mask;
+    unsigned int       drop_mask;
+    unsigned int       mute_mask;
+    int                dead_pad;
+    unsigned long long dropped_topk;
+    unsigned long long num_dropped;
 } eep_epk_params_t;
 
 /* combine_flags */
@@ -192,7 +208,7 @@ typedef struct eep_epk_gin {
 #define EEP_EPK_GIN_COUNTERS       2
 
 EEP_LAYOUT_ASSERT(sizeof(void *) == 8, "64-bit pointers");
-EEP_LAYOUT_ASSERT(sizeof(eep_epk_params_t) == 472, "eep_epk_params_t size");
+EEP_LAYOUT_ASSERT(sizeof(eep_epk_params_t) == 504, "eep_epk_params_t size");
 EEP_LAYOUT_ASSERT(sizeof(eep_epk_gin_t) == EEP_DEVCOMM_BYTES + 16, "eep_epk_gin_t size");
 
 #endif /* EEP_KERNELS_EP_PARAMS_H */

@@ -32,7 +32,8 @@ ALLOC_FUNC = ctypes.CFUNCTYPE(c_void_p, c_void_p, c_size_t, c_char_p)
 
 
 class DispatchArgs(ctypes.Structure):
-    """eep_dispatch_args_t (third version: with skip_padding_x and layout)."""
+    """eep_dispatch_args_t (fourth version: skip_padding_x, layout, and degraded mode's
+    dead_mask, dropped_topk, num_dropped)."""
 
     _fields_ = [
         ("size", c_size_t),
@@ -63,6 +64,9 @@ class DispatchArgs(ctypes.Structure):
         ("num_recv_rows_p", c_void_p),
         ("skip_padding_x", c_int),
         ("layout", c_int),
+        ("dead_mask", ctypes.c_uint64),
+        ("dropped_topk", c_void_p),
+        ("num_dropped", c_void_p),
     ]
 
 

@@ -793,3 +793,97 @@ eep_status_t eep_ref_combine_rank_major(const eep_ep_shape_t *s, const eep_ref_i
     free(total);
     return EEP_OK;
 }
+
+/* ---------------------------------------------------------------------------------------- */
+/* Degraded mode                                                                              */
+
+/* Whether source rank @p src reaches rank @p dst (degraded mode): both alive, and with
+   forwarding (@p L > 1) across nodes the forwarder, dst's node's rank with src's local index. */
+static int degrade_reaches(uint64_t dead_mask, int L, int src, int dst)
+{
+    if (((dead_mask >> src) & 1u) || ((dead_mask >> dst) & 1u)) {
+        return 0;
+    }
+    return L <= 1 || src / L == dst / L || !((dead_mask >> ((dst / L) * L + src % L)) & 1u);
+}
+
+static eep_status_t degrade_one(const eep_ep_shape_t *s, const eep_ref_input_t *in, int rank,
+                                int dead, uint64_t dead_mask, int L, eep_ref_input_t *out,
+                                uint8_t *dropped, int32_t *n_dropped_p)
+{
+    const size_t    K = (size_t)s->num_topk, T = dead ? 0 : (size_t)in->num_tokens;
+    const size_t    xb = (size_t)s->hidden * eep_ep_elem_bytes(s->dtype);
+    const size_t    sb = (size_t)(s->hidden / EEP_EP_FP8_BLOCK) * sizeof(float);
+    eep_ref_input_t o  = { 0 };
+    int32_t         n  = 0;
+
+    o.num_tokens   = (int)T;
+    o.x            = malloc(T * xb + 1);
+    o.topk_idx     = malloc(T * K * sizeof(int64_t) + 1);
+    o.topk_weights = malloc(T * K * sizeof(float) + 1);
+    o.x_scales     = in->x_scales != NULL ? malloc(T * sb + 1) : NULL;
+    if (o.x == NULL || o.topk_idx == NULL || o.topk_weights == NULL ||
+        (in->x_scales != NULL && o.x_scales == NULL)) {
+        eep_ref_input_free(&o);
+        return EEP_ERR_NO_MEMORY;
+    }
+    memcpy(o.x, in->x, T * xb);
+    if (o.x_scales != NULL) {
+        memcpy(o.x_scales, in->x_scales, T * sb);
+    }
+    memcpy(o.topk_weights, in->topk_weights, T * K * sizeof(float));
+    for (size_t i = 0; i < T * K; i++) {
+        const int64_t g    = in->topk_idx[i];
+        const int     drop = g >= 0 && !degrade_reaches(dead_mask, L, rank, rank_of(s, g, NULL));
+
+        o.topk_idx[i] = drop ? -1 : g;
+        if (dropped != NULL) {
+            dropped[i] = (uint8_t)drop;
+        }
+        n += drop;
+    }
+    *n_dropped_p = n;
+    *out         = o;
+    return EEP_OK;
+}
+
+eep_status_t eep_ref_degrade(const eep_ep_shape_t *s, const eep_ref_input_t *inputs,
+                             uint64_t dead_mask, eep_ref_input_t *out, uint8_t *const *dropped,
+                             int32_t *n_dropped)
+{
+    return eep_ref_degrade_lsa(s, inputs, dead_mask, 1, out, dropped, n_dropped);
+}
+
+eep_status_t eep_ref_degrade_lsa(const eep_ep_shape_t *s, const eep_ref_input_t *inputs,
+                                 uint64_t dead_mask, int L, eep_ref_input_t *out,
+                                 uint8_t *const *dropped, int32_t *n_dropped)
+{
+    int r;
+
+    if (eep_ep_shape_check(s, NULL) != EEP_OK || s->world > 64 || L < 1 || s->world % L != 0 ||
+        (s->world < 64 && (dead_mask >> s->world) != 0) ||
+        (s->world < 64 && dead_mask == (1ull << s->world) - 1u) || dead_mask == ~0ull) {
+        return EEP_ERR_INVALID_ARG;
+    }
+    if (!check_ids(s, inputs, NULL, NULL)) {
+        return EEP_ERR_INVALID_ARG; /* the kernels check the ids as given, before dropping */
+    }
+    for (r = 0; r < s->world; r++) {
+        const int    dead = (int)((dead_mask >> r) & 1u);
+        int32_t      n    = 0;
+        eep_status_t status;
+
+        status = degrade_one(s, &inputs[r], r, dead, dead_mask, L, &out[r],
+                             dropped != NULL && !dead ? dropped[r] : NULL, &n);
+        if (status != EEP_OK) {
+            while (r-- > 0) {
+                eep_ref_input_free(&out[r]);
+            }
+            return status;
+        }
+        if (n_dropped != NULL) {
+            n_dropped[r] = n;
+        }
+    }
+    return EEP_OK;
+}

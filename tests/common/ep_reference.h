@@ -176,6 +176,37 @@ eep_status_t eep_ref_topk_grad(const eep_ep_shape_t *shape, const eep_ref_input_
                                const eep_ref_recv_t *recv, const uint16_t *const *y,
                                const uint16_t *const *g, float *const *grad);
 
+/* ---- degraded mode (issue 24, eep/ep.h "Degraded mode") ---- */
+/**
+ * The inputs as the live ranks' kernels see them with the ranks of @p dead_mask dead: a dead rank
+ * has no tokens (it never runs), and every top-k lane of a live rank whose expert the shape's
+ * placement puts on a dead rank becomes -1, its weight kept (combine leaves it out and does not
+ * renormalise the others).  eep_ref_dispatch, eep_ref_rank_major and the combine references of
+ * @p out then give every live rank's expected outputs (a dead rank's are meaningless).
+ * @param [in]  inputs     [world], checked first as eep_ref_dispatch checks them.
+ * @param [out] out        [world], filled on success (free each with eep_ref_input_free).
+ * @param [out] dropped    NULL, or [world] buffers of inputs[r].num_tokens * K bytes: 1 where
+ *                         lane k of token t is dropped, else 0 (eep_dispatch_args_t.dropped_topk);
+ *                         a dead rank's is left alone.
+ * @param [out] n_dropped  NULL, or [world]: each rank's dropped lanes (num_dropped; 0 when dead).
+ * @return EEP_OK; EEP_ERR_INVALID_ARG (a mask past the world, every rank dead, an id out of
+ *         range or repeated); EEP_ERR_NO_MEMORY.
+ */
+eep_status_t eep_ref_degrade(const eep_ep_shape_t *shape, const eep_ref_input_t *inputs,
+                             uint64_t dead_mask, eep_ref_input_t *out, uint8_t *const *dropped,
+                             int32_t *n_dropped);
+
+/**
+ * eep_ref_degrade for hybrid mode with forwarding: ranks in nodes of @p lsa_size GPUs
+ * (node-major), a token of rank s crossing to another node at that node's rank with s's local
+ * index (its forwarder).  A lane of s is also dropped when its expert's node is another one whose
+ * forwarder for s is dead.  @p lsa_size 1 (no forwarding) is eep_ref_degrade.
+ * @return as eep_ref_degrade; EEP_ERR_INVALID_ARG also when @p lsa_size does not divide the world.
+ */
+eep_status_t eep_ref_degrade_lsa(const eep_ep_shape_t *shape, const eep_ref_input_t *inputs,
+                                 uint64_t dead_mask, int lsa_size, eep_ref_input_t *out,
+                                 uint8_t *const *dropped, int32_t *n_dropped);
+
 /** splitmix64 step: the generator's only source of randomness (also for tests). */
 uint64_t eep_ref_rand(uint64_t *state);
 

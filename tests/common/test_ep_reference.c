@@ -454,6 +454,116 @@ static void test_bad_expert_ids(void **state)
     eep_ref_input_free(&in[1]);
 }
 
+/* Degraded mode (eep_ref_degrade): a dead rank has no tokens, a live rank's lanes on the dead
+   rank's experts become -1 (weights kept) and are reported; its dispatch then receives nothing
+   from the dead rank; the ids are checked as given. */
+static void test_degrade(void **state)
+{
+    eep_ep_shape_t  s = { 3, 8, 64, 4, 12, 4, EEP_DTYPE_BF16, 0, NULL }; /* 4 experts a rank */
+    eep_ref_gen_t   gen;
+    eep_ref_input_t in[3], din[3];
+    eep_ref_recv_t  recv[3];
+    uint8_t         drop[3][8 * 4 + 1];
+    uint8_t        *bufs[3] = { drop[0], drop[1], drop[2] };
+    int32_t         n[3]    = { -1, -1, -1 };
+    int             r, i, total = 0;
+    int64_t         row;
+
+    (void)state;
+    eep_ref_gen_init(&gen, 11);
+    for (r = 0; r < 3; r++) {
+        assert_int_equal(eep_ref_input_generate(&s, &gen, r, &in[r]), EEP_OK);
+    }
+    memset(drop, 0x5a, sizeof(drop));
+    assert_int_equal(eep_ref_degrade(&s, in, 1u << 1, din, bufs, n), EEP_OK);
+    assert_int_equal(din[1].num_tokens, 0);
+    assert_int_equal(n[1], 0);
+    assert_int_equal(drop[1][0], 0x5a); /* a dead rank's report is left alone */
+    for (r = 0; r < 3; r += 2) {
+        int mine = 0;
+
+        assert_int_equal(din[r].num_tokens, in[r].num_tokens);
+        assert_memory_equal(din[r].x, in[r].x, (size_t)in[r].num_tokens * 64 * 2);
+        for (i = 0; i < in[r].num_tokens * 4; i++) {
+            const int on_dead = in[r].topk_idx[i] >= 4 && in[r].topk_idx[i] < 8;
+
+            assert_int_equal(drop[r][i], on_dead);
+            assert_int_equal(din[r].topk_idx[i], on_dead ? -1 : in[r].topk_idx[i]);
+            assert_true(din[r].topk_weights[i] == in[r].topk_weights[i]);
+            mine += on_dead;
+        }
+        assert_int_equal(n[r], mine);
+        total += mine;
+    }
+    assert_true(total > 0);
+    assert_int_equal(eep_ref_dispatch(&s, din, recv, NULL, NULL), EEP_OK);
+    for (r = 0; r < 3; r += 2) {
+        assert_int_equal(recv[r].tokens_from[1], 0);
+        for (row = 0; row < recv[r].num_rows; row++) {
+            assert_int_not_equal(recv[r].src_rank[row], 1);
+        }
+    }
+    for (r = 0; r < 3; r++) {
+        eep_ref_recv_free(&recv[r]);
+        eep_ref_input_free(&din[r]);
+    }
+    /* no report wanted; a mask past the world; every rank dead */
+    assert_int_equal(eep_ref_degrade(&s, in, 1u, din, NULL, NULL), EEP_OK);
+    for (r = 0; r < 3; r++) {
+        eep_ref_input_free(&din[r]);
+    }
+    assert_int_equal(eep_ref_degrade(&s, in, 1u << 3, din, NULL, NULL), EEP_ERR_INVALID_ARG);
+    assert_int_equal(eep_ref_degrade(&s, in, 7u, din, NULL, NULL), EEP_ERR_INVALID_ARG);
+    /* the same dead expert twice in a token is still a bad token */
+    in[0].topk_idx[0] = in[0].topk_idx[1] = 5;
+    assert_int_equal(eep_ref_degrade(&s, in, 1u << 1, din, NULL, NULL), EEP_ERR_INVALID_ARG);
+    for (r = 0; r < 3; r++) {
+        eep_ref_input_free(&in[r]);
+    }
+}
+
+/* eep_ref_degrade_lsa: 2 nodes of 2 GPUs, rank 3 dead.  Rank 1 crosses to node 1 through 3,
+   so its lanes on ranks 2 and 3 are dropped; ranks 0 and 2 lose only rank 3's lanes.  An LSA
+   size that does not divide the world is refused. */
+static void test_degrade_forwarding(void **state)
+{
+    eep_ep_shape_t  s = { 4, 8, 64, 4, 16, 4, EEP_DTYPE_BF16, 0, NULL }; /* 4 experts a rank */
+    eep_ref_gen_t   gen;
+    eep_ref_input_t in[4], din[4];
+    int32_t         n[4];
+    int             r, i, cut = 0;
+
+    (void)state;
+    eep_ref_gen_init(&gen, 13);
+    for (r = 0; r < 4; r++) {
+        assert_int_equal(eep_ref_input_generate(&s, &gen, r, &in[r]), EEP_OK);
+    }
+    assert_int_equal(eep_ref_degrade_lsa(&s, in, 1u << 3, 2, din, NULL, n), EEP_OK);
+    for (r = 0; r < 3; r++) {
+        int mine = 0;
+
+        for (i = 0; i < in[r].num_tokens * 4; i++) {
+            const int64_t g    = in[r].topk_idx[i];
+            const int     rank = g >= 0 ? (int)(g / 4) : -1;
+            const int     drop = rank == 3 || (r == 1 && rank == 2);
+
+            assert_int_equal(din[r].topk_idx[i], drop ? -1 : g);
+            mine += drop;
+            cut += r == 1 && rank == 2;
+        }
+        assert_int_equal(n[r], mine);
+    }
+    assert_true(cut > 0); /* rank 1 had lanes on rank 2, all cut */
+    assert_int_equal(din[3].num_tokens, 0);
+    for (r = 0; r < 4; r++) {
+        eep_ref_input_free(&din[r]);
+    }
+    assert_int_equal(eep_ref_degrade_lsa(&s, in, 1u << 3, 3, din, NULL, NULL), EEP_ERR_INVALID_ARG);
+    for (r = 0; r < 4; r++) {
+        eep_ref_input_free(&in[r]);
+    }
+}
+
 /* Expert outputs: y = c (a constant) on every real row, poison on padding rows. */
 static uint16_t **make_y(const ep_world_t *w, uint16_t value)
 {
@@ -657,6 +767,8 @@ int main(void)
         cmocka_unit_test(test_dispatch_invariants),
         cmocka_unit_test(test_special_cases),
         cmocka_unit_test(test_bad_expert_ids),
+        cmocka_unit_test(test_degrade),
+        cmocka_unit_test(test_degrade_forwarding),
         cmocka_unit_test(test_combine_constant_outputs),
         cmocka_unit_test(test_combine_identity_experts),
         cmocka_unit_test(test_combine_order_is_lane_then_rank),

@@ -10,6 +10,8 @@
  *   5. the backward of the dispatch: an unweighted combine,
  *   6. a bf16 dispatch and combine of layer kind B (H 64, other routing, its own handle).
  * Every output is checked element by element (bitwise) against tests/common/ep_reference.c.
+ * A last run has the last rank dead (degraded mode, issue 24): it never runs, the others get the
+ * mask, and every output is checked against the reference of the degraded inputs.
  * The calls share the device-side call counters and the envelope's record, row and slot formats,
  * so a kernel of one shape that read another's tag, flag or count word, or a parity that did not
  * follow the shared sequence, shows as a mismatch or a hang (the time limit fails the test).
@@ -58,6 +60,13 @@ static size_t           g_gstage_off;  /* the GIN staging: after the dispatch/co
 static unsigned char *g_mem;
 static size_t         g_used, g_size;
 static int            g_errors, g_checks;
+/* Degraded mode (issue 24): these ranks are dead: they never run, the others get the mask and are
+   checked against the reference of the degraded inputs (eep_ref_degrade). */
+static unsigned g_dead;
+static bool     is_dead(int r)
+{
+    return ((g_dead >> r) & 1u) != 0;
+}
 
 static void *shm_alloc(size_t bytes)
 {
@@ -111,7 +120,7 @@ static bool launch(body_fn fn, const eep_epk_params_t *p, unsigned G, size_t dyn
     }
 #endif
     for (int r = 0; r < W; r++) {
-        for (unsigned b = 0; b < G; b++) {
+        for (unsigned b = 0; b < G && !is_dead(r); b++) {
             pid_t pid = fork();
 
             if (pid == 0) {
@@ -209,7 +218,9 @@ struct rank_rt {
 /* One layer kind's dispatch on every rank: inputs, reference, params, handle arrays. */
 struct layer {
     eep_ep_shape_t   s;
-    eep_ref_input_t  in[W];
+    eep_ref_input_t  in[W];  /* what the kernels get */
+    eep_ref_input_t  din[W]; /* degraded mode: what the live kernels see (eep_ref_degrade) */
+    eep_ref_input_t *ref;    /* the reference's inputs: in, or din */
     eep_ref_recv_t   rr[W];
     eep_epk_params_t p[W];
     int64_t          rows;
@@ -267,7 +278,11 @@ static bool layer_params(layer &L, const eep_ep_envelope_t &env, rank_rt *rt, ee
 #endif
         q.fault        = (eep_fault_page_t *)rt[r].fault;
         q.fault_claim  = (unsigned int *)rt[r].claim;
-        q.timeout_ns   = 200ull * 1000000000ull;
+        q.timeout_ns   = (g_dead != 0 ? 20ull : 200ull) * 1000000000ull; /* a wait for the dead
+                                                                           rank faults */
+        q.dead_mask    = g_dead;
+        q.drop_mask    = g_dead; /* direct mode: the reach masks are the dead set */
+        q.mute_mask    = g_dead;
         q.send_blocks  = SEND;
         q.chunk_totals = U(rt[r].chunk_totals);
         q.chunk_flags  = U(rt[r].chunk_flags);
@@ -335,7 +350,14 @@ static bool layer_inputs(layer &L, uint64_t seed, const layer *same_routing)
             memcpy(L.in[r].topk_weights, same_routing->in[r].topk_weights, n * 4);
         }
     }
-    return eep_ref_dispatch(&L.s, L.in, L.rr, NULL, NULL) == EEP_OK;
+    L.ref = L.in;
+    if (g_dead != 0) {
+        if (eep_ref_degrade(&L.s, L.in, g_dead, L.din, NULL, NULL) != EEP_OK) {
+            return false;
+        }
+        L.ref = L.din;
+    }
+    return eep_ref_dispatch(&L.s, L.ref, L.rr, NULL, NULL) == EEP_OK;
 }
 
 /* Poison the dispatch outputs, launch, compare with the reference (bitwise). */
@@ -359,6 +381,9 @@ static bool dispatch_check(layer &L, body_fn fn, const char *what)
         const int32_t *ri = (const int32_t *)L.p[r].recv_topk_idx;
         const float   *rw = (const float *)L.p[r].recv_topk_weights;
 
+        if (is_dead(r)) {
+            continue;
+        }
         check(L.p[r].fault->abort_flag == 0, "no fault raised", r, -1);
         check(L.p[r].num_local == L.rr[r].num_local, "the rank's local experts", r,
               L.p[r].num_local);
@@ -414,12 +439,13 @@ static bool combine_check(layer &L, int weighted, const char *what)
         memset((void *)L.p[r].out, 0xa5, (size_t)L.s.max_tokens * H * 2);
         L.p[r].combine_flags = weighted ? 0 : EEP_EPK_COMBINE_UNWEIGHTED;
     }
-    ok = eep_ref_combine_ex(&L.s, L.in, L.rr, y.data(), weighted, ref.data()) == EEP_OK &&
+    ok = eep_ref_combine_ex(&L.s, L.ref, L.rr, y.data(), weighted, ref.data()) == EEP_OK &&
          launch(eep_ep_combine_body, L.p, SEND + COPY, 0, what);
     for (int r = 0; ok && r < W; r++) {
         const uint16_t *out = (const uint16_t *)L.p[r].out;
 
-        for (size_t i = 0; i < (size_t)L.in[r].num_tokens * H; i++) {
+        check(is_dead(r) || L.p[r].fault->abort_flag == 0, "no fault raised", r, -1);
+        for (size_t i = 0; !is_dead(r) && i < (size_t)L.in[r].num_tokens * H; i++) {
             check(out[i] == ref[r][i], what, r, (long long)i);
         }
     }
@@ -442,12 +468,13 @@ static bool combine_check(layer &L, int weighted, const char *what)
         ref[r] = (float *)calloc((size_t)L.s.max_tokens * K, 4);
         memset((void *)L.p[r].topk_grad, 0xa5, (size_t)L.s.max_tokens * K * 4);
     }
-    ok = eep_ref_topk_grad(&L.s, L.in, L.rr, y.data(), g.data(), ref.data()) == EEP_OK &&
+    ok = eep_ref_topk_grad(&L.s, L.ref, L.rr, y.data(), g.data(), ref.data()) == EEP_OK &&
          launch(eep_ep_combine_topk_grad_body, L.p, SEND + COPY, 0, what);
     for (int r = 0; ok && r < W; r++) {
         const float *tg = (const float *)L.p[r].topk_grad;
 
-        for (size_t i = 0; i < (size_t)L.in[r].num_tokens * K; i++) {
+        check(is_dead(r) || L.p[r].fault->abort_flag == 0, "no fault raised", r, -1);
+        for (size_t i = 0; !is_dead(r) && i < (size_t)L.in[r].num_tokens * K; i++) {
             check(memcmp(&tg[i], &ref[r][i], 4) == 0, what, r, (long long)i);
             nonzero += ref[r][i] != 0.0f;
         }
@@ -576,6 +603,9 @@ static int run(const char *name, int max_tokens, int steps)
     }
     for (layer *L : { A, G, B }) {
         for (int r = 0; r < W; r++) {
+            if (g_dead != 0) {
+                eep_ref_input_free(&L->din[r]);
+            }
             eep_ref_input_free(&L->in[r]);
             eep_ref_recv_free(&L->rr[r]);
         }
@@ -608,6 +638,12 @@ int main(void)
     fails += run("training step, uneven placement, lines", 8, 2);
     cases++;
     g_experts = 0;
+    /* issue 24, degraded mode: the last rank dead through the whole step (its lanes dropped: the
+       combines leave them out, their top-k gradients are 0) */
+    g_dead = 1u << (W - 1);
+    fails += run("training step, last rank dead, lines", 8, 2);
+    cases++;
+    g_dead = 0;
     printf("%d checks\n", g_checks);
     printf("%d passed, %d failed, 0 skipped\n", cases - fails, fails);
     return fails == 0 ? 0 : 1;

@@ -7,7 +7,11 @@
  *   2. a bad expert id on rank 0 gives EEP_ERR_DEVICE_FAULT there with a fault record naming the
  *      token and the id, and both ranks then run a clean pair;
  *   3. a peer that stops calling: rank 1 skips a dispatch, rank 0 gets EEP_ERR_PEER_TIMEOUT within
- *      its deadline (plus slack), never a hang.
+ *      its deadline (plus slack), never a hang;
+ *   4. degraded mode (issue 24): rank 0, its fault cleared, names every other rank dead
+ *      (eep_dispatch_args_t.dead_mask) and runs a pair alone: it ends within the deadline (no
+ *      wait on them), the dropped report names exactly the lanes on their experts, the counts
+ *      are its own lanes on its experts, and a token with no live lane combines to zeros.
  * The graph API is taken from the driver with dlsym (eep_cuda_sym_t does not list it).
  */
 #include <dlfcn.h>
@@ -17,6 +21,7 @@
 #include <unistd.h>
 
 #include "eep/ep.h"
+#include "eep/membership.h"
 #include "tests/common/gpu_test.h"
 
 #define T_MAX      256
@@ -298,6 +303,77 @@ int main(void)
                           "record phase %d peer %d", rec.phase, rec.peer);
             }
         }
+    }
+    GPU_OK(eep_bootstrap_barrier(bs));
+
+    /* 4. degraded mode: rank 0 alone, every other rank named dead */
+    if (rank == 0) {
+        const int           nr = eep_bootstrap_nranks(bs);
+        eep_dispatch_args_t d  = a;
+        eep_ep_handle_t    *hd = NULL;
+        eep_expert_place_t  pl[EXPERTS];
+        CUdeviceptr         dropped = 0, ndrop = 0;
+        uint8_t            *drop_h = malloc((size_t)T_MAX * TOPK);
+        int32_t            *idx_h  = malloc((size_t)T_MAX * TOPK * 4);
+        int32_t             counts_h[EXPERTS], want_counts[EXPERTS], nd = -1;
+        int                 want_nd = 0, bad = 0, t, k, El = 0;
+        double              t0, ms;
+
+        GPU_OK(eep_runtime_clear_fault(rt));
+        GPU_OK(eep_placement_default(EXPERTS, nr, pl));
+        GPU_OK(eep_status_from_cu(cu->cuMemAlloc(&dropped, (size_t)T_MAX * TOPK), "alloc"));
+        GPU_OK(eep_status_from_cu(cu->cuMemAlloc(&ndrop, 16), "alloc"));
+        GPU_OK(eep_status_from_cu(cu->cuMemsetD8(dropped, 0xa5, (size_t)T_MAX * TOPK), "poison"));
+        d.dead_mask    = (nr >= 64 ? ~0ull : (1ull << nr) - 1u) & ~1ull;
+        d.dropped_topk = (uint8_t *)dropped;
+        d.num_dropped  = (int32_t *)ndrop;
+        t0             = gpu_test_now_ms();
+        GPU_OK(eep_dispatch(rt, &d, &hd, st));
+        GPU_OK(eep_combine(rt, (const void *)b.y, hd, (void *)b.out, st));
+        GPU_OK(eep_runtime_sync(rt, st));
+        ms = gpu_test_now_ms() - t0;
+        GPU_CHECK(ms < TIMEOUT_MS, "degraded pair: %.0f ms, a wait on a dead rank is %d ms", ms,
+                  TIMEOUT_MS);
+        GPU_OK(eep_status_from_cu(cu->cuMemcpyDtoH(idx_h, b.idx, (size_t)T_MAX * TOPK * 4), "D"));
+        GPU_OK(eep_status_from_cu(cu->cuMemcpyDtoH(drop_h, dropped, (size_t)T_MAX * TOPK), "D"));
+        GPU_OK(eep_status_from_cu(cu->cuMemcpyDtoH(&nd, ndrop, 4), "DtoH"));
+        GPU_OK(eep_status_from_cu(cu->cuMemcpyDtoH(again, b.out, out_bytes), "DtoH"));
+        memset(want_counts, 0, sizeof(want_counts));
+        for (int e = 0; e < EXPERTS; e++) {
+            El += pl[e].rank == 0;
+        }
+        GPU_OK(eep_status_from_cu(cu->cuMemcpyDtoH(counts_h, b.counts, (size_t)El * 4), "DtoH"));
+        for (t = 0; t < T_MAX; t++) {
+            int live = 0;
+
+            for (k = 0; k < TOPK; k++) {
+                const int id   = idx_h[t * TOPK + k];
+                const int drop = id >= 0 && pl[id].rank != 0;
+
+                bad += drop_h[t * TOPK + k] != drop;
+                want_nd += drop;
+                if (id >= 0 && pl[id].rank == 0) {
+                    want_counts[pl[id].slot]++;
+                    live++;
+                }
+            }
+            for (int c = 0; live == 0 && c < HIDDEN; c++) {
+                bad += again[(size_t)t * HIDDEN + c] != 0; /* no live lane: zeros */
+            }
+        }
+        for (int e = 0; e < El; e++) {
+            bad += counts_h[e] != want_counts[e];
+        }
+        printf("degraded pair on rank 0 alone: %.0f ms, %d lanes dropped (report %d), %d "
+               "mismatches\n",
+               ms, want_nd, nd, bad);
+        GPU_CHECK(nd == want_nd && want_nd > 0, "num_dropped %d, want %d", nd, want_nd);
+        GPU_CHECK(bad == 0, "degraded pair: %d mismatches (report, counts, zero rows)", bad);
+        eep_ep_handle_destroy(hd);
+        cu->cuMemFree(dropped);
+        cu->cuMemFree(ndrop);
+        free(drop_h);
+        free(idx_h);
     }
     GPU_OK(eep_bootstrap_barrier(bs));
 

@@ -609,6 +609,133 @@ static void test_stale_epoch_through_runtime(void **state)
     eep_ep_handle_destroy(h);
 }
 
+/* Degraded mode (issue 24): the caller's dead_mask is checked (inside the world, never this rank;
+   ignored for callers of an older struct), joins the runtime's, and a handle's dead set must
+   match a cached dispatch's and cover the runtime's at combine. */
+static void test_degraded_args(void **state)
+{
+    eep_dispatch_args_t a;
+    eep_ep_world_t      w = world4; /* rank 1 of 4 */
+    eep_ep_handle_t    *h;
+
+    (void)state;
+    valid_args(&a);
+    a.dead_mask = 1u << 4;
+    expect_fail(&a, NULL, EEP_ERR_INVALID_ARG, "dead_mask");
+    a.dead_mask = 1ull << 63;
+    expect_fail(&a, NULL, EEP_ERR_INVALID_ARG, "dead_mask");
+    a.dead_mask = 1u << 1;
+    expect_fail(&a, NULL, EEP_ERR_INVALID_ARG, "this rank");
+    a.dead_mask = (1u << 0) | (1u << 3);
+    assert_int_equal(eep_ep_dispatch_args_check(&a, &world4, NULL, NULL), EEP_OK);
+    assert_int_equal(eep_ep_args_dead_mask(&a, &world4), 0x9u);
+    w.dead_mask = 1u << 2; /* the runtime's */
+    assert_int_equal(eep_ep_args_dead_mask(&a, &w), 0xdu);
+    a.dead_mask = 0;
+    assert_int_equal(eep_ep_args_dead_mask(&a, &w), 0x4u);
+    /* a third-version caller's size ends before dead_mask: garbage there is no mask */
+    a.dead_mask = 1u << 1;
+    a.size      = offsetof(eep_dispatch_args_t, dead_mask);
+    assert_int_equal(eep_ep_dispatch_args_check(&a, &world4, NULL, NULL), EEP_OK);
+    assert_int_equal(eep_ep_args_dead_mask(&a, &world4), 0u);
+
+    /* CACHED: the handle's dead set, exactly */
+    valid_args(&a);
+    a.mode = EEP_EP_MODE_CACHED;
+    h      = make_handle(&rt_a, world4.epoch, &a);
+    assert_int_equal(eep_ep_dispatch_args_check(&a, &world4, h, NULL), EEP_OK);
+    a.dead_mask = 1u << 2; /* found dead since the handle was made */
+    expect_fail(&a, h, EEP_ERR_PEER_LOST, "dispatch again");
+    h->dead_mask = 1u << 2;
+    assert_int_equal(eep_ep_dispatch_args_check(&a, &world4, h, NULL), EEP_OK);
+    a.dead_mask = 0; /* fewer dead than the layout excludes */
+    expect_fail(&a, h, EEP_ERR_INVALID_ARG, "dead ranks");
+    a.dead_mask = 0;
+    assert_int_equal(eep_ep_dispatch_args_check(&a, &w, h, NULL), EEP_OK); /* the runtime's */
+
+    /* combine: a rank the runtime found dead after the handle's dispatch owes partials */
+    h->dead_mask = 0;
+    assert_int_equal(eep_ep_combine_args_check(DEV(0x1000), h, DEV(0x2000), &world4), EEP_OK);
+    last_msg[0] = '\0';
+    assert_int_equal(eep_ep_combine_args_check(DEV(0x1000), h, DEV(0x2000), &w), EEP_ERR_PEER_LOST);
+    assert_non_null(strstr(last_msg, "dispatch again"));
+    h->dead_mask = 1u << 2;
+    assert_int_equal(eep_ep_combine_args_check(DEV(0x1000), h, DEV(0x2000), &w), EEP_OK);
+    eep_ep_handle_destroy(h);
+}
+
+/* The reach masks (degraded mode with forwarding): 2 nodes of 2 GPUs, rank 3 dead.  Rank 1's
+   forwarder to node 1 is 3: it reaches neither 2 nor 3, and 2 hears nothing from it (1's tokens
+   went through 3), while 2's tokens reach 1 through 0; rank 0 crosses through 2, alive.  Not
+   symmetric, by the route.  Without forwarding: the dead set only. */
+static void test_reach_masks(void **state)
+{
+    uint32_t drop, mute;
+
+    (void)state;
+    eep_ep_reach_masks(4, 1, 2, 1u << 3, &drop, &mute);
+    assert_int_equal(drop, 0xcu);
+    assert_int_equal(mute, 0x8u);
+    eep_ep_reach_masks(4, 0, 2, 1u << 3, &drop, &mute);
+    assert_int_equal(drop, 0x8u);
+    assert_int_equal(mute, 0x8u);
+    eep_ep_reach_masks(4, 2, 2, 1u << 3, &drop, &mute);
+    assert_int_equal(drop, 0x8u); /* 2 -> 0, 1 through 0 (its own local index) */
+    assert_int_equal(mute, 0xau); /* 1 -> 2 went through 3 */
+    eep_ep_reach_masks(4, 2, 1, 1u << 3, &drop, &mute);
+    assert_int_equal(drop, 0x8u);
+    assert_int_equal(mute, 0x8u);
+    eep_ep_reach_masks(8, 5, 2, 0, &drop, &mute); /* nothing dead: nothing cut */
+    assert_int_equal(drop | mute, 0u);
+    /* 4 nodes of 2, rank 6 (node 3, local 0) dead: rank 0 reaches node 3 through 6: cut;
+       rank 1 through 7: fine; both hear node 3's live rank 7 through their node's rank 1 */
+    eep_ep_reach_masks(8, 0, 2, 1u << 6, &drop, &mute);
+    assert_int_equal(drop, 0xc0u);
+    assert_int_equal(mute, 0x40u);
+    eep_ep_reach_masks(8, 1, 2, 1u << 6, &drop, &mute);
+    assert_int_equal(drop, 0x40u);
+    assert_int_equal(mute, 0x40u);
+}
+
+/* The runtime's dead peers (its view machine's) reach the checks through eep_combine: a handle
+   made before the death is refused with EEP_ERR_PEER_LOST, nothing launched. */
+static void test_degraded_through_runtime(void **state)
+{
+    eep_runtime_t       rt;
+    eep_fault_page_t    page;
+    eep_view_machine_t  vm;
+    eep_dispatch_args_t a;
+    eep_ep_handle_t    *h, *given;
+
+    (void)state;
+    memset(&rt, 0, sizeof(rt));
+    memset(&page, 0, sizeof(page));
+    memset(&vm, 0, sizeof(vm));
+    rt.fault_host = &page;
+    rt.rank       = 1;
+    rt.nranks     = 4;
+    rt.epoch      = 4;
+    rt.vm         = &vm;
+    vm.view.world = 4;
+    vm.state      = EEP_VIEW_STATE_DEGRADED;
+    vm.dead[0]    = 1u << 3;
+    valid_args(&a);
+    h           = make_handle(&rt, 4, &a);
+    last_msg[0] = '\0';
+    assert_int_equal(eep_combine(&rt, DEV(0x1000), h, DEV(0x2000), NULL), EEP_ERR_PEER_LOST);
+    assert_non_null(strstr(last_msg, "0x8"));
+    a.mode = EEP_EP_MODE_CACHED;
+    given  = h;
+    assert_int_equal(eep_dispatch(&rt, &a, &given, NULL), EEP_ERR_PEER_LOST);
+    assert_ptr_equal(given, h);
+    /* a handle that knew the death passes these checks (and, with no GPU, stops at the device) */
+    h->dead_mask = 1u << 3;
+    last_msg[0]  = '\0';
+    assert_int_not_equal(eep_combine(&rt, DEV(0x1000), h, DEV(0x2000), NULL), EEP_ERR_PEER_LOST);
+    assert_null(strstr(last_msg, "known dead"));
+    eep_ep_handle_destroy(h);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -625,6 +752,9 @@ int main(void)
         cmocka_unit_test(test_public_entry_points),
         cmocka_unit_test(test_view_placement),
         cmocka_unit_test(test_stale_epoch_through_runtime),
+        cmocka_unit_test(test_degraded_args),
+        cmocka_unit_test(test_degraded_through_runtime),
+        cmocka_unit_test(test_reach_masks),
     };
 
     return cmocka_run_group_tests(tests, setup, teardown);
