@@ -375,22 +375,6 @@ int64_t eep_ep_rows_max(const eep_ep_shape_t *s)
                                s->alignment);
 }
 
-int64_t eep_ep_recv_rows_max(int world, int max_tokens_per_rank, int num_topk, int num_experts,
-                             int expert_alignment)
-{
-    eep_ep_shape_t s = {
-        .world       = world,
-        .max_tokens  = max_tokens_per_rank,
-        .hidden      = 0,
-        .num_topk    = num_topk,
-        .num_experts = num_experts,
-        .alignment   = expert_alignment,
-        .dtype       = EEP_DTYPE_BF16,
-    };
-
-    return eep_ep_rows_max(&s);
-}
-
 int64_t eep_ep_recv_rows_max_placed(int world, int max_tokens_per_rank, int num_topk,
                                     int num_experts, int expert_alignment,
                                     const eep_expert_place_t *placement)
@@ -409,6 +393,14 @@ int64_t eep_ep_recv_rows_max_placed(int world, int max_tokens_per_rank, int num_
         return -1;
     }
     return eep_ep_rows_max(&s);
+}
+
+int64_t eep_ep_recv_rows_max(int world, int max_tokens_per_rank, int num_topk, int num_experts,
+                             int expert_alignment)
+{
+    /* a NULL placement is the default policy's */
+    return eep_ep_recv_rows_max_placed(world, max_tokens_per_rank, num_topk, num_experts,
+                                       expert_alignment, NULL);
 }
 
 void eep_ep_envelope_sizes(const eep_ep_envelope_t *env, eep_ep_buffer_sizes_t *sizes_p)
