@@ -25,6 +25,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/ep/ep_params.h" /* eep_epk_params_t, eep_epk_gin_t */
+
 #ifndef EEP_EPK_EMULATION
 #error "include tests/emu/ep_kernel_shim.h first"
 #endif
@@ -293,6 +295,30 @@ inline void eep_gin_model_network(eep_gin_model *net, int r)
         }
         __atomic_store_n(&q.head, h + n, __ATOMIC_RELEASE);
     }
+}
+
+/*
+ * Rank @p r's hybrid fields of @p q as eep_dispatch fills them, @p W ranks in nodes of @p L GPUs:
+ * its GIN parameters in @p g (in the shared mapping; a dev comm over @p net, signal and counter
+ * bases not 0: the kernels must add them), its node's LSA window set, the GIN peers' mask (every
+ * rank off its node) and the staging offset.
+ */
+inline void eep_gin_model_rank_params(eep_epk_params_t &q, eep_epk_gin_t *g, eep_gin_model *net,
+                                      int r, int W, int L, eep_shim_window *node_window,
+                                      unsigned long long gstage_off)
+{
+    ncclDevComm dc = { r, W, r % L, L, 1, 0, net };
+
+    memcpy(&g->devcomm, &dc, sizeof(dc));
+    g->sig0      = 5;
+    g->ctr0      = 3;
+    g->lsa_size  = L;
+    g->nodes     = W / L;
+    q.window     = node_window;
+    q.lsa_base   = r / L * L;
+    q.gin_mask   = (W == 32 ? ~0u : (1u << W) - 1u) & ~(((1u << L) - 1u) << q.lsa_base);
+    q.gin        = (unsigned long long)(uintptr_t)g;
+    q.gstage_off = gstage_off;
 }
 
 #endif /* EEP_TESTS_EMU_GIN_MODEL_H */

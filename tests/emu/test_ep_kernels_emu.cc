@@ -501,21 +501,8 @@ static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, i
         q.scan_warps = sw;
         q.window     = win;
 #ifdef EEP_EMU_LSA
-        {
-            eep_epk_gin_t *g  = (eep_epk_gin_t *)shm_alloc(sizeof(eep_epk_gin_t));
-            ncclDevComm    dc = { r, W, r % L, L, 1, 0, g_net };
-
-            memcpy(&g->devcomm, &dc, sizeof(dc));
-            g->sig0      = 5; /* not 0: the kernels must add it */
-            g->ctr0      = 3;
-            g->lsa_size  = L;
-            g->nodes     = W / L;
-            q.window     = node_win[r / L];
-            q.lsa_base   = r / L * L;
-            q.gin_mask   = (W == 32 ? ~0u : (1u << W) - 1u) & ~(((1u << L) - 1u) << q.lsa_base);
-            q.gin        = U(g);
-            q.gstage_off = z.total_bytes;
-        }
+        eep_gin_model_rank_params(q, (eep_epk_gin_t *)shm_alloc(sizeof(eep_epk_gin_t)), g_net, r, W,
+                                  L, node_win[r / L], z.total_bytes);
 #endif
         q.fault       = (eep_fault_page_t *)shm_alloc(sizeof(eep_fault_page_t));
         q.fault_claim = (unsigned int *)shm_alloc(4);

@@ -260,21 +260,8 @@ static bool layer_params(layer &L, const eep_ep_envelope_t &env, rank_rt *rt, ee
         q.scan_warps = SW;
         q.window     = win;
 #ifdef EEP_EMU_LSA
-        {
-            eep_epk_gin_t *g  = (eep_epk_gin_t *)shm_alloc(sizeof(eep_epk_gin_t));
-            ncclDevComm    dc = { r, W, r % EMU_L, EMU_L, 1, 0, g_net };
-
-            memcpy(&g->devcomm, &dc, sizeof(dc));
-            g->sig0      = 5; /* not 0: the kernels must add it */
-            g->ctr0      = 3;
-            g->lsa_size  = EMU_L;
-            g->nodes     = W / EMU_L;
-            q.window     = g_node_win[r / EMU_L];
-            q.lsa_base   = r / EMU_L * EMU_L;
-            q.gin_mask   = (W == 32 ? ~0u : (1u << W) - 1u) & ~(((1u << EMU_L) - 1u) << q.lsa_base);
-            q.gin        = U(g);
-            q.gstage_off = g_gstage_off;
-        }
+        eep_gin_model_rank_params(q, (eep_epk_gin_t *)shm_alloc(sizeof(eep_epk_gin_t)), g_net, r, W,
+                                  EMU_L, g_node_win[r / EMU_L], g_gstage_off);
 #endif
         q.fault        = (eep_fault_page_t *)rt[r].fault;
         q.fault_claim  = (unsigned int *)rt[r].claim;
