@@ -412,7 +412,7 @@ static eep_status_t eep_ep_state_get(eep_runtime_t *rt, const eep_cuda_sym_t *cu
  */
 static eep_status_t eep_ep_kernel(eep_runtime_t *rt, struct eep_ep_state *st, int combine,
                                   int idx_bits, int mode, int phase, const eep_ep_shape_t *shape,
-                                  eep_jit_kernel_t **kernel_p)
+                                  void *stream, eep_jit_kernel_t **kernel_p)
 {
     char                  key[EEP_EP_KERNEL_KEY];
     eep_ep_kernel_names_t names;
@@ -436,7 +436,8 @@ static eep_status_t eep_ep_kernel(eep_runtime_t *rt, struct eep_ep_state *st, in
     }
     /* not in the table: the JIT (its disk cache, or a compile); the spec is built only here */
     eep_ep_kernel_spec_mode(combine, idx_bits, mode, phase, st->hybrid, shape, &names, &spec);
-    status = eep_jit_get_kernel(rt->jit, &spec, kernel_p);
+    status = eep_jit_get_kernel_on(rt->jit, &spec, stream, kernel_p); /* see jit.h: no load while
+                                                                         our kernels spin */
     if (status != EEP_OK) {
         eep_error(EEP_SUBSYS_KERNEL, "cannot build the %s kernel %s",
                   combine ? "combine" : "dispatch", key);
@@ -710,8 +711,8 @@ eep_status_t eep_dispatch(eep_runtime_t *rt, const eep_dispatch_args_t *args,
     eep_ep_world_t        world;
     eep_ep_shape_t        shape;
     eep_epk_params_t      p;
-    eep_ep_handle_t      *h, *created = NULL;
-    eep_jit_kernel_t     *kernel;
+    eep_ep_handle_t      *h, *created          = NULL;
+    eep_jit_kernel_t     *kernel, *copy_kernel = NULL;
     eep_status_t          status;
     eep_ep_sm_plan_t      plan;
     int                   El, NC, sw, sms, copy, idx_bits;
@@ -799,8 +800,12 @@ eep_status_t eep_dispatch(eep_runtime_t *rt, const eep_dispatch_args_t *args,
     eep_ep_params_handle(&p, h);
     idx_bits = args->topk_idx_dtype == EEP_INDEX_INT64 ? 64 : 32;
 
-    if ((status = eep_ep_kernel(rt, st, 0, idx_bits, (int)args->mode, 0, &shape, &kernel)) !=
-        EEP_OK) {
+    /* both phases' kernels before the first launch: no module load while phase 0 spins */
+    if ((status = eep_ep_kernel(rt, st, 0, idx_bits, (int)args->mode, 0, &shape, stream,
+                                &kernel)) != EEP_OK ||
+        (args->mode == EEP_EP_MODE_CPU_SYNC &&
+         (status = eep_ep_kernel(rt, st, 0, idx_bits, (int)args->mode, 1, &shape, stream,
+                                 &copy_kernel)) != EEP_OK)) {
         goto fail;
     }
     if (args->mode == EEP_EP_MODE_CPU_SYNC) {
@@ -831,10 +836,8 @@ eep_status_t eep_dispatch(eep_runtime_t *rt, const eep_dispatch_args_t *args,
         if ((status = eep_ep_outputs(args, rows, hb, sb, &p)) != EEP_OK ||
             (status = eep_ep_copy_engine(cu, st, &shape, args, rows, hb, sb, plan.budget, stream,
                                          &p)) != EEP_OK ||
-            (status = eep_ep_kernel(rt, st, 0, idx_bits, (int)args->mode, 1, &shape, &kernel)) !=
-                EEP_OK ||
-            (status = eep_jit_launch_ex(kernel, (unsigned)copy, EEP_EPK_THREADS, dyn, stream, &p,
-                                        sizeof(p), st->launch_flags)) != EEP_OK) {
+            (status = eep_jit_launch_ex(copy_kernel, (unsigned)copy, EEP_EPK_THREADS, dyn, stream,
+                                        &p, sizeof(p), st->launch_flags)) != EEP_OK) {
             /* The data is on its way and the peers wait for nothing more: the copy is lost,
                the protocol is not (the next dispatch's kernel reads fresh slots). */
             goto fail;
@@ -970,7 +973,7 @@ static eep_status_t eep_ep_combine_launch(eep_runtime_t *rt, const eep_combine_a
     p.dead_mask = handle->dead_mask;
     eep_ep_reach_masks_of(rt, st, &p);
     eep_ep_params_handle(&p, handle);
-    if ((status = eep_ep_kernel(rt, st, kind, 0, 0, 0, shape, &kernel)) != EEP_OK) {
+    if ((status = eep_ep_kernel(rt, st, kind, 0, 0, 0, shape, stream, &kernel)) != EEP_OK) {
         return status;
     }
     {

@@ -91,6 +91,7 @@ extern "C" {
     _X(cuStreamDestroy, 1)                                                                         \
     _X(cuStreamSynchronize, 1)                                                                     \
     _X(cuStreamQuery, 1)                                                                           \
+    _X(cuStreamIsCapturing, 0)                                                                     \
     _X(cuStreamWaitEvent, 1)                                                                       \
     _X(cuStreamGetCtx, 0)                                                                          \
     _X(cuStreamWriteValue32, 1)                                                                    \

@@ -649,8 +649,21 @@ static eep_status_t eep_jit_load(const eep_cuda_sym_t *cu, const void *cubin, co
     return EEP_OK;
 }
 
-eep_status_t eep_jit_get_kernel(eep_jit_t *jit, const eep_jit_spec_t *spec,
-                                eep_jit_kernel_t **kernel_p)
+/* Before a load for a launch on @p stream: let the stream's queued work finish (see jit.h). */
+static eep_status_t eep_jit_quiesce(const eep_cuda_sym_t *cu, CUstream stream)
+{
+    CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+
+    if (cu->cuStreamIsCapturing != NULL &&
+        (cu->cuStreamIsCapturing(stream, &capture) != CUDA_SUCCESS ||
+         capture != CU_STREAM_CAPTURE_STATUS_NONE)) {
+        return EEP_OK; /* captured: nothing of the stream runs now; a sync would end the capture */
+    }
+    return eep_status_from_cu(cu->cuStreamSynchronize(stream), "cuStreamSynchronize(before load)");
+}
+
+static eep_status_t eep_jit_get_kernel_impl(eep_jit_t *jit, const eep_jit_spec_t *spec, int quiesce,
+                                            CUstream stream, eep_jit_kernel_t **kernel_p)
 {
     const eep_cuda_sym_t *cu;
     eep_jit_kernel_t     *k, *found;
@@ -694,7 +707,11 @@ eep_status_t eep_jit_get_kernel(eep_jit_t *jit, const eep_jit_spec_t *spec,
         status = eep_jit_fetch(jit, spec, &unit, &info, &cubin, &size);
     }
     eep_jit_unit_cleanup(&unit);
+    if (status == EEP_OK && found == NULL && quiesce) {
+        status = eep_jit_quiesce(cu, stream);
+    }
     if (status != EEP_OK) {
+        free(cubin);
         return status;
     }
     pthread_mutex_lock(&jit->lock);
@@ -723,6 +740,18 @@ eep_status_t eep_jit_get_kernel(eep_jit_t *jit, const eep_jit_spec_t *spec,
     }
     *kernel_p = found;
     return EEP_OK;
+}
+
+eep_status_t eep_jit_get_kernel(eep_jit_t *jit, const eep_jit_spec_t *spec,
+                                eep_jit_kernel_t **kernel_p)
+{
+    return eep_jit_get_kernel_impl(jit, spec, 0, NULL, kernel_p);
+}
+
+eep_status_t eep_jit_get_kernel_on(eep_jit_t *jit, const eep_jit_spec_t *spec, void *stream,
+                                   eep_jit_kernel_t **kernel_p)
+{
+    return eep_jit_get_kernel_impl(jit, spec, 1, (CUstream)stream, kernel_p);
 }
 
 eep_status_t eep_jit_launch(const eep_jit_kernel_t *kernel, unsigned grid_x, unsigned block_x,

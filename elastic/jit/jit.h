@@ -161,6 +161,19 @@ eep_status_t eep_jit_get_kernel(eep_jit_t *jit, const eep_jit_spec_t *spec,
                                 eep_jit_kernel_t **kernel_p);
 
 /**
+ * eep_jit_get_kernel for a launch on @p stream (a CUstream, NULL for the default stream): when
+ * the kernel must be loaded into the context, the load waits for the work already queued on the
+ * stream first (not while the stream is being captured).  Why: a module load can wait for the GPU
+ * while this process's spinning kernel (a barrier, a dispatch) waits for a peer's signal that a
+ * proxy thread of this same process must apply through the driver (GIN in PROXY mode: NCCL's
+ * progress thread and our test plugin's cuStreamWriteValue64), which then waits behind the load:
+ * a deadlock that only the kernel's deadline ends.  Waiting for our own queued work first costs
+ * once per kernel and context.  A hit in the loaded table returns at once, as eep_jit_get_kernel.
+ */
+eep_status_t eep_jit_get_kernel_on(eep_jit_t *jit, const eep_jit_spec_t *spec, void *stream,
+                                   eep_jit_kernel_t **kernel_p);
+
+/**
  * Launch @p kernel with its one parameter struct (copied by value into the launch), in the context
  * it was loaded in (which must be current).
  * @param [in] stream        a CUstream (void * so that callers need no CUDA header), NULL for

@@ -34,7 +34,7 @@ void eep_barrier_params_fill(const eep_runtime_t *rt, const eep_barrier_opts_t *
     p->wait_stats     = (unsigned long long *)(uintptr_t)rt->wait_stats_dev;
 }
 
-static eep_status_t eep_barrier_kernel(eep_runtime_t *rt, eep_barrier_mode_t mode,
+static eep_status_t eep_barrier_kernel(eep_runtime_t *rt, eep_barrier_mode_t mode, void *stream,
                                        eep_jit_kernel_t **kernel_p)
 {
     eep_jit_spec_t spec;
@@ -57,7 +57,7 @@ static eep_status_t eep_barrier_kernel(eep_runtime_t *rt, eep_barrier_mode_t mod
     spec.needs_gin     = rt->gin;
     spec.backend       = EEP_JIT_BACKEND_AUTO;
     spec.defines       = rt->gin ? "EEP_BARRIER_GIN=1" : NULL;
-    status             = eep_jit_get_kernel(rt->jit, &spec, &rt->barrier_kernels[mode]);
+    status = eep_jit_get_kernel_on(rt->jit, &spec, stream, &rt->barrier_kernels[mode]); /* jit.h */
     if (status != EEP_OK) {
         eep_error(EEP_SUBSYS_BARRIER, "cannot build the %s barrier kernel",
                   mode == EEP_BARRIER_SEQUENTIAL ? "sequential" : "parallel");
@@ -103,7 +103,7 @@ eep_status_t eep_barrier_ex(eep_runtime_t *rt, const eep_barrier_opts_t *opts, v
     if (__atomic_load_n(&rt->fault_host->abort_flag, __ATOMIC_ACQUIRE) != EEP_ABORT_NONE) {
         return eep_poll(rt);
     }
-    status = eep_barrier_kernel(rt, o.mode, &kernel);
+    status = eep_barrier_kernel(rt, o.mode, stream, &kernel);
     if (status != EEP_OK) {
         return status;
     }
