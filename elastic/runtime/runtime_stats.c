@@ -15,7 +15,7 @@
 #include "elastic/runtime/runtime.h"
 #include "util/log.h"
 
-#define EEP_WAIT_STAT_BYTES ((size_t)EEP_WAIT_STAT_PHASES * EEP_MAX_RANKS * 8)
+#define EEP_WAIT_STAT_BYTES ((size_t)EEP_WAIT_STAT_WORDS * 8) /* totals, then watermarks */
 
 eep_status_t eep_runtime_stats_alloc(eep_runtime_t *rt)
 {

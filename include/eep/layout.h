@@ -43,15 +43,19 @@
                                        observed = the id (as unsigned 64-bit) */
 
 /*
- * Wait accounting: a runtime's u64 [EEP_WAIT_STAT_PHASES][EEP_MAX_RANKS] in device memory, where
- * each bounded wait that had to spin adds the %globaltimer ns it spent on its peer (world rank),
- * once per wait (kernels/common/wait.cuh); the host reads it between calls (eep_runtime_stats).
+ * Wait accounting: a runtime's u64 [2][EEP_WAIT_STAT_PHASES][EEP_MAX_RANKS] in device memory
+ * (EEP_WAIT_STAT_WORDS): the first half the ns waited on each peer (world rank) by phase, where a
+ * bounded wait that had to spin adds the part of its %globaltimer interval not already counted
+ * by an overlapping wait; the second half the latest end of a counted wait, the watermark that
+ * makes that so (kernels/common/wait.cuh).  The host reads the first half between calls
+ * (eep_runtime_stats).
  */
 #define EEP_WAIT_STAT_BARRIER         0 /* barrier arrivals (LSA and GIN) */
 #define EEP_WAIT_STAT_DISPATCH_COUNTS 1 /* dispatch: a peer's count slot */
 #define EEP_WAIT_STAT_DISPATCH_DATA   2 /* dispatch: a peer's records (tags, lines, signals) */
 #define EEP_WAIT_STAT_COMBINE         3 /* combine: a peer's partials or handshake */
 #define EEP_WAIT_STAT_PHASES          4
+#define EEP_WAIT_STAT_WORDS           (2 * EEP_WAIT_STAT_PHASES * EEP_MAX_RANKS)
 
 /* Why the abort flag is up (eep_fault_page_t.abort_flag; 0 is "not raised"). */
 #define EEP_ABORT_NONE    0u

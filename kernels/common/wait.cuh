@@ -12,6 +12,10 @@
  * wait_ns[slot][peer] (EEP_WAIT_STAT_*, device memory) with one atomicAdd as it leaves, however
  * it leaves (reached, expired, aborted); a wait done within its first polls reads no clock and
  * counts nothing.  The slot follows the fault phase unless the caller names one (stat_slot).
+ * The counts are seconds the rank waited, not thread-seconds: every block and warp waits for the
+ * same peer at the same time, so a wait adds only the part of its interval after the latest end
+ * of an earlier wait on that (slot, peer) (a watermark, the array's second half, set with
+ * atomicMax): overlapping waits count once, and no count outgrows the wall clock.
  *
  * The fault page lives in pinned host memory; atomics on it are not portable across PCIe, so a
  * record slot is claimed with an atomic on a device counter and the record is written with plain
@@ -71,11 +75,19 @@ __device__ __forceinline__ void eep_wait_account(const eep_wait_ctx &w, int phas
     if (w.wait_ns == nullptr || start_ns == 0 || peer < 0 || peer >= EEP_MAX_RANKS) {
         return;
     }
-    const int slot = w.stat_slot >= 0                 ? w.stat_slot
-                     : phase == EEP_PHASE_EP_DISPATCH ? EEP_WAIT_STAT_DISPATCH_DATA
-                     : phase == EEP_PHASE_EP_COMBINE  ? EEP_WAIT_STAT_COMBINE
-                                                      : EEP_WAIT_STAT_BARRIER;
-    atomicAdd(&w.wait_ns[slot * EEP_MAX_RANKS + peer], eep_globaltimer() - start_ns);
+    const int                slot  = w.stat_slot >= 0                 ? w.stat_slot
+                                     : phase == EEP_PHASE_EP_DISPATCH ? EEP_WAIT_STAT_DISPATCH_DATA
+                                     : phase == EEP_PHASE_EP_COMBINE  ? EEP_WAIT_STAT_COMBINE
+                                                                      : EEP_WAIT_STAT_BARRIER;
+    unsigned long long      *total = &w.wait_ns[slot * EEP_MAX_RANKS + peer];
+    unsigned long long      *mark  = total + EEP_WAIT_STAT_PHASES * EEP_MAX_RANKS; /* last end */
+    const unsigned long long now   = eep_globaltimer();
+    const unsigned long long prev  = atomicMax(mark, now);
+    const unsigned long long from  = prev > start_ns ? prev : start_ns;
+
+    if (now > from) {
+        atomicAdd(total, now - from);
+    }
 }
 
 /* Record a fault (first waiter of the block only) and raise the abort flag. */

@@ -477,6 +477,16 @@ inline T atomicAdd(T *p, T v)
     return __atomic_fetch_add(p, v, __ATOMIC_RELAXED);
 }
 
+inline unsigned long long atomicMax(unsigned long long *p, unsigned long long v)
+{
+    unsigned long long old = __atomic_load_n(p, __ATOMIC_RELAXED);
+
+    while (old < v &&
+           !__atomic_compare_exchange_n(p, &old, v, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+    }
+    return old;
+}
+
 inline int atomicOr(int *p, int v)
 {
     return __atomic_fetch_or(p, v, __ATOMIC_RELAXED);

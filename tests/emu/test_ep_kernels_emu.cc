@@ -125,9 +125,34 @@ static void run_block(body_fn fn, const eep_epk_params_t &p, unsigned b, unsigne
     eep_shim_run_fibers(EEP_EPK_THREADS, block_thread, &arg);
 }
 
+/* Wall time of the case's launches so far (ns; run_case resets it): no count of seconds waited
+   can exceed it. */
+static unsigned long long g_launch_ns;
+
+static unsigned long long wall_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
+}
+
+static bool launch_once(body_fn fn, eep_epk_params_t *p, unsigned G, size_t dyn, const char *what,
+                        int nranks);
+
 /* A launch on both ranks: every block of every rank a process; false on a hang or a crash. */
 static bool launch(body_fn fn, eep_epk_params_t *p, unsigned G, size_t dyn, const char *what,
                    int nranks = W)
+{
+    const unsigned long long t0 = wall_ns();
+    const bool               ok = launch_once(fn, p, G, dyn, what, nranks);
+
+    g_launch_ns += wall_ns() - t0;
+    return ok;
+}
+
+static bool launch_once(body_fn fn, eep_epk_params_t *p, unsigned G, size_t dyn, const char *what,
+                        int nranks)
 {
     std::vector<pid_t> pids;
     time_t             start = time(NULL);
@@ -316,6 +341,15 @@ static void check_waits(const eep_epk_params_t *p, const char *name, int mode)
             }
         }
         check(outside == 0, "no wait counted for a rank outside the world", r, (long long)outside);
+        /* seconds, not block- or thread-seconds: no (phase, peer) count above the launches'
+           wall time (12 blocks each adding the same wait counted 12x, issue 28's eepctl top) */
+        for (int ph = 0; ph < EEP_WAIT_STAT_PHASES; ph++) {
+            for (int peer = 0; peer < W; peer++) {
+                check(ns[ph * EEP_MAX_RANKS + peer] <= g_launch_ns,
+                      "the waits counted for a peer fit in the launches' wall time (ns)",
+                      (int)(g_launch_ns / 1000000), (long long)ns[ph * EEP_MAX_RANKS + peer]);
+            }
+        }
         for (int ph = 0; g_dead != 0 && !is_dead(r) && ph < EEP_WAIT_STAT_PHASES; ph++) {
             for (int peer = 0; peer < W; peer++) {
                 check(!is_dead(peer) || ns[ph * EEP_MAX_RANKS + peer] == 0,
@@ -360,6 +394,7 @@ static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, i
     if (g_only != NULL && strstr(name, g_only) == NULL) {
         return 0;
     }
+    g_launch_ns = 0;
     if (W == 1 && (fault == FAULT_SILENT_PEER || gating == GATING_SILENT_RANK)) {
         skip_case(name, "needs a second rank (one-rank build)");
         return 0;
@@ -506,7 +541,7 @@ static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, i
 #endif
         q.fault       = (eep_fault_page_t *)shm_alloc(sizeof(eep_fault_page_t));
         q.fault_claim = (unsigned int *)shm_alloc(4);
-        q.wait_stats  = U(shm_alloc((size_t)EEP_WAIT_STAT_PHASES * EEP_MAX_RANKS * 8));
+        q.wait_stats  = U(shm_alloc((size_t)EEP_WAIT_STAT_WORDS * 8));
         /* degraded mode: a wait for the dead rank would end at 20 s with a fault, which fails */
         q.timeout_ns = (fault == FAULT_SILENT_PEER || fault == FAULT_DUP_ID ? 2ull
                         : g_dead != 0                                       ? 20ull
