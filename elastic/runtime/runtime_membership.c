@@ -18,6 +18,9 @@
 #include "util/clock.h"
 #include "util/log.h"
 
+/* How long a view apply waits for the old communicator's abort (then it warns and goes on). */
+#define EEP_VIEW_ABORT_WAIT_MS 5000
+
 eep_status_t eep_runtime_add_view_hook(eep_runtime_t *rt, eep_runtime_dtor_func_t func, void *arg)
 {
     if (rt->n_view_hooks == EEP_RUNTIME_MAX_DTORS) {
@@ -164,6 +167,13 @@ static eep_status_t eep_runtime_view_apply(eep_runtime_t *rt, const eep_view_t *
         for (i = rt->n_view_hooks - 1; i >= 0; i--) {
             rt->view_hooks[i].func(rt, rt->view_hooks[i].arg);
         }
+        /* The old set's abort (a thread of its own, ~0.5-1 s of NCCL teardown and frees) must end
+           before this view's first kernel: its driver calls can wait for the GPU while that
+           kernel spins on a peer's signal that this process's GIN proxy applies through the same
+           driver (the deadlock of elastic/jit/jit.h, eep_jit_get_kernel_on).  Overlapped with
+           the new view's steps, it made a rank time out ~1 s into every fresh view and be
+           evicted, view after view (make run FAULTS=1 on 1 x H200, 2026-12-02). */
+        eep_runtime_nccl_view_drain(rt, EEP_VIEW_ABORT_WAIT_MS);
     }
     rt->rank   = rt->vm->view.my_rank;
     rt->nranks = rt->vm->view.world;
