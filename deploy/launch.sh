@@ -3,16 +3,17 @@
 #
 #   deploy/launch.sh [--seconds N] [--replicas R] [--agents A] [--ranks-per-gpu K]
 #                    [--faults 1|FILE] [--seed S] [--steps moe|barrier] [--rank-args "ARGS"]
-#                    [--allow-inject]
+#                    [--allow-inject] [--mps]
 #
 # Starts a local etcd (127.0.0.1, free ports, a temp data dir), R eepd replicas (default 3, one
 # leads) and then:
 #   with GPUs: eep-rank processes running checked MoE steps (--steps moe, the default), one per
 #     GPU, or K per GPU (--ranks-per-gpu; default 4 when there is one GPU, else 1) each its own
 #     one-GPU NCCL "node" (its own NCCL_HOSTID) through our net + GIN test plugin
-#     (build/lib/libnccl-net-eep-gin.so) with an MPS control daemon of the launcher's own (private
-#     folders, stopped at the end; without nvidia-cuda-mps-control they run time-sliced): the
-#     environment of scripts/one-gpu-cluster.sh.  scripts/eep_run.py drives them: a live status
+#     (build/lib/libnccl-net-eep-gin.so), time-sliced (the configuration measured in
+#     bench/RESULTS.md); with --mps under an MPS control daemon of the launcher's own (private
+#     folders, stopped at the end), so that the ranks' kernels run at once: the environment of
+#     scripts/one-gpu-cluster.sh.  scripts/eep_run.py drives them: a live status
 #     line, the fault schedule (--faults 1: seeded by --seed; --faults FILE: docs/fault-schedule.md),
 #     and at the end summary.txt, summary.json, timeline.json and timeline.png in the run folder.
 #   without a GPU: it says so and runs the control plane alone (plus A stand-in agents, default 0,
@@ -28,7 +29,7 @@ set -u
 here=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD:-$here/build}
 seconds=180 replicas=3 agents=0 rank_args="" per_gpu="" faults="" seed=1 steps=moe
-rank_bin="" gpus_forced="" allow_inject=0
+rank_bin="" gpus_forced="" allow_inject=0 mps=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --seconds) seconds=$2; shift 2 ;;
@@ -42,7 +43,8 @@ while [ $# -gt 0 ]; do
         --rank-bin) rank_bin=$2; shift 2 ;;
         --gpus) gpus_forced=$2; shift 2 ;;
         --allow-inject) allow_inject=1; shift ;;
-        -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
+        --mps) mps=1; shift ;;
+        -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
         *) echo "launch.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -177,7 +179,7 @@ fi
 rank_env=()
 if [ "$per_gpu" -gt 1 ]; then
     echo "$gpus GPU(s): $per_gpu ranks per GPU through the GIN test plugin (a test transport)"
-    if command -v nvidia-cuda-mps-control >/dev/null 2>&1; then
+    if [ "$mps" -eq 1 ] && command -v nvidia-cuda-mps-control >/dev/null 2>&1; then
         mkdir -p "$run_dir/mps/pipe" "$run_dir/mps/log"
         if CUDA_MPS_PIPE_DIRECTORY=$run_dir/mps/pipe CUDA_MPS_LOG_DIRECTORY=$run_dir/mps/log \
             nvidia-cuda-mps-control -d; then
@@ -186,7 +188,7 @@ if [ "$per_gpu" -gt 1 ]; then
                        CUDA_MPS_LOG_DIRECTORY="$run_dir/mps/log")
         fi
     fi
-    [ "$mps_up" -eq 1 ] || echo "no MPS daemon: the ranks of a GPU run time-sliced (~2.25 ms slices)"
+    [ "$mps_up" -eq 1 ] || echo "no MPS daemon$([ "$mps" -eq 1 ] || echo " (--mps starts one)"): the ranks of a GPU run time-sliced (~2.25 ms slices)"
     rank_env+=(NCCL_NET_PLUGIN="$plugin" NCCL_NET_PLUGIN_REF_COUNT=1 NCCL_SOCKET_IFNAME=lo
                NCCL_MNNVL_ENABLE=0 NCCL_NVLS_ENABLE=0 CUDA_MODULE_LOADING=EAGER EEP_AGENT_RDMA=0
                # each rank a 12-SM budget (4 send + 8 copy): every rank's blocks resident at

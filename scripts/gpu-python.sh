@@ -87,7 +87,10 @@ py_path() {
 cluster() { # N, then the command
     local n=$1
     shift
-    scripts/one-gpu-cluster.sh --ranks "$n" --timeout 280 --logs "$out/ranks$n" -- "$@"
+    # time-sliced unless GPU_PYTHON_MPS=1, as deploy/launch.sh and make gpu-elastic: the
+    # configuration the one-GPU cluster's data-plane runs are measured in (bench/RESULTS.md)
+    scripts/one-gpu-cluster.sh --ranks "$n" $([ "${GPU_PYTHON_MPS:-0}" = 1 ] || echo --no-mps) \
+        --timeout 280 --logs "$out/ranks$n" -- "$@"
     local rc=$?
     cat "$out/ranks$n"/rank*.log 2>/dev/null | grep -E "^(PASS|FAIL|RESULT|OVERHEAD|SUMMARY)"
     return $rc

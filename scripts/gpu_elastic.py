@@ -150,8 +150,10 @@ def run(args):
         log(f"{args.ranks} ranks running at world {args.ranks} after {summary['start_ms']} ms")
         kinds = [("barrier", "KILL"), ("barrier", "STOP")]
         if args.steps == "moe":
-            kinds = [("dispatch", "KILL"), ("combine", "KILL"), ("barrier", "KILL"),
-                     ("dispatch", "STOP"), ("combine", "STOP")]
+            # a MoE step launches no barrier kernel (eep-rank's step is dispatch then combine):
+            # barrier rounds are --steps barrier's
+            kinds = [("dispatch", "KILL"), ("combine", "KILL"), ("dispatch", "STOP"),
+                     ("combine", "STOP")]
         deadline_end = time.time() + args.budget_s
         mem, fds, memp, memp_gone = [], {}, {}, set()
         for k in range(args.rounds):

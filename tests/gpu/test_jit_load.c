@@ -11,7 +11,8 @@
  * the writer thread started (it writes after 200 ms), then a get of a kernel compiled into the
  * cache beforehand but not loaded.  eep_jit_get_kernel_on must let the spinner see the flag;
  * the plain eep_jit_get_kernel round is reported (whether this driver blocks a load behind a
- * running kernel), not asserted.
+ * running kernel), not asserted, and so is a cuMemFree in the same place (an old view's
+ * teardown frees).
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -82,7 +83,7 @@ static unsigned round_run(const eep_cuda_sym_t *cu, CUcontext ctx, eep_jit_t *ji
     eep_jit_spec_t          spec = spin_spec(tag);
     eep_spin_probe_params_t p;
     eep_jit_kernel_t       *k = NULL;
-    CUdeviceptr             mem;
+    CUdeviceptr             mem, spare;
     CUstream                s;
     pthread_t               th;
     writer_t                w;
@@ -91,6 +92,7 @@ static unsigned round_run(const eep_cuda_sym_t *cu, CUcontext ctx, eep_jit_t *ji
     eep_status_t            status;
 
     GPU_OK(eep_jit_compile(jit, &spec, NULL)); /* in the disk cache, not in the context */
+    LOAD_CU(cu->cuMemAlloc(&spare, 64u << 20));
     LOAD_CU(cu->cuMemAlloc(&mem, 16));
     LOAD_CU(cu->cuMemsetD8(mem, 0, 16));
     LOAD_CU(cu->cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
@@ -106,9 +108,13 @@ static unsigned round_run(const eep_cuda_sym_t *cu, CUcontext ctx, eep_jit_t *ji
     w.ctx  = ctx;
     w.flag = mem;
     GPU_REQUIRE(pthread_create(&th, NULL, writer_main, &w) == 0, "pthread_create");
-    t0       = gpu_test_now_ms();
-    status   = on_stream ? eep_jit_get_kernel_on(jit, &spec, s, &k)
-                         : eep_jit_get_kernel(jit, &spec, &k);
+    t0 = gpu_test_now_ms();
+    if (on_stream == 2) { /* no load: a free of memory allocated before the spin */
+        status = eep_status_from_cu(cu->cuMemFree(spare), "cuMemFree");
+    } else {
+        status = on_stream ? eep_jit_get_kernel_on(jit, &spec, s, &k)
+                           : eep_jit_get_kernel(jit, &spec, &k);
+    }
     *load_ms = gpu_test_now_ms() - t0;
     GPU_CHECK(status == EEP_OK, "get kernel %s: %s", tag, eep_status_name(status));
     pthread_join(th, NULL);
@@ -118,6 +124,9 @@ static unsigned round_run(const eep_cuda_sym_t *cu, CUcontext ctx, eep_jit_t *ji
     LOAD_CU(cu->cuMemcpyDtoH(&result, mem + 8, sizeof(result)));
     cu->cuStreamDestroy(s);
     cu->cuMemFree(mem);
+    if (on_stream != 2) {
+        cu->cuMemFree(spare);
+    }
     return result;
 }
 
@@ -209,6 +218,11 @@ int main(void)
                r == 1 ? "saw the flag" : "timed out (3 s)", load_ms, wrote_ms);
         GPU_CHECK(r == 1, "eep_jit_get_kernel_on: the spinner timed out (result %u)", r);
         GPU_CHECK(wrote_ms < 2000, "the writer waited %.0f ms", wrote_ms);
+        /* reported: does a cuMemFree (an old view's teardown frees) wait for the GPU too? */
+        r = round_run(cu, ctx, jit, spinner, "4", 2, &load_ms, &wrote_ms);
+        printf("RESULT free while a kernel spins: spinner %s, cuMemFree %.0f ms, write %.0f ms%s\n",
+               r == 1 ? "saw the flag" : "timed out (3 s)", load_ms, wrote_ms,
+               r == 1 ? "" : ": a free waits for the GPU as a load does");
     }
     GPU_OK(eep_bootstrap_barrier(bs));
 
