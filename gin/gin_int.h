@@ -26,6 +26,8 @@ void eep_gin_log(int level, const char *file, int line, const char *fmt, ...)
 /* Every wait of the plugin ends after this many ms (EEP_GIN_TIMEOUT_MS, default 60000). */
 int64_t eep_gin_timeout_ms(void);
 int64_t eep_gin_now_ms(void);
+/* EEP_GIN_TRACE set: one info line per signal sent and applied (diagnosis; NCCL_DEBUG=INFO). */
+int eep_gin_tracing(void);
 /* A random 64-bit value drawn once per process: names and identities across processes (forked
  * processes share addresses, so a pointer never identifies anything across processes). */
 uint64_t eep_gin_process_nonce(void);

@@ -1,7 +1,7 @@
 /* gin/gin_log.c - the plugin's log, clock, timeout and process nonce.  Messages go through the
  * logger NCCL passed to init (so they land in NCCL_DEBUG's output with NCCL's prefix); before
  * init, or in our own tests, warnings go to stderr and info/trace only when EEP_GIN_DEBUG is set.
- * The one place the plugin reads its environment (EEP_GIN_TIMEOUT_MS, EEP_GIN_DEBUG). */
+ * The one place the plugin reads its environment (EEP_GIN_TIMEOUT_MS, EEP_GIN_DEBUG, EEP_GIN_TRACE). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +42,16 @@ void eep_gin_log(int level, const char *file, int line, const char *fmt, ...)
         fprintf(stderr, "eep_gin %d %s:%d %s%s\n", (int)getpid(), file, line,
                 level == EEP_NCCL_LOG_WARN ? "WARN " : "", msg);
     }
+}
+
+int eep_gin_tracing(void)
+{
+    static int trace = -1;
+
+    if (trace < 0) {
+        trace = getenv("EEP_GIN_TRACE") != NULL;
+    }
+    return trace;
 }
 
 int64_t eep_gin_now_ms(void)

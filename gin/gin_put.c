@@ -308,6 +308,10 @@ static void eep_gin_apply_signal(eep_gin_comm_t *comm, const eep_gin_wire_t *w)
                                         CU_STREAM_WRITE_VALUE_DEFAULT)) != 0) {
         EEP_GIN_WARN("rank %d: signal at offset %llu not applied", comm->rank,
                      (unsigned long long)w->offset);
+    } else if (eep_gin_tracing()) {
+        EEP_GIN_INFO("rank %d: signal at %u.%u+%llu applied: %llu -> %llu", comm->rank,
+                     w->reg_index, w->reg_gen, (unsigned long long)w->offset,
+                     (unsigned long long)old, (unsigned long long)(old + w->arg));
     }
 }
 
@@ -390,6 +394,12 @@ static void eep_gin_send_progress(eep_gin_comm_t *comm, int peer)
             }
             if (p->dead) {
                 continue;
+            }
+            if (r->has_signal && eep_gin_tracing()) {
+                EEP_GIN_INFO("rank %d: signal to rank %d sent (%u.%u+%llu, +%llu)", comm->rank,
+                             peer, r->sig_hdr.reg_index, r->sig_hdr.reg_gen,
+                             (unsigned long long)r->sig_hdr.offset,
+                             (unsigned long long)r->sig_hdr.arg);
             }
         }
         free(r->stage);
