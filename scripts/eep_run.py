@@ -59,6 +59,15 @@ REQUIRED = {"stall": ("ms",), "delay": ("ms",)}
 ENDS_PROCESS = ("kill", "exit-dispatch", "exit-combine")
 
 
+def fmt_rate(nbytes, us):
+    """Bytes per call over its us, for the status line: GB/s, or MB/s below 0.1 GB/s (a
+    decode-size step read "0.00 GB/s")."""
+    if not us:
+        return "- GB/s"
+    gbs = nbytes / us / 1e3
+    return f"{gbs:.2f} GB/s" if gbs >= 0.1 else f"{gbs * 1e3:.2f} MB/s"
+
+
 class ScheduleError(ValueError):
     pass
 
@@ -336,7 +345,7 @@ class Run:
                     "bad" in e)
 
         def rate(us):
-            return f"{self.bytes / us / 1e3:.2f} GB/s" if us else "- GB/s"
+            return fmt_rate(self.bytes, us)
         med = (lambda xs: sorted(xs)[len(xs) // 2] if xs else 0)
         t = (now_ms() - self.t0) / 1000 if self.t0 else 0.0
         if self.args.steps == "moe":

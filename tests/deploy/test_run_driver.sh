@@ -23,6 +23,10 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*"; for f in "$tmp"/*/summary.txt; do [ -f "$f" ] && { echo "--- $f"; cat "$f"; }; done; exit 1; }
 
+# ---- 0. the status line's rates: GB/s, MB/s below 0.1 GB/s (a decode step showed "0.00 GB/s")
+rates=$(cd "$root/scripts" && python3 -c 'import eep_run as e; print(e.fmt_rate(65536, 80), e.fmt_rate(32768, 17000), e.fmt_rate(1, 0))')
+[ "$rates" = "0.82 GB/s 1.93 MB/s - GB/s" ] || fail "rates: '$rates'"
+
 # ---- 1. the schedule parser
 bad() { # WANT_MESSAGE JSON
     printf '%s\n' "$2" >"$tmp/bad.json"
