@@ -88,7 +88,8 @@ static unsigned round_run(const eep_cuda_sym_t *cu, CUcontext ctx, eep_jit_t *ji
     pthread_t               th;
     writer_t                w;
     unsigned                result = 0;
-    double                  t0;
+    double                  t0, t_more = 0;
+    CUdeviceptr             more = 0; /* freed once the spinner ended: a free waits (round 3) */
     eep_status_t            status;
 
     GPU_OK(eep_jit_compile(jit, &spec, NULL)); /* in the disk cache, not in the context */
@@ -111,11 +112,28 @@ static unsigned round_run(const eep_cuda_sym_t *cu, CUcontext ctx, eep_jit_t *ji
     t0 = gpu_test_now_ms();
     if (on_stream == 2) { /* no load: a free of memory allocated before the spin */
         status = eep_status_from_cu(cu->cuMemFree(spare), "cuMemFree");
+    } else if (on_stream == 3) { /* a context-wide sync (torch.cuda.synchronize) */
+        status = eep_status_from_cu(cu->cuCtxSynchronize(), "cuCtxSynchronize");
+    } else if (on_stream == 4) { /* an allocation and an event (what torch does around a call) */
+        CUevent ev = NULL;
+
+        status = eep_status_from_cu(cu->cuMemAlloc(&more, 64u << 20), "cuMemAlloc");
+        if (status == EEP_OK) {
+            status = eep_status_from_cu(cu->cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING),
+                                        "cuEventCreate");
+        }
+        if (status == EEP_OK) {
+            status = eep_status_from_cu(cu->cuEventRecord(ev, s), "cuEventRecord");
+        }
+        if (ev != NULL) {
+            t_more = gpu_test_now_ms();
+            cu->cuEventDestroy(ev);
+        }
     } else {
         status = on_stream ? eep_jit_get_kernel_on(jit, &spec, s, &k)
                            : eep_jit_get_kernel(jit, &spec, &k);
     }
-    *load_ms = gpu_test_now_ms() - t0;
+    *load_ms = (t_more > 0 ? t_more : gpu_test_now_ms()) - t0;
     GPU_CHECK(status == EEP_OK, "get kernel %s: %s", tag, eep_status_name(status));
     pthread_join(th, NULL);
     *wrote_ms = w.wrote_ms;
@@ -124,6 +142,9 @@ static unsigned round_run(const eep_cuda_sym_t *cu, CUcontext ctx, eep_jit_t *ji
     LOAD_CU(cu->cuMemcpyDtoH(&result, mem + 8, sizeof(result)));
     cu->cuStreamDestroy(s);
     cu->cuMemFree(mem);
+    if (more != 0) {
+        cu->cuMemFree(more);
+    }
     if (on_stream != 2) {
         cu->cuMemFree(spare);
     }
@@ -223,6 +244,16 @@ int main(void)
         printf("RESULT free while a kernel spins: spinner %s, cuMemFree %.0f ms, write %.0f ms%s\n",
                r == 1 ? "saw the flag" : "timed out (3 s)", load_ms, wrote_ms,
                r == 1 ? "" : ": a free waits for the GPU as a load does");
+        r = round_run(cu, ctx, jit, spinner, "5", 3, &load_ms, &wrote_ms);
+        printf("RESULT cuCtxSynchronize while a kernel spins: spinner %s, sync %.0f ms, write %.0f "
+               "ms%s\n",
+               r == 1 ? "saw the flag" : "timed out (3 s)", load_ms, wrote_ms,
+               r == 1 ? "" : ": a context sync blocks the proxy's writes");
+        r = round_run(cu, ctx, jit, spinner, "6", 4, &load_ms, &wrote_ms);
+        printf(
+            "RESULT cuMemAlloc + cuEventCreate/Record while a kernel spins: spinner %s, %.0f ms, "
+            "write %.0f ms\n",
+            r == 1 ? "saw the flag" : "timed out (3 s)", load_ms, wrote_ms);
     }
     GPU_OK(eep_bootstrap_barrier(bs));
 
