@@ -88,6 +88,28 @@ def mode(mode, handle):
     return code
 
 
+def dead_mask(dead_ranks, world, rank):
+    """The world ranks a dispatch treats as dead (degraded mode, include/eep/ep.h) as the C
+    mask: each an int in [0, world), not this rank's own."""
+    call = "dispatch"
+    if dead_ranks is None:
+        return 0
+    try:
+        ranks = list(dead_ranks)
+    except TypeError:
+        _bad(call, "dead_ranks", "%r, expected an iterable of world ranks" % (dead_ranks,))
+    mask = 0
+    for r in ranks:
+        if isinstance(r, bool) or not isinstance(r, int):
+            _bad(call, "dead_ranks", "%r is not a rank (an int)" % (r,))
+        if r < 0 or r >= world or r >= 64:
+            _bad(call, "dead_ranks", "rank %d outside [0, %d)" % (r, min(world, 64)))
+        if r == rank:
+            _bad(call, "dead_ranks", "rank %d is this rank's own" % r)
+        mask |= 1 << r
+    return mask
+
+
 def num_sms(n):
     if n is None:
         return 0

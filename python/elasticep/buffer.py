@@ -63,6 +63,7 @@ class Handle:
         self.topk_idx = self.topk_weights = None  # the inputs (cached dispatch of gradients)
         self.hidden = 0
         self.mode = None
+        self.dropped_topk = self.num_dropped = None  # degraded mode's report (GPU), if asked
 
     def row_weights(self):
         """[rows] fp32: each received row's own top-k weight (0 on padding rows)."""
@@ -204,13 +205,18 @@ class Buffer:
             raise InvalidArgument("%s: the buffer is destroyed" % call, -1, "EEP_ERR_INVALID_ARG")
 
     # ---- dispatch ----------------------------------------------------------------------------
-    def dispatch(self, x, topk_idx, topk_weights, handle=None, mode=None, num_sms=None):
+    def dispatch(self, x, topk_idx, topk_weights, handle=None, mode=None, num_sms=None,
+                 dead_ranks=None, report_dropped=False):
         """x: bf16 [T, hidden] or (fp8 e4m3 [T, hidden], float32 scales [T, hidden / 128]);
         topk_idx int64/int32 [T, K] (-1: none); topk_weights float32 [T, K].  mode: "cpu_sync"
         (exact-size outputs, host counts in handle.host_counts), "no_cpu_sync" (worst-case rows,
         the real counts on the GPU), "cached" (the default with a handle: its layout reused).
-        Returns (recv_x, recv_topk_idx, recv_topk_weights, recv_counts, handle, event); recv_x
-        is (recv_q, recv_scales) for fp8 input."""
+        dead_ranks: world ranks to treat as dead (degraded mode: no wait on them, their
+        experts' lanes dropped; every live rank passes the same set), beyond those the runtime
+        marks dead itself.  With dead_ranks or report_dropped, handle.dropped_topk (uint8
+        [T, K], 1 where the lane's expert is on a dead rank) and handle.num_dropped (int32 [1])
+        are filled on the GPU.  Returns (recv_x, recv_topk_idx, recv_topk_weights, recv_counts,
+        handle, event); recv_x is (recv_q, recv_scales) for fp8 input."""
         t = torch()
         self._check_open("dispatch")
         hidden = _checks.hidden_of(x, self.hiddens)
@@ -219,6 +225,7 @@ class Buffer:
         xt = x[0] if isinstance(x, (tuple, list)) else x
         m = _checks.mode(mode, handle)
         sms = _checks.num_sms(num_sms) if num_sms is not None else self.num_sms
+        dmask = _checks.dead_mask(dead_ranks, self.world, self.rank)
         if handle is not None and (not isinstance(handle, Handle) or handle.buf is not self):
             raise InvalidArgument("dispatch: invalid argument handle: not a handle of this buffer",
                                   -1, "EEP_ERR_INVALID_ARG")
@@ -244,6 +251,13 @@ class Buffer:
         a.expert_alignment, a.max_tokens_per_rank = self.alignment, self.max_tokens
         a.mode, a.num_sms = m, sms
         dev = self.device
+        a.dead_mask = dmask
+        dropped = ndropped = None
+        if dead_ranks is not None or report_dropped:
+            dropped = t.empty((n, K), dtype=t.uint8, device=dev)
+            ndropped = t.empty(1, dtype=t.int32, device=dev)
+            a.dropped_topk = dropped.data_ptr() or None
+            a.num_dropped = ndropped.data_ptr()
         counts = t.empty(El, dtype=t.int32, device=dev)
         offsets = t.empty(El + 1, dtype=t.int32, device=dev)
         a.recv_expert_counts, a.recv_expert_offsets = counts.data_ptr(), offsets.data_ptr()
@@ -299,6 +313,7 @@ class Buffer:
             h.recv_topk_idx, h.recv_topk_weights = recv_idx, recv_w
             h.topk_idx, h.topk_weights = topk_idx, topk_weights
             h.host_counts = list(host) if m == _lib.MODE_CPU_SYNC else None
+        h.dropped_topk, h.num_dropped = dropped, ndropped
         return recv_x, recv_idx, recv_w, h.recv_counts, h, self._event(s)
 
     # ---- combine -----------------------------------------------------------------------------

@@ -30,6 +30,7 @@ class MockLib:
         import refbind
         self.real, self.rb, self.handles, self.next = real, refbind, {}, 0x1000
         self.calls = []
+        self.dead_masks = []
 
     def __getattr__(self, name):  # pure functions and status strings: the real library
         return getattr(self.real, name)
@@ -69,6 +70,11 @@ class MockLib:
         a = args_ref._obj
         rb = self.rb
         self.calls.append(("dispatch", a.mode, a.dtype))
+        self.dead_masks.append(a.dead_mask)
+        if a.num_dropped:  # one rank: nothing is dead, the report is all zeros
+            if a.dropped_topk:
+                ctypes.memset(a.dropped_topk, 0, a.num_tokens * a.num_topk)
+            ctypes.c_int32.from_address(a.num_dropped).value = 0
         K, H, fp8 = a.num_topk, a.hidden, a.dtype == 1
         shape = rb.Shape(1, a.max_tokens_per_rank, H, K, a.num_experts, a.expert_alignment, a.dtype)
         inp = (rb.Input * 1)()
@@ -248,8 +254,20 @@ class TestBufferMock(unittest.TestCase):
         self.assertTrue(torch.equal(hq.recv_counts, counts))  # the same routing as the bf16 one
         self.assertEqual(gx.dtype, torch.bfloat16)
         self.assertTrue(torch.equal(gx[:R], rx))  # bf16 rows in the fp8 handle's layout
+        # the dropped report on request (one rank: nothing dead, all zeros), none otherwise
+        self.assertIsNone(h.dropped_topk)
+        _, _, _, _, hd, _ = buf.dispatch(x, idx, w, mode="cpu_sync", report_dropped=True)
+        self.assertEqual(tuple(hd.dropped_topk.shape), (T, K))
+        self.assertEqual(hd.dropped_topk.dtype, torch.uint8)
+        self.assertEqual(int(hd.dropped_topk.sum()), 0)
+        self.assertEqual(hd.num_dropped.tolist(), [0])
+        self.assertEqual(self.mock.dead_masks[-1], 0)
         # errors before any call
         n = len(self.mock.calls)
+        for bad in ([0], [1], [-1], ["1"], 3, [True]):  # own rank, outside world 1, not ranks
+            with self.assertRaises(elasticep.InvalidArgument) as cm:
+                buf.dispatch(x, idx, w, dead_ranks=bad)
+            self.assertIn("dead_ranks", str(cm.exception))
         with self.assertRaises(elasticep.InvalidArgument):
             buf.dispatch(x[:, :200].contiguous(), idx, w)
         with self.assertRaises(elasticep.InvalidArgument):

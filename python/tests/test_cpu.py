@@ -203,6 +203,19 @@ class TestChecks(unittest.TestCase):
             _checks.hidden_of(FakeTensor("bfloat16", (4, 512)), [1024, 2048])
         self.assertIn("extra_hidden", str(cm.exception))
 
+    def test_dead_ranks(self):
+        # world 4, this rank 1: the C mask, and each bad set named
+        self.assertEqual(_checks.dead_mask(None, 4, 1), 0)
+        self.assertEqual(_checks.dead_mask([], 4, 1), 0)
+        self.assertEqual(_checks.dead_mask([0, 3], 4, 1), 0b1001)
+        self.assertEqual(_checks.dead_mask((3, 3), 4, 1), 0b1000)
+        for bad, needle in (([1], "own"), ([4], "outside"), ([-1], "outside"),
+                            (["0"], "not a rank"), ([True], "not a rank"), (2, "iterable")):
+            with self.assertRaises(errors.InvalidArgument) as cm:
+                _checks.dead_mask(bad, 4, 1)
+            self.assertIn("dead_ranks", str(cm.exception))
+            self.assertIn(needle, str(cm.exception))
+
 
 class TestNoGpu(unittest.TestCase):
     def test_buffer_raises_no_device(self):
