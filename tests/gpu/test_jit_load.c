@@ -152,8 +152,8 @@ static unsigned round_run(const eep_cuda_sym_t *cu, CUcontext ctx, eep_jit_t *ji
 }
 
 /*
- * Reported, not asserted: does a load in one process wait for another process's kernel on the
- * same GPU?  Rank 0 spins 600 ms (its own writer ends it); rank 1 loads a fresh module 100 ms
+ * Reported, not asserted: does a load in one process, or the first launch of what it loaded,
+ * wait for another process's kernel on the same GPU?  Rank 0 spins 600 ms (its own writer ends it); rank 1 loads a fresh module 100 ms
  * into that spin.  A load of ~500 ms means yes: then a rank that loads a kernel while a peer's
  * kernel waits for this rank's proxy deadlocks across processes (an MPS client cannot preempt
  * another; time-sliced contexts can).
@@ -193,6 +193,19 @@ static void cross_process(const eep_cuda_sym_t *cu, eep_jit_t *jit, eep_jit_kern
         printf(
             "RESULT cross-process: rank 1's load 100 ms into rank 0's 600 ms spin took %.0f ms%s\n",
             ms, ms > 300 ? ": a load waits for another process's kernel" : "");
+        /* and its first launch (a fresh module's), to its end: does that wait for rank 0? */
+        {
+            eep_spin_probe_params_t q = p;
+
+            q.expect = 0; /* returns at once */
+            t0       = gpu_test_now_ms();
+            GPU_OK(eep_jit_launch(k, 1, 32, 0, NULL, &q, sizeof(q)));
+            LOAD_CU(cu->cuStreamSynchronize(NULL));
+            ms = gpu_test_now_ms() - t0;
+            printf(
+                "RESULT cross-process: rank 1's first launch of it (and its end) took %.0f ms%s\n",
+                ms, ms > 300 ? ": a first launch waits for another process's kernel" : "");
+        }
     }
     GPU_OK(eep_bootstrap_barrier(bs));
     cu->cuMemFree(mem);
