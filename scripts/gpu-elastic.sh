@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # scripts/gpu-elastic.sh [--rounds N] [--steps barrier|moe] [--ranks N] [--budget-s S]
-#                        [--timeout-ms MS] [--no-mps] - `make gpu-elastic`: the elastic GPU check.
+#                        [--timeout-ms MS] [--mps] [--merge SUMMARY_JSON]
+#                        - `make gpu-elastic`: the elastic GPU check.
 #
 # N ranks (default 4) of eep-rank on the one GPU (scripts/one-gpu-cluster.sh: own NCCL_HOSTIDs,
-# the GIN test plugin, an MPS daemon of its own), with etcd and eepd on 127.0.0.1.  Rounds of each
+# the GIN test plugin; time-sliced, or with --mps under an MPS daemon of its own), with etcd and
+# eepd on 127.0.0.1.  --merge takes an earlier call's summary.json (carried over, e.g. as
+# build/gpu-elastic-prior.json): its rounds count toward --rounds of each kind, so 20 rounds a
+# kind add up over several device calls of at most 10 minutes.  Rounds of each
 # kind (barrier steps: SIGKILL and SIGSTOP of a rank right after it launched a barrier kernel;
 # --steps moe adds dispatch and combine) measure detection, interruption and grow times and check
 # that no survivor hangs, gets a wrong step or dies, and that GPU memory and fds stay flat
@@ -21,7 +25,7 @@
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root" || exit 1
-rounds=20 steps=barrier ranks=4 budget=300 timeout_ms=500 mps_flag=""
+rounds=20 steps=barrier ranks=4 budget=300 timeout_ms=500 mps_flag=--no-mps merge=""
 while [ $# -gt 0 ]; do
     case $1 in
         --rounds) rounds=$2; shift 2 ;;
@@ -29,8 +33,10 @@ while [ $# -gt 0 ]; do
         --ranks) ranks=$2; shift 2 ;;
         --budget-s) budget=$2; shift 2 ;;
         --timeout-ms) timeout_ms=$2; shift 2 ;;
-        --no-mps) mps_flag=--no-mps; shift ;;
-        -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+        --no-mps) mps_flag=--no-mps; shift ;; # the default
+        --mps) mps_flag=""; shift ;;
+        --merge) merge=$2; shift 2 ;;
+        -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
         *) echo "gpu-elastic: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -96,7 +102,8 @@ scripts/one-gpu-cluster.sh --ranks 1 $mps_flag --timeout $((budget + 240)) --ncc
     --logs "$work/logs/cluster" -- \
     python3 "$root/scripts/gpu_elastic.py" --rank-bin "$bin/eep-rank" --eepd-bin "$bin/eepd" \
     --etcd-bin "$etcd_bin" --work "$work/logs" --out "$out" --ranks "$ranks" --rounds "$rounds" \
-    --steps "$steps" --timeout-ms "$timeout_ms" --budget-s "$budget"
+    --steps "$steps" --timeout-ms "$timeout_ms" --budget-s "$budget" \
+    ${merge:+--merge "$(cd "$(dirname "$merge")" && pwd)/$(basename "$merge")"}
 rc=$?
 echo "---- $out/summary.txt"
 cat "$out/summary.txt" 2>/dev/null || { echo "(none: the driver did not finish; its log:)"; tail -40 "$work/logs/cluster/rank0.log"; }

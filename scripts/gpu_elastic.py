@@ -156,14 +156,21 @@ def run(args):
                      ("combine", "STOP")]
         deadline_end = time.time() + args.budget_s
         mem, fds, memp, memp_gone = [], {}, {}, set()
+        # rounds of earlier calls (--merge) count toward --rounds: this call runs the rest
+        done = {}
+        for rd in args.prior_rounds:
+            done[(rd["phase"], rd["signal"])] = done.get((rd["phase"], rd["signal"]), 0) + 1
         for k in range(args.rounds):
             for phase, sig in kinds:
+                if done.get((phase, sig), 0) + k >= args.rounds:
+                    continue
                 if time.time() > deadline_end:
                     summary["stopped_early"] = (f"the budget of {args.budget_s} s was spent before "
                                                 f"round {k + 1} of {phase}/{sig}: raise --budget-s "
                                                 f"for all {args.rounds} rounds of each kind")
                     raise StopIteration
                 rd = one_round(job, k, phase, sig)
+                rd["call"] = args.call
                 summary["rounds"].append(rd)
                 job.check_crashes()
                 time.sleep(args.settle_round_s)
@@ -294,6 +301,11 @@ def one_round(job, k, phase, sig):
 
 
 def report(summary, args):
+    # this call's rounds after every earlier call's (--merge): the figures cover them all;
+    # memory and fd drift are this call's (its processes)
+    summary["rounds"] = list(args.prior_rounds) + summary["rounds"]
+    summary["failures"] = list(args.prior_failures) + summary["failures"]
+    summary["calls"] = args.call
     rounds = summary["rounds"]
     lines = [f"make gpu-elastic: {summary['ranks']} ranks on one GPU, --steps {summary['steps']}, "
              f"device-wait deadline {summary['timeout_ms']} ms",
@@ -361,7 +373,8 @@ def report(summary, args):
     if summary.get("stopped_early"):
         lines.append(f"NOTE: {summary['stopped_early']}")
     lines += [f"FAIL: {f}" for f in summary["failures"]]
-    lines.append(f"RESULT: {summary['result']} ({sum(rd['ok'] for rd in rounds)}/{len(rounds)} rounds ok)")
+    lines.append(f"RESULT: {summary['result']} ({sum(rd['ok'] for rd in rounds)}/{len(rounds)} rounds ok"
+                 + (f", over {args.call} calls" if args.call > 1 else "") + ")")
     text = "\n".join(lines) + "\n"
     with open(os.path.join(args.out, "summary.txt"), "w") as f:
         f.write(text)
@@ -390,9 +403,27 @@ def main():
     p.add_argument("--settle-round-s", type=float, default=1.5)
     p.add_argument("--mem-tol-mib", type=int, default=256)
     p.add_argument("--fd-tol", type=int, default=8)
+    p.add_argument("--merge", metavar="SUMMARY_JSON",
+                   help="an earlier call's summary.json (it holds every call before it too): its "
+                        "rounds count toward --rounds of each kind and join the figures, its "
+                        "failures stay failures; this call runs only the rounds still missing")
     args = p.parse_args()
     if args.ranks < 2:
         p.error("--ranks must be at least 2")
+    args.prior_rounds, args.prior_failures, args.call = [], [], 1
+    if args.merge:
+        try:
+            with open(args.merge) as f:
+                prior = json.load(f)
+        except (OSError, ValueError) as e:
+            p.error(f"--merge {args.merge}: {e}")
+        if prior.get("steps") != args.steps or prior.get("ranks") != args.ranks:
+            p.error(f"--merge {args.merge}: --steps {prior.get('steps')} --ranks "
+                    f"{prior.get('ranks')} there, --steps {args.steps} --ranks {args.ranks} here")
+        args.call = int(prior.get("calls", 1)) + 1
+        args.prior_rounds = [dict(rd, call=rd.get("call", 1)) for rd in prior.get("rounds", [])]
+        args.prior_failures = [f if f.startswith("call ") else f"call {args.call - 1}: {f}"
+                               for f in prior.get("failures", [])]
     try:
         summary = run(args)
     except RuntimeError as e:

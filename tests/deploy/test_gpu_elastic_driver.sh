@@ -41,6 +41,31 @@ for rd in s["rounds"]:
 assert s["all"]["detect_ms"]["n"] == 4
 PY
 
+# --merge: a second call with --rounds 3 runs only the missing round of each kind, and its
+# figures and result cover both calls' rounds
+mkdir -p "$tmp/more.ranks"
+FAKE_RANK_DIR="$tmp/more.ranks" timeout 240 python3 "$root/scripts/gpu_elastic.py" \
+    --rank-bin "$root/tests/deploy/fake_eep_rank.py" --eepd-bin "$build/bin/eepd" \
+    --etcd-bin "$etcd" --work "$tmp/more.work" --out "$tmp/out-more" --ranks 3 --rounds 3 \
+    --start-s 30 --deadline-s 10 --settle-round-s 0.3 --budget-s 120 \
+    --merge "$tmp/out-good/summary.json" >"$tmp/more.log" 2>&1 ||
+    { tail -20 "$tmp/more.log"; fail "driver exit $? on the merged call"; }
+grep -q "RESULT: PASS (6/6 rounds ok, over 2 calls)" "$tmp/out-more/summary.txt" ||
+    fail "no 'RESULT: PASS (6/6 rounds ok, over 2 calls)'"
+grep -q "^barrier/KILL .* 3/3" "$tmp/out-more/summary.txt" || fail "merged barrier/KILL not 3/3"
+python3 - "$tmp/out-more/summary.json" <<'PY' || fail "merged summary.json"
+import json, sys
+s = json.load(open(sys.argv[1]))
+calls = [rd["call"] for rd in s["rounds"]]
+assert calls == [1, 1, 1, 1, 2, 2], calls  # this call ran one round of each kind
+assert s["calls"] == 2 and s["all"]["detect_ms"]["n"] == 6, s["all"]
+PY
+# a summary of another configuration is refused (usage error)
+python3 "$root/scripts/gpu_elastic.py" --rank-bin x --eepd-bin x --work "$tmp/w" --out "$tmp/o" \
+    --ranks 4 --merge "$tmp/out-good/summary.json" >/dev/null 2>"$tmp/merge-bad.err"
+[ $? -eq 2 ] && grep -q "ranks 3 there" "$tmp/merge-bad.err" || fail "a mismatched --merge was not refused"
+echo "ok: --merge adds a call's missing rounds to an earlier call's"
+
 run wrong FAKE_WRONG=1
 rc=$?
 [ "$rc" -ne 0 ] || fail "a wrong step did not fail the run"
