@@ -5,7 +5,8 @@ inside scripts/one-gpu-cluster.sh, which owns the MPS daemon and the NCCL/plugin
 Starts etcd and eepd on 127.0.0.1 and N eep-rank processes on the one GPU (each its own
 NCCL_HOSTID), waits until they run steps at world N, then runs rounds.  A round arms one rank
 (--arm-file + SIGUSR1) to SIGKILL or SIGSTOP itself right after launching its next kernel of a
-phase (barrier, or dispatch/combine with --steps moe): a death mid-kernel.  Then it measures, from
+phase (barrier; with --steps moe dispatch, combine, or the barrier that opens each MoE step,
+eep-rank --moe-barrier): a death mid-kernel.  Then it measures, from
 the rank's own "dying" line:
   detection     until every survivor saw it (a fault line or the view without the victim);
   interruption  until every survivor ran an ok step at world N-1;
@@ -44,6 +45,8 @@ class Rank(JsonProc):
         cmd = [args.rank_bin, "--steps", args.steps, "--interval-ms", str(args.interval_ms),
                "--timeout-ms", str(args.timeout_ms), "--view-wait-s", "30",
                "--join-timeout-s", "120", "--arm-file", self.arm]
+        if args.steps == "moe":
+            cmd.append("--moe-barrier")  # a barrier opens each MoE step: kills land there too
         super().__init__(f"rank-{slot}", cmd, e, work)
 
 
@@ -150,10 +153,9 @@ def run(args):
         log(f"{args.ranks} ranks running at world {args.ranks} after {summary['start_ms']} ms")
         kinds = [("barrier", "KILL"), ("barrier", "STOP")]
         if args.steps == "moe":
-            # a MoE step launches no barrier kernel (eep-rank's step is dispatch then combine):
-            # barrier rounds are --steps barrier's
-            kinds = [("dispatch", "KILL"), ("combine", "KILL"), ("dispatch", "STOP"),
-                     ("combine", "STOP")]
+            # each MoE step opens with a barrier (eep-rank --moe-barrier): kills in all three
+            kinds = [("dispatch", "KILL"), ("combine", "KILL"), ("barrier", "KILL"),
+                     ("dispatch", "STOP"), ("combine", "STOP"), ("barrier", "STOP")]
         deadline_end = time.time() + args.budget_s
         mem, fds, memp, memp_gone = [], {}, {}, set()
         # rounds of earlier calls (--merge) count toward --rounds: this call runs the rest

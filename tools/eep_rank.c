@@ -12,6 +12,8 @@
  *   --steps barrier   each step is one sequential barrier (default: runs everywhere today)
  *   --steps moe       each step is dispatch -> stand-in expert -> combine through eep/ep.h,
  *                     checked bit for bit against tools/eep_step.c (seeded routing)
+ *   --moe-barrier     with --steps moe: each step opens with a sequential barrier (a training
+ *                     step's other collective), where faults with phase=barrier land
  *   --arm-file PATH   on SIGUSR1, read one fault SPEC from PATH and arm it for the next step
  *                     (make gpu-elastic writes "PHASE KILL|STOP": a death mid-kernel)
  *   --fault SPEC      arm a fault at start (repeatable), e.g. --fault "stall phase=combine ms=800
@@ -82,6 +84,7 @@ static const char *const eep_rank_phase_names[] = { "none", "barrier", "dispatch
 typedef struct {
     /* options */
     int         moe, interval_ms, seconds, max_steps, timeout_ms, view_wait_s, join_timeout_s;
+    int         moe_barrier; /* --moe-barrier: each MoE step starts with a barrier */
     int         tokens, hidden, topk, experts, seed;
     const char *arm_file;
     const char *fault_specs[EEP_RANK_MAX_FAULTS];
@@ -213,7 +216,7 @@ static int eep_rank_fault_arm(eep_rank_t *r, const char *spec, const char *from)
     if (f.phase == EEP_FAULT_PH_FIRST) {
         f.phase = (eep_fault_phase_t)eep_rank_first_phase(r);
     }
-    if (r->moe != (f.phase != EEP_FAULT_PH_BARRIER)) {
+    if (f.phase == EEP_FAULT_PH_BARRIER ? r->moe && !r->moe_barrier : !r->moe) {
         fprintf(stderr, "eep-rank: %s: fault '%s' has no %s kernel to act on with --steps %s\n",
                 from, spec, eep_fault_phase_name(f.phase), r->moe ? "moe" : "barrier");
         return -1;
@@ -389,14 +392,18 @@ static eep_status_t eep_rank_wait(eep_rank_t *r, eep_rank_phase_t phase, double 
     return status;
 }
 
-static eep_status_t eep_rank_step_barrier(eep_rank_t *r, eep_rank_phase_t *phase_p)
+/* A barrier step; @p slow: EEP_RANK_SLOW_MS applies here (not when it opens a MoE step, whose
+   dispatch takes it). */
+static eep_status_t eep_rank_step_barrier(eep_rank_t *r, eep_rank_phase_t *phase_p, int slow)
 {
     double             t0;
     eep_barrier_opts_t o;
     eep_status_t       status;
 
     *phase_p = EEP_RANK_PH_BARRIER;
-    eep_rank_obs_slow(&r->obs);
+    if (slow) {
+        eep_rank_obs_slow(&r->obs);
+    }
     if ((status = eep_rank_fault_before(r, EEP_RANK_PH_BARRIER)) != EEP_OK) {
         return status;
     }
@@ -540,6 +547,10 @@ static eep_status_t eep_rank_step_moe(eep_rank_t *r, eep_rank_phase_t *phase_p, 
     /* the data plane's placement: the view's for its expert count, else the default (eep/ep.h) */
     s.placement = r->info.num_experts == s.experts ? r->info.placement : NULL;
     if ((status = eep_step_shape_check(&s)) != EEP_OK) {
+        return status;
+    }
+    /* a training step's other collective (an all-reduce, say): the barrier kernel, killable */
+    if (r->moe_barrier && (status = eep_rank_step_barrier(r, phase_p, 0)) != EEP_OK) {
         return status;
     }
     el = eep_step_local_experts(&s, NULL);
@@ -757,6 +768,7 @@ enum {
     EEP_RANK_OPT_ARM,
     EEP_RANK_OPT_FAULT,
     EEP_RANK_OPT_AGENT_FAULTS,
+    EEP_RANK_OPT_MOE_BARRIER,
     EEP_RANK_OPT_VERSION,
     EEP_RANK_OPT_INT /* + index into eep_rank_ints */
 };
@@ -768,7 +780,8 @@ static int eep_rank_usage(FILE *out, const eep_rank_t *defaults)
 
     fprintf(out, "usage: eep-rank [OPTIONS]   one rank of an elastic job (JSON lines on stdout)\n"
                  "  --steps=barrier|moe   a step is one barrier (default) or dispatch -> "
-                 "stand-in expert -> combine, checked\n");
+                 "stand-in expert -> combine, checked\n"
+                 "  --moe-barrier         with --steps=moe: each step opens with a barrier\n");
     for (i = 0; i < EEP_RANK_N_INTS; i++) {
         char flag[40];
 
@@ -797,7 +810,7 @@ static int eep_rank_usage(FILE *out, const eep_rank_t *defaults)
  */
 static int eep_rank_args(eep_rank_t *r, int argc, char **argv, int *verbose_p)
 {
-    struct option longopts[EEP_RANK_N_INTS + 8];
+    struct option longopts[EEP_RANK_N_INTS + 9];
     eep_rank_t    defaults = *r;
     int           c, i, n = 0;
 
@@ -809,6 +822,7 @@ static int eep_rank_args(eep_rank_t *r, int argc, char **argv, int *verbose_p)
     longopts[n++] = (struct option){ "arm-file", required_argument, NULL, EEP_RANK_OPT_ARM };
     longopts[n++] = (struct option){ "fault", required_argument, NULL, EEP_RANK_OPT_FAULT };
     longopts[n++] = (struct option){ "agent-faults", no_argument, NULL, EEP_RANK_OPT_AGENT_FAULTS };
+    longopts[n++] = (struct option){ "moe-barrier", no_argument, NULL, EEP_RANK_OPT_MOE_BARRIER };
     longopts[n++] = (struct option){ "verbose", no_argument, NULL, 'v' };
     longopts[n++] = (struct option){ "help", no_argument, NULL, 'h' };
     longopts[n++] = (struct option){ "version", no_argument, NULL, EEP_RANK_OPT_VERSION };
@@ -856,6 +870,9 @@ static int eep_rank_args(eep_rank_t *r, int argc, char **argv, int *verbose_p)
         case EEP_RANK_OPT_AGENT_FAULTS:
             r->agent_faults = 1;
             break;
+        case EEP_RANK_OPT_MOE_BARRIER:
+            r->moe_barrier = 1;
+            break;
         case 'v':
             *verbose_p = 1;
             break;
@@ -875,6 +892,10 @@ static int eep_rank_args(eep_rank_t *r, int argc, char **argv, int *verbose_p)
     if (optind < argc) {
         fprintf(stderr, "eep-rank: bad argument '%s': eep-rank takes options only\n", argv[optind]);
         return eep_rank_usage(stderr, &defaults);
+    }
+    if (r->moe_barrier && !r->moe) {
+        fprintf(stderr, "eep-rank: bad argument '--moe-barrier': it needs --steps=moe\n");
+        return 2;
     }
     /* the faults last: they depend on --steps and --experts wherever those were given */
     for (i = 0; i < r->n_fault_specs; i++) {
@@ -1029,7 +1050,7 @@ int main(int argc, char **argv)
                the first barrier does; later steps detect a dead peer at --timeout-ms */
             eep_runtime_set_timeout(r.rt, r.fresh_view ? EEP_RANK_FIRST_TIMEOUT_MS : 0);
         }
-        status = r.moe ? eep_rank_step_moe(&r, &phase, &bad) : eep_rank_step_barrier(&r, &phase);
+        status = r.moe ? eep_rank_step_moe(&r, &phase, &bad) : eep_rank_step_barrier(&r, &phase, 1);
         eep_rank_line_step(&r, status, status == EEP_OK && bad == NULL, bad);
         eep_rank_obs_step(&r.obs, r.rt,
                           &(eep_rank_obs_step_t){ r.step, r.info.epoch, r.info.rank, r.info.world,

@@ -68,6 +68,11 @@ expect "bad fault" 2 "unknown action 'explode'" --fault explode
 expect "bad fault key" 2 "kill does not take 'ms'" --fault "kill ms=3"
 expect "phase of another mode" 2 "no dispatch kernel to act on with --steps barrier" \
     --fault "stall phase=dispatch ms=5"
+expect "moe-barrier needs moe" 2 "bad argument '--moe-barrier': it needs --steps=moe" --moe-barrier
+expect "barrier fault, MoE steps" 2 "no barrier kernel to act on with --steps moe" \
+    --steps moe --fault "stall phase=barrier ms=5"
+expect "barrier fault, MoE steps with a barrier" 80 "no usable GPU" --steps moe --moe-barrier \
+    --fault "stall phase=barrier ms=5"
 expect "corrupt-id in range" 2 "corrupt-id expert=3 is a valid id" --steps moe \
     --fault "corrupt-id expert=3"
 expect "corrupt-id out of range" 80 "no usable GPU" --steps moe --experts 12 \
