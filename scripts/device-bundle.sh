@@ -22,7 +22,7 @@ for l in $(ldd "$build"/bin/eep-rank "$build"/bin/eepd "$build"/bin/eepctl "$bui
     ln -sf "$b" "$stage/lib/${b%%.so.*}.so"
 done
 cp "$build"/bin/eepd "$build"/bin/eepctl "$build"/bin/eep-agent "$stage/build/bin/"
-cp "$build"/tools/eep_rank.o "$build"/tools/eep_step.o "$build"/tools/eep_fault.o "$build"/tools/eep_rank_obs.o \
+cp "$build"/tools/eep_rank.o "$build"/tools/eep_rank_fault.o "$build"/tools/eep_step.o "$build"/tools/eep_fault.o "$build"/tools/eep_rank_obs.o \
    "$build"/lib/libeep_agent.a "$build"/lib/libeep_rank.a "$build"/lib/libeep_control.a \
    "$build"/lib/libeep_proto.a "$stage/obj/"
 cp "$(command -v etcd)" "$stage/bin/"

@@ -20,7 +20,7 @@ make -j"$(nproc)" build/lib/libeep.a build/lib/libnccl-net-eep-gin.so >"$out/bui
 mkdir -p "$dest/build/lib" && cp build/lib/libnccl-net-eep-gin.so "$dest/build/lib/"
 nccl=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null)
 nccl_lib=${nccl:+-L$nccl/lib -Wl,-rpath,$nccl/lib}
-g++ -o "$dest/build/bin/eep-rank" "$dest"/obj/eep_rank.o "$dest"/obj/eep_step.o "$dest"/obj/eep_fault.o "$dest"/obj/eep_rank_obs.o \
+g++ -o "$dest/build/bin/eep-rank" "$dest"/obj/eep_rank.o "$dest"/obj/eep_rank_fault.o "$dest"/obj/eep_step.o "$dest"/obj/eep_fault.o "$dest"/obj/eep_rank_obs.o \
         "$dest"/obj/libeep_agent.a "$dest"/obj/libeep_rank.a "$dest"/obj/libeep_control.a "$dest"/obj/libeep_proto.a build/lib/libeep.a -L"$dest/lib" \
     -Wl,-rpath-link,"$dest/lib" -lgrpc -lgpr -lprotobuf-c -libverbs -lmicrohttpd -pthread $nccl_lib \
     -l:libnccl.so.2 -ldl >"$out/link.log" 2>&1 || { cat "$out/link.log"; exit 1; }

@@ -79,7 +79,7 @@ elif [ -f "$bundle" ]; then
     nccl=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null)
     nccl_lib=${nccl:+-L$nccl/lib -Wl,-rpath,$nccl/lib}
     # shellcheck disable=SC2086  # nccl_lib is a list of flags
-    g++ -o "$b/build/bin/eep-rank" "$b"/obj/eep_rank.o "$b"/obj/eep_step.o "$b"/obj/eep_fault.o "$b"/obj/eep_rank_obs.o \
+    g++ -o "$b/build/bin/eep-rank" "$b"/obj/eep_rank.o "$b"/obj/eep_rank_fault.o "$b"/obj/eep_step.o "$b"/obj/eep_fault.o "$b"/obj/eep_rank_obs.o \
         "$b"/obj/libeep_agent.a "$b"/obj/libeep_rank.a "$b"/obj/libeep_control.a "$b"/obj/libeep_proto.a build/lib/libeep.a -L"$b/lib" \
         -Wl,-rpath-link,"$b/lib" -lgrpc -lgpr -lprotobuf-c -libverbs -lmicrohttpd -pthread $nccl_lib \
         -l:libnccl.so.2 -ldl >>"$blog" 2>&1 || { echo "gpu-elastic: linking eep-rank failed:"; tail -20 "$blog"; exit 1; }

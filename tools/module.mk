@@ -24,7 +24,8 @@ ifdef LIBEEP_AGENT_A
 EEP_RANK := $(BUILD)/bin/eep-rank
 TOOLS += $(EEP_RANK)
 
-$(EEP_RANK): $(BUILD)/tools/eep_rank.o $(BUILD)/tools/eep_step.o $(BUILD)/tools/eep_rank_obs.o \
+$(EEP_RANK): $(BUILD)/tools/eep_rank.o $(BUILD)/tools/eep_rank_fault.o $(BUILD)/tools/eep_step.o \
+             $(BUILD)/tools/eep_rank_obs.o \
              $(BUILD)/tools/eep_fault.o $(LIBEEP_AGENT_A) $(LIBEEP_RANK_A) $(LIBEEP_CONTROL_A) \
              $$(LIBEEP_PROTO_A) $(LIBEEP_A)
 	@mkdir -p $(dir $@)
