@@ -156,7 +156,7 @@ typedef struct eepd {
 
     pthread_mutex_t metrics_lock;
     char           *metrics_text;
-    void           *metrics_daemon;
+    void           *metrics_daemon; /* eep_http_server_t (control/tool/http_page.h) */
     /* Health for /healthz and /livez, a snapshot the loop takes with the metrics text. */
     int      health_etcd_ok, health_leader;
     uint64_t health_epoch;

@@ -14,42 +14,23 @@
 #include "control/eepd/eepd.h"
 
 #include <arpa/inet.h>
-#include <microhttpd.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "control/tool/http_page.h"
 #include "util/log.h"
 
 /* /livez fails when the loop's last snapshot (every 250 ms) is older than this. */
 #define EEPD_LIVE_MS 10000
 
-#if MHD_VERSION >= 0x00097002
-typedef enum MHD_Result eepd_mhd_result_t;
-#else
-typedef int eepd_mhd_result_t;
-#endif
-
-static eepd_mhd_result_t eepd_metrics_handler(void *cls, struct MHD_Connection *conn,
-                                              const char *url, const char *method,
-                                              const char *version, const char *upload_data,
-                                              size_t *upload_data_size, void **con_cls)
+/* The HTTP thread: copies of the loop's last snapshot. */
+static void eepd_metrics_page(void *arg, const char *url, eep_http_page_t *page)
 {
-    eepd_t              *eepd = cls;
-    struct MHD_Response *resp;
-    eepd_mhd_result_t    ret;
-    char                *copy;
-    unsigned             code = MHD_HTTP_OK;
+    eepd_t *eepd = arg;
 
-    (void)version;
-    (void)upload_data;
-    (void)upload_data_size;
-    (void)con_cls;
-    if (strcmp(method, "GET") != 0) {
-        copy = strdup("only GET\n");
-        code = MHD_HTTP_METHOD_NOT_ALLOWED;
-    } else if (strcmp(url, "/healthz") == 0 || strcmp(url, "/livez") == 0) {
+    if (strcmp(url, "/healthz") == 0 || strcmp(url, "/livez") == 0) {
         int64_t  age;
         int      etcd_ok, leader, live;
         uint64_t epoch;
@@ -60,48 +41,33 @@ static eepd_mhd_result_t eepd_metrics_handler(void *cls, struct MHD_Connection *
         leader  = eepd->health_leader;
         epoch   = eepd->health_epoch;
         pthread_mutex_unlock(&eepd->metrics_lock);
-        live = age >= 0 && age < EEPD_LIVE_MS;
-        if (url[1] == 'l') {
-            code = live ? MHD_HTTP_OK : MHD_HTTP_SERVICE_UNAVAILABLE;
-        } else {
-            code = live && etcd_ok ? MHD_HTTP_OK : MHD_HTTP_SERVICE_UNAVAILABLE;
-        }
-        if (asprintf(&copy,
+        live       = age >= 0 && age < EEPD_LIVE_MS;
+        page->code = (url[1] == 'l' ? live : live && etcd_ok) ? 200 : 503;
+        if (asprintf(&page->body,
                      "{\"status\":\"%s\",\"loop_age_ms\":%lld,\"etcd_ok\":%s,"
                      "\"is_leader\":%s,\"epoch\":%llu}\n",
-                     code == MHD_HTTP_OK ? "ok" : "unavailable", (long long)age,
+                     page->code == 200 ? "ok" : "unavailable", (long long)age,
                      etcd_ok ? "true" : "false", leader ? "true" : "false",
                      (unsigned long long)epoch) < 0) {
-            copy = NULL;
+            page->body = NULL;
         }
+        page->content_type = "application/json";
     } else if (strcmp(url, "/metrics") != 0) {
-        copy = strdup("see /metrics, /healthz, /livez\n");
-        code = MHD_HTTP_NOT_FOUND;
+        page->body = strdup("see /metrics, /healthz, /livez\n");
+        page->code = 404;
     } else {
         pthread_mutex_lock(&eepd->metrics_lock);
-        copy = strdup(eepd->metrics_text != NULL ? eepd->metrics_text : "");
+        page->body = strdup(eepd->metrics_text != NULL ? eepd->metrics_text : "");
         pthread_mutex_unlock(&eepd->metrics_lock);
+        page->content_type = "text/plain; version=0.0.4";
     }
-    if (copy == NULL) {
-        return MHD_NO;
-    }
-    resp = MHD_create_response_from_buffer(strlen(copy), copy, MHD_RESPMEM_MUST_FREE);
-    if (resp == NULL) {
-        free(copy);
-        return MHD_NO;
-    }
-    MHD_add_response_header(resp, "Content-Type",
-                            strcmp(url, "/metrics") == 0 ? "text/plain; version=0.0.4"
-                            : copy[0] == '{'             ? "application/json"
-                                                         : "text/plain");
-    ret = MHD_queue_response(conn, code, resp);
-    MHD_destroy_response(resp);
-    return ret;
 }
 
 eep_status_t eepd_metrics_start(eepd_t *eepd)
 {
     struct sockaddr_in addr;
+    eep_http_server_t *srv = NULL;
+    eep_status_t       status;
 
     if (eepd->cfg.metrics_port == 0) {
         return EEP_OK;
@@ -115,15 +81,11 @@ eep_status_t eepd_metrics_start(eepd_t *eepd)
                   eepd->cfg.metrics_addr);
         return EEP_ERR_INVALID_ARG;
     }
-    eepd->metrics_daemon = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG,
-                                            (uint16_t)eepd->cfg.metrics_port, NULL, NULL,
-                                            eepd_metrics_handler, eepd, MHD_OPTION_SOCK_ADDR,
-                                            (struct sockaddr *)&addr, MHD_OPTION_END);
-    if (eepd->metrics_daemon == NULL) {
-        eep_error(EEP_SUBSYS_EEPD, "cannot serve metrics on %s:%lld", eepd->cfg.metrics_addr,
-                  (long long)eepd->cfg.metrics_port);
-        return EEP_ERR_IO;
+    status = eep_http_start(&addr, eepd_metrics_page, eepd, "eepd metrics", &srv, NULL);
+    if (status != EEP_OK) {
+        return status;
     }
+    eepd->metrics_daemon = srv;
     eep_info(EEP_SUBSYS_EEPD, "metrics on http://%s:%lld/metrics (health: /healthz, /livez)",
              eepd->cfg.metrics_addr, (long long)eepd->cfg.metrics_port);
     return EEP_OK;
@@ -207,8 +169,6 @@ void eepd_metrics_update(eepd_t *eepd)
 
 void eepd_metrics_stop(eepd_t *eepd)
 {
-    if (eepd->metrics_daemon != NULL) {
-        MHD_stop_daemon(eepd->metrics_daemon);
-        eepd->metrics_daemon = NULL;
-    }
+    eep_http_stop((eep_http_server_t *)eepd->metrics_daemon);
+    eepd->metrics_daemon = NULL;
 }

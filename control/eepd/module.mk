@@ -10,7 +10,8 @@ AGENT_SRCS   += control/agent/agent_bootstrap.c control/agent/agent_knobs.c \
                 control/agent/agent_membership.c
 EEPD_SRCS    := control/eepd/eepd.c control/eepd/eepd_api.c control/eepd/eepd_view.c \
                 control/eepd/eepd_jobs.c \
-                control/eepd/eepd_metrics.c control/eepd/eepd_knobs.c
+                control/eepd/eepd_metrics.c control/eepd/eepd_knobs.c \
+                control/tool/http_page.c
 
 LIBEEP_AGENT_A := $(BUILD)/lib/libeep_agent.a
 LIBEEPD_A      := $(BUILD)/lib/libeepd.a
