@@ -198,7 +198,8 @@ static void test_page_skips_bad_lines(void **state)
 }
 
 /* GET http://127.0.0.1:port/path; @return the whole reply (malloc'd). */
-static char *http_get(int port, const char *path)
+/* One request (@p method, e.g. "GET") on 127.0.0.1:@p port; the whole reply, status line first. */
+static char *http_req(int port, const char *method, const char *path)
 {
     struct sockaddr_in a;
     char               req[128], *buf = calloc(1, 65536);
@@ -212,13 +213,18 @@ static char *http_get(int port, const char *path)
     a.sin_port        = htons((uint16_t)port);
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-    snprintf(req, sizeof(req), "GET %s HTTP/1.0\r\n\r\n", path);
+    snprintf(req, sizeof(req), "%s %s HTTP/1.0\r\n\r\n", method, path);
     assert_int_equal(write(fd, req, strlen(req)), (ssize_t)strlen(req));
     while (len < 65535 && (r = read(fd, buf + len, 65535 - len)) > 0) {
         len += (size_t)r;
     }
     close(fd);
     return buf;
+}
+
+static char *http_get(int port, const char *path)
+{
+    return http_req(port, "GET", path);
 }
 
 static void test_endpoint(void **state)
@@ -251,6 +257,10 @@ static void test_endpoint(void **state)
     free(reply);
     reply = http_get(port, "/other");
     assert_non_null(strstr(reply, " 404 "));
+    free(reply);
+    reply = http_req(port, "DELETE", "/metrics"); /* control/tool/http_page.c: GET only */
+    assert_non_null(strstr(reply, " 405 "));
+    assert_non_null(strstr(reply, "only GET"));
     free(reply);
     eep_rank_metrics_destroy(m);
     eep_rank_metrics_destroy(NULL);
