@@ -280,7 +280,15 @@ inline void eep_shim_run_fibers(unsigned n, void (*body)(void *), void *arg)
 #define EEP_EPK_DYN_SMEM(name) int *name = eep_shim_dyn
 
 /* Test hook of kernels/ep/dispatch.cuh: the senders of rank eep_shim_slow_rank sleep 200 ms before
-   each token's bytes, so that the other ranks' copies meet records that have not landed yet. */
+   each token's bytes, so that the other ranks' copies meet records that have not landed yet.
+   With 8 ranks (24 block processes on CI's 2 cores) a rank's blocks can start 100-150 ms after
+   another's: 1 s there, so that the waits for the slow rank (counted in wall-clock seconds,
+   overlapping waits once: kernels/common/wait.cuh) stand above that scheduling noise. */
+#if defined(EEP_EPK_FIXED_W) && EEP_EPK_FIXED_W >= 8
+#define EEP_SHIM_SLOW_SEND_NS 1000000000ull
+#else
+#define EEP_SHIM_SLOW_SEND_NS 200000000ull
+#endif
 inline int                eep_shim_slow_rank = -1;
 inline unsigned long long eep_shim_clock_ns()
 {
@@ -310,7 +318,7 @@ inline void eep_shim_sleep_ns(unsigned long long ns)
 #define EEP_EPK_TEST_SEND_DELAY(p)                                                                 \
     do {                                                                                           \
         if ((p).rank == eep_shim_slow_rank) {                                                      \
-            eep_shim_sleep_ns(200000000ull);                                                       \
+            eep_shim_sleep_ns(EEP_SHIM_SLOW_SEND_NS);                                              \
         }                                                                                          \
     } while (0)
 

@@ -362,6 +362,9 @@ static void check_waits(const eep_epk_params_t *p, const char *name, int mode)
             continue;
         }
         for (int peer = 0; peer < W; peer++) {
+            if (peer == r) {
+                continue; /* its own blocks' routing chunks (dispatch_route.cuh), not a peer */
+            }
             const unsigned long long d = ns[EEP_WAIT_STAT_DISPATCH_COUNTS * EEP_MAX_RANKS + peer] +
                                          ns[EEP_WAIT_STAT_DISPATCH_DATA * EEP_MAX_RANKS + peer];
 
@@ -372,6 +375,13 @@ static void check_waits(const eep_epk_params_t *p, const char *name, int mode)
         }
         printf("  %s: rank %d waited %.3f s in dispatch, most for rank %d\n", name, r,
                (double)best / 1e9, best_peer);
+        if (getenv("EMU_WAITS_DEBUG") != NULL) {
+            for (int peer = 0; peer < W; peer++) {
+                printf("    peer %d: counts %.3f data %.3f\n", peer,
+                       ns[EEP_WAIT_STAT_DISPATCH_COUNTS * EEP_MAX_RANKS + peer] / 1e9,
+                       ns[EEP_WAIT_STAT_DISPATCH_DATA * EEP_MAX_RANKS + peer] / 1e9);
+            }
+        }
         /* with forwarding (hybrid, L > 1) the records of a source of the slow rank's local
            index reach another node through that node's rank of the same index, a rail peer of
            the slow rank, which forwards nothing before the slow rank's signal: the waits name
