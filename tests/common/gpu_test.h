@@ -48,6 +48,13 @@ static int gpu_test_rank = -1;
         GPU_REQUIRE(_gpu_status == EEP_OK, "%s: %s", #_expr, eep_status_name(_gpu_status));        \
     } while (0)
 
+/* A driver call that must succeed (CUresult), once evaluated. */
+#define GPU_CU(_expr)                                                                              \
+    do {                                                                                           \
+        CUresult _gpu_res = (_expr);                                                               \
+        GPU_REQUIRE(_gpu_res == CUDA_SUCCESS, "%s: cuda %d", #_expr, (int)_gpu_res);               \
+    } while (0)
+
 static inline double gpu_test_now_ms(void)
 {
     struct timespec ts;

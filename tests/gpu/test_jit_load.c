@@ -22,12 +22,6 @@
 #include "kernels/probe/spin_probe.cuh"
 #include "tests/common/gpu_test.h"
 
-#define LOAD_CU(_expr)                                                                             \
-    do {                                                                                           \
-        CUresult _r = (_expr);                                                                     \
-        GPU_REQUIRE(_r == CUDA_SUCCESS, "%s: cuda %d", #_expr, (int)_r);                           \
-    } while (0)
-
 typedef struct {
     const eep_cuda_sym_t *cu;
     CUcontext             ctx;
@@ -93,11 +87,11 @@ static unsigned round_run(const eep_cuda_sym_t *cu, CUcontext ctx, eep_jit_t *ji
     eep_status_t            status;
 
     GPU_OK(eep_jit_compile(jit, &spec, NULL)); /* in the disk cache, not in the context */
-    LOAD_CU(cu->cuMemAlloc(&spare, 64u << 20));
-    LOAD_CU(cu->cuMemAlloc(&mem, 16));
-    LOAD_CU(cu->cuMemsetD8(mem, 0, 16));
-    LOAD_CU(cu->cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
-    LOAD_CU(cu->cuCtxSynchronize());
+    GPU_CU(cu->cuMemAlloc(&spare, 64u << 20));
+    GPU_CU(cu->cuMemAlloc(&mem, 16));
+    GPU_CU(cu->cuMemsetD8(mem, 0, 16));
+    GPU_CU(cu->cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    GPU_CU(cu->cuCtxSynchronize());
     memset(&p, 0, sizeof(p));
     p.flag        = mem;
     p.expect      = 1;
@@ -138,8 +132,8 @@ static unsigned round_run(const eep_cuda_sym_t *cu, CUcontext ctx, eep_jit_t *ji
     pthread_join(th, NULL);
     *wrote_ms = w.wrote_ms;
     GPU_CHECK(w.rc == 0, "the writer thread's driver calls failed");
-    LOAD_CU(cu->cuStreamSynchronize(s));
-    LOAD_CU(cu->cuMemcpyDtoH(&result, mem + 8, sizeof(result)));
+    GPU_CU(cu->cuStreamSynchronize(s));
+    GPU_CU(cu->cuMemcpyDtoH(&result, mem + 8, sizeof(result)));
     cu->cuStreamDestroy(s);
     cu->cuMemFree(mem);
     if (more != 0) {
@@ -169,9 +163,9 @@ static void cross_process(const eep_cuda_sym_t *cu, eep_jit_t *jit, eep_jit_kern
     double                  t0, ms;
 
     GPU_OK(eep_jit_compile(jit, &spec, NULL));
-    LOAD_CU(cu->cuMemAlloc(&mem, 16));
-    LOAD_CU(cu->cuMemsetD8(mem, 0, 16));
-    LOAD_CU(cu->cuCtxSynchronize());
+    GPU_CU(cu->cuMemAlloc(&mem, 16));
+    GPU_CU(cu->cuMemsetD8(mem, 0, 16));
+    GPU_CU(cu->cuCtxSynchronize());
     memset(&p, 0, sizeof(p));
     p.flag        = mem;
     p.expect      = 1;
@@ -181,8 +175,8 @@ static void cross_process(const eep_cuda_sym_t *cu, eep_jit_t *jit, eep_jit_kern
     if (gpu_test_rank == 0) {
         t0 = gpu_test_now_ms();
         GPU_OK(eep_jit_launch(spinner, 1, 32, 0, NULL, &p, sizeof(p)));
-        LOAD_CU(cu->cuCtxSynchronize());
-        LOAD_CU(cu->cuMemcpyDtoH(&result, mem + 8, sizeof(result)));
+        GPU_CU(cu->cuCtxSynchronize());
+        GPU_CU(cu->cuMemcpyDtoH(&result, mem + 8, sizeof(result)));
         printf("RESULT cross-process: rank 0's spinner ran %.0f ms (result %u)\n",
                gpu_test_now_ms() - t0, result);
     } else if (gpu_test_rank == 1) {
@@ -200,7 +194,7 @@ static void cross_process(const eep_cuda_sym_t *cu, eep_jit_t *jit, eep_jit_kern
             q.expect = 0; /* returns at once */
             t0       = gpu_test_now_ms();
             GPU_OK(eep_jit_launch(k, 1, 32, 0, NULL, &q, sizeof(q)));
-            LOAD_CU(cu->cuStreamSynchronize(NULL));
+            GPU_CU(cu->cuStreamSynchronize(NULL));
             ms = gpu_test_now_ms() - t0;
             printf(
                 "RESULT cross-process: rank 1's first launch of it (and its end) took %.0f ms%s\n",
@@ -226,10 +220,10 @@ int main(void)
     unsigned              r;
     int                   count = 0;
 
-    LOAD_CU(cu->cuDeviceGetCount(&count));
-    LOAD_CU(cu->cuDeviceGet(&dev, gpu_test_rank % (count > 0 ? count : 1)));
-    LOAD_CU(cu->cuDevicePrimaryCtxRetain(&ctx, dev));
-    LOAD_CU(cu->cuCtxSetCurrent(ctx));
+    GPU_CU(cu->cuDeviceGetCount(&count));
+    GPU_CU(cu->cuDeviceGet(&dev, gpu_test_rank % (count > 0 ? count : 1)));
+    GPU_CU(cu->cuDevicePrimaryCtxRetain(&ctx, dev));
+    GPU_CU(cu->cuCtxSetCurrent(ctx));
     GPU_REQUIRE(mkdtemp(cache) != NULL, "mkdtemp");
     memset(&jp, 0, sizeof(jp));
     jp.size      = sizeof(jp);

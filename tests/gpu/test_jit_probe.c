@@ -22,12 +22,6 @@
         eep_status_t _s = (_expr);                                                                 \
         GPU_REQUIRE(_s == EEP_OK, "%s: %s", #_expr, eep_status_name(_s));                          \
     } while (0)
-#define PROBE_CU(_expr)                                                                            \
-    do {                                                                                           \
-        CUresult _r = (_expr);                                                                     \
-        GPU_REQUIRE(_r == CUDA_SUCCESS, "%s: cuda %d", #_expr, (int)_r);                           \
-    } while (0)
-
 /* Host mirrors of the probes' parameter structs; eep_jit_launch checks their size against the
    kernel's (cuFuncGetParamInfo), so a layout drift fails loudly rather than silently. */
 typedef struct {
@@ -81,7 +75,7 @@ int main(void)
     GPU_REQUIRE(info.lsa_size <= 64, "lsa size %d", info.lsa_size);
     offset = (info.workspace_bytes + 4095) & ~(size_t)4095;
     GPU_REQUIRE(offset + 2 * 4096 <= info.window_bytes, "window too small for the probe");
-    PROBE_CU(cu->cuCtxSetCurrent((CUcontext)rt->cu_ctx));
+    GPU_CU(cu->cuCtxSetCurrent((CUcontext)rt->cu_ctx));
 
     /* One cache for all ranks, made by rank 0. */
     if (gpu_test_rank == 0) {
@@ -96,8 +90,8 @@ int main(void)
     jp.cache_dir = cache;
     PROBE_OK(eep_jit_create(&jp, &jit));
 
-    PROBE_CU(cu->cuMemsetD32((CUdeviceptr)rt->buf + offset, 0xdeadbeefu, 1024));
-    PROBE_CU(cu->cuCtxSynchronize());
+    GPU_CU(cu->cuMemsetD32((CUdeviceptr)rt->buf + offset, 0xdeadbeefu, 1024));
+    GPU_CU(cu->cuCtxSynchronize());
     t0     = gpu_test_now_ms();
     status = eep_jit_get_kernel(jit, &lsa, &kl);
     GPU_REQUIRE(status == EEP_OK, "lsa probe: %s: %s", eep_status_name(status), eep_jit_last_log());
@@ -112,9 +106,9 @@ int main(void)
     lp.barrier_index = 0;
     lp.version       = 1;
     PROBE_OK(eep_jit_launch(kl, 1, 128, 0, NULL, &lp, sizeof(lp)));
-    PROBE_CU(cu->cuCtxSynchronize());
-    PROBE_CU(cu->cuMemcpyDtoH(slots, (CUdeviceptr)rt->buf + offset,
-                              (size_t)info.lsa_size * sizeof(slots[0])));
+    GPU_CU(cu->cuCtxSynchronize());
+    GPU_CU(cu->cuMemcpyDtoH(slots, (CUdeviceptr)rt->buf + offset,
+                            (size_t)info.lsa_size * sizeof(slots[0])));
     for (r = 0; r < info.lsa_size; r++) {
         if (slots[r] != lp.value + (uint32_t)r + 1) { /* 2 rounds: the last wrote value + r + 1 */
             printf("slot %d: 0x%x, want %u\n", r, slots[r], lp.value + r + 1);
@@ -139,7 +133,7 @@ int main(void)
         gp.peer       = (gpu_test_rank + 1) % info.nranks;
         gp.expect     = 1;
         PROBE_OK(eep_jit_launch(kg, 1, 32, 0, NULL, &gp, sizeof(gp)));
-        PROBE_CU(cu->cuCtxSynchronize()); /* returned at once: no GIN contexts */
+        GPU_CU(cu->cuCtxSynchronize()); /* returned at once: no GIN contexts */
     }
     PROBE_OK(eep_bootstrap_barrier(bs));
     eep_jit_destroy(jit);
