@@ -28,6 +28,13 @@ int64_t eep_gin_timeout_ms(void);
 int64_t eep_gin_now_ms(void);
 /* EEP_GIN_TRACE set: one info line per signal sent and applied (diagnosis; NCCL_DEBUG=INFO). */
 int eep_gin_tracing(void);
+/* A trace line stamped with CLOCK_MONOTONIC ms (one clock for every process of the machine). */
+#define EEP_GIN_TRACEF(fmt, ...)                                                                   \
+    do {                                                                                           \
+        if (eep_gin_tracing()) {                                                                   \
+            EEP_GIN_INFO("[%lld ms] " fmt, (long long)eep_gin_now_ms(), __VA_ARGS__);              \
+        }                                                                                          \
+    } while (0)
 /* A random 64-bit value drawn once per process: names and identities across processes (forked
  * processes share addresses, so a pointer never identifies anything across processes). */
 uint64_t eep_gin_process_nonce(void);
@@ -72,12 +79,16 @@ uint64_t eep_gin_process_nonce(void);
 typedef struct {
     int loaded; /* 1: every function resolved and cuInit succeeded */
     EEP_GIN_CUDA_FUNCS(EEP_GIN_CUDA_PTR)
+    /* optional (drivers of CUDA 12.8 and later; NULL otherwise): a copy on the copy engines */
+    __typeof__(&cuMemcpyBatchAsync) cuMemcpyBatchAsync;
 } eep_gin_cuda_t;
 #undef EEP_GIN_CUDA_PTR
 
 extern eep_gin_cuda_t eep_gin_cu;
 /* Loads libcuda.so.1 once; 0 when the driver is there, -1 (logged once) when not. */
 int eep_gin_cuda_load(void);
+/* A device-to-device copy queued on @p stream, on the copy engines where the driver can. */
+CUresult eep_gin_cuda_copy_dtod(CUdeviceptr dst, CUdeviceptr src, size_t size, CUstream stream);
 /* Logs a failed driver call with its name and message; returns 0 for CUDA_SUCCESS, else -1. */
 int eep_gin_cuda_check(CUresult res, const char *call, const char *file, int line);
 #define EEP_GIN_CU(_call) eep_gin_cuda_check(eep_gin_cu._call, #_call, __FILE__, __LINE__)

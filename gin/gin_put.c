@@ -68,13 +68,15 @@ static int eep_gin_req_copy(eep_gin_comm_t *comm, eep_gin_peer_t *p, eep_gin_req
     } else if (!src_host && dst_host) {
         res = eep_gin_cu.cuMemcpyDtoHAsync(dst, (CUdeviceptr)src, size, p->stream);
     } else {
-        res = eep_gin_cu.cuMemcpyAsync((CUdeviceptr)dst, (CUdeviceptr)src, size, p->stream);
+        res = eep_gin_cuda_copy_dtod((CUdeviceptr)dst, (CUdeviceptr)src, size, p->stream);
     }
     if (eep_gin_cuda_check(res, "cuMemcpy*Async (put)", __FILE__, __LINE__) != 0 ||
         EEP_GIN_CU(cuEventRecord(r->event, p->stream)) != 0) {
         return -1;
     }
     r->copy_pending = 1;
+    EEP_GIN_TRACEF("rank %d: put of %zu bytes to rank %d: copy queued", comm->rank, size,
+                   (int)(p - comm->peers));
     return 0;
 }
 
@@ -308,10 +310,10 @@ static void eep_gin_apply_signal(eep_gin_comm_t *comm, const eep_gin_wire_t *w)
                                         CU_STREAM_WRITE_VALUE_DEFAULT)) != 0) {
         EEP_GIN_WARN("rank %d: signal at offset %llu not applied", comm->rank,
                      (unsigned long long)w->offset);
-    } else if (eep_gin_tracing()) {
-        EEP_GIN_INFO("rank %d: signal at %u.%u+%llu applied: %llu -> %llu", comm->rank,
-                     w->reg_index, w->reg_gen, (unsigned long long)w->offset,
-                     (unsigned long long)old, (unsigned long long)(old + w->arg));
+    } else {
+        EEP_GIN_TRACEF("rank %d: signal at %u.%u+%llu applied: %llu -> %llu", comm->rank,
+                       w->reg_index, w->reg_gen, (unsigned long long)w->offset,
+                       (unsigned long long)old, (unsigned long long)(old + w->arg));
     }
 }
 
@@ -395,11 +397,11 @@ static void eep_gin_send_progress(eep_gin_comm_t *comm, int peer)
             if (p->dead) {
                 continue;
             }
-            if (r->has_signal && eep_gin_tracing()) {
-                EEP_GIN_INFO("rank %d: signal to rank %d sent (%u.%u+%llu, +%llu)", comm->rank,
-                             peer, r->sig_hdr.reg_index, r->sig_hdr.reg_gen,
-                             (unsigned long long)r->sig_hdr.offset,
-                             (unsigned long long)r->sig_hdr.arg);
+            if (r->has_signal) {
+                EEP_GIN_TRACEF("rank %d: signal to rank %d sent (%u.%u+%llu, +%llu)", comm->rank,
+                               peer, r->sig_hdr.reg_index, r->sig_hdr.reg_gen,
+                               (unsigned long long)r->sig_hdr.offset,
+                               (unsigned long long)r->sig_hdr.arg);
             }
         }
         free(r->stage);
@@ -420,6 +422,8 @@ static void eep_gin_rx_finish(eep_gin_comm_t *comm, eep_gin_rx_t *rx)
             if (EEP_GIN_CU(cuMemcpyHtoDAsync((CUdeviceptr)(reg->base + rx->hdr.offset), rx->stage,
                                              rx->hdr.arg, comm->apply_stream)) == 0) {
                 EEP_GIN_CU(cuStreamSynchronize(comm->apply_stream));
+                EEP_GIN_TRACEF("rank %d: a received put of %llu bytes copied in", comm->rank,
+                               (unsigned long long)rx->hdr.arg);
             }
         }
         free(rx->stage);

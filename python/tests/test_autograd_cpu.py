@@ -155,6 +155,25 @@ class TestAutograd(unittest.TestCase):
                 self.close(a, b, "%s (fp8 %s)" % (name, fp8))
             self.assertEqual(got[1].dtype, torch.bfloat16)
 
+    def test_weights_without_grad(self):
+        """Top-k weights that need no gradient: the combine's backward makes no top-k gradient
+        call (a hybrid runtime refuses one: the backward used to raise there)."""
+        import elasticep
+
+        class NoTopkGrad(FakeBuffer):
+            def combine_topk_grad(self, y, y_grad, handle):
+                raise AssertionError("combine_topk_grad called for weights without grad")
+
+        buf = NoTopkGrad(self.E, self.K, 8)
+        x = self.x.clone().requires_grad_(True)
+        rows, _, _, _, h = elasticep.autograd.dispatch(buf, x, self.idx, self.w)
+        out = elasticep.autograd.combine(buf, (rows * 2).contiguous(), self.w, h)
+        out.float().sum().backward()
+        self.assertIsNotNone(x.grad)
+        ref = x.detach().clone().requires_grad_(True)
+        (2 * ref.float()).sum().backward()  # sum_k w_k * 2 x = 2 x (the weights sum to 1)
+        self.close(x.grad, ref.grad, "x.grad")
+
     def test_example_paths_agree(self):
         import train_moe
         a = argparse.Namespace(dim=128, ffn=64, experts_per_rank=4, topk=2, tokens=32, seed=1,
