@@ -120,7 +120,11 @@ static void eep_agent_notify(eep_agent_t *agent)
     }
 }
 
-/* Under agent->lock: the lease is gone; report once, rejoin as a new member. */
+/* Under agent->lock: the lease is gone; report once, then rejoin as a new member.  The rejoin
+ * waits until the owner has taken the loss (a poll returned EEP_ERR_LEASE_LOST): a process whose
+ * step loop hangs while this thread runs would otherwise be back in the next view at once, and
+ * every survivor would build that view's communicator with a rank that cannot take part (make
+ * run's hang faults: all ranks stopped 3.7-4.0 s, until the hung loop woke). */
 static void eep_agent_mark_lost_locked(eep_agent_t *agent, const char *why)
 {
     if (!agent->registered || agent->left) {
@@ -518,7 +522,8 @@ static void *eep_agent_main(void *arg)
         struct timespec ts;
 
         now = eep_agent_now_ms();
-        if (agent->need_rejoin && !agent->left && now >= agent->retry_at_ms) {
+        if (agent->need_rejoin && !agent->lost_pending && !agent->left &&
+            now >= agent->retry_at_ms) {
             agent->need_rejoin = 0;
             pthread_mutex_unlock(&agent->lock);
             pthread_mutex_lock(&agent->reg_lock);
@@ -579,7 +584,7 @@ static void *eep_agent_main(void *arg)
             ts.tv_sec++;
             ts.tv_nsec -= 1000000000;
         }
-        if (!((agent->need_rejoin || agent->view_watch_lost) &&
+        if (!(((agent->need_rejoin && !agent->lost_pending) || agent->view_watch_lost) &&
               eep_agent_now_ms() >= agent->retry_at_ms) &&
             !agent->stop) {
             pthread_cond_timedwait(&agent->cond, &agent->lock, &ts);
@@ -867,6 +872,7 @@ static eep_status_t eep_agent_news_locked(eep_agent_t *agent)
 {
     if (agent->lost_pending) {
         agent->lost_pending = 0;
+        pthread_cond_broadcast(&agent->cond); /* the agent thread may rejoin now */
         return EEP_ERR_LEASE_LOST;
     }
     if (agent->latest_epoch <= agent->handed_epoch || agent->latest == NULL) {

@@ -74,7 +74,8 @@ void eep_agent_destroy(eep_agent_t *agent);
  * Take the newest view, if newer than the last one handed out.
  * @param [out] view_p  a view to free with eep_agent_view_free(), on EEP_OK only.
  * @return EEP_OK (a view), EEP_INPROGRESS (nothing new), EEP_ERR_LEASE_LOST (once per loss:
- *         stop acting on the old view; the agent is rejoining as a new member).
+ *         stop acting on the old view; the agent now rejoins as a new member - not before this
+ *         call has reported the loss, so a process whose loop hangs is not brought back).
  */
 eep_status_t eep_agent_poll(eep_agent_t *agent, eep_agent_view_t **view_p);
 

@@ -236,6 +236,50 @@ static void test_lease_lost_rejoins_as_new_member(void **state)
     eep_agent_destroy(a);
 }
 
+/* The rejoin waits for the owner: until a poll has reported the loss, no new member appears
+ * (a process whose loop hangs stays out of the views; it used to be back at once). */
+static void test_lost_lease_rejoins_after_owner_saw_it(void **state)
+{
+    eep_agent_t      *a, *b;
+    eep_agent_view_t *v, *w = NULL;
+    eep_etcd_params_t ep;
+    eep_etcd_t       *etcd = NULL;
+    char              before[256], after[256] = "";
+    int64_t           end;
+
+    (void)state;
+    NEED_ETCD(g_up);
+    a = join(NULL);
+    b = join(NULL);
+    eep_agent_view_free(wait_view(a, 2, 10000));
+    eep_agent_view_free(wait_view(b, 2, 10000));
+    assert_int_equal(eep_agent_member_id(a, before, sizeof(before)), EEP_OK);
+    memset(&ep, 0, sizeof(ep));
+    ep.size      = sizeof(ep);
+    ep.endpoints = g_etcd.endpoints;
+    assert_int_equal(eep_etcd_create(&ep, &etcd), EEP_OK);
+    assert_int_equal(
+        eep_etcd_lease_revoke(etcd, (int64_t)strtoull(strrchr(before, '-') + 1, NULL, 16)), EEP_OK);
+    eep_etcd_destroy(etcd);
+    /* the agent sees the loss (newest epoch UINT64_MAX: a loss waits to be reported) ... */
+    end = test_now_ms() + 10000;
+    while (test_now_ms() < end && eep_agent_newest_epoch(a) != UINT64_MAX) {
+        usleep(20 * 1000);
+    }
+    assert_true(eep_agent_newest_epoch(a) == UINT64_MAX);
+    /* ... and stays out while nobody polls (a rejoin takes a few ms) */
+    usleep(1500 * 1000);
+    assert_int_equal(eep_agent_member_id(a, after, sizeof(after)), EEP_ERR_BUSY);
+    assert_int_equal(eep_agent_poll(a, &w), EEP_ERR_LEASE_LOST);
+    v = wait_view(a, 2, 10000);
+    assert_int_equal(eep_agent_member_id(a, after, sizeof(after)), EEP_OK);
+    assert_string_not_equal(before, after);
+    assert_string_equal(v->members[v->my_rank].id, after);
+    eep_agent_view_free(v);
+    eep_agent_destroy(b);
+    eep_agent_destroy(a);
+}
+
 static void test_fault_report_evicts_suspect(void **state)
 {
     eep_agent_t      *a, *b;
@@ -332,6 +376,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_join_and_poll, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lease_lost_rejoins_as_new_member, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_lost_lease_rejoins_after_owner_saw_it, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_fault_report_evicts_suspect, setup, teardown),
         cmocka_unit_test_setup_teardown(test_leave_is_immediate, setup, teardown),
         cmocka_unit_test(test_nics_and_bad_args),
