@@ -748,7 +748,8 @@ eep_status_t eep_dispatch(eep_runtime_t *rt, const eep_dispatch_args_t *args,
                         (args->mode == EEP_EP_MODE_CPU_SYNC ? EEP_EP_PLAN_CPU_SYNC : 0u) |
                             (eep_ep_args_layout(args) == EEP_EP_LAYOUT_RANK_MAJOR
                                  ? EEP_EP_PLAN_RANK_MAJOR
-                                 : 0u),
+                                 : 0u) |
+                            (st->hybrid ? EEP_EP_PLAN_HYBRID : 0u),
                         EEP_EPK_MAX_SEND_BLOCKS, &plan) != 0) {
         eep_error(EEP_SUBSYS_KERNEL, "dispatch: no SM plan for this shape on %d SMs",
                   st->device_sms);
@@ -979,8 +980,10 @@ static eep_status_t eep_ep_combine_launch(eep_runtime_t *rt, const eep_combine_a
     {
         int grid = handle->combine_sms;
 
+        int usable = eep_ep_usable_sms(st->device_sms, st->hybrid);
+
         if (a->size >= offsetof(eep_combine_args_t, num_sms) + sizeof(int) && a->num_sms > 0) {
-            grid = a->num_sms < st->device_sms ? a->num_sms : st->device_sms;
+            grid = a->num_sms < usable ? a->num_sms : usable;
         }
         return eep_jit_launch_ex(kernel, (unsigned)grid, EEP_EPK_THREADS, 0, stream, &p, sizeof(p),
                                  st->launch_flags);

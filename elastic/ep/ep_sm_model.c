@@ -140,6 +140,14 @@ int eep_ep_pick_sms(const eep_ep_config_t *cfg, const eep_ep_shape_t *shape, int
     return n < 1 ? 1 : n > device_sms ? device_sms : n;
 }
 
+int eep_ep_usable_sms(int device_sms, int hybrid)
+{
+    if (hybrid && device_sms - EEP_EP_HYBRID_FREE_SMS >= 2) {
+        return device_sms - EEP_EP_HYBRID_FREE_SMS;
+    }
+    return device_sms;
+}
+
 int eep_ep_plan_sms(const eep_ep_config_t *cfg, const eep_ep_shape_t *shape, int device_sms,
                     double link_gbps, int requested, unsigned flags, int max_send,
                     eep_ep_sm_plan_t *plan)
@@ -152,6 +160,7 @@ int eep_ep_plan_sms(const eep_ep_config_t *cfg, const eep_ep_shape_t *shape, int
     if (plan == NULL || max_send < 1 || requested < 0) {
         return -1;
     }
+    device_sms = eep_ep_usable_sms(device_sms, (flags & EEP_EP_PLAN_HYBRID) != 0);
     /* The model's senders on the whole device (the budget knob is not a sender count here). */
     if (cfg != NULL) {
         model_cfg         = *cfg;

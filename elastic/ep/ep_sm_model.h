@@ -103,7 +103,8 @@ int eep_ep_pick_sms(const struct eep_ep_config *cfg, const eep_ep_shape_t *shape
  *   - the combine runs on B blocks.
  * Without a budget: the model's S senders, EEP_EP_COPY_SMS or the rest of the device copying, and
  * the combine on both (the whole device).  A budget of 1 is raised to 2 (a sender and a counter,
- * the fewest a dispatch runs on); budgets above the device are the device.
+ * the fewest a dispatch runs on); budgets above the device are the device.  With
+ * EEP_EP_PLAN_HYBRID "the device" is device_sms - EEP_EP_HYBRID_FREE_SMS throughout.
  */
 /* Rank-major outputs within a budget: a quarter sends (1 x H200, one rank, T 4096, budget 24:
    6 + 18 took 135 us, 3 + 21 166 us, 8 + 16 140 us, 12 + 12 162 us; bench/RESULTS.md). */
@@ -111,6 +112,15 @@ int eep_ep_pick_sms(const struct eep_ep_config *cfg, const eep_ep_shape_t *shape
 /* eep_ep_plan_sms flags */
 #define EEP_EP_PLAN_CPU_SYNC         1u /* EEP_EP_MODE_CPU_SYNC: two launches */
 #define EEP_EP_PLAN_RANK_MAJOR       2u /* EEP_EP_LAYOUT_RANK_MAJOR outputs */
+#define EEP_EP_PLAN_HYBRID           4u /* GIN peers: leave EEP_EP_HYBRID_FREE_SMS to the transport */
+/*
+ * A hybrid call never occupies the last SMs of the device, whatever its budget: its kernels spin
+ * until the GIN transport has moved their bytes, and a transport may need the SMs to do so (our
+ * one-GPU plugin's device-to-device puts run as driver copy kernels, even when asked for the copy
+ * engines: 1 x H200, 2 ranks, a combine on all 132 SMs saw none of its puts land before its 4 s
+ * deadline; on 128 and fewer every put landed).
+ */
+#define EEP_EP_HYBRID_FREE_SMS       4
 
 typedef struct {
     int send;    /* sending blocks */
@@ -122,13 +132,16 @@ typedef struct {
 /**
  * Plan the blocks of one call (see above).
  * @param [in]  cfg        the ep knob table's values, or NULL for defaults.
- * @param [in]  flags      EEP_EP_PLAN_CPU_SYNC, EEP_EP_PLAN_RANK_MAJOR.
+ * @param [in]  flags      EEP_EP_PLAN_CPU_SYNC, EEP_EP_PLAN_RANK_MAJOR, EEP_EP_PLAN_HYBRID.
  * @param [in]  max_send   the kernel's limit on sending blocks (EEP_EPK_MAX_SEND_BLOCKS).
  * @return 0, or -1 for a bad shape, device or limit (plan untouched).
  */
 int eep_ep_plan_sms(const struct eep_ep_config *cfg, const eep_ep_shape_t *shape, int device_sms,
                     double link_gbps, int requested, unsigned flags, int max_send,
                     eep_ep_sm_plan_t *plan);
+
+/* The SMs a call may occupy on a device of @p device_sms (less the transport's in hybrid). */
+int eep_ep_usable_sms(int device_sms, int hybrid);
 
 #ifdef __cplusplus
 }

@@ -523,6 +523,16 @@ static void test_plan_sms(void **state)
             assert_int_equal(pl.combine, B);
         }
     }
+    /* Hybrid: the last EEP_EP_HYBRID_FREE_SMS SMs stay free at every budget (the transport's). */
+    assert_int_equal(eep_ep_plan_sms(&cfg, &s8, 132, 0.0, 0, EEP_EP_PLAN_HYBRID, 64, &pl), 0);
+    assert_int_equal(pl.combine, 132 - EEP_EP_HYBRID_FREE_SMS);
+    assert_int_equal(pl.send + pl.copy, 132 - EEP_EP_HYBRID_FREE_SMS);
+    assert_int_equal(eep_ep_plan_sms(&cfg, &s8, 132, 0.0, 200, EEP_EP_PLAN_HYBRID, 64, &pl), 0);
+    assert_int_equal(pl.combine, 132 - EEP_EP_HYBRID_FREE_SMS);
+    assert_int_equal(eep_ep_plan_sms(&cfg, &s8, 132, 0.0, 24, EEP_EP_PLAN_HYBRID, 64, &pl), 0);
+    assert_int_equal(pl.combine, 24);
+    assert_int_equal(eep_ep_usable_sms(132, 0), 132);
+    assert_int_equal(eep_ep_usable_sms(4, 1), 4); /* too small a device to leave any */
     /* Rank-major outputs: a quarter of the budget sends (measured best at 24: 6 + 18). */
     assert_int_equal(eep_ep_plan_sms(&cfg, &s1, 132, 0.0, 24, EEP_EP_PLAN_RANK_MAJOR, 64, &pl), 0);
     assert_int_equal(pl.send, 6);
