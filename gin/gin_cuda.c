@@ -4,7 +4,6 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
-#include <string.h>
 
 #include "gin/gin_int.h"
 
@@ -31,7 +30,6 @@ static void eep_gin_cuda_do_load(void)
     }
     EEP_GIN_CUDA_FUNCS(EEP_GIN_CUDA_RESOLVE)
 #undef EEP_GIN_CUDA_RESOLVE
-    *(void **)&eep_gin_cu.cuMemcpyBatchAsync = dlsym(lib, EEP_GIN_STR(cuMemcpyBatchAsync));
     if (eep_gin_cu.cuInit(0) != CUDA_SUCCESS) {
         EEP_GIN_INFO("cuInit failed: host memory only");
         return;
@@ -43,40 +41,6 @@ int eep_gin_cuda_load(void)
 {
     pthread_once(&eep_gin_cuda_once, eep_gin_cuda_do_load);
     return eep_gin_cu.loaded ? 0 : -1;
-}
-
-/*
- * A device-to-device copy on the copy engines.  The driver runs a plain cuMemcpyAsync between two
- * allocations of one GPU (a peer process's memory mapped here, on the one-GPU cluster) as a kernel
- * on the SMs: behind our own EP kernel that fills the GPU and spins until this very copy lands, it
- * never starts (measured on an H200: the combine's puts waited for its 4 s deadline).  A batch
- * copy flagged CU_MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE goes to the copy engines; a driver
- * without it (or one that refuses it, logged once) gets the plain copy.
- */
-CUresult eep_gin_cuda_copy_dtod(CUdeviceptr dst, CUdeviceptr src, size_t size, CUstream stream)
-{
-    static int         refused;
-    CUmemcpyAttributes attr;
-    size_t             attr_idx = 0;
-    CUresult           res;
-
-    if (eep_gin_cu.cuMemcpyBatchAsync != NULL && !__atomic_load_n(&refused, __ATOMIC_RELAXED)) {
-        memset(&attr, 0, sizeof(attr));
-        attr.srcAccessOrder  = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
-        attr.srcLocHint.type = CU_MEM_LOCATION_TYPE_DEVICE;
-        attr.dstLocHint.type = CU_MEM_LOCATION_TYPE_DEVICE;
-        attr.flags           = CU_MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE;
-        res = eep_gin_cu.cuMemcpyBatchAsync(&dst, &src, &size, 1, &attr, &attr_idx, 1, stream);
-        if (res == CUDA_SUCCESS) {
-            return res;
-        }
-        if (!__atomic_exchange_n(&refused, 1, __ATOMIC_RELAXED)) {
-            EEP_GIN_WARN("cuMemcpyBatchAsync (copy engines) failed (%d): device copies now run as "
-                         "plain cuMemcpyAsync, which waits for free SMs",
-                         (int)res);
-        }
-    }
-    return eep_gin_cu.cuMemcpyAsync(dst, src, size, stream);
 }
 
 int eep_gin_cuda_check(CUresult res, const char *call, const char *file, int line)

@@ -79,16 +79,12 @@ uint64_t eep_gin_process_nonce(void);
 typedef struct {
     int loaded; /* 1: every function resolved and cuInit succeeded */
     EEP_GIN_CUDA_FUNCS(EEP_GIN_CUDA_PTR)
-    /* optional (drivers of CUDA 12.8 and later; NULL otherwise): a copy on the copy engines */
-    __typeof__(&cuMemcpyBatchAsync) cuMemcpyBatchAsync;
 } eep_gin_cuda_t;
 #undef EEP_GIN_CUDA_PTR
 
 extern eep_gin_cuda_t eep_gin_cu;
 /* Loads libcuda.so.1 once; 0 when the driver is there, -1 (logged once) when not. */
 int eep_gin_cuda_load(void);
-/* A device-to-device copy queued on @p stream, on the copy engines where the driver can. */
-CUresult eep_gin_cuda_copy_dtod(CUdeviceptr dst, CUdeviceptr src, size_t size, CUstream stream);
 /* Logs a failed driver call with its name and message; returns 0 for CUDA_SUCCESS, else -1. */
 int eep_gin_cuda_check(CUresult res, const char *call, const char *file, int line);
 #define EEP_GIN_CU(_call) eep_gin_cuda_check(eep_gin_cu._call, #_call, __FILE__, __LINE__)

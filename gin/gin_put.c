@@ -68,7 +68,11 @@ static int eep_gin_req_copy(eep_gin_comm_t *comm, eep_gin_peer_t *p, eep_gin_req
     } else if (!src_host && dst_host) {
         res = eep_gin_cu.cuMemcpyDtoHAsync(dst, (CUdeviceptr)src, size, p->stream);
     } else {
-        res = eep_gin_cuda_copy_dtod((CUdeviceptr)dst, (CUdeviceptr)src, size, p->stream);
+        /* between two allocations of one GPU the driver runs this as a copy kernel on the SMs
+           (also when cuMemcpyBatchAsync is asked for the copy engines: measured on an H200), so a
+           kernel that fills the GPU and waits for it never sees it land: hybrid EP calls leave
+           SMs free (EEP_EP_HYBRID_FREE_SMS, elastic/ep/ep_sm_model.h) */
+        res = eep_gin_cu.cuMemcpyAsync((CUdeviceptr)dst, (CUdeviceptr)src, size, p->stream);
     }
     if (eep_gin_cuda_check(res, "cuMemcpy*Async (put)", __FILE__, __LINE__) != 0 ||
         EEP_GIN_CU(cuEventRecord(r->event, p->stream)) != 0) {
