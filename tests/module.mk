@@ -151,7 +151,8 @@ $(EP_KERNELS_EMU_TEST) $(EP_KERNELS_EMU_WIDE) $(EP_HYBRID_EMU): tests/emu/test_e
 # gradients, fp8 and bf16 dispatches and two hidden sizes in one window) through the same kernels
 # and emulator: K 2 on 2 ranks, K 8 on 3.
 # _hybrid_2x1: the same in hybrid mode, one GPU a node (the one-GPU cluster): every shape of the
-# envelope in one hybrid window (the top-k gradients are direct mode only).
+# envelope in one hybrid window, the top-k gradients included (nodes of several GPUs, where
+# records are forwarded, serve one shape: not this test's).
 EP_TRAINING_EMU := $(BUILD)/tests/emu/test_ep_training_emu $(BUILD)/tests/emu/test_ep_training_emu_w3k8 \
                    $(BUILD)/tests/emu/test_ep_training_emu_hybrid_2x1
 UNIT_TEST_BINS += $(EP_TRAINING_EMU)

@@ -957,10 +957,12 @@ static eep_status_t eep_ep_combine_launch(eep_runtime_t *rt, const eep_combine_a
     if ((status = eep_ep_prepare(rt, shape, 1, &cu, &st, &p)) != EEP_OK) {
         return status;
     }
-    if (kind == EEP_EP_KERNEL_TOPK_GRAD && st->hybrid) {
+    if (kind == EEP_EP_KERNEL_TOPK_GRAD && st->hybrid && rt->lsa_size > 1) {
         eep_error(EEP_SUBSYS_KERNEL,
                   "combine: invalid argument topk_grad: the top-k weight gradients are built for "
-                  "direct mode only (this runtime is hybrid: GIN to other nodes)");
+                  "direct mode and for hybrid mode with one GPU a node (this runtime forwards "
+                  "records over NVLink within nodes of %d GPUs)",
+                  rt->lsa_size);
         return EEP_ERR_UNSUPPORTED;
     }
     p.num_tokens    = handle->num_tokens;

@@ -331,7 +331,9 @@ typedef struct {
  * @return EEP_OK once enqueued; EEP_ERR_INVALID_ARG naming the argument (NULL or misaligned
  *         pointers, y_grad without topk_grad or the reverse, neither out nor topk_grad, hidden
  *         not a positive multiple of 8, a shape the runtime's buffers were not reserved for
- *         (eep_ep_reserve)); EEP_ERR_STALE_EPOCH.
+ *         (eep_ep_reserve)); EEP_ERR_STALE_EPOCH; EEP_ERR_UNSUPPORTED for topk_grad on a hybrid
+ *         runtime that forwards records within nodes of several GPUs (direct mode and hybrid mode
+ *         with one GPU a node have them).
  */
 eep_status_t eep_combine_ex(eep_runtime_t *rt, const eep_combine_args_t *args,
                             const eep_ep_handle_t *handle, void *stream);

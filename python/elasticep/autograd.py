@@ -70,7 +70,7 @@ def _function_classes():
             g = grad_out.to(t.bfloat16).contiguous()
             g_rows = buf.dispatch(g, h.topk_idx, h.topk_weights, handle=h, mode="cached")[0]
             grad_y = (g_rows.float() * h.row_weights()[:, None]).to(t.bfloat16)
-            grad_w = None  # only when asked: hybrid runtimes have no top-k gradients
+            grad_w = None  # only when asked (a forwarding hybrid runtime has no top-k gradients)
             if ctx.needs_input_grad[1]:
                 grad_w, _ = buf.combine_topk_grad(y, g_rows, h)
             return grad_y, grad_w, None, None

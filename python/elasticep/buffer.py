@@ -366,7 +366,8 @@ class Buffer:
     @property
     def transport(self):
         """"direct" (every peer over NVLink) or "hybrid" (peers of other nodes over GIN); the
-        top-k weight gradients (combine_topk_grad) are direct mode only."""
+        top-k weight gradients (combine_topk_grad) are there in direct mode and in hybrid mode
+        with one GPU a node, not where a hybrid runtime forwards within nodes of several GPUs."""
         name = self._lib.eep_ep_transport(self._rt) if self._rt else None
         return name.decode() if name else None
 

@@ -143,15 +143,13 @@ def main():
     g_rows = got[0]
     gs = [host_bytes(wg.recv[r].x, wg.recv[r].num_rows * H * 2).view(torch.bfloat16)
           .view(-1, H).clone() for r in range(WORLD)]
-    hybrid = buf.transport == "hybrid"  # the one-GPU cluster: every peer over GIN
-    if hybrid:
-        skip("top-k weight gradients = C reference", "direct mode only; this runtime is hybrid")
-    else:
-        tg, _ = buf.combine_topk_grad(yfull, g_rows, hf)
-        sync()
-        etg = wf.topk_grad(yf, gs, RANK)
-        report("top-k weight gradients = C reference (bitwise)", bool(torch.equal(tg.cpu(), etg)),
-               "max |d| %.3g" % float((tg.cpu() - etg).abs().max()) if tg.numel() else "")
+    # (direct mode, or hybrid with one GPU a node as on the one-GPU cluster: both have them)
+    tg, _ = buf.combine_topk_grad(yfull, g_rows, hf)
+    sync()
+    etg = wf.topk_grad(yf, gs, RANK)
+    report("top-k weight gradients = C reference (bitwise, %s)" % buf.transport,
+           bool(torch.equal(tg.cpu(), etg)),
+           "max |d| %.3g" % float((tg.cpu() - etg).abs().max()) if tg.numel() else "")
 
     # 6: the second hidden size in the same runtime
     w2 = World(WORLD, T, H2, K, E, ALIGN, False, 13, T)
@@ -166,7 +164,7 @@ def main():
 
     # 7: autograd: the Functions' gradients are the calls they are made of
     xa = x.detach().clone().requires_grad_(True)
-    wa = wt.detach().clone().requires_grad_(not hybrid)  # its backward is the top-k gradients
+    wa = wt.detach().clone().requires_grad_(True)  # its backward is the top-k gradients
     rx, ridx, rw, counts, ha = elasticep.autograd.dispatch(buf, xa, idx, wa, fp8=False)
     scale = torch.linspace(0.5, 1.5, H, device=DEVICE, dtype=torch.bfloat16)
     y = (rx * scale).contiguous()
@@ -178,15 +176,12 @@ def main():
     grad_y = (g_rows.float() * ha.row_weights()[:, None]).to(torch.bfloat16)
     grad_rx = (grad_y * scale).contiguous()
     ex_grad_x, _ = buf.combine(grad_rx, ha, weighted=False)
-    ex_grad_w = None if hybrid else buf.combine_topk_grad(y.detach(), g_rows, ha)[0]
+    ex_grad_w = buf.combine_topk_grad(y.detach(), g_rows, ha)[0]
     sync()
     report("autograd: x.grad = unweighted combine of the rows' gradients",
            xa.grad is not None and bool(torch.equal(xa.grad, ex_grad_x)))
-    if hybrid:
-        skip("autograd: topk_weights.grad", "the top-k gradients are direct mode only")
-    else:
-        report("autograd: topk_weights.grad = top-k gradients of the cached dispatch",
-               wa.grad is not None and bool(torch.equal(wa.grad, ex_grad_w)))
+    report("autograd: topk_weights.grad = top-k gradients of the cached dispatch",
+           wa.grad is not None and bool(torch.equal(wa.grad, ex_grad_w)))
     xq = x.detach().clone().requires_grad_(True)
     rq = elasticep.autograd.dispatch(buf, xq, idx, wa.detach(), fp8=True)
     rq[0].float().sum().backward()

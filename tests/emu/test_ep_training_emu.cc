@@ -21,8 +21,8 @@
 /* EEP_EMU_LSA (the hybrid build): nodes of EEP_EMU_LSA GPUs, peers of another node over the GIN
    model (tests/emu/gin_model.h) by the EEP_EPK_GIN kernels; with one GPU a node (the one-GPU
    cluster) a hybrid runtime serves every shape of its envelope, its staging laid out at the
-   envelope's sizes (eep_ep_gin_stage_bytes_env).  The top-k weight gradients are direct mode
-   only (eep_combine_ex refuses them in hybrid mode): that step is left out there. */
+   envelope's sizes (eep_ep_gin_stage_bytes_env), the top-k weight gradients included (their
+   K fp32 values a record go through the same staged rows, puts and signals). */
 #ifdef EEP_EMU_LSA
 #define EEP_EPK_GIN 1
 #include "tests/emu/gin_model.h"
@@ -567,12 +567,10 @@ static int run(const char *name, int max_tokens, int steps)
             memcpy((void *)G->p[r].y_grad, (const void *)G->p[r].recv_x,
                    (size_t)G->rows * G->s.hidden * 2);
         }
-#ifndef EEP_EMU_LSA
         snprintf(what, sizeof(what), "%s step %d: top-k weight gradients", name, step);
         if (!topk_grad_check(*G, what)) {
             return 1;
         }
-#endif
         snprintf(what, sizeof(what), "%s step %d: unweighted combine", name, step);
         set_rows(*G, step + 50, false);
         if (!combine_check(*G, 0, what)) {

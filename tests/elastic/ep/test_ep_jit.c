@@ -172,7 +172,7 @@ static void test_compile_all(void **state)
  * The hybrid variants (EEP_EPK_GIN=1, kernels/ep/ep_gin.cuh) through the JIT as elastic/ep/ep.c
  * asks for them: needs_gin, so auto picks nvcc (NVRTC cannot compile NCCL 2.28.9's GIN headers),
  * the round's shape (make gpu-hybrid: bf16, top-k 8, H 2048, 4 ranks): the no-cpu-sync dispatch,
- * CPU_SYNC's copy kernel and the combine; a second compile of each is a cache hit (the warm
+ * CPU_SYNC's copy kernel, the combine and the top-k weight gradients; a second compile of each is a cache hit (the warm
  * path: no compiler).  ~1 minute of nvcc here.
  */
 static void test_compile_hybrid(void **state)
@@ -183,7 +183,8 @@ static void test_compile_hybrid(void **state)
     static const int variants[][4] = { /* combine, index bits, mode, phase */
                                        { 0, 64, EEP_EPK_NO_CPU_SYNC, 0 },
                                        { 0, 64, EEP_EPK_CPU_SYNC, 1 },
-                                       { 1, 0, 0, 0 }
+                                       { EEP_EP_KERNEL_COMBINE, 0, 0, 0 },
+                                       { EEP_EP_KERNEL_TOPK_GRAD, 0, 0, 0 }
     };
     eep_jit_params_t params = { .size = sizeof(params), .cache_dir = cache_dir };
     eep_jit_t       *jit    = NULL;
