@@ -523,8 +523,8 @@ def _stopped_at(run, p, t):
 
 def timeline(run, end_ms):
     """1 s buckets (the last, partial one left out): ok steps/s over all ranks, median dispatch
-    and combine GB/s, the smallest world of the bucket's ok steps (a shrink shows), ranks that
-    ran ok steps."""
+    and combine GB/s, the smallest world of the bucket's ok steps (a shrink shows; None for a
+    second without any: no rank stepped, which is not a world of 0), ranks that ran ok steps."""
     t0 = run.t0
     n = max(1, int((end_ms - t0) / 1000))
     buckets = [{"t_s": i, "steps": 0, "d": [], "c": [], "world": None, "ranks": set()}
@@ -548,7 +548,7 @@ def timeline(run, end_ms):
     for b in buckets:
         med = (lambda xs: round(sorted(xs)[len(xs) // 2], 3) if xs else None)
         out.append({"t_s": b["t_s"], "steps_per_s": b["steps"], "dispatch_gbps": med(b["d"]),
-                    "combine_gbps": med(b["c"]), "world": b["world"] or 0,
+                    "combine_gbps": med(b["c"]), "world": b["world"],
                     "ranks": len(b["ranks"])})
     marks = [{"t_s": round((r["t_ms"] - t0) / 1000, 2), "slot": r["slot"], "action": r["action"],
               "kind": r["kind"]} for r in run.applied if "skipped" not in r]
@@ -639,8 +639,9 @@ def plot(tl_path, png_path):
     ax1b.set_ylabel("GB/s per rank (payload)")
     ax1.legend(loc="upper left", fontsize=8)
     ax1b.legend(loc="upper right", fontsize=8)
-    ax2.step(t, [x["world"] for x in b], where="post", color="tab:purple",
-             label="world (smallest of the second)")
+    # a second without an ok step has no world: a gap in the line, not a world of 0
+    ax2.step(t, [x["world"] if x["world"] is not None else float("nan") for x in b], where="post",
+             color="tab:purple", label="world (smallest of the second; gap: no rank stepped)")
     ax2.step(t, [x["ranks"] for x in b], where="post", color="tab:orange", ls="--",
              label="ranks stepping")
     ax2.set_ylim(0, tl["ranks"] + 1)
