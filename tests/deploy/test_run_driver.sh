@@ -110,6 +110,28 @@ assert max(w for w in ws if w is not None) == 3
 assert all((b["world"] is None) == (b["steps_per_s"] == 0) for b in t["buckets"]), ws
 assert [m["action"] for m in t["faults"]].count("restart") == 2
 PY
+# eep_run.timeline on a made-up run whose ranks all stop for a second (t 2-3 s): that second has
+# no world (a hang stops every rank; it used to read as a world of 0)
+python3 - "$root/scripts" <<'PY' || fail "timeline: a second without steps must have no world"
+import sys
+sys.path.insert(0, sys.argv[1])
+import eep_run
+
+class P:
+    def __init__(self, slot, ts):
+        self.slot = slot
+        self.events = [{"event": "step", "ok": 1, "t_ms": 1000 * t, "world": 2,
+                        "dispatch_us": 100, "combine_us": 100} for t in ts]
+
+class R:
+    t0, bytes, slots, applied = 0, 1000, [0, 1], []
+    def procs(self):
+        return [P(0, [0.5, 1.5, 3.5]), P(1, [0.6, 1.6, 3.6])]
+
+b = eep_run.timeline(R(), 4000)["buckets"]
+assert [x["world"] for x in b] == [2, 2, None, 2], b
+PY
+echo "ok: a second without steps has no world in the timeline"
 if [ -f "$tmp/run2/timeline.png" ]; then
     head -c 8 "$tmp/run2/timeline.png" | od -An -c | grep -q 'P   N   G' || fail "timeline.png is no PNG"
     echo "ok: timeline.png written"
