@@ -9,3 +9,5 @@ SCRIPT_TESTS += tests/deploy/test_gpu_elastic_driver.sh
 # make run's rank side (scripts/eep_run.py: status line, fault schedule, summary, timeline PNG;
 # deploy/launch.sh's GPU path) with FAKE eep-ranks.
 SCRIPT_TESTS += tests/deploy/test_run_driver.sh
+# scripts/thread-dump.sh (where each thread of a stalled rank sits) on a live process.
+SCRIPT_TESTS += tests/deploy/test_thread_dump.sh
