@@ -47,6 +47,28 @@ def skip(name, why):
     print("SKIP rank %d: %s (%s)" % (RANK, name, why), flush=True)
 
 
+def stall_watch(seconds, what):
+    """A timer that, if the code under it is still running after @p seconds, prints where every
+    thread of this process is (scripts/thread-dump.sh: a stalled kernel wait, e.g. the proxy
+    thread inside a driver call); cancel() it when done."""
+    import subprocess
+    import threading
+
+    dump = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts",
+                        "thread-dump.sh")
+
+    def fire():
+        print("STALL rank %d: %s still running after %d s; threads:" % (RANK, what, seconds),
+              flush=True)
+        subprocess.run(["bash", dump, str(os.getpid())], timeout=90, check=False)
+        sys.stdout.flush()
+
+    t = threading.Timer(seconds, fire)
+    t.daemon = True
+    t.start()
+    return t
+
+
 def host_bytes(ptr, n):
     return torch.frombuffer(bytearray(ctypes.string_at(ptr, n)), dtype=torch.uint8) if n else \
         torch.empty(0, dtype=torch.uint8)
@@ -162,7 +184,9 @@ def main():
     report("H %d combine = C reference" % H2, bool(torch.equal(out2.cpu(),
                                                                w2.combine(y2, RANK, True))))
 
-    # 7: autograd: the Functions' gradients are the calls they are made of
+    # 7: autograd: the Functions' gradients are the calls they are made of (a stall is dumped:
+    # at 2 and 4 ranks on the one-GPU cluster one rank's forward combine waited 30 s here)
+    watch = stall_watch(12, "the autograd step")
     xa = x.detach().clone().requires_grad_(True)
     wa = wt.detach().clone().requires_grad_(True)  # its backward is the top-k gradients
     rx, ridx, rw, counts, ha = elasticep.autograd.dispatch(buf, xa, idx, wa, fp8=False)
@@ -188,6 +212,7 @@ def main():
     report("autograd: fp8 forward dispatch, bf16 backward combine",
            xq.grad is not None and xq.grad.dtype == torch.bfloat16 and
            bool(torch.isfinite(xq.grad.float()).all()))
+    watch.cancel()
 
     # 9: errors become exceptions with the message
     try:
