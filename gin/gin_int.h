@@ -102,6 +102,9 @@ void eep_gin_export_put(eep_gin_export_t *exp);
 int eep_gin_import_get(uint64_t nonce, uint64_t alloc_id, uint64_t alloc_size, int fd, int cuda_dev,
                        eep_gin_import_t **imp_p, char **mapped_p);
 void eep_gin_import_put(eep_gin_import_t *imp);
+/* What the process-wide tables hold now: our exported allocations, peers' mapped ones (and their
+   bytes); logged when a comm closes, so a view whose memory stays mapped shows (diagnosis). */
+void eep_gin_share_census(int *exports_p, int *imports_p, size_t *import_bytes_p);
 
 /* ---- sockets (gin_sock.c): abstract-namespace Unix stream sockets ---- */
 typedef struct {

@@ -235,7 +235,8 @@ __attribute__((visibility("default"))) uint64_t eep_gin_peers_lost(void)
 eep_nccl_result_t eep_gin_close_coll(void *coll_comm)
 {
     eep_gin_comm_t *comm = coll_comm;
-    int             cuda, i;
+    int             cuda, i, rank, leftover = 0, exports, imports;
+    size_t          import_bytes;
     uint32_t        r;
 
     if (comm == NULL) {
@@ -266,17 +267,23 @@ eep_nccl_result_t eep_gin_close_coll(void *coll_comm)
     for (r = 0; r < comm->nregs; r++) {
         if (comm->regs[r] != NULL) {
             eep_gin_reg_free(comm->regs[r]);
+            leftover++;
         }
     }
     if (cuda && comm->apply_stream != NULL) {
         eep_gin_cu.cuStreamSynchronize(comm->apply_stream);
         eep_gin_cu.cuStreamDestroy(comm->apply_stream);
     }
+    rank = comm->rank;
     pthread_mutex_unlock(&comm->lock);
     pthread_mutex_destroy(&comm->lock);
     free(comm->regs);
     free(comm->peers);
     comm->magic = 0;
+    eep_gin_share_census(&exports, &imports, &import_bytes);
+    EEP_GIN_INFO("rank %d: comm closed, %d registrations freed at close (not deregistered); this "
+                 "process now exports %d allocations and maps %d of peers (%zu MiB)",
+                 rank, leftover, exports, imports, import_bytes >> 20);
     free(comm);
     return EEP_NCCL_SUCCESS;
 }

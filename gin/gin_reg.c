@@ -266,6 +266,8 @@ eep_nccl_result_t eep_gin_dereg_mr_sym(void *coll_comm, void *mhandle)
             eep_gin_cu.cuStreamSynchronize(comm->apply_stream);
         }
     }
+    EEP_GIN_INFO("rank %d: deregistered %p (%zu bytes) as %u.%u", comm->rank, reg->base, reg->size,
+                 reg->index, reg->gen);
     eep_gin_reg_free(reg);
     pthread_mutex_unlock(&comm->lock);
     return EEP_NCCL_SUCCESS;

@@ -205,6 +205,25 @@ out:
     return ret;
 }
 
+void eep_gin_share_census(int *exports_p, int *imports_p, size_t *import_bytes_p)
+{
+    eep_gin_export_t *e;
+    eep_gin_import_t *m;
+
+    *exports_p      = 0;
+    *imports_p      = 0;
+    *import_bytes_p = 0;
+    pthread_mutex_lock(&eep_gin_share_lock);
+    for (e = eep_gin_exports; e != NULL; e = e->next) {
+        (*exports_p)++;
+    }
+    for (m = eep_gin_imports; m != NULL; m = m->next) {
+        (*imports_p)++;
+        *import_bytes_p += m->size;
+    }
+    pthread_mutex_unlock(&eep_gin_share_lock);
+}
+
 void eep_gin_import_put(eep_gin_import_t *imp)
 {
     eep_gin_import_t **pp;
