@@ -179,13 +179,39 @@ static void test_join_and_poll(void **state)
     eep_agent_destroy(a);
 }
 
+/* Revoke the lease of member @p id behind its agent's back (the id ends with the lease id in
+   hex). */
+static void revoke_lease_of(const char *id)
+{
+    eep_etcd_params_t ep;
+    eep_etcd_t       *etcd = NULL;
+
+    memset(&ep, 0, sizeof(ep));
+    ep.size      = sizeof(ep);
+    ep.endpoints = g_etcd.endpoints;
+    assert_int_equal(eep_etcd_create(&ep, &etcd), EEP_OK);
+    assert_int_equal(eep_etcd_lease_revoke(etcd, (int64_t)strtoull(strrchr(id, '-') + 1, NULL, 16)),
+                     EEP_OK);
+    eep_etcd_destroy(etcd);
+}
+
+/* @p a back in a 2-member view under a member id other than @p before: that view. */
+static eep_agent_view_t *wait_rejoined(eep_agent_t *a, const char *before)
+{
+    eep_agent_view_t *v          = wait_view(a, 2, 10000);
+    char              after[256] = "";
+
+    assert_int_equal(eep_agent_member_id(a, after, sizeof(after)), EEP_OK);
+    assert_string_not_equal(before, after);
+    assert_string_equal(v->members[v->my_rank].id, after);
+    return v;
+}
+
 static void test_lease_lost_rejoins_as_new_member(void **state)
 {
     eep_agent_t      *a, *b;
     eep_agent_view_t *v, *w = NULL;
-    eep_etcd_params_t ep;
-    eep_etcd_t       *etcd = NULL;
-    char              before[256], after[256] = "";
+    char              before[256];
     uint64_t          epoch;
     int64_t           end;
     eep_status_t      status = EEP_INPROGRESS;
@@ -200,14 +226,7 @@ static void test_lease_lost_rejoins_as_new_member(void **state)
     epoch = v->epoch;
     eep_agent_view_free(v);
     assert_int_equal(eep_agent_member_id(a, before, sizeof(before)), EEP_OK);
-    /* Revoke a's lease behind its back (its id ends with the lease id in hex). */
-    memset(&ep, 0, sizeof(ep));
-    ep.size      = sizeof(ep);
-    ep.endpoints = g_etcd.endpoints;
-    assert_int_equal(eep_etcd_create(&ep, &etcd), EEP_OK);
-    assert_int_equal(
-        eep_etcd_lease_revoke(etcd, (int64_t)strtoull(strrchr(before, '-') + 1, NULL, 16)), EEP_OK);
-    eep_etcd_destroy(etcd);
+    revoke_lease_of(before);
     end = test_now_ms() + 10000;
     while (test_now_ms() < end && !lost) {
         status = eep_agent_wait(a, 100, &w);
@@ -226,10 +245,7 @@ static void test_lease_lost_rejoins_as_new_member(void **state)
     if (status == EEP_OK) {
         eep_agent_view_free(w);
     }
-    v = wait_view(a, 2, 10000);
-    assert_int_equal(eep_agent_member_id(a, after, sizeof(after)), EEP_OK);
-    assert_string_not_equal(before, after);
-    assert_string_equal(v->members[v->my_rank].id, after);
+    v = wait_rejoined(a, before);
     assert_true(v->epoch > epoch || v->epoch == eep_agent_epoch(a));
     eep_agent_view_free(v);
     eep_agent_destroy(b);
@@ -241,9 +257,7 @@ static void test_lease_lost_rejoins_as_new_member(void **state)
 static void test_lost_lease_rejoins_after_owner_saw_it(void **state)
 {
     eep_agent_t      *a, *b;
-    eep_agent_view_t *v, *w = NULL;
-    eep_etcd_params_t ep;
-    eep_etcd_t       *etcd = NULL;
+    eep_agent_view_t *w = NULL;
     char              before[256], after[256] = "";
     int64_t           end;
 
@@ -254,13 +268,7 @@ static void test_lost_lease_rejoins_after_owner_saw_it(void **state)
     eep_agent_view_free(wait_view(a, 2, 10000));
     eep_agent_view_free(wait_view(b, 2, 10000));
     assert_int_equal(eep_agent_member_id(a, before, sizeof(before)), EEP_OK);
-    memset(&ep, 0, sizeof(ep));
-    ep.size      = sizeof(ep);
-    ep.endpoints = g_etcd.endpoints;
-    assert_int_equal(eep_etcd_create(&ep, &etcd), EEP_OK);
-    assert_int_equal(
-        eep_etcd_lease_revoke(etcd, (int64_t)strtoull(strrchr(before, '-') + 1, NULL, 16)), EEP_OK);
-    eep_etcd_destroy(etcd);
+    revoke_lease_of(before);
     /* the agent sees the loss (newest epoch UINT64_MAX: a loss waits to be reported) ... */
     end = test_now_ms() + 10000;
     while (test_now_ms() < end && eep_agent_newest_epoch(a) != UINT64_MAX) {
@@ -271,11 +279,7 @@ static void test_lost_lease_rejoins_after_owner_saw_it(void **state)
     usleep(1500 * 1000);
     assert_int_equal(eep_agent_member_id(a, after, sizeof(after)), EEP_ERR_BUSY);
     assert_int_equal(eep_agent_poll(a, &w), EEP_ERR_LEASE_LOST);
-    v = wait_view(a, 2, 10000);
-    assert_int_equal(eep_agent_member_id(a, after, sizeof(after)), EEP_OK);
-    assert_string_not_equal(before, after);
-    assert_string_equal(v->members[v->my_rank].id, after);
-    eep_agent_view_free(v);
+    eep_agent_view_free(wait_rejoined(a, before));
     eep_agent_destroy(b);
     eep_agent_destroy(a);
 }
