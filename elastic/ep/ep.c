@@ -980,8 +980,7 @@ static eep_status_t eep_ep_combine_launch(eep_runtime_t *rt, const eep_combine_a
         return status;
     }
     {
-        int grid = handle->combine_sms;
-
+        int grid   = handle->combine_sms;
         int usable = eep_ep_usable_sms(st->device_sms, st->hybrid);
 
         if (a->size >= offsetof(eep_combine_args_t, num_sms) + sizeof(int) && a->num_sms > 0) {

@@ -15,13 +15,6 @@
 #include "elastic/runtime/runtime.h"
 #include "tests/common/gpu_test.h"
 
-/* gpu_test.h's GPU_REQUIRE/GPU_OK evaluate their argument twice (the check, then the exit test),
-   so every call with a side effect goes through a variable here. */
-#define PROBE_OK(_expr)                                                                            \
-    do {                                                                                           \
-        eep_status_t _s = (_expr);                                                                 \
-        GPU_REQUIRE(_s == EEP_OK, "%s: %s", #_expr, eep_status_name(_s));                          \
-    } while (0)
 /* Host mirrors of the probes' parameter structs; eep_jit_launch checks their size against the
    kernel's (cuFuncGetParamInfo), so a layout drift fails loudly rather than silently. */
 typedef struct {
@@ -71,7 +64,7 @@ int main(void)
     int                     r, bad = 0;
     eep_status_t            status;
 
-    PROBE_OK(eep_runtime_query(rt, &info));
+    GPU_OK(eep_runtime_query(rt, &info));
     GPU_REQUIRE(info.lsa_size <= 64, "lsa size %d", info.lsa_size);
     offset = (info.workspace_bytes + 4095) & ~(size_t)4095;
     GPU_REQUIRE(offset + 2 * 4096 <= info.window_bytes, "window too small for the probe");
@@ -84,11 +77,11 @@ int main(void)
 
         GPU_REQUIRE(made != NULL, "mkdtemp");
     }
-    PROBE_OK(eep_bootstrap_bcast(bs, cache, sizeof(cache), 0));
+    GPU_OK(eep_bootstrap_bcast(bs, cache, sizeof(cache), 0));
     memset(&jp, 0, sizeof(jp));
     jp.size      = sizeof(jp);
     jp.cache_dir = cache;
-    PROBE_OK(eep_jit_create(&jp, &jit));
+    GPU_OK(eep_jit_create(&jp, &jit));
 
     GPU_CU(cu->cuMemsetD32((CUdeviceptr)rt->buf + offset, 0xdeadbeefu, 1024));
     GPU_CU(cu->cuCtxSynchronize());
@@ -96,7 +89,7 @@ int main(void)
     status = eep_jit_get_kernel(jit, &lsa, &kl);
     GPU_REQUIRE(status == EEP_OK, "lsa probe: %s: %s", eep_status_name(status), eep_jit_last_log());
     printf("lsa probe (nvrtc) ready in %.0f ms\n", gpu_test_now_ms() - t0);
-    PROBE_OK(eep_bootstrap_barrier(bs)); /* everyone poisoned before anyone writes */
+    GPU_OK(eep_bootstrap_barrier(bs)); /* everyone poisoned before anyone writes */
 
     memset(&lp, 0, sizeof(lp));
     lp.comm          = rt->devcomm;
@@ -105,7 +98,7 @@ int main(void)
     lp.value         = 1000;
     lp.barrier_index = 0;
     lp.version       = 1;
-    PROBE_OK(eep_jit_launch(kl, 1, 128, 0, NULL, &lp, sizeof(lp)));
+    GPU_OK(eep_jit_launch(kl, 1, 128, 0, NULL, &lp, sizeof(lp)));
     GPU_CU(cu->cuCtxSynchronize());
     GPU_CU(cu->cuMemcpyDtoH(slots, (CUdeviceptr)rt->buf + offset,
                             (size_t)info.lsa_size * sizeof(slots[0])));
@@ -132,10 +125,10 @@ int main(void)
         gp.bytes      = 64;
         gp.peer       = (gpu_test_rank + 1) % info.nranks;
         gp.expect     = 1;
-        PROBE_OK(eep_jit_launch(kg, 1, 32, 0, NULL, &gp, sizeof(gp)));
+        GPU_OK(eep_jit_launch(kg, 1, 32, 0, NULL, &gp, sizeof(gp)));
         GPU_CU(cu->cuCtxSynchronize()); /* returned at once: no GIN contexts */
     }
-    PROBE_OK(eep_bootstrap_barrier(bs));
+    GPU_OK(eep_bootstrap_barrier(bs));
     eep_jit_destroy(jit);
     eep_runtime_destroy(rt);
     if (gpu_test_rank == 0) {
