@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # scripts/gpu-elastic.sh [--rounds N] [--steps barrier|moe] [--ranks N] [--budget-s S]
-#                        [--timeout-ms MS] [--mps] [--merge SUMMARY_JSON]
+#                        [--timeout-ms MS] [--mps] [--merge SUMMARY_JSON] [--nccl-debug LVL]
 #                        - `make gpu-elastic`: the elastic GPU check.
 #
 # N ranks (default 4) of eep-rank on the one GPU (scripts/one-gpu-cluster.sh: own NCCL_HOSTIDs,
@@ -20,12 +20,14 @@
 # built there against its NCCL, eep-rank is linked from the bundle's objects (as device-run.sh).
 # --budget-s (300) bounds the rounds: kinds alternate, so a budget that runs out leaves every kind
 # measured (summary.txt says how many rounds ran); the whole command, build included, fits in
-# ~8 minutes with the default.  Exit 0 when every round passed, 1 otherwise, 2 for usage, 77
+# ~8 minutes with the default.  --nccl-debug (WARN) is the ranks' NCCL_DEBUG, with
+# NCCL_DEBUG_SUBSYS from the environment (default INIT,NET: INFO then carries the GIN plugin's
+# registration census).  Exit 0 when every round passed, 1 otherwise, 2 for usage, 77
 # without a GPU.
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root" || exit 1
-rounds=20 steps=barrier ranks=4 budget=300 timeout_ms=500 mps_flag=--no-mps merge=""
+rounds=20 steps=barrier ranks=4 budget=300 timeout_ms=500 mps_flag=--no-mps merge="" nccl_debug=WARN
 while [ $# -gt 0 ]; do
     case $1 in
         --rounds) rounds=$2; shift 2 ;;
@@ -36,7 +38,8 @@ while [ $# -gt 0 ]; do
         --no-mps) mps_flag=--no-mps; shift ;; # the default
         --mps) mps_flag=""; shift ;;
         --merge) merge=$2; shift 2 ;;
-        -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+        --nccl-debug) nccl_debug=$2; shift 2 ;;
+        -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
         *) echo "gpu-elastic: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -98,7 +101,7 @@ echo "gpu-elastic: $ranks ranks, --steps $steps, $rounds rounds of each kind, bu
      "(logs: $out/logs.tar.gz)"
 # The driver runs as the cluster's only "rank": the launcher gives it MPS and the NCCL/plugin
 # environment, and the driver starts the real ranks itself (a newcomer at any time).
-scripts/one-gpu-cluster.sh --ranks 1 $mps_flag --timeout $((budget + 240)) --nccl-debug WARN \
+scripts/one-gpu-cluster.sh --ranks 1 $mps_flag --timeout $((budget + 240)) --nccl-debug "$nccl_debug" \
     --logs "$work/logs/cluster" -- \
     python3 "$root/scripts/gpu_elastic.py" --rank-bin "$bin/eep-rank" --eepd-bin "$bin/eepd" \
     --etcd-bin "$etcd_bin" --work "$work/logs" --out "$out" --ranks "$ranks" --rounds "$rounds" \

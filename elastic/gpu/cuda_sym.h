@@ -70,6 +70,10 @@ extern "C" {
     _X(cuMemHostUnregister, 1)                                                                     \
     _X(cuMemGetInfo, 1)                                                                            \
     _X(cuMemGetAddressRange, 1)                                                                    \
+    _X(cuMemRetainAllocationHandle, 0)                                                             \
+    _X(cuMemRelease, 0)                                                                            \
+    _X(cuMemUnmap, 0)                                                                              \
+    _X(cuMemAddressFree, 0)                                                                        \
     _X(cuMemcpy, 1)                                                                                \
     _X(cuMemcpyAsync, 1)                                                                           \
     _X(cuMemcpyHtoD, 1)                                                                            \

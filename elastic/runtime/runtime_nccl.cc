@@ -23,6 +23,7 @@
 #include "util/clock.h"
 #include "elastic/gpu/cuda_sym.h"
 #include "util/log.h"
+#include "elastic/gpu/nccl_gin_leak.h"
 #include "elastic/gpu/nccl_util.h"
 #include "elastic/runtime/runtime.h"
 #include "kernels/ep/ep_params.h" /* EEP_EPK_GIN_SIGNALS: the hybrid EP's signals */
@@ -37,6 +38,8 @@ struct eep_runtime_nccl {
     void        *buf;
     ncclDevComm  dc;
     int          have_dc;
+    /* what NCCL 2.28.9 leaves behind at the comm's end (elastic/gpu/nccl_gin_leak.h) */
+    eep_nccl_gin_leak_t gin_leak;
     /* A runtime made from views: the view machine owns the sets (comm, window, dev comm); the
        fields above only mirror the current one.  Aborts of old sets run on threads of their own;
        teardown waits for them (bounded). */
@@ -279,6 +282,9 @@ extern "C" eep_status_t eep_runtime_nccl_setup(eep_runtime_t *rt, eep_bootstrap_
         return status;
     }
     n->have_dc = 1;
+    if (n->owned) { /* an adopted comm outlives us: its leftovers are its owner's */
+        (void)eep_nccl_gin_leak_note(&n->dc, &n->gin_leak);
+    }
     if (rt->gin && n->dc.ginContextCount == 0) {
         eep_error(EEP_SUBSYS_RUNTIME, "device communicator has no GIN context although the probe "
                                       "found GIN");
@@ -329,6 +335,7 @@ extern "C" void eep_runtime_nccl_teardown(eep_runtime_t *rt, int abort)
     }
     if (n->owned) {
         eep_nccl_comm_release(n->comm, abort, deadline);
+        (void)eep_nccl_gin_leak_reclaim(&n->gin_leak);
     }
     /* After an abort NCCL has released its mappings of the buffer; free it last. */
     if (n->buf != NULL) {
@@ -390,8 +397,9 @@ typedef struct {
 } eep_nccl_view_window_t;
 
 typedef struct {
-    ncclDevComm dc;
-    int         gin;
+    ncclDevComm         dc;
+    int                 gin;
+    eep_nccl_gin_leak_t gin_leak; /* given back after the set's abort (nccl_gin_leak.h) */
 } eep_nccl_view_devcomm_t;
 
 static double eep_nccl_view_deadline(const eep_runtime_t *rt)
@@ -591,6 +599,7 @@ static eep_status_t eep_nccl_view_devcomm(void *ctx, void *comm, void *window, v
         free(d);
         return status;
     }
+    (void)eep_nccl_gin_leak_note(&d->dc, &d->gin_leak);
     *devcomm_p = d;
     return EEP_OK;
 }
@@ -603,31 +612,41 @@ static eep_status_t eep_nccl_view_devcomm(void *ctx, void *comm, void *window, v
  */
 static void eep_nccl_view_release(const eep_view_comm_set_t *set)
 {
-    eep_nccl_view_window_t  *w = (eep_nccl_view_window_t *)set->window;
-    eep_nccl_view_devcomm_t *d = (eep_nccl_view_devcomm_t *)set->devcomm;
-    ncclComm_t               c = (ncclComm_t)set->comm;
+    eep_nccl_view_window_t  *w      = (eep_nccl_view_window_t *)set->window;
+    eep_nccl_view_devcomm_t *d      = (eep_nccl_view_devcomm_t *)set->devcomm;
+    ncclComm_t               c      = (ncclComm_t)set->comm;
+    ncclResult_t             dc_res = ncclSuccess, win_res = ncclSuccess;
+    size_t                   back = 0;
 
     /* synchronous calls: their result, not the communicator's (it may carry the view's fault) */
     if (c != NULL && d != NULL) {
-        ncclResult_t res = ncclDevCommDestroy(c, &d->dc);
-        if (res != ncclSuccess) {
-            (void)eep_status_from_nccl(res, c, "ncclDevCommDestroy (old view)");
+        dc_res = ncclDevCommDestroy(c, &d->dc);
+        if (dc_res != ncclSuccess) {
+            (void)eep_status_from_nccl(dc_res, c, "ncclDevCommDestroy (old view)");
         }
     }
     if (c != NULL && w != NULL && w->win != NULL) {
-        ncclResult_t res = ncclCommWindowDeregister(c, w->win);
-        if (res != ncclSuccess) {
-            (void)eep_status_from_nccl(res, c, "ncclCommWindowDeregister (old view)");
+        win_res = ncclCommWindowDeregister(c, w->win);
+        if (win_res != ncclSuccess) {
+            (void)eep_status_from_nccl(win_res, c, "ncclCommWindowDeregister (old view)");
         }
     }
     if (c != NULL) {
         ncclCommAbort(c);
+        if (d != NULL) {
+            back = eep_nccl_gin_leak_reclaim(&d->gin_leak);
+        }
     }
     if (w != NULL) {
         ncclMemFree(w->buf);
         free(w);
     }
     free(set->devcomm);
+    eep_info(EEP_SUBSYS_RUNTIME,
+             "view: an old set released (device communicator %s, window %s, then abort and free; "
+             "%zu MiB that NCCL's GIN proxy left given back)",
+             d == NULL ? "none" : ncclGetErrorString(dc_res),
+             w == NULL ? "none" : ncclGetErrorString(win_res), back >> 20);
 }
 
 static void eep_nccl_view_discard(void *ctx, const eep_view_comm_set_t *set)
@@ -653,8 +672,8 @@ static void *eep_nccl_view_abort_main(void *arg)
         cu->cuCtxSetCurrent((CUcontext)a->cu_ctx);
     }
     eep_nccl_view_release(&a->set);
-    eep_debug(EEP_SUBSYS_RUNTIME, "view: the old communicator was aborted in %.0f ms",
-              eep_clock_ms() - a->start_ms);
+    eep_info(EEP_SUBSYS_RUNTIME, "view: the old communicator was aborted in %.0f ms",
+             eep_clock_ms() - a->start_ms);
     pthread_mutex_lock(&n->lock);
     n->pending_aborts--;
     pthread_cond_broadcast(&n->cond);
