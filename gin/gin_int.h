@@ -28,6 +28,8 @@ int64_t eep_gin_timeout_ms(void);
 int64_t eep_gin_now_ms(void);
 /* EEP_GIN_TRACE set: one info line per signal sent and applied (diagnosis; NCCL_DEBUG=INFO). */
 int eep_gin_tracing(void);
+/* EEP_GIN_CUDA_CONTEXT: 1 (default, "own") or 0 ("caller"): see eep_gin_cuda_work_context. */
+int eep_gin_own_context(void);
 /* A trace line stamped with CLOCK_MONOTONIC ms (one clock for every process of the machine). */
 #define EEP_GIN_TRACEF(fmt, ...)                                                                   \
     do {                                                                                           \
@@ -48,6 +50,10 @@ uint64_t eep_gin_process_nonce(void);
     X(cuCtxGetCurrent)                                                                             \
     X(cuCtxSetCurrent)                                                                             \
     X(cuCtxGetDevice)                                                                              \
+    X(cuCtxCreate)                                                                                 \
+    X(cuCtxPushCurrent)                                                                            \
+    X(cuCtxPopCurrent)                                                                             \
+    X(cuThreadExchangeStreamCaptureMode)                                                           \
     X(cuDeviceGet)                                                                                 \
     X(cuDevicePrimaryCtxRetain)                                                                    \
     X(cuPointerGetAttribute)                                                                       \
@@ -85,6 +91,20 @@ typedef struct {
 extern eep_gin_cuda_t eep_gin_cu;
 /* Loads libcuda.so.1 once; 0 when the driver is there, -1 (logged once) when not. */
 int eep_gin_cuda_load(void);
+/* The context of the plugin's own GPU work for a comm whose caller's context is @p caller on
+ * device @p dev: the process's own context of that device (made once, kept), or @p caller when
+ * EEP_GIN_CUDA_CONTEXT=caller or the own one cannot be made.  NULL without CUDA. */
+CUcontext eep_gin_cuda_work_context(CUcontext caller, int dev);
+/* One call into the plugin: @p coll_comm's work context pushed (the caller's stays below it), and
+ * the thread's stream-capture mode relaxed, so that our stream waits never invalidate a CUDA
+ * graph another thread of the process is capturing in global mode (torch.cuda.graph's default;
+ * measured: a signal's cuStreamSynchronize during a capture ended it with error 900). */
+typedef struct {
+    int                 pushed, moded;
+    CUstreamCaptureMode mode; /* the thread's own, restored by eep_gin_cuda_leave */
+} eep_gin_cuda_scope_t;
+void eep_gin_cuda_enter(void *coll_comm, eep_gin_cuda_scope_t *scope);
+void eep_gin_cuda_leave(const eep_gin_cuda_scope_t *scope);
 /* Logs a failed driver call with its name and message; returns 0 for CUDA_SUCCESS, else -1. */
 int eep_gin_cuda_check(CUresult res, const char *call, const char *file, int line);
 #define EEP_GIN_CU(_call) eep_gin_cuda_check(eep_gin_cu._call, #_call, __FILE__, __LINE__)
@@ -218,8 +238,9 @@ struct eep_gin_comm {
     eep_gin_reg_t **regs;
     uint32_t        nregs, next_gen;
     int             broken_peer; /* first dead peer, -1 while all live */
-    CUcontext       cuctx;       /* bound in the progress thread before any CUDA call */
+    CUcontext       cuctx;       /* the caller's (NCCL's device), found at connect */
     int             cudev;
+    CUcontext       workctx;      /* where our streams, events and copies live (gin_cuda.c) */
     CUstream        apply_stream; /* this process's writes of its own memory (signals, staged) */
     int             stray_inline_seen; /* NCCL 2.28.9's inline-offset bug met (logged once) */
 };
@@ -235,7 +256,8 @@ eep_nccl_result_t eep_gin_close_coll(void *coll_comm);
 void eep_gin_peer_lost(eep_gin_comm_t *comm, int peer, const char *why);
 /* Exported (the one symbol beyond the two tables): (comm, peer) losses seen by this process. */
 uint64_t eep_gin_peers_lost(void);
-/* Makes the comm's CUDA context current in the calling thread; 0, or -1 without CUDA. */
+/* Makes the comm's work context current in the calling thread (already so inside an entry point,
+ * which pushes it); 0, or -1 without CUDA. */
 int eep_gin_comm_bind_cuda(eep_gin_comm_t *comm);
 
 /* gin_reg.c */

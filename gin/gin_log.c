@@ -1,10 +1,12 @@
 /* gin/gin_log.c - the plugin's log, clock, timeout and process nonce.  Messages go through the
  * logger NCCL passed to init (so they land in NCCL_DEBUG's output with NCCL's prefix); before
  * init, or in our own tests, warnings go to stderr and info/trace only when EEP_GIN_DEBUG is set.
- * The one place the plugin reads its environment (EEP_GIN_TIMEOUT_MS, EEP_GIN_DEBUG, EEP_GIN_TRACE). */
+ * The one place the plugin reads its environment (EEP_GIN_TIMEOUT_MS, EEP_GIN_DEBUG, EEP_GIN_TRACE,
+ * EEP_GIN_CUDA_CONTEXT). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
@@ -52,6 +54,18 @@ int eep_gin_tracing(void)
         trace = getenv("EEP_GIN_TRACE") != NULL;
     }
     return trace;
+}
+
+int eep_gin_own_context(void)
+{
+    static int  own = -1;
+    const char *env;
+
+    if (own < 0) {
+        env = getenv("EEP_GIN_CUDA_CONTEXT");
+        own = env == NULL || strcmp(env, "caller") != 0;
+    }
+    return own;
 }
 
 int64_t eep_gin_now_ms(void)

@@ -186,8 +186,10 @@ eep_nccl_result_t eep_gin_connect(void *ctx, void *handles[], int nranks, int ra
     if (eep_gin_cu.loaded && eep_gin_cu.cuCtxGetCurrent(&comm->cuctx) == CUDA_SUCCESS &&
         comm->cuctx != NULL) {
         EEP_GIN_CU(cuCtxGetDevice(&comm->cudev));
+        comm->workctx = eep_gin_cuda_work_context(comm->cuctx, comm->cudev);
     }
-    EEP_GIN_INFO("rank %d of %d: GIN mesh up (CUDA context %p)", rank, nranks, (void *)comm->cuctx);
+    EEP_GIN_INFO("rank %d of %d: GIN mesh up (CUDA context %p, the plugin's work in %p)", rank,
+                 nranks, (void *)comm->cuctx, (void *)comm->workctx);
     *coll_comm = comm;
     return EEP_NCCL_SUCCESS;
 
@@ -200,13 +202,13 @@ int eep_gin_comm_bind_cuda(eep_gin_comm_t *comm)
 {
     CUcontext cur = NULL;
 
-    if (!eep_gin_cu.loaded || comm->cuctx == NULL) {
+    if (!eep_gin_cu.loaded || comm->workctx == NULL) {
         return -1;
     }
-    if (eep_gin_cu.cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur == comm->cuctx) {
-        return 0;
+    if (eep_gin_cu.cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur == comm->workctx) {
+        return 0; /* every entry point pushes it (gin_plugin.c) */
     }
-    return EEP_GIN_CU(cuCtxSetCurrent(comm->cuctx));
+    return EEP_GIN_CU(cuCtxSetCurrent(comm->workctx));
 }
 
 static uint64_t eep_gin_lost_total; /* (comm, peer) losses seen by this process */

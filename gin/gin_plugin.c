@@ -65,16 +65,6 @@ static eep_nccl_result_t eep_gin_get_properties(int dev, eep_nccl_net_props_t *p
     return EEP_NCCL_SUCCESS;
 }
 
-static eep_nccl_result_t eep_gin_reg_mr_sym_dmabuf(void *coll_comm, void *data, size_t size,
-                                                   int type, uint64_t offset, int fd,
-                                                   uint64_t mr_flags, void **mhandle,
-                                                   void **gin_handle)
-{
-    (void)offset;
-    (void)fd; /* not advertised; NCCL does not call it, but if it does the address suffices */
-    return eep_gin_reg_mr_sym(coll_comm, data, size, type, mr_flags, mhandle, gin_handle);
-}
-
 static eep_nccl_result_t eep_gin_finalize(void *ctx)
 {
     eep_gin_ctx_t *c = ctx;
@@ -86,6 +76,104 @@ static eep_nccl_result_t eep_gin_finalize(void *ctx)
     return EEP_NCCL_SUCCESS;
 }
 
+/* The entry points that touch a comm's CUDA objects run with its work context pushed (gin_cuda.c):
+ * our streams live there, and the caller's thread keeps its own context. */
+static eep_nccl_result_t eep_gin_reg_mr_sym_in(void *coll_comm, void *data, size_t size, int type,
+                                               uint64_t mr_flags, void **mhandle, void **gin_handle)
+{
+    eep_gin_cuda_scope_t scope;
+    eep_nccl_result_t    res;
+
+    eep_gin_cuda_enter(coll_comm, &scope);
+    res = eep_gin_reg_mr_sym(coll_comm, data, size, type, mr_flags, mhandle, gin_handle);
+    eep_gin_cuda_leave(&scope);
+    return res;
+}
+
+static eep_nccl_result_t eep_gin_reg_mr_sym_dmabuf_in(void *coll_comm, void *data, size_t size,
+                                                      int type, uint64_t offset, int fd,
+                                                      uint64_t mr_flags, void **mhandle,
+                                                      void **gin_handle)
+{
+    (void)offset;
+    (void)fd; /* not advertised; NCCL does not call it, but if it does the address suffices */
+    return eep_gin_reg_mr_sym_in(coll_comm, data, size, type, mr_flags, mhandle, gin_handle);
+}
+
+static eep_nccl_result_t eep_gin_dereg_mr_sym_in(void *coll_comm, void *mhandle)
+{
+    eep_gin_cuda_scope_t scope;
+    eep_nccl_result_t    res;
+
+    eep_gin_cuda_enter(coll_comm, &scope);
+    res = eep_gin_dereg_mr_sym(coll_comm, mhandle);
+    eep_gin_cuda_leave(&scope);
+    return res;
+}
+
+static eep_nccl_result_t eep_gin_close_coll_in(void *coll_comm)
+{
+    eep_gin_cuda_scope_t scope;
+    eep_nccl_result_t    res;
+
+    eep_gin_cuda_enter(coll_comm, &scope);
+    res = eep_gin_close_coll(coll_comm);
+    eep_gin_cuda_leave(&scope);
+    return res;
+}
+
+static eep_nccl_result_t eep_gin_iput_in(void *coll_comm, uint64_t src_off, void *src_mhandle,
+                                         size_t size, uint64_t dst_off, void *dst_mhandle,
+                                         uint32_t rank, void **request)
+{
+    eep_gin_cuda_scope_t scope;
+    eep_nccl_result_t    res;
+
+    eep_gin_cuda_enter(coll_comm, &scope);
+    res = eep_gin_iput(coll_comm, src_off, src_mhandle, size, dst_off, dst_mhandle, rank, request);
+    eep_gin_cuda_leave(&scope);
+    return res;
+}
+
+static eep_nccl_result_t eep_gin_iput_signal_in(void *coll_comm, uint64_t src_off,
+                                                void *src_mhandle, size_t size, uint64_t dst_off,
+                                                void *dst_mhandle, uint32_t rank,
+                                                uint64_t signal_off, void *signal_mhandle,
+                                                uint64_t signal_value, uint32_t signal_op,
+                                                void **request)
+{
+    eep_gin_cuda_scope_t scope;
+    eep_nccl_result_t    res;
+
+    eep_gin_cuda_enter(coll_comm, &scope);
+    res = eep_gin_iput_signal(coll_comm, src_off, src_mhandle, size, dst_off, dst_mhandle, rank,
+                              signal_off, signal_mhandle, signal_value, signal_op, request);
+    eep_gin_cuda_leave(&scope);
+    return res;
+}
+
+static eep_nccl_result_t eep_gin_test_in(void *coll_comm, void *request, int *done)
+{
+    eep_gin_cuda_scope_t scope;
+    eep_nccl_result_t    res;
+
+    eep_gin_cuda_enter(coll_comm, &scope);
+    res = eep_gin_test(coll_comm, request, done);
+    eep_gin_cuda_leave(&scope);
+    return res;
+}
+
+static eep_nccl_result_t eep_gin_progress_in(void *coll_comm)
+{
+    eep_gin_cuda_scope_t scope;
+    eep_nccl_result_t    res;
+
+    eep_gin_cuda_enter(coll_comm, &scope);
+    res = eep_gin_progress(coll_comm);
+    eep_gin_cuda_leave(&scope);
+    return res;
+}
+
 __attribute__((visibility("default"))) const eep_nccl_gin_v11_t ncclGinPlugin_v11 = {
     .name              = "eep_gin",
     .init              = eep_gin_init,
@@ -94,16 +182,16 @@ __attribute__((visibility("default"))) const eep_nccl_gin_v11_t ncclGinPlugin_v1
     .listen            = eep_gin_listen,
     .connect           = eep_gin_connect,
     .create_context    = NULL, /* GDAKI only */
-    .reg_mr_sym        = eep_gin_reg_mr_sym,
-    .reg_mr_sym_dmabuf = eep_gin_reg_mr_sym_dmabuf,
-    .dereg_mr_sym      = eep_gin_dereg_mr_sym,
+    .reg_mr_sym        = eep_gin_reg_mr_sym_in,
+    .reg_mr_sym_dmabuf = eep_gin_reg_mr_sym_dmabuf_in,
+    .dereg_mr_sym      = eep_gin_dereg_mr_sym_in,
     .destroy_context   = NULL,
-    .close_coll        = eep_gin_close_coll,
+    .close_coll        = eep_gin_close_coll_in,
     .close_listen      = eep_gin_close_listen,
-    .iput              = eep_gin_iput,
-    .iput_signal       = eep_gin_iput_signal,
-    .test              = eep_gin_test,
-    .gin_progress      = eep_gin_progress,
+    .iput              = eep_gin_iput_in,
+    .iput_signal       = eep_gin_iput_signal_in,
+    .test              = eep_gin_test_in,
+    .gin_progress      = eep_gin_progress_in,
     .query_last_error  = NULL,
     .finalize          = eep_gin_finalize,
 };

@@ -84,15 +84,18 @@ static int eep_gin_reg_find_cuda(eep_gin_comm_t *comm, void *ptr)
     int      ordinal = -1;
 
     if (eep_gin_cu.cuCtxGetCurrent(&comm->cuctx) == CUDA_SUCCESS && comm->cuctx != NULL) {
-        return EEP_GIN_CU(cuCtxGetDevice(&comm->cudev));
-    }
-    if (EEP_GIN_CU(cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
-                                         (CUdeviceptr)ptr)) != 0 ||
-        EEP_GIN_CU(cuDeviceGet(&dev, ordinal)) != 0 ||
-        EEP_GIN_CU(cuDevicePrimaryCtxRetain(&comm->cuctx, dev)) != 0) {
+        if (EEP_GIN_CU(cuCtxGetDevice(&comm->cudev)) != 0) {
+            return -1;
+        }
+    } else if (EEP_GIN_CU(cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                                                (CUdeviceptr)ptr)) != 0 ||
+               EEP_GIN_CU(cuDeviceGet(&dev, ordinal)) != 0 ||
+               EEP_GIN_CU(cuDevicePrimaryCtxRetain(&comm->cuctx, dev)) != 0) {
         return -1;
+    } else {
+        comm->cudev = ordinal;
     }
-    comm->cudev = ordinal;
+    comm->workctx = eep_gin_cuda_work_context(comm->cuctx, comm->cudev);
     return 0;
 }
 
