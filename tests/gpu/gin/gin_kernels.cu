@@ -384,6 +384,29 @@ extern "C" int gk_put_order(void *dc, ncclWindow_t win, int nputs, uint64_t time
     GK_LAUNCH(gk_put_order_kernel, win, nputs, timeout_ns);
 }
 
+__global__ void gk_noop_kernel(void)
+{
+}
+
+/* gk_put_order with a launch queued right behind it on the same stream, as an application's next
+   op is queued behind a combine: a plugin whose copies shared a hardware work queue with this
+   stream would hold them behind that launch, which waits for the kernel waiting for them
+   (gin/gin_cuda.c).  Whether the queues are shared depends on the driver's assignment: on the
+   H200 this test passed with EEP_GIN_CUDA_CONTEXT=caller too (2026-12-02), so it guards the
+   behaviour, it does not prove the fix; python/tests/gpu_python.py's autograd step did. */
+extern "C" int gk_put_order_queued(void *dc, ncclWindow_t win, int nputs, uint64_t timeout_ns,
+                                   gk_result_t *res, cudaStream_t s)
+{
+    gk_result_t *d = gk_result_alloc();
+
+    if (d == NULL) {
+        return -1;
+    }
+    gk_put_order_kernel<<<1, 32, 0, s>>>(*(ncclDevComm *)dc, win, nputs, timeout_ns, d);
+    gk_noop_kernel<<<1, 1, 0, s>>>();
+    return gk_finish(d, res, s);
+}
+
 extern "C" int gk_put_value(void *dc, ncclWindow_t win, uint64_t timeout_ns, gk_result_t *res,
                             cudaStream_t s)
 {

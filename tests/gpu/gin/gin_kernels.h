@@ -89,6 +89,9 @@ void gk_devcomm_forget(void *dc);
  * SignalInc, then waits for its own from rank-1; the host checks the window afterwards. */
 int gk_put_order(void *dc, ncclWindow_t win, int nputs, uint64_t timeout_ns, gk_result_t *res,
                  cudaStream_t s);
+/* The same with a launch queued behind it on @p s (the application's next op). */
+int gk_put_order_queued(void *dc, ncclWindow_t win, int nputs, uint64_t timeout_ns,
+                        gk_result_t *res, cudaStream_t s);
 /* Every rank sends rank 0 `nsig` bare SignalAdd (value rank*100000+i+1) on GK_SIG_ADD and as
  * many SignalInc on GK_SIG_INC.  Rank 0 waits for the exact sums. */
 int gk_many_senders(void *dc, ncclWindow_t win, int nsig, uint64_t timeout_ns, gk_result_t *res,

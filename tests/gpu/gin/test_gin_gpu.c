@@ -197,8 +197,9 @@ static void gg_fill_window(gg_t *g)
     free(h);
 }
 
-static void gg_check_put_order(gg_t *g, void *dc, ncclWindow_t win, int nputs)
+static void gg_check_put_order(gg_t *g, void *dc, ncclWindow_t win, int nputs, int queued)
 {
+    const char    *name = queued ? "gin_put_order_launch_queued_behind" : "gin_put_order";
     unsigned char *got = malloc(GK_DST_BYTES), *want = malloc(GK_DST_BYTES);
     int            from = (g->rank + g->nranks - 1) % g->nranks, i;
     uint64_t       src, dst, size, k, bad = 0, first = 0;
@@ -206,8 +207,9 @@ static void gg_check_put_order(gg_t *g, void *dc, ncclWindow_t win, int nputs)
     char           wait[160];
     int            rc;
 
-    gg_begin(g, "gin_put_order");
-    rc = gk_put_order(dc, win, nputs, g->wait_ns, &res, g->stream);
+    gg_begin(g, name);
+    rc = queued ? gk_put_order_queued(dc, win, nputs, g->wait_ns, &res, g->stream)
+                : gk_put_order(dc, win, nputs, g->wait_ns, &res, g->stream);
 
     cudaMemcpy(got, g->buf, GK_DST_BYTES, cudaMemcpyDeviceToHost);
     memset(want, 0xee, GK_DST_BYTES);
@@ -222,7 +224,7 @@ static void gg_check_put_order(gg_t *g, void *dc, ncclWindow_t win, int nputs)
             first = k;
         }
     }
-    gg_result(g, "gin_put_order", rc == 0 && res.status == 0 && bad == 0,
+    gg_result(g, name, rc == 0 && res.status == 0 && bad == 0,
               "%d puts from rank %d, status %lld, %llu bytes wrong (first %llu), %.2f ms%s", nputs,
               from, (long long)res.status, (unsigned long long)bad, (unsigned long long)first,
               res.elapsed_ns / 1e6, gg_wait_str(&res, wait, sizeof(wait)));
@@ -307,7 +309,10 @@ static void gg_gin_checks(gg_t *g, ncclComm_t comm, const char *label)
         return;
     }
     gg_step(g, comm, dc);
-    gg_check_put_order(g, dc, win, 500);
+    gg_check_put_order(g, dc, win, 500, 0);
+    gg_fill_window(g); /* before the step's barrier: no peer puts into it yet */
+    gg_step(g, comm, dc);
+    gg_check_put_order(g, dc, win, 200, 1); /* gin_cuda.c: the plugin's own CUDA context */
     gg_step(g, comm, dc);
     gg_check_many_senders(g, dc, win, 200);
     gg_step(g, comm, dc);
