@@ -12,10 +12,11 @@ from . import errors
 from .errors import (ControlPlaneError, DeviceError, EEPError, GroupLost, InternalError,
                      InvalidArgument, LibraryNotFound, NoDevice, PeerLost, ResourceError)
 from .buffer import Buffer, Handle, window_size
+from .membership import Membership, MembershipInfo
 from . import autograd
 
 __version__ = "0.1.0"
 
-__all__ = ["Buffer", "Handle", "window_size", "autograd", "errors", "EEPError", "InvalidArgument",
+__all__ = ["Buffer", "Handle", "window_size", "Membership", "MembershipInfo", "autograd", "errors", "EEPError", "InvalidArgument",
            "ResourceError", "PeerLost", "GroupLost", "DeviceError", "NoDevice",
            "ControlPlaneError", "InternalError", "LibraryNotFound"]

@@ -21,6 +21,9 @@ MODE_CPU_SYNC, MODE_NO_CPU_SYNC, MODE_CACHED = 0, 1, 2
 MODES = {"cpu_sync": MODE_CPU_SYNC, "no_cpu_sync": MODE_NO_CPU_SYNC, "cached": MODE_CACHED}
 # eep_bootstrap_kind_t (include/eep/eep.h)
 BOOTSTRAP_ENV, BOOTSTRAP_FILE, BOOTSTRAP_TCP = 0, 1, 2
+# statuses the membership calls answer without an error (include/eep/status.h)
+STATUS_NOT_FOUND, STATUS_FENCED, STATUS_LEASE_LOST = -5, -62, -103
+MAX_RANKS = 1024  # EEP_MAX_RANKS (include/eep/layout.h)
 
 MAX_TOPK = 32
 MAX_EXPERTS = 2048
@@ -172,6 +175,10 @@ _FUNCS = {
                                    ctypes.POINTER(c_size_t)]),
     "eep_ep_reserve": (c_int, [c_void_p, ctypes.POINTER(ShapeDesc), c_int]),
     "eep_ep_transport": (c_char_p, [c_void_p]),
+    "eep_ep_recv_rows_max_placed": (c_int64, [c_int, c_int, c_int, c_int, c_int, c_void_p]),
+    # info: an eep_membership_info_t (elasticep/membership.py), passed by address
+    "eep_membership_sync": (c_int, [c_void_p, ctypes.POINTER(c_int), c_void_p]),
+    "eep_membership_fault": (c_int, [c_void_p, c_char_p]),
 }
 
 _lib = None

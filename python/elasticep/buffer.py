@@ -40,6 +40,24 @@ def window_size(world, shapes):
     return out.value
 
 
+def _membership_args(group_or_bootstrap, membership, max_world, join_timeout_ms):
+    """Buffer(membership=...)'s arguments, checked before anything is made."""
+    from .membership import Membership
+    if not isinstance(membership, Membership):
+        raise InvalidArgument("Buffer: invalid argument membership: %r, expected an "
+                              "elasticep.Membership" % (membership,), -1, "EEP_ERR_INVALID_ARG")
+    if group_or_bootstrap is not None:
+        raise InvalidArgument("Buffer: invalid argument group_or_bootstrap: with membership= the "
+                              "views give rank and world; pass None", -1, "EEP_ERR_INVALID_ARG")
+    if not isinstance(max_world, int) or not 1 <= max_world <= _lib.MAX_RANKS:
+        raise InvalidArgument("Buffer: invalid argument max_world: %r, expected 1..%d with "
+                              "membership= (the most ranks a view may hold: it sizes the window)"
+                              % (max_world, _lib.MAX_RANKS), -1, "EEP_ERR_INVALID_ARG")
+    if not isinstance(join_timeout_ms, int) or join_timeout_ms < 0:
+        raise InvalidArgument("Buffer: invalid argument join_timeout_ms: %r, expected an int >= 0"
+                              % (join_timeout_ms,), -1, "EEP_ERR_INVALID_ARG")
+
+
 def _dtype_code(dt):
     if dt in ("bf16", "bfloat16"):
         return _lib.DTYPE_BF16
@@ -93,9 +111,11 @@ class Buffer:
     def __init__(self, group_or_bootstrap=None, num_max_tokens_per_rank=128, hidden=1024,
                  num_topk=8, num_experts=64, *, dtypes=("bf16",), extra_hidden=(),
                  expert_alignment=1, num_sms=0, comm_stream=False, window_bytes=0,
-                 timeout_ms=0):
+                 timeout_ms=0, membership=None, max_world=0, join_timeout_ms=0):
         _checks.shape_args(num_max_tokens_per_rank, hidden, num_topk, num_experts,
                            expert_alignment)
+        if membership is not None:
+            _membership_args(group_or_bootstrap, membership, max_world, join_timeout_ms)
         t = torch()
         if not t.cuda.is_available():
             raise NoDevice("Buffer: no CUDA device is visible to torch (EEP_ERR_NO_DEVICE): "
@@ -112,28 +132,39 @@ class Buffer:
         self._retired = []
         self._rt = ctypes.c_void_p(None)
         self._bs = ctypes.c_void_p(None)
-        self._bootstrap(group_or_bootstrap)
-        self.rank = self._lib.eep_bootstrap_rank(self._bs)
-        self.world = self._lib.eep_bootstrap_nranks(self._bs)
-        if num_experts % self.world:
+        self.membership = membership
+        self.info = None  # the last MembershipInfo (with a membership)
+        if membership is None:
+            self._bootstrap(group_or_bootstrap)
+            self.rank = self._lib.eep_bootstrap_rank(self._bs)
+            self.world = self._lib.eep_bootstrap_nranks(self._bs)
+        else:  # rank and world come with each view (membership_sync)
+            self.rank, self.world = -1, max_world
+        if membership is None and num_experts % self.world:
             raise InvalidArgument("Buffer: invalid argument num_experts: %d is not divisible by "
                                   "%d ranks" % (num_experts, self.world), -1, "EEP_ERR_INVALID_ARG")
-        self.num_local = num_experts // self.world
+        self.num_local = num_experts // self.world if membership is None else 0
         codes = sorted({_dtype_code(d) for d in dtypes} | {_lib.DTYPE_BF16})
         shapes = [(num_max_tokens_per_rank, h, num_topk, num_experts,
                    "fp8" if c == _lib.DTYPE_FP8_E4M3 else "bf16")
                   for h in [hidden] + list(extra_hidden) for c in codes]
         self.window_bytes = window_bytes or window_size(self.world, shapes)
         p = _lib.RuntimeParams(ctypes.sizeof(_lib.RuntimeParams), self._bs.value, None,
-                               self.device.index, self.window_bytes, timeout_ms, 0)
+                               self.device.index, self.window_bytes, timeout_ms, 0,
+                               membership.provider() if membership is not None else None,
+                               join_timeout_ms)
         _lib.check(self._lib.eep_runtime_create(ctypes.byref(p), ctypes.byref(self._rt)),
                    "Buffer: eep_runtime_create")
-        arr = (_lib.ShapeDesc * len(shapes))()
+        self._shapes = (_lib.ShapeDesc * len(shapes))()
         for i, (tk, h, k, e, dt) in enumerate(shapes):
-            arr[i] = _lib.ShapeDesc(tk, h, k, e, _dtype_code(dt))
-        _lib.check(self._lib.eep_ep_reserve(self._rt, arr, len(shapes)), "Buffer: eep_ep_reserve")
-        self.rows_max = self._lib.eep_ep_recv_rows_max(self.world, num_max_tokens_per_rank,
-                                                       num_topk, num_experts, expert_alignment)
+            self._shapes[i] = _lib.ShapeDesc(tk, h, k, e, _dtype_code(dt))
+        if membership is None:
+            self._reserve()
+            self.rows_max = self._lib.eep_ep_recv_rows_max(self.world, num_max_tokens_per_rank,
+                                                           num_topk, num_experts,
+                                                           expert_alignment)
+        else:  # the runtime applied the first view: take it (rank, world, placement)
+            self.membership_sync(_first=True)
         self.comm_stream = t.cuda.Stream(device=self.device) if comm_stream else None
 
     def _bootstrap(self, g):
@@ -379,11 +410,60 @@ class Buffer:
         """Raise the runtime's pending fault (peer timeout, device fault), if any."""
         _lib.check(self._lib.eep_poll(self._rt), "poll")
 
-    def membership_sync(self):
-        """Hook for the membership calls (include/eep/membership.h: views reach the runtime
-        through an ops table); libeep exports no such call yet, so this raises."""
-        raise NotImplementedError("membership_sync: libeep has no membership call to bind yet "
-                                  "(the runtime's view application is not exported)")
+    def _reserve(self):
+        _lib.check(self._lib.eep_ep_reserve(self._rt, self._shapes, len(self._shapes)),
+                   "Buffer: eep_ep_reserve")
+
+    def membership_sync(self, _first=False):
+        """Between steps (no call of this Buffer in flight): take the newest membership view and
+        apply it in place (eep_membership_sync: shrink for removals, a fresh communicator for
+        additions).  Returns a MembershipInfo; when .changed, rank, world and the experts this
+        rank holds (.local_experts, global ids by local slot) may differ, handles of the old
+        view are refused (GroupLost), and the Buffer's sizes follow the new view.  .fenced: this
+        rank is not in the view or lost its lease (no communicator; keep syncing).  Needs
+        Buffer(membership=...)."""
+        if self.membership is None:
+            raise InvalidArgument("membership_sync: invalid argument: this Buffer was made "
+                                  "without membership= (elasticep.Membership)", -1,
+                                  "EEP_ERR_INVALID_ARG")
+        from .membership import MembershipInfoT, info_from_struct
+        changed = ctypes.c_int(0)
+        s = MembershipInfoT()
+        s.size = ctypes.sizeof(MembershipInfoT)
+        st = self._lib.eep_membership_sync(self._rt, ctypes.byref(changed), ctypes.addressof(s))
+        fenced = st in (_lib.STATUS_FENCED, _lib.STATUS_LEASE_LOST)
+        if not fenced:
+            _lib.check(st, "membership_sync")
+        info = info_from_struct(s, changed.value or _first, fenced)
+        self.info = info
+        if not fenced and (info.changed or _first):
+            self.rank, self.world = info.rank, info.world
+            self.num_local = len(info.local_experts)
+            place = (ctypes.c_int32 * (2 * len(info.placement)))(
+                *[v for rs in info.placement for v in rs]) if info.placement else None
+            self.rows_max = self._lib.eep_ep_recv_rows_max_placed(
+                self.world, self.max_tokens, self.num_topk, self.num_experts, self.alignment,
+                ctypes.cast(place, ctypes.c_void_p) if place is not None else None)
+            if self.rows_max < 0:
+                raise InvalidArgument("membership_sync: the view's placement gives no row bound "
+                                      "(eep_ep_recv_rows_max_placed %d)" % self.rows_max, -1,
+                                      "EEP_ERR_INVALID_ARG")
+            self._reserve()  # shapes are reserved per view (eep_ep_reserve)
+        return info
+
+    def membership_fault(self, phase):
+        """After a call raised PeerLost: mark the peer dead (degraded mode) and report it to the
+        control plane once, so that a view without it follows (eep_membership_fault).  phase:
+        "dispatch", "combine" or "barrier".  Returns False when there was no fault to report."""
+        if phase not in ("dispatch", "combine", "barrier"):
+            raise InvalidArgument("membership_fault: invalid argument phase: %r, expected "
+                                  "\"dispatch\", \"combine\" or \"barrier\"" % (phase,), -1,
+                                  "EEP_ERR_INVALID_ARG")
+        st = self._lib.eep_membership_fault(self._rt, phase.encode())
+        if st == _lib.STATUS_NOT_FOUND:
+            return False
+        _lib.check(st, "membership_fault")
+        return True
 
     def destroy(self):
         if self._rt:

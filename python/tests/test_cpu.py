@@ -7,7 +7,9 @@
 - window_size (the window-size hint) matches libeep's arithmetic and names bad fields;
 - the argument checks (dtype, shape, contiguity, alignment, device, mode) raise InvalidArgument
   naming the argument before any launch, on fake tensors;
-- without a GPU the Buffer raises a clear exception (NoDevice, or ImportError without torch).
+- without a GPU the Buffer raises a clear exception (NoDevice, or ImportError without torch);
+- elasticep.Membership: the agent's structs, MembershipInfo decoding, argument checks, and a
+  real member in a real etcd on 127.0.0.1 (registered under the job's prefix, gone on close).
 """
 import ctypes
 import os
@@ -16,8 +18,15 @@ import sys
 import tempfile
 import unittest
 
+import base64
+import json
+import shutil
+import socket
+import time
+import urllib.request
+
 import elasticep
-from elasticep import _checks, _lib, errors
+from elasticep import _checks, _lib, errors, membership
 
 ROOT = os.environ.get("ELASTICEP_SOURCE_ROOT") or os.path.join(os.path.dirname(__file__), "..", "..")
 
@@ -67,11 +76,16 @@ class TestStructLayout(unittest.TestCase):
 
     STRUCTS = {"eep_dispatch_args_t": _lib.DispatchArgs, "eep_combine_args_t": _lib.CombineArgs,
                "eep_ep_shape_desc_t": _lib.ShapeDesc, "eep_bootstrap_params_t": _lib.BootstrapParams,
-               "eep_runtime_params_t": _lib.RuntimeParams, "eep_runtime_info_t": _lib.RuntimeInfo}
+               "eep_runtime_params_t": _lib.RuntimeParams, "eep_runtime_info_t": _lib.RuntimeInfo,
+               "eep_membership_info_t": membership.MembershipInfoT,
+               "eep_expert_place_t": membership.ExpertPlace, "eep_membership_t": membership.MembershipT,
+               "eep_agent_params_t": membership.AgentParams,
+               "eep_agent_membership_params_t": membership.AgentMembershipParams}
 
     def test_layouts_match_c(self):
         lines = ['#include <stdio.h>', '#include <stddef.h>', '#include "eep/eep.h"',
-                 '#include "eep/ep.h"', "int main(void) {"]
+                 '#include "eep/ep.h"', '#include "eep/membership.h"',
+                 '#include "control/agent/agent_membership.h"', "int main(void) {"]
         for cname, py in self.STRUCTS.items():
             lines.append('printf("%s sizeof %%zu\\n", sizeof(%s));' % (cname, cname))
             for f, _ in py._fields_:
@@ -82,7 +96,7 @@ class TestStructLayout(unittest.TestCase):
             with open(src, "w") as fh:
                 fh.write("\n".join(lines))
             cc = os.environ.get("CC", "cc")
-            r = subprocess.run([cc, "-I", os.path.join(ROOT, "include"), src, "-o", exe],
+            r = subprocess.run([cc, "-I", os.path.join(ROOT, "include"), "-I", ROOT, src, "-o", exe],
                                capture_output=True, text=True)
             self.assertEqual(r.returncode, 0, r.stderr)
             got = subprocess.run([exe], capture_output=True, text=True).stdout.split("\n")
@@ -233,6 +247,203 @@ class TestNoGpu(unittest.TestCase):
     def test_bad_args_raise_before_torch(self):
         with self.assertRaises(errors.InvalidArgument):
             elasticep.Buffer(None, 128, 1020, 8, 64)
+
+
+class TestMembershipInfo(unittest.TestCase):
+    def test_decoding_copies_the_arrays(self):
+        local = (ctypes.c_int32 * 3)(4, 5, 6)
+        place = (membership.ExpertPlace * 7)(*[(r, sl) for r, sl in
+                                               [(0, 0), (0, 1), (0, 2), (0, 3), (1, 0), (1, 1),
+                                                (1, 2)]])
+        s = membership.MembershipInfoT(ctypes.sizeof(membership.MembershipInfoT), 9, 1, 2, 7, 3,
+                                       local, place, 1, 4, b"shrink", 12.5)
+        info = membership.info_from_struct(s, 1)
+        local[0] = 99  # a copy: libeep's arrays live only until the next sync
+        self.assertTrue(info.changed and info.degraded and not info.fenced)
+        self.assertEqual((info.epoch, info.rank, info.world, info.num_experts), (9, 1, 2, 7))
+        self.assertEqual(info.local_experts, [4, 5, 6])
+        self.assertEqual(info.placement[4], (1, 0))
+        self.assertEqual((info.n_lost, info.action, info.apply_ms), (4, "shrink", 12.5))
+        empty = membership.info_from_struct(membership.MembershipInfoT(), 0, fenced=True)
+        self.assertEqual((empty.local_experts, empty.placement, empty.action), ([], [], "none"))
+        self.assertTrue(empty.fenced and not empty.changed)
+
+
+class TestMembershipArgs(unittest.TestCase):
+    def test_membership_args(self):
+        for kw, needle in (({"lease_ttl_s": -1}, "lease_ttl_s"), ({"job": ""}, "job"),
+                           ({"endpoint": 3}, "endpoint")):
+            with self.assertRaises(errors.InvalidArgument) as cm:
+                elasticep.Membership(**kw)
+            self.assertIn(needle, str(cm.exception))
+
+    def test_buffer_membership_args_before_torch(self):
+        with self.assertRaises(errors.InvalidArgument) as cm:
+            elasticep.Buffer(None, 128, 1024, 8, 64, membership="agent", max_world=4)
+        self.assertIn("membership", str(cm.exception))
+        fake = membership.Membership.__new__(membership.Membership)  # no agent behind it
+        for kw, needle in (({"max_world": 0}, "max_world"),
+                           ({"max_world": 4, "join_timeout_ms": -1}, "join_timeout_ms")):
+            with self.assertRaises(errors.InvalidArgument) as cm:
+                elasticep.Buffer(None, 128, 1024, 8, 64, membership=fake, **kw)
+            self.assertIn(needle, str(cm.exception))
+        with self.assertRaises(errors.InvalidArgument) as cm:
+            elasticep.Buffer("env", 128, 1024, 8, 64, membership=fake, max_world=4)
+        self.assertIn("group_or_bootstrap", str(cm.exception))
+
+
+class _StandInLib:
+    """A stand-in for libeep's GPU runtime (not under test here): eep_membership_sync writes a
+    view's info as libeep would; the Buffer's marshalling and bookkeeping are what is tested."""
+
+    def __init__(self, status=0):
+        self.status, self.reserved, self.rows_args = status, 0, None
+        self.local = (ctypes.c_int32 * 2)(5, 6)
+        self.place = (membership.ExpertPlace * 7)(*[(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (2, 0),
+                                                    (2, 1)])
+
+    def eep_membership_sync(self, rt, changed_p, addr):
+        s = membership.MembershipInfoT.from_address(addr)
+        assert s.size == ctypes.sizeof(membership.MembershipInfoT)
+        s.epoch, s.rank, s.world, s.num_experts, s.num_local = 7, 2, 3, 7, 2
+        s.local_experts = ctypes.cast(self.local, ctypes.POINTER(ctypes.c_int32))
+        s.placement = ctypes.cast(self.place, ctypes.POINTER(membership.ExpertPlace))
+        s.action = b"shrink"
+        changed_p._obj.value = 1
+        return self.status
+
+    def eep_ep_recv_rows_max_placed(self, world, t, k, e, align, place):
+        pairs = ctypes.cast(place, ctypes.POINTER(ctypes.c_int32))
+        self.rows_args = (world, t, k, e, align, [pairs[i] for i in range(14)])
+        return 1234
+
+    def eep_ep_reserve(self, rt, shapes, n):
+        self.reserved += 1
+        return 0
+
+
+class TestBufferMembershipSync(unittest.TestCase):
+    def _buffer(self, lib):
+        b = elasticep.Buffer.__new__(elasticep.Buffer)
+        b._lib, b._rt, b.membership, b.info = lib, ctypes.c_void_p(0x20), object(), None
+        b.max_tokens, b.num_topk, b.num_experts, b.alignment = 16, 2, 7, 1
+        b._shapes = (_lib.ShapeDesc * 1)()
+        b.rank, b.world, b.num_local, b.rows_max = -1, 4, 0, 0
+        return b
+
+    def test_a_view_resizes_the_buffer(self):
+        lib = _StandInLib()
+        b = self._buffer(lib)
+        info = b.membership_sync()
+        self.assertTrue(info.changed and not info.fenced)
+        self.assertEqual((b.rank, b.world, b.num_local, b.rows_max), (2, 3, 2, 1234))
+        self.assertEqual(info.local_experts, [5, 6])
+        self.assertEqual(lib.rows_args, (3, 16, 2, 7, 1, [0, 0, 0, 1, 0, 2, 1, 0, 1, 1, 2, 0, 2, 1]))
+        self.assertEqual(lib.reserved, 1)  # shapes reserved again for the view
+
+    def test_fenced_is_an_answer_not_an_error(self):
+        lib = _StandInLib(status=_lib.STATUS_FENCED)
+        b = self._buffer(lib)
+        info = b.membership_sync()
+        self.assertTrue(info.fenced)
+        self.assertEqual((b.rank, b.world, lib.reserved), (-1, 4, 0))  # nothing taken from it
+
+    def test_without_membership(self):
+        b = self._buffer(_StandInLib())
+        b.membership = None
+        with self.assertRaises(errors.InvalidArgument):
+            b.membership_sync()
+        with self.assertRaises(errors.InvalidArgument):
+            elasticep.Buffer.membership_fault(b, "forward")
+
+def _free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def _etcd_keys(url, prefix):
+    key = base64.b64encode(prefix.encode()).decode()
+    end = base64.b64encode(prefix[:-1].encode() + bytes([prefix.encode()[-1] + 1])).decode()
+    req = urllib.request.Request(url + "/v3/kv/range", data=json.dumps(
+        {"key": key, "range_end": end, "keys_only": True}).encode(), method="POST")
+    with urllib.request.urlopen(req, timeout=5) as r:
+        kvs = json.load(r).get("kvs", [])
+    return [base64.b64decode(kv["key"]).decode() for kv in kvs]
+
+
+class TestMembershipEtcd(unittest.TestCase):
+    """A real member: libeep_agent.so against a real etcd on 127.0.0.1 (bounded, stopped)."""
+
+    def setUp(self):
+        etcd = shutil.which("etcd")
+        if etcd is None:
+            self.skipTest("no etcd binary on PATH (scripts/deps.sh test installs it)")
+        try:
+            membership.agent_lib()
+        except errors.LibraryNotFound as e:
+            self.skipTest("libeep_agent.so is not loadable here: %s" % e)
+        self.dir = tempfile.mkdtemp(prefix="eep-py-etcd-")
+        cport, pport = _free_port(), _free_port()
+        self.url = "http://127.0.0.1:%d" % cport
+        self.proc = subprocess.Popen(
+            [etcd, "--data-dir", os.path.join(self.dir, "data"), "--listen-client-urls", self.url,
+             "--advertise-client-urls", self.url, "--listen-peer-urls",
+             "http://127.0.0.1:%d" % pport, "--initial-advertise-peer-urls",
+             "http://127.0.0.1:%d" % pport, "--initial-cluster",
+             "default=http://127.0.0.1:%d" % pport],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        end = time.time() + 20
+        while time.time() < end:
+            try:
+                urllib.request.urlopen(self.url + "/health", timeout=1).read()
+                break
+            except Exception:
+                time.sleep(0.1)
+        else:
+            self.tearDown()
+            self.fail("etcd did not answer on %s within 20 s" % self.url)
+        self.env = {k: os.environ.get(k) for k in ("EEP_ETCD_ENDPOINTS", "EEP_JOB")}
+        os.environ["EEP_ETCD_ENDPOINTS"] = self.url.replace("http://", "")
+        os.environ["EEP_JOB"] = "py-membership-%d" % os.getpid()
+
+    def tearDown(self):
+        if getattr(self, "env", None):
+            for k, v in self.env.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        if getattr(self, "proc", None):
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        shutil.rmtree(getattr(self, "dir", ""), ignore_errors=True)
+
+    def test_member_registers_and_leaves(self):
+        job = os.environ["EEP_JOB"]
+        m = elasticep.Membership(job=job, lease_ttl_s=5)
+        mid = m.member_id
+        self.assertTrue(mid)
+        self.assertIn("/eep/%s/members/%s" % (job, mid), _etcd_keys(self.url, "/eep/%s/" % job))
+        self.assertTrue(m.provider().value)
+        m.close()
+        self.assertNotIn("/eep/%s/members/%s" % (job, mid),
+                         _etcd_keys(self.url, "/eep/%s/" % job))
+        with self.assertRaises(errors.InvalidArgument):
+            m.provider()
+
+    def test_no_etcd_is_a_control_plane_error(self):
+        os.environ["EEP_ETCD_ENDPOINTS"] = "127.0.0.1:%d" % _free_port()
+        t0 = time.time()
+        with self.assertRaises(errors.ControlPlaneError):
+            elasticep.Membership(job=os.environ["EEP_JOB"], lease_ttl_s=3)
+        self.assertLess(time.time() - t0, 30)
 
 
 if __name__ == "__main__":
