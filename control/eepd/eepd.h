@@ -184,18 +184,56 @@ typedef struct eepd {
 } eepd_t;
 
 /* eepd.c */
-eep_status_t   eepd_create(const eepd_config_t *cfg, int with_etcd, eepd_t **eepd_p);
-void           eepd_destroy(eepd_t *eepd);
-eep_status_t   eepd_run(eepd_t *eepd);
-int64_t        eepd_now_ms(void);
-eepd_member_t *eepd_member_find(eepd_t *eepd, const char *id);
-int            eepd_idset_has(const eepd_idset_t *set, const char *id);
-void           eepd_key(const eepd_t *eepd, char *buf, size_t len, const char *fmt, ...)
+eep_status_t eepd_create(const eepd_config_t *cfg, int with_etcd, eepd_t **eepd_p);
+void         eepd_destroy(eepd_t *eepd);
+eep_status_t eepd_run(eepd_t *eepd);
+int64_t      eepd_now_ms(void);
+void         eepd_key(const eepd_t *eepd, char *buf, size_t len, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
+/* eepd_mirror.c */
+eepd_member_t *eepd_member_find(eepd_t *eepd, const char *id);
+int            eepd_idset_has(const eepd_idset_t *set, const char *id);
+/** @return 1 if @p id was in @p set (now removed). */
+int eepd_idset_del(eepd_idset_t *set, const char *id);
+/** Empty @p set and free its storage. */
+void eepd_idset_clear(eepd_idset_t *set);
+/** Drop member @p id from the table (no-op if absent). */
+void eepd_member_remove(eepd_t *eepd, const char *id);
+void eepd_members_clear(eepd_t *eepd);
+/** @return 1 if @p id is a member of the current view. */
+int eepd_in_view(const eepd_t *eepd, const char *id);
+/** Membership changed for @p reason: start (or extend) the settle window; @p urgent skips it. */
+void eepd_note_change(eepd_t *eepd, const char *reason, int urgent);
+/** view/current seen at @p mod_rev (@p value NULL: absent): adopt it, or mark it for repair. */
+void eepd_adopt_view(eepd_t *eepd, const uint8_t *value, size_t len, int64_t mod_rev);
+/** One key under our prefix changed (EEPD_EV_PUT / EEPD_EV_DELETE), or was read at startup. */
+void eepd_apply(eepd_t *eepd, int type, const char *key, const uint8_t *value, size_t len,
+                int64_t create_rev, int64_t mod_rev);
+
+/* eepd_watch.c */
+/** The replica lease's keepalive callback (etcd's thread): queues EEPD_EV_LEASE_LOST. */
+void eepd_on_lease_lost(int64_t lease, eep_status_t status, void *arg);
+/** On the loop: apply the queued etcd events in order (held while a sync is in flight). */
+void eepd_drain_events(eepd_t *eepd);
+/** Queue a sync: read the whole prefix, then watch it from the next revision. */
+void eepd_sync(eepd_t *eepd);
 /** @return 1 when etcd answers: the mirror is live, the loop's last call got through, and our
  * lease's last keepalive answer is under 2/3 TTL old (what Health reports as etcd_ok). */
 int eepd_etcd_ok(eepd_t *eepd);
+
+/* eepd_election.c */
+/** Queue a campaign for the leader key (granting the replica lease first if there is none). */
+void eepd_campaign(eepd_t *eepd);
+/** After a publish lost its race: whether we still lead, and the current view, from its reads. */
+void eepd_refresh_apply(eepd_t *eepd, eepd_job_t *job);
+
+/* eepd_publish.c */
+/** Build the next view and queue its Txn: EEP_INPROGRESS, or EEP_OK when nothing is to be
+ * published (@p force: publish even if the ranks are unchanged), or an error. */
+eep_status_t eepd_publish(eepd_t *eepd, int force);
+/** The leader acts on the newest fault report: evict the suspect. */
+void eepd_handle_faults(eepd_t *eepd);
 
 /* eepd_jobs.c */
 eep_status_t eepd_jobs_start(eepd_t *eepd);

@@ -5,10 +5,12 @@
 #   $(BUILD)/lib/libeepd.a       eepd's logic, shared by the daemon, its tests and the fuzzer
 #   $(BUILD)/bin/eepd, eepctl, eep-agent
 CONTROL_SRCS += control/rpc/rpc_server.c
-AGENT_SRCS   += control/agent/agent.c
+AGENT_SRCS   += control/agent/agent.c control/agent/agent_lease.c control/agent/agent_view.c
 AGENT_SRCS   += control/agent/agent_bootstrap.c control/agent/agent_knobs.c \
                 control/agent/agent_membership.c
-EEPD_SRCS    := control/eepd/eepd.c control/eepd/eepd_api.c control/eepd/eepd_view.c \
+EEPD_SRCS    := control/eepd/eepd.c control/eepd/eepd_mirror.c control/eepd/eepd_watch.c \
+                control/eepd/eepd_election.c control/eepd/eepd_publish.c \
+                control/eepd/eepd_api.c control/eepd/eepd_view.c \
                 control/eepd/eepd_jobs.c \
                 control/eepd/eepd_metrics.c control/eepd/eepd_knobs.c \
                 control/tool/http_page.c
