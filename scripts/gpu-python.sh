@@ -17,6 +17,9 @@
 #   train   python/examples/train_moe.py at one rank (ElasticEP and the torch reference, 300
 #           steps) and --fp8
 #   train2  the example at 2 ranks (150 steps)
+#   members python/tests/gpu_membership.py: etcd + eepd, 3 Python ranks with elasticep.Membership,
+#           a SIGKILL (shrink) and a newcomer (grow); needs build/device-bundle.tar.xz carried
+#           (scripts/device-bundle.sh: etcd, eepd, libeep_agent.so); not in the default parts
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root" || exit 1
@@ -84,6 +87,23 @@ py_path() {
     fi
 }
 
+members() { # the membership path: the bundle's etcd, eepd and agent library
+    local b=/tmp/eep-py-bundle rc
+    [ -f build/device-bundle.tar.xz ] ||
+        { echo "members: no build/device-bundle.tar.xz (scripts/device-bundle.sh, carried)"; return 1; }
+    rm -rf "$b" && mkdir -p "$b" && tar -C "$b" -xJf build/device-bundle.tar.xz || return 1
+    [ -f "$b/lib/libeep_agent.so" ] ||
+        { echo "members: the bundle has no lib/libeep_agent.so: run scripts/device-bundle.sh again"; return 1; }
+    LD_LIBRARY_PATH=$b/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} \
+        ELASTICEP_AGENT_LIBRARY=$b/lib/libeep_agent.so \
+        scripts/one-gpu-cluster.sh --ranks 1 --no-mps --timeout 280 --logs "$out/members" -- \
+        python3 "$root/python/tests/gpu_membership.py" --eepd-bin "$b/build/bin/eepd" \
+        --etcd-bin "$b/bin/etcd" --work "$out/members-work"
+    rc=$?
+    grep -hE "^(PASS|FAIL|RESULT)" "$out/members"/rank*.log 2>/dev/null
+    return $rc
+}
+
 cluster() { # N, then the command
     local n=$1
     shift
@@ -110,6 +130,7 @@ for part in "${parts[@]}"; do
                python3 python/examples/train_moe.py --steps 300 --fp8' ;;
     train2) py_path; run_part train2 300 cluster 2 python3 "$root/python/examples/train_moe.py" \
                 --steps 150 ;;
+    members) py_path; run_part members 300 members ;;
     *) echo "gpu-python.sh: unknown part '$part'" >&2; exit 2 ;;
     esac
 done
