@@ -194,13 +194,11 @@ def _candidates():
     yield "libeep.so"
 
 
-def lib():
-    """The loaded libeep, its functions typed; raises LibraryNotFound with every path tried."""
-    global _lib
-    if _lib is not None:
-        return _lib
+def open_first(candidates, funcs):
+    """The first of @candidates (paths, or bare names for the loader's search) that loads, with
+    @funcs ({name: (restype, argtypes)}) typed; (handle, None), or (None, every path tried)."""
     tried = []
-    for path in _candidates():
+    for path in candidates:
         if os.sep in path and not os.path.exists(path):
             tried.append(path + " (missing)")
             continue
@@ -209,14 +207,24 @@ def lib():
         except OSError as e:
             tried.append("%s (%s)" % (path, e))
             continue
-        for name, (res, args) in _FUNCS.items():
+        for name, (res, args) in funcs.items():
             fn = getattr(handle, name)
             fn.restype = res
             fn.argtypes = args
+        return handle, None
+    return None, "; ".join(tried)
+
+
+def lib():
+    """The loaded libeep, its functions typed; raises LibraryNotFound with every path tried."""
+    global _lib
+    if _lib is None:
+        handle, tried = open_first(_candidates(), _FUNCS)
+        if handle is None:
+            raise errors.LibraryNotFound("libeep.so not found; set ELASTICEP_LIBRARY or build it "
+                                         "with `make` (tried: %s)" % tried)
         _lib = handle
-        return _lib
-    raise errors.LibraryNotFound("libeep.so not found; set ELASTICEP_LIBRARY or build it with "
-                                 "`make` (tried: %s)" % "; ".join(tried))
+    return _lib
 
 
 def check(status, what):

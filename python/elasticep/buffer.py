@@ -12,6 +12,7 @@ import socket
 
 from . import _checks, _lib
 from .errors import InvalidArgument, NoDevice
+from .membership import Membership, MembershipInfoT, info_from_struct
 
 _torch = None
 
@@ -42,7 +43,6 @@ def window_size(world, shapes):
 
 def _membership_args(group_or_bootstrap, membership, max_world, join_timeout_ms):
     """Buffer(membership=...)'s arguments, checked before anything is made."""
-    from .membership import Membership
     if not isinstance(membership, Membership):
         raise InvalidArgument("Buffer: invalid argument membership: %r, expected an "
                               "elasticep.Membership" % (membership,), -1, "EEP_ERR_INVALID_ARG")
@@ -426,7 +426,6 @@ class Buffer:
             raise InvalidArgument("membership_sync: invalid argument: this Buffer was made "
                                   "without membership= (elasticep.Membership)", -1,
                                   "EEP_ERR_INVALID_ARG")
-        from .membership import MembershipInfoT, info_from_struct
         changed = ctypes.c_int(0)
         s = MembershipInfoT()
         s.size = ctypes.sizeof(MembershipInfoT)

@@ -138,28 +138,15 @@ def _agent_candidates():
 def agent_lib():
     """libeep_agent.so, its functions typed (libeep first: it needs libeep.so.0)."""
     global _agent
-    if _agent is not None:
-        return _agent
-    _lib.lib()
-    tried = []
-    for path in _agent_candidates():
-        if os.sep in path and not os.path.exists(path):
-            tried.append(path + " (missing)")
-            continue
-        try:
-            handle = ctypes.CDLL(path)
-        except OSError as e:
-            tried.append("%s (%s)" % (path, e))
-            continue
-        for name, (res, args) in _AGENT_FUNCS.items():
-            fn = getattr(handle, name)
-            fn.restype = res
-            fn.argtypes = args
+    if _agent is None:
+        _lib.lib()
+        handle, tried = _lib.open_first(_agent_candidates(), _AGENT_FUNCS)
+        if handle is None:
+            raise errors.LibraryNotFound("libeep_agent.so (the control plane's agent) not found; "
+                                         "set ELASTICEP_AGENT_LIBRARY or build it with `make` "
+                                         "(tried: %s)" % tried)
         _agent = handle
-        return _agent
-    raise errors.LibraryNotFound("libeep_agent.so (the control plane's agent) not found; set "
-                                 "ELASTICEP_AGENT_LIBRARY or build it with `make` (tried: %s)"
-                                 % "; ".join(tried))
+    return _agent
 
 
 class Membership:
