@@ -78,16 +78,21 @@ static eep_nccl_result_t eep_gin_finalize(void *ctx)
 
 /* The entry points that touch a comm's CUDA objects run with its work context pushed (gin_cuda.c):
  * our streams live there, and the caller's thread keeps its own context. */
+#define EEP_GIN_IN_WORK_CONTEXT(_comm, _call)                                                      \
+    do {                                                                                           \
+        eep_gin_cuda_scope_t scope_;                                                               \
+        eep_nccl_result_t    res_;                                                                 \
+                                                                                                   \
+        eep_gin_cuda_enter((_comm), &scope_);                                                      \
+        res_ = (_call);                                                                            \
+        eep_gin_cuda_leave(&scope_);                                                               \
+        return res_;                                                                               \
+    } while (0)
 static eep_nccl_result_t eep_gin_reg_mr_sym_in(void *coll_comm, void *data, size_t size, int type,
                                                uint64_t mr_flags, void **mhandle, void **gin_handle)
 {
-    eep_gin_cuda_scope_t scope;
-    eep_nccl_result_t    res;
-
-    eep_gin_cuda_enter(coll_comm, &scope);
-    res = eep_gin_reg_mr_sym(coll_comm, data, size, type, mr_flags, mhandle, gin_handle);
-    eep_gin_cuda_leave(&scope);
-    return res;
+    EEP_GIN_IN_WORK_CONTEXT(
+        coll_comm, eep_gin_reg_mr_sym(coll_comm, data, size, type, mr_flags, mhandle, gin_handle));
 }
 
 static eep_nccl_result_t eep_gin_reg_mr_sym_dmabuf_in(void *coll_comm, void *data, size_t size,
@@ -102,37 +107,20 @@ static eep_nccl_result_t eep_gin_reg_mr_sym_dmabuf_in(void *coll_comm, void *dat
 
 static eep_nccl_result_t eep_gin_dereg_mr_sym_in(void *coll_comm, void *mhandle)
 {
-    eep_gin_cuda_scope_t scope;
-    eep_nccl_result_t    res;
-
-    eep_gin_cuda_enter(coll_comm, &scope);
-    res = eep_gin_dereg_mr_sym(coll_comm, mhandle);
-    eep_gin_cuda_leave(&scope);
-    return res;
+    EEP_GIN_IN_WORK_CONTEXT(coll_comm, eep_gin_dereg_mr_sym(coll_comm, mhandle));
 }
 
 static eep_nccl_result_t eep_gin_close_coll_in(void *coll_comm)
 {
-    eep_gin_cuda_scope_t scope;
-    eep_nccl_result_t    res;
-
-    eep_gin_cuda_enter(coll_comm, &scope);
-    res = eep_gin_close_coll(coll_comm);
-    eep_gin_cuda_leave(&scope);
-    return res;
+    EEP_GIN_IN_WORK_CONTEXT(coll_comm, eep_gin_close_coll(coll_comm));
 }
 
 static eep_nccl_result_t eep_gin_iput_in(void *coll_comm, uint64_t src_off, void *src_mhandle,
                                          size_t size, uint64_t dst_off, void *dst_mhandle,
                                          uint32_t rank, void **request)
 {
-    eep_gin_cuda_scope_t scope;
-    eep_nccl_result_t    res;
-
-    eep_gin_cuda_enter(coll_comm, &scope);
-    res = eep_gin_iput(coll_comm, src_off, src_mhandle, size, dst_off, dst_mhandle, rank, request);
-    eep_gin_cuda_leave(&scope);
-    return res;
+    EEP_GIN_IN_WORK_CONTEXT(coll_comm, eep_gin_iput(coll_comm, src_off, src_mhandle, size, dst_off,
+                                                    dst_mhandle, rank, request));
 }
 
 static eep_nccl_result_t eep_gin_iput_signal_in(void *coll_comm, uint64_t src_off,
@@ -142,36 +130,20 @@ static eep_nccl_result_t eep_gin_iput_signal_in(void *coll_comm, uint64_t src_of
                                                 uint64_t signal_value, uint32_t signal_op,
                                                 void **request)
 {
-    eep_gin_cuda_scope_t scope;
-    eep_nccl_result_t    res;
-
-    eep_gin_cuda_enter(coll_comm, &scope);
-    res = eep_gin_iput_signal(coll_comm, src_off, src_mhandle, size, dst_off, dst_mhandle, rank,
-                              signal_off, signal_mhandle, signal_value, signal_op, request);
-    eep_gin_cuda_leave(&scope);
-    return res;
+    EEP_GIN_IN_WORK_CONTEXT(coll_comm,
+                            eep_gin_iput_signal(coll_comm, src_off, src_mhandle, size, dst_off,
+                                                dst_mhandle, rank, signal_off, signal_mhandle,
+                                                signal_value, signal_op, request));
 }
 
 static eep_nccl_result_t eep_gin_test_in(void *coll_comm, void *request, int *done)
 {
-    eep_gin_cuda_scope_t scope;
-    eep_nccl_result_t    res;
-
-    eep_gin_cuda_enter(coll_comm, &scope);
-    res = eep_gin_test(coll_comm, request, done);
-    eep_gin_cuda_leave(&scope);
-    return res;
+    EEP_GIN_IN_WORK_CONTEXT(coll_comm, eep_gin_test(coll_comm, request, done));
 }
 
 static eep_nccl_result_t eep_gin_progress_in(void *coll_comm)
 {
-    eep_gin_cuda_scope_t scope;
-    eep_nccl_result_t    res;
-
-    eep_gin_cuda_enter(coll_comm, &scope);
-    res = eep_gin_progress(coll_comm);
-    eep_gin_cuda_leave(&scope);
-    return res;
+    EEP_GIN_IN_WORK_CONTEXT(coll_comm, eep_gin_progress(coll_comm));
 }
 
 __attribute__((visibility("default"))) const eep_nccl_gin_v11_t ncclGinPlugin_v11 = {
