@@ -80,24 +80,32 @@ static inline eep_bootstrap_t *gpu_test_bootstrap(const char *name, int min_rank
     return bs;
 }
 
-static inline eep_runtime_t *gpu_test_runtime(eep_bootstrap_t *bs, void *comm)
+/* A runtime on @p bs (or adopting @p comm) with a window of @p window_bytes (0: the default). */
+static inline eep_runtime_t *gpu_test_runtime_window(eep_bootstrap_t *bs, void *comm,
+                                                     size_t window_bytes)
 {
     eep_runtime_params_t p;
     eep_runtime_t       *rt = NULL;
     eep_status_t         status;
 
     memset(&p, 0, sizeof(p));
-    p.size      = sizeof(p);
-    p.bootstrap = bs;
-    p.nccl_comm = comm;
-    p.device    = -1;
-    status      = eep_runtime_create(&p, &rt);
+    p.size         = sizeof(p);
+    p.bootstrap    = bs;
+    p.nccl_comm    = comm;
+    p.device       = -1;
+    p.window_bytes = window_bytes;
+    status         = eep_runtime_create(&p, &rt);
     if (status == EEP_ERR_NO_DEVICE) {
         printf("SKIP: no GPU\n");
         exit(77);
     }
     GPU_REQUIRE(status == EEP_OK, "eep_runtime_create: %s", eep_status_name(status));
     return rt;
+}
+
+static inline eep_runtime_t *gpu_test_runtime(eep_bootstrap_t *bs, void *comm)
+{
+    return gpu_test_runtime_window(bs, comm, 0);
 }
 
 static inline const eep_cuda_sym_t *gpu_test_cu(void)

@@ -131,25 +131,29 @@ int main(void)
     eep_ep_handle_t      *h  = NULL;
     eep_dispatch_args_t   a;
     bufs_t                b;
-    CUstream              st        = NULL;
-    void                 *lib       = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
-    int                   rank      = gpu_test_rank, i;
+    CUstream              st   = NULL;
+    void                 *lib  = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+    int                   rank = gpu_test_rank, nranks = eep_bootstrap_nranks(bs), i;
     size_t                out_bytes = (size_t)T_MAX * HIDDEN * 2;
     uint16_t             *eager = malloc(out_bytes), *again = malloc(out_bytes);
 
     memset(&rp, 0, sizeof(rp));
-    rp.size         = sizeof(rp);
-    rp.bootstrap    = bs;
-    rp.device       = -1;
-    rp.timeout_ms   = TIMEOUT_MS;
-    rp.window_bytes = (size_t)96 << 20;
+    rp.size       = sizeof(rp);
+    rp.bootstrap  = bs;
+    rp.device     = -1;
+    rp.timeout_ms = TIMEOUT_MS;
+    { /* sized for the job's rank count (gin-round runs this at 2, 4 and 8 ranks) */
+        const eep_ep_shape_desc_t shape = { T_MAX, HIDDEN, TOPK, EXPERTS, EEP_DTYPE_BF16 };
+
+        GPU_OK(eep_ep_window_size(nranks, &shape, 1, &rp.window_bytes));
+    }
     GPU_OK(eep_runtime_create(&rp, &rt));
     cu = gpu_test_cu();
     GPU_REQUIRE(lib != NULL, "dlopen libcuda.so.1");
     GPU_OK(eep_status_from_cu(cu->cuStreamCreate(&st, CU_STREAM_NON_BLOCKING), "stream"));
 
     memset(&b, 0, sizeof(b));
-    b.rows = eep_ep_recv_rows_max(2, T_MAX, TOPK, EXPERTS, ALIGN);
+    b.rows = eep_ep_recv_rows_max(nranks, T_MAX, TOPK, EXPERTS, ALIGN);
     GPU_OK(eep_status_from_cu(cu->cuMemAlloc(&b.x, out_bytes), "alloc"));
     GPU_OK(eep_status_from_cu(cu->cuMemAlloc(&b.idx, (size_t)T_MAX * TOPK * 4), "alloc"));
     GPU_OK(eep_status_from_cu(cu->cuMemAlloc(&b.w, (size_t)T_MAX * TOPK * 4), "alloc"));

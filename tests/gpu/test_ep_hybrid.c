@@ -85,6 +85,17 @@ static eep_ep_shape_t shape_of(int world)
     return s;
 }
 
+/* The window a runtime of @p world ranks needs for shape_of(world) (gin-round runs 2-8 ranks). */
+static size_t window_of(int world)
+{
+    const eep_ep_shape_t      s = shape_of(world);
+    const eep_ep_shape_desc_t d = { s.max_tokens, s.hidden, s.num_topk, s.num_experts, s.dtype };
+    size_t                    bytes = 0;
+
+    GPU_OK(eep_ep_window_size(world, &d, 1, &bytes));
+    return bytes;
+}
+
 static void bufs_make(const eep_cuda_sym_t *cu, bufs_t *b, int rank, int world)
 {
     eep_ep_shape_t s   = shape_of(world);
@@ -281,7 +292,7 @@ int main(int argc, char **argv)
     nranks = eep_bootstrap_nranks(bs);
     victim = nranks - 1;
     begin("runtime_create (GIN, hybrid mode)");
-    rt = gpu_test_runtime(bs, NULL);
+    rt = gpu_test_runtime_window(bs, NULL, window_of(nranks));
     cu = gpu_test_cu();
     GPU_OK(eep_runtime_query(rt, &info));
     GPU_REQUIRE(info.lsa_size == 1 && info.rail_size == nranks && info.gin == 1,
@@ -379,7 +390,7 @@ int main(int argc, char **argv)
         GPU_REQUIRE(st == EEP_OK && next != NULL, "ncclCommShrink: %s", eep_status_name(st));
         eep_ep_handle_destroy(h);
         eep_runtime_destroy(rt); /* aborts the old communicator (a fault was seen) */
-        rt2 = gpu_test_runtime(NULL, next);
+        rt2 = gpu_test_runtime_window(NULL, next, window_of(nranks - 1));
         bufs_free(cu, &b);
         bufs_make(cu, &b, gpu_test_rank, nranks - 1);
         for (int i = 0; i < 2; i++) {
