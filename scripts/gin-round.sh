@@ -35,7 +35,9 @@
 #              GIN_ROUND_HY_RANKS=2 make gpu-hybrid             (one N a call; set
 #                                                              EEP_JIT_CACHE_DIR=/tmp/eep-jit to
 #                                                              keep the cubins between calls)
-#            Knobs: GIN_ROUND_HY_RANKS ("2 4 8"), GIN_ROUND_HY_TIMEOUT (150 s a run).
+#            Knobs: GIN_ROUND_HY_RANKS ("2 4 8"), GIN_ROUND_HY_TIMEOUT (150 s a run),
+#            GIN_ROUND_HY_MPS (mps: the runs that kill nothing share the GPU through MPS; no-mps:
+#            every run time-sliced).
 # Exit 0 when every run passed (or skipped: no GPU).
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -159,11 +161,17 @@ esac
 case " $parts " in *" hybrid "*)
     : >"$out/hybrid.log"
     hy_limit=${GIN_ROUND_HY_TIMEOUT:-150}
+    hy_mode=${GIN_ROUND_HY_MPS:-mps} # mps, or no-mps: the runs that kill nothing time-sliced too
     # N processes share the GPU's 132 SMs and their kernels wait for one another: every block of
     # every rank must be resident at once, so each rank takes 4 sending + 8 copying blocks (8 x
     # 12 = 96 at N = 8; a rank that filled the GPU would keep the others' blocks from starting)
     # (EEP_EP_NUM_SMS is the call's whole budget: 12 = 4 sending + the 8 EEP_EP_COPY_SMS copying)
-    export EEP_EP_NUM_SMS=${EEP_EP_NUM_SMS:-12} EEP_EP_COPY_SMS=${EEP_EP_COPY_SMS:-8}
+    # At 6 and 8 ranks under MPS, 12 a rank times out in every rank (each waits for a peer that
+    # has sent nothing) while 6 (2 + 4) a rank and time-sliced runs pass (bench/RESULTS.md,
+    # 2026-12-02 20:55 UTC; the cause is not found): from 6 ranks each rank takes 6.
+    user_sms=${EEP_EP_NUM_SMS:-} user_copy=${EEP_EP_COPY_SMS:-} # the caller's, if set, win
+    sms_for() { [ "$1" -ge 6 ] && echo "${user_sms:-6} ${user_copy:-4}" ||
+        echo "${user_sms:-12} ${user_copy:-8}"; }
     # GIN_ROUND_HY_CASES: a subset of the runs below by name suffix (e.g. "no-cpu-sync
     # kill-dispatch"), for a device call that must be short; default all
     want() { [ -z "${GIN_ROUND_HY_CASES:-}" ] || case " $GIN_ROUND_HY_CASES " in *" $1 "*) true ;; *) false ;; esac; }
@@ -173,12 +181,14 @@ case " $parts " in *" hybrid "*)
         local n=$1 name=$2
         shift 2
         EEP_GIN=require EEP_EP_PREFETCH_SHRINK=0 run "$name" "$out/hybrid.log" "$n" "$hy_limit" \
-            mps -- "$build/bin/eep-bench" ep --baseline nccl --experts $((8 * n)) --iters 3 \
+            "$hy_mode" -- "$build/bin/eep-bench" ep --baseline nccl --experts $((8 * n)) --iters 3 \
             --warmup 1 "$@"
         awk -v c="$name" '/^==== /{ s = index($0, c) > 0 } s && /^\[rank 0\] (\| (ours|nccl)|ours:)/ {
             sub(/^\[rank 0\] /, ""); print "    " $0 }' "$out/hybrid.log" | tail -4 | tee -a "$summary"
     }
     for n in ${GIN_ROUND_HY_RANKS:-2 4 8}; do
+        read -r hy_sms hy_copy <<<"$(sms_for "$n")"
+        export EEP_EP_NUM_SMS=$hy_sms EEP_EP_COPY_SMS=$hy_copy
         common=(--tokens 256 --hidden 2048 --topk 8 --align 16)
         ! want no-cpu-sync ||
             bench "$n" "hy-n$n-no-cpu-sync" "${common[@]}" --mode no-cpu-sync --dtype bf16
@@ -189,11 +199,11 @@ case " $parts " in *" hybrid "*)
         ! want fp8-masked || bench "$n" "hy-n$n-fp8-masked" "${common[@]}" --mode no-cpu-sync \
             --dtype fp8 --gating masked
         ! want test_ep || EEP_GIN=require run "hy-n$n-test_ep" "$out/hybrid.log" "$n" \
-            "$hy_limit" mps -- "$build/tests/gpu/test_ep"
+            "$hy_limit" "$hy_mode" -- "$build/tests/gpu/test_ep"
         # a SIGKILLed MPS client takes its MPS peers' contexts down with it (MPS delivers the
         # fault to every client of the GPU: bench/RESULTS.md), so the kills run time-sliced
         for k in "kill dispatch" "stop combine"; do
-            km=mps
+            km=$hy_mode
             [ "${k%% *}" = kill ] && km=no-mps
             ! want "${k// /-}" || EEP_GIN=require EEP_TIMEOUT_MS=4000 run "hy-n$n-${k// /-}" \
                 "$out/hybrid.log" "$n" "$hy_limit" "$km" -- "$build/tests/gpu/test_ep_hybrid" $k
