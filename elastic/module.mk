@@ -1,6 +1,7 @@
 # elastic/: libeep, the host side of the data plane, in four rooms (README.md has the floor plan):
 # gpu/ (CUDA driver, NVRTC, NCCL behind one door), jit/, runtime/, ep/.
-LIBEEP_SRCS += elastic/gpu/cuda_sym.c elastic/gpu/nccl_util.c elastic/gpu/nccl_gin_leak.cc
+LIBEEP_SRCS += elastic/gpu/cuda_sym.c elastic/gpu/nccl_util.c elastic/gpu/nccl_gin_leak.cc \
+               elastic/gpu/gpu_share.c
 LIBEEP_SRCS += elastic/jit/jit.c elastic/jit/jit_source.c elastic/jit/jit_cache.c \
                elastic/jit/jit_nvrtc.c elastic/jit/jit_nvcc.c elastic/jit/jit_prefetch.c
 LIBEEP_SRCS += elastic/runtime/runtime.c elastic/runtime/runtime_nccl.cc \

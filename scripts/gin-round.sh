@@ -166,12 +166,10 @@ case " $parts " in *" hybrid "*)
     # every rank must be resident at once, so each rank takes 4 sending + 8 copying blocks (8 x
     # 12 = 96 at N = 8; a rank that filled the GPU would keep the others' blocks from starting)
     # (EEP_EP_NUM_SMS is the call's whole budget: 12 = 4 sending + the 8 EEP_EP_COPY_SMS copying)
-    # At 6 and 8 ranks under MPS, 12 a rank times out in every rank (each waits for a peer that
-    # has sent nothing) while 6 (2 + 4) a rank and time-sliced runs pass (bench/RESULTS.md,
-    # 2026-12-02 20:55 UTC; the cause is not found): from 6 ranks each rank takes 6.
-    user_sms=${EEP_EP_NUM_SMS:-} user_copy=${EEP_EP_COPY_SMS:-} # the caller's, if set, win
-    sms_for() { [ "$1" -ge 6 ] && echo "${user_sms:-6} ${user_copy:-4}" ||
-        echo "${user_sms:-12} ${user_copy:-8}"; }
+    # (at 6 and 8 ranks under MPS this timed out in every rank while kernels launched with PDL:
+    # each rank then held 24 blocks; the runtime now launches plainly when processes share the
+    # GPU, eep_runtime_gpu_sharers; bench/RESULTS.md 2026-12-02 20:55 UTC)
+    export EEP_EP_NUM_SMS=${EEP_EP_NUM_SMS:-12} EEP_EP_COPY_SMS=${EEP_EP_COPY_SMS:-8}
     # GIN_ROUND_HY_CASES: a subset of the runs below by name suffix (e.g. "no-cpu-sync
     # kill-dispatch"), for a device call that must be short; default all
     want() { [ -z "${GIN_ROUND_HY_CASES:-}" ] || case " $GIN_ROUND_HY_CASES " in *" $1 "*) true ;; *) false ;; esac; }
@@ -187,8 +185,6 @@ case " $parts " in *" hybrid "*)
             sub(/^\[rank 0\] /, ""); print "    " $0 }' "$out/hybrid.log" | tail -4 | tee -a "$summary"
     }
     for n in ${GIN_ROUND_HY_RANKS:-2 4 8}; do
-        read -r hy_sms hy_copy <<<"$(sms_for "$n")"
-        export EEP_EP_NUM_SMS=$hy_sms EEP_EP_COPY_SMS=$hy_copy
         common=(--tokens 256 --hidden 2048 --topk 8 --align 16)
         ! want no-cpu-sync ||
             bench "$n" "hy-n$n-no-cpu-sync" "${common[@]}" --mode no-cpu-sync --dtype bf16

@@ -59,8 +59,11 @@ typedef struct {
 
 struct eep_ep_state {
     eep_ep_config_t      cfg;
-    int                  device_sms;
-    unsigned             launch_flags; /* EEP_JIT_LAUNCH_PDL where EEP_EP_PDL and sm_90+ */
+    int                  whole_sms;    /* the device's */
+    int                  device_sms;   /* this rank's share of them (eep_ep_shared_sms) */
+    int                  pdl_capable;  /* EEP_EP_PDL and sm_90+ */
+    int                  sharers;      /* processes on this GPU at the last view (gpu_share.h) */
+    unsigned             launch_flags; /* EEP_JIT_LAUNCH_PDL where capable and not shared */
     volatile uint64_t   *mirror;       /* pinned, host-mapped: u64[EEP_EP_MAX_LOCAL_EXPERTS + 2] */
     uint64_t             mirror_dev;
     uint64_t             trace[2]; /* EEP_EP_TRACE: device stamps of dispatch, combine */
@@ -276,6 +279,29 @@ static eep_status_t eep_ep_gin_make(const eep_runtime_t *rt, const eep_cuda_sym_
     return EEP_OK;
 }
 
+/* Processes sharing this GPU (the one-GPU cluster, MPS co-location) spin in kernels that wait
+   for one another, so all their blocks must be resident at once: each counts on its share of the
+   SMs, and none launches with PDL (a kernel launched early holds SMs while it waits for the one
+   before it, which doubles a rank's blocks; at 6 and 8 ranks under MPS every dispatch timed
+   out).  Read at the first call and after every view (a newcomer may share the GPU). */
+static void eep_ep_state_share(const eep_runtime_t *rt, struct eep_ep_state *st)
+{
+    const int sharers = eep_runtime_gpu_sharers(rt);
+
+    st->device_sms   = eep_ep_shared_sms(st->whole_sms, sharers);
+    st->launch_flags = st->pdl_capable && sharers <= 1 ? EEP_JIT_LAUNCH_PDL : 0;
+    if (sharers != st->sharers) {
+        eep_info(EEP_SUBSYS_KERNEL,
+                 "dispatch/combine: %d process(es) use this GPU: %d of its %d SMs are this "
+                 "rank's, programmatic dependent launch %s",
+                 sharers, st->device_sms, st->whole_sms,
+                 st->launch_flags ? "on"
+                 : sharers > 1    ? "off (shared GPU)"
+                                  : "off (EEP_EP_PDL=0 or before sm_90)");
+    }
+    st->sharers = sharers;
+}
+
 /* The mode from the runtime's current teams, and in hybrid mode the GIN parameters of its current
    dev comm: at the first call and after every view. */
 static eep_status_t eep_ep_state_topology(const eep_runtime_t *rt, const eep_cuda_sym_t *cu,
@@ -300,6 +326,7 @@ static eep_status_t eep_ep_state_topology(const eep_runtime_t *rt, const eep_cud
     if (hybrid && (status = eep_ep_gin_make(rt, cu, st)) != EEP_OK) {
         return status;
     }
+    eep_ep_state_share(rt, st);
     st->topo_stale = 0;
     return EEP_OK;
 }
@@ -323,11 +350,8 @@ static eep_status_t eep_ep_state_get(eep_runtime_t *rt, const eep_cuda_sym_t *cu
     }
     status = eep_config_load(&eep_ep_knob_table, &st->cfg);
     if (status == EEP_OK) {
-        status = eep_ep_state_topology(rt, cu, st);
-    }
-    if (status == EEP_OK) {
         status = eep_status_from_cu(
-            cu->cuDeviceGetAttribute(&st->device_sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+            cu->cuDeviceGetAttribute(&st->whole_sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
                                      (CUdevice)rt->cu_dev),
             "cuDeviceGetAttribute(SMs)");
     }
@@ -338,7 +362,10 @@ static eep_status_t eep_ep_state_get(eep_runtime_t *rt, const eep_cuda_sym_t *cu
             cu->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
                                      (CUdevice)rt->cu_dev),
             "cuDeviceGetAttribute(compute capability)");
-        st->launch_flags = st->cfg.pdl && major >= 9 ? EEP_JIT_LAUNCH_PDL : 0;
+        st->pdl_capable = st->cfg.pdl && major >= 9;
+    }
+    if (status == EEP_OK) {
+        status = eep_ep_state_topology(rt, cu, st); /* and the GPU's sharers */
     }
     if (status == EEP_OK) {
         status = eep_status_from_cu(

@@ -148,6 +148,17 @@ int eep_ep_usable_sms(int device_sms, int hybrid)
     return device_sms;
 }
 
+int eep_ep_shared_sms(int device_sms, int sharers)
+{
+    int share;
+
+    if (sharers <= 1) {
+        return device_sms;
+    }
+    share = device_sms / sharers;
+    return share < 2 ? (device_sms < 2 ? device_sms : 2) : share;
+}
+
 int eep_ep_plan_sms(const eep_ep_config_t *cfg, const eep_ep_shape_t *shape, int device_sms,
                     double link_gbps, int requested, unsigned flags, int max_send,
                     eep_ep_sm_plan_t *plan)

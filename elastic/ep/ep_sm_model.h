@@ -143,6 +143,13 @@ int eep_ep_plan_sms(const struct eep_ep_config *cfg, const eep_ep_shape_t *shape
 /* The SMs a call may occupy on a device of @p device_sms (less the transport's in hybrid). */
 int eep_ep_usable_sms(int device_sms, int hybrid);
 
+/*
+ * The SMs one of @p sharers processes on a GPU of @p device_sms may count on: an even share
+ * (their kernels wait for one another, so all of them must be resident at once), at least 2 (a
+ * sender and a counter); the whole device for one process (or a count below 1).
+ */
+int eep_ep_shared_sms(int device_sms, int sharers);
+
 #ifdef __cplusplus
 }
 #endif

@@ -15,6 +15,7 @@
 
 #include "util/config.h"
 #include "elastic/gpu/cuda_sym.h"
+#include "elastic/gpu/gpu_share.h"
 #include "util/log.h"
 #include "elastic/runtime/wait_loop.h"
 
@@ -72,6 +73,22 @@ static eep_status_t eep_runtime_check_params(const eep_runtime_params_t *params,
     return EEP_OK;
 }
 
+/* Enter the registry of processes using this GPU (elastic/ep reads it); without one (no folder,
+   no UUID) the GPU counts as this process's alone. */
+static void eep_runtime_join_gpu_share(eep_runtime_t *rt, const eep_cuda_sym_t *cu)
+{
+    CUuuid uuid;
+
+    if (rt->cfg.gpu_share_dir[0] == '\0' || cu->cuDeviceGetUuid == NULL ||
+        cu->cuDeviceGetUuid(&uuid, (CUdevice)rt->cu_dev) != CUDA_SUCCESS ||
+        eep_gpu_share_join(rt->cfg.gpu_share_dir, (const unsigned char *)uuid.bytes,
+                           &rt->gpu_share) != EEP_OK) {
+        eep_debug(EEP_SUBSYS_RUNTIME, "no GPU share registry (EEP_GPU_SHARE_DIR '%s')",
+                  rt->cfg.gpu_share_dir);
+        rt->gpu_share = NULL;
+    }
+}
+
 /* Pick and activate the GPU.  @p comm_device: the adopted communicator's device, or -1. */
 static eep_status_t eep_runtime_open_device(eep_runtime_t *rt, const eep_cuda_sym_t *cu,
                                             int requested, int comm_device)
@@ -113,6 +130,7 @@ static eep_status_t eep_runtime_open_device(eep_runtime_t *rt, const eep_cuda_sy
     }
     rt->cu_dev = dev;
     rt->cu_ctx = ctx;
+    eep_runtime_join_gpu_share(rt, cu);
     /* NCCL (through the runtime API) uses the current context's device. */
     return eep_status_from_cu(cu->cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
 }
@@ -240,6 +258,7 @@ err_free_page:
         cu->cuMemFreeHost(rt->fault_host);
     }
 err_release_ctx:
+    eep_gpu_share_leave(rt->gpu_share);
     if (rt->cu_ctx != NULL) {
         cu->cuDevicePrimaryCtxRelease(rt->cu_dev);
     }
@@ -274,6 +293,7 @@ void eep_runtime_destroy(eep_runtime_t *rt)
     eep_runtime_stats_free(rt);
     cu->cuMemFreeHost(rt->fault_host);
     cu->cuDevicePrimaryCtxRelease(rt->cu_dev);
+    eep_gpu_share_leave(rt->gpu_share);
     free(rt);
 }
 
@@ -309,6 +329,11 @@ eep_status_t eep_runtime_query(const eep_runtime_t *rt, eep_runtime_info_t *info
     info_p->workspace_bytes = rt->layout.data_off;
     info_p->timeout_ms      = rt->timeout_ms;
     return EEP_OK;
+}
+
+int eep_runtime_gpu_sharers(const eep_runtime_t *rt)
+{
+    return rt != NULL ? eep_gpu_share_count(rt->gpu_share) : 1;
 }
 
 uint64_t eep_runtime_epoch(const eep_runtime_t *rt)

@@ -61,19 +61,20 @@ typedef void (*eep_runtime_dtor_func_t)(eep_runtime_t *rt, void *arg);
 #define EEP_RUNTIME_MAX_DTORS 8
 
 struct eep_runtime {
-    eep_runtime_config_t cfg;
-    int                  rank, nranks;
-    int                  lsa_rank, lsa_size, rail_rank, rail_size;
-    int                  device;
-    int                  gin, gin_probed;
-    int                  timeout_ms;
-    int                  timeout_ms_created; /* eep_runtime_set_timeout(rt, 0) restores it */
-    uint64_t             epoch;              /* membership epoch (eep_runtime_epoch) */
-    int                  fault_seen;         /* a fault was reported: abort the comm on destroy */
-    void                *cu_ctx;             /* CUcontext: the device's primary context */
-    int                  cu_dev;             /* CUdevice */
-    eep_fault_page_t    *fault_host;         /* pinned, device-mapped */
-    uint64_t             fault_dev;          /* its device address */
+    eep_runtime_config_t  cfg;
+    int                   rank, nranks;
+    int                   lsa_rank, lsa_size, rail_rank, rail_size;
+    int                   device;
+    int                   gin, gin_probed;
+    int                   timeout_ms;
+    int                   timeout_ms_created; /* eep_runtime_set_timeout(rt, 0) restores it */
+    uint64_t              epoch;              /* membership epoch (eep_runtime_epoch) */
+    int                   fault_seen;         /* a fault was reported: abort the comm on destroy */
+    void                 *cu_ctx;             /* CUcontext: the device's primary context */
+    int                   cu_dev;             /* CUdevice */
+    struct eep_gpu_share *gpu_share;          /* this runtime's entry (gpu_share.h), or NULL */
+    eep_fault_page_t     *fault_host;         /* pinned, device-mapped */
+    uint64_t              fault_dev;          /* its device address */
     /* statistics (runtime_stats.c): the kernels' wait ns, u64 [EEP_WAIT_STAT_PHASES][EEP_MAX_RANKS]
        in device memory, read through a pinned copy on a stream of our own */
     uint64_t            wait_stats_dev;

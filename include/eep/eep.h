@@ -144,6 +144,15 @@ uint64_t eep_runtime_epoch(const eep_runtime_t *rt);
 eep_status_t eep_runtime_query(const eep_runtime_t *rt, eep_runtime_info_t *info_p);
 
 /**
+ * @return the processes whose runtimes use @p rt's GPU now, this one included (a registry in
+ *         EEP_GPU_SHARE_DIR, default /dev/shm: processes that see the same folder); 1 when there
+ *         is no registry, and for NULL.  Above 1 (the one-GPU cluster, MPS co-location), dispatch
+ *         and combine count on their share of the SMs and launch without programmatic dependent
+ *         launch (docs/dispatch.md).
+ */
+int eep_runtime_gpu_sharers(const eep_runtime_t *rt);
+
+/**
  * @return the ncclComm_t in use (for NCCL collectives on the same ranks).  A communicator the
  *         runtime created is non-blocking (so that it can always be aborted): each collective on
  *         it may return ncclInProgress, and on the 2 x H200 machine a 4-byte ncclAllReduce took

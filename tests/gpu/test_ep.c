@@ -200,8 +200,9 @@ int main(void)
         GPU_CHECK(n == 2 && kernels == 2, "graph has %zu nodes, %zu kernels (want 2, 2)", n,
                   kernels);
         {
-            /* EEP_EP_PDL (default 1, sm_90+): the combine's launch overlaps the dispatch's end,
-               which capture records as one programmatic edge */
+            /* EEP_EP_PDL (default 1, sm_90+) on a GPU of its own: the combine's launch overlaps
+               the dispatch's end, which capture records as one programmatic edge; ranks that
+               share the GPU (the one-GPU cluster) launch plainly: one full edge */
             get_edges_fn    edges = (get_edges_fn)dlsym(lib, "cuGraphGetEdges_v2");
             CUgraphNode     from[4], to[4];
             CUgraphEdgeData data[4];
@@ -214,16 +215,24 @@ int main(void)
             GPU_OK(eep_status_from_cu(
                 cu->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev),
                 "compute capability"));
+            const int sharers = eep_runtime_gpu_sharers(rt);
+
             if (edges != NULL && major >= 9 && (pdl == NULL || strcmp(pdl, "0") != 0)) {
+                const int want = sharers <= 1 ? CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC
+                                              : CU_GRAPH_DEPENDENCY_TYPE_DEFAULT;
+
                 memset(data, 0, sizeof(data));
                 GPU_OK(eep_status_from_cu(edges(g, from, to, data, &ne), "graph edges"));
-                printf("graph edge dispatch -> combine: %zu edge(s), type %d (%s)\n", ne,
-                       ne == 1 ? (int)data[0].type : -1,
+                printf("graph edge dispatch -> combine: %zu edge(s), type %d (%s; %d process(es) "
+                       "on this GPU)\n",
+                       ne, ne == 1 ? (int)data[0].type : -1,
                        ne == 1 && data[0].type == CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC
                            ? "programmatic dependent launch"
-                           : "full completion");
-                GPU_CHECK(ne == 1 && data[0].type == CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC,
-                          "want one programmatic edge (EEP_EP_PDL)");
+                           : "full completion",
+                       sharers);
+                GPU_CHECK(ne == 1 && (int)data[0].type == want,
+                          "want one %s edge (EEP_EP_PDL, %d process(es) on this GPU)",
+                          sharers <= 1 ? "programmatic" : "full", sharers);
             } else {
                 printf("graph edge type not checked: %s\n",
                        edges == NULL ? "the driver has no cuGraphGetEdges_v2"
