@@ -168,7 +168,7 @@ case " $parts " in *" hybrid "*)
     # (EEP_EP_NUM_SMS is the call's whole budget: 12 = 4 sending + the 8 EEP_EP_COPY_SMS copying)
     # (at 6 and 8 ranks under MPS this timed out in every rank while kernels launched with PDL:
     # each rank then held 24 blocks; the runtime now launches plainly when processes share the
-    # GPU, eep_runtime_gpu_sharers; bench/RESULTS.md 2026-12-02 20:55 UTC)
+    # GPU through MPS, eep_runtime_gpu_sharers; bench/RESULTS.md 2026-12-02 20:55 UTC)
     export EEP_EP_NUM_SMS=${EEP_EP_NUM_SMS:-12} EEP_EP_COPY_SMS=${EEP_EP_COPY_SMS:-8}
     # GIN_ROUND_HY_CASES: a subset of the runs below by name suffix (e.g. "no-cpu-sync
     # kill-dispatch"), for a device call that must be short; default all

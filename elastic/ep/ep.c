@@ -63,6 +63,7 @@ struct eep_ep_state {
     int                  device_sms;   /* this rank's share of them (eep_ep_shared_sms) */
     int                  pdl_capable;  /* EEP_EP_PDL and sm_90+ */
     int                  sharers;      /* processes on this GPU at the last view (gpu_share.h) */
+    int                  mps;          /* the GPU's contexts run at once (MPS) */
     unsigned             launch_flags; /* EEP_JIT_LAUNCH_PDL where capable and not shared */
     volatile uint64_t   *mirror;       /* pinned, host-mapped: u64[EEP_EP_MAX_LOCAL_EXPERTS + 2] */
     uint64_t             mirror_dev;
@@ -279,24 +280,25 @@ static eep_status_t eep_ep_gin_make(const eep_runtime_t *rt, const eep_cuda_sym_
     return EEP_OK;
 }
 
-/* Processes sharing this GPU (the one-GPU cluster, MPS co-location) spin in kernels that wait
-   for one another, so all their blocks must be resident at once: each counts on its share of the
-   SMs, and none launches with PDL (a kernel launched early holds SMs while it waits for the one
-   before it, which doubles a rank's blocks; at 6 and 8 ranks under MPS every dispatch timed
-   out).  Read at the first call and after every view (a newcomer may share the GPU). */
+/* Processes that share this GPU through MPS (the one-GPU cluster, co-location) run at once and
+   spin in kernels that wait for one another, so all their blocks must be resident together:
+   each counts on its share of the SMs, and none launches with PDL (a kernel launched early holds
+   SMs while it waits for the one before it, which doubles a rank's blocks; at 6 and 8 ranks
+   under MPS every dispatch timed out).  Without MPS they take turns, each with the whole GPU.
+   Read at the first call and after every view (a newcomer may share the GPU). */
 static void eep_ep_state_share(const eep_runtime_t *rt, struct eep_ep_state *st)
 {
-    const int sharers = eep_runtime_gpu_sharers(rt);
+    const int sharers = st->mps ? eep_runtime_gpu_sharers(rt) : 1;
 
     st->device_sms   = eep_ep_shared_sms(st->whole_sms, sharers);
     st->launch_flags = st->pdl_capable && sharers <= 1 ? EEP_JIT_LAUNCH_PDL : 0;
     if (sharers != st->sharers) {
         eep_info(EEP_SUBSYS_KERNEL,
-                 "dispatch/combine: %d process(es) use this GPU: %d of its %d SMs are this "
-                 "rank's, programmatic dependent launch %s",
+                 "dispatch/combine: %d process(es) run on this GPU at once: %d of its %d SMs "
+                 "are this rank's, programmatic dependent launch %s",
                  sharers, st->device_sms, st->whole_sms,
                  st->launch_flags ? "on"
-                 : sharers > 1    ? "off (shared GPU)"
+                 : sharers > 1    ? "off (shared through MPS)"
                                   : "off (EEP_EP_PDL=0 or before sm_90)");
     }
     st->sharers = sharers;
@@ -363,6 +365,12 @@ static eep_status_t eep_ep_state_get(eep_runtime_t *rt, const eep_cuda_sym_t *cu
                                      (CUdevice)rt->cu_dev),
             "cuDeviceGetAttribute(compute capability)");
         st->pdl_capable = st->cfg.pdl && major >= 9;
+        /* MPS: processes on the GPU run at once (without it they take turns, each with the
+           whole GPU); a driver that cannot say counts as MPS, the safe side */
+        if (cu->cuDeviceGetAttribute(&st->mps, CU_DEVICE_ATTRIBUTE_MPS_ENABLED,
+                                     (CUdevice)rt->cu_dev) != CUDA_SUCCESS) {
+            st->mps = 1;
+        }
     }
     if (status == EEP_OK) {
         status = eep_ep_state_topology(rt, cu, st); /* and the GPU's sharers */

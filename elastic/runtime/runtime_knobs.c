@@ -34,12 +34,13 @@ static const eep_knob_t eep_runtime_knobs[] = {
     EEP_KNOB_ROW(eep_runtime_config_t, "EEP_BOOTSTRAP_TIMEOUT_MS", "60000", EEP_KNOB_INT,
                  bootstrap_timeout_ms, EEP_KNOB_STARTUP, 1, 86400000,
                  "Standalone bootstrap: deadline of joining and of each exchange."),
-    EEP_KNOB_ROW(eep_runtime_config_t, "EEP_GPU_SHARE_DIR", "/dev/shm", EEP_KNOB_STRING,
-                 gpu_share_dir, EEP_KNOB_STARTUP, 0, 0,
-                 "Folder of the registry of runtimes per GPU (elastic/gpu/gpu_share.h): when "
-                 "several processes share this GPU, dispatch and combine launch without "
-                 "programmatic dependent launch and share its SMs out; empty: no registry (the "
-                 "GPU is taken as this process's alone)."),
+    EEP_KNOB_ROW(
+        eep_runtime_config_t, "EEP_GPU_SHARE_DIR", "/dev/shm", EEP_KNOB_STRING, gpu_share_dir,
+        EEP_KNOB_STARTUP, 0, 0,
+        "Folder of the registry of runtimes per GPU (elastic/gpu/gpu_share.h): when "
+        "several processes share this GPU through MPS, dispatch and combine launch without "
+        "programmatic dependent launch and share its SMs out; empty: no registry (the "
+        "GPU is taken as this process's alone)."),
 };
 
 EEP_KNOB_TABLE(eep_runtime_knob_table, "runtime", eep_runtime_knobs, eep_runtime_config_t);
