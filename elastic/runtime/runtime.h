@@ -90,7 +90,7 @@ struct eep_runtime {
     eep_workspace_layout_t layout;
     eep_jit_t             *jit;
     eep_jit_kernel_t      *barrier_kernels[2]; /* by eep_barrier_mode_t */
-    struct eep_ep_state   *ep; /* dispatch/combine state (elastic/ep/ep.c), lazily made */
+    struct eep_ep_state   *ep; /* dispatch/combine state (elastic/ep/ep_state.c), lazily made */
     struct {
         eep_runtime_dtor_func_t func;
         void                   *arg;
