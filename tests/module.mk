@@ -81,7 +81,8 @@ $(EP_EMU_TEST): tests/emu/test_ep_baseline_emu.cc tests/emu/ep_kernel_shim.h \
 	    $(EP_REFERENCE_OBJ) $(LIBEEP_A) $(LDFLAGS) $(NCCL_LDFLAGS) -ldl
 
 # test_ep_kernels_emu*: the real dispatch/combine kernels on the CPU (tests/emu/ep_kernel_shim.h:
-# a process per block, a fiber per GPU thread) against the CPU reference.  Top-k and ranks are
+# a process per block, a fiber per GPU thread) against the CPU reference; the cases in
+# test_ep_kernels_emu.cc, one case's harness in tests/emu/ep_kernel_case.h.  Top-k and ranks are
 # compiled in, as elastic/ep/ep.c's per-shape variants have them: K 2 on 2 ranks; K 8 on 3 ranks (a
 # rank count a shrink makes, not a power of two); K 8 on 8 ranks (one 8-GPU node, issue 6's shape);
 # K 8 on one rank (a survivor); K 6 on 2 ranks and K 1 on 3 (the issue's other top-k values).
@@ -140,7 +141,8 @@ $(BUILD)/tests/emu/test_ep_hybrid_emu_2x4_k8: EMU_SHAPE := -DEEP_EPK_FIXED_K=8 -
 $(BUILD)/tests/emu/test_ep_hybrid_emu_4x2_k6: EMU_SHAPE := -DEEP_EPK_FIXED_K=6 -DEEP_EPK_FIXED_W=8 \
     -DEEP_EMU_LSA=2
 $(EP_KERNELS_EMU_TEST) $(EP_KERNELS_EMU_WIDE) $(EP_HYBRID_EMU): tests/emu/test_ep_kernels_emu.cc \
-                        tests/emu/ep_kernel_shim.h tests/emu/gin_model.h \
+                        tests/emu/ep_kernel_case.h tests/emu/ep_kernel_shim.h \
+                        tests/emu/gin_model.h \
                         $(wildcard kernels/ep/*.cuh kernels/ep/*.h kernels/common/*.cuh) \
                         $(EP_REFERENCE_OBJ) $(LIBEEP_A)
 	@mkdir -p $(dir $@)
