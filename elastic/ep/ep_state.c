@@ -192,7 +192,7 @@ static eep_status_t eep_ep_gin_make(const eep_runtime_t *rt, const eep_cuda_sym_
    Read at the first call and after every view (a newcomer may share the GPU). */
 static void eep_ep_state_share(const eep_runtime_t *rt, struct eep_ep_state *st)
 {
-    const int sharers = st->mps ? eep_runtime_gpu_sharers(rt) : 1;
+    const int sharers = eep_runtime_gpu_sharers(rt);
 
     st->device_sms   = eep_ep_shared_sms(st->whole_sms, sharers);
     st->launch_flags = st->pdl_capable && sharers <= 1 ? EEP_JIT_LAUNCH_PDL : 0;
@@ -269,12 +269,6 @@ eep_status_t eep_ep_state_get(eep_runtime_t *rt, const eep_cuda_sym_t *cu,
                                      (CUdevice)rt->cu_dev),
             "cuDeviceGetAttribute(compute capability)");
         st->pdl_capable = st->cfg.pdl && major >= 9;
-        /* MPS: processes on the GPU run at once (without it they take turns, each with the
-           whole GPU); a driver that cannot say counts as MPS, the safe side */
-        if (cu->cuDeviceGetAttribute(&st->mps, CU_DEVICE_ATTRIBUTE_MPS_ENABLED,
-                                     (CUdevice)rt->cu_dev) != CUDA_SUCCESS) {
-            st->mps = 1;
-        }
     }
     if (status == EEP_OK) {
         status = eep_ep_state_topology(rt, cu, st); /* and the GPU's sharers */

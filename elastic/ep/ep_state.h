@@ -44,7 +44,6 @@ struct eep_ep_state {
     int                  device_sms;   /* this rank's share of them (eep_ep_shared_sms) */
     int                  pdl_capable;  /* EEP_EP_PDL and sm_90+ */
     int                  sharers;      /* processes on this GPU at the last view (gpu_share.h) */
-    int                  mps;          /* the GPU's contexts run at once (MPS) */
     unsigned             launch_flags; /* EEP_JIT_LAUNCH_PDL where capable and not shared */
     volatile uint64_t   *mirror;       /* pinned, host-mapped: u64[EEP_EP_MAX_LOCAL_EXPERTS + 2] */
     uint64_t             mirror_dev;

@@ -73,12 +73,19 @@ static eep_status_t eep_runtime_check_params(const eep_runtime_params_t *params,
     return EEP_OK;
 }
 
-/* Enter the registry of processes using this GPU (elastic/ep reads it); without one (no folder,
-   no UUID) the GPU counts as this process's alone. */
+/* Note whether MPS shares this GPU and enter the registry of processes using it
+   (eep_runtime_gpu_sharers, which elastic/ep reads); without a registry (no folder, no UUID)
+   the GPU counts as this process's alone. */
 static void eep_runtime_join_gpu_share(eep_runtime_t *rt, const eep_cuda_sym_t *cu)
 {
     CUuuid uuid;
 
+    /* MPS: processes on the GPU run at once (without it they take turns, each with the whole
+       GPU); a driver that cannot say counts as MPS, the safe side */
+    if (cu->cuDeviceGetAttribute(&rt->gpu_mps, CU_DEVICE_ATTRIBUTE_MPS_ENABLED,
+                                 (CUdevice)rt->cu_dev) != CUDA_SUCCESS) {
+        rt->gpu_mps = 1;
+    }
     if (rt->cfg.gpu_share_dir[0] == '\0' || cu->cuDeviceGetUuid == NULL ||
         cu->cuDeviceGetUuid(&uuid, (CUdevice)rt->cu_dev) != CUDA_SUCCESS ||
         eep_gpu_share_join(rt->cfg.gpu_share_dir, (const unsigned char *)uuid.bytes,
@@ -333,7 +340,7 @@ eep_status_t eep_runtime_query(const eep_runtime_t *rt, eep_runtime_info_t *info
 
 int eep_runtime_gpu_sharers(const eep_runtime_t *rt)
 {
-    return rt != NULL ? eep_gpu_share_count(rt->gpu_share) : 1;
+    return rt != NULL && rt->gpu_mps ? eep_gpu_share_count(rt->gpu_share) : 1;
 }
 
 uint64_t eep_runtime_epoch(const eep_runtime_t *rt)

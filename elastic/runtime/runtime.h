@@ -73,6 +73,7 @@ struct eep_runtime {
     void                 *cu_ctx;             /* CUcontext: the device's primary context */
     int                   cu_dev;             /* CUdevice */
     struct eep_gpu_share *gpu_share;          /* this runtime's entry (gpu_share.h), or NULL */
+    int                   gpu_mps;            /* the GPU's contexts run at once (MPS) */
     eep_fault_page_t     *fault_host;         /* pinned, device-mapped */
     uint64_t              fault_dev;          /* its device address */
     /* statistics (runtime_stats.c): the kernels' wait ns, u64 [EEP_WAIT_STAT_PHASES][EEP_MAX_RANKS]

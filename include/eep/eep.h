@@ -144,11 +144,12 @@ uint64_t eep_runtime_epoch(const eep_runtime_t *rt);
 eep_status_t eep_runtime_query(const eep_runtime_t *rt, eep_runtime_info_t *info_p);
 
 /**
- * @return the processes whose runtimes use @p rt's GPU now, this one included (a registry in
- *         EEP_GPU_SHARE_DIR, default /dev/shm: processes that see the same folder); 1 when there
- *         is no registry, and for NULL.  Above 1 on a GPU shared through MPS (processes run at
- *         once: the one-GPU cluster, co-location), dispatch and combine count on their share of
- *         the SMs and launch without programmatic dependent launch (docs/dispatch.md).
+ * @return the processes whose runtimes run on @p rt's GPU at once, this one included: on a GPU
+ *         shared through MPS (the one-GPU cluster, co-location) those in a registry in
+ *         EEP_GPU_SHARE_DIR (default /dev/shm: processes that see the same folder); 1 without
+ *         MPS (processes take turns, each with the whole GPU), without a registry, and for NULL.
+ *         Above 1, dispatch and combine count on their share of the SMs and launch without
+ *         programmatic dependent launch (docs/dispatch.md).
  */
 int eep_runtime_gpu_sharers(const eep_runtime_t *rt);
 

@@ -206,21 +206,16 @@ int main(void)
             get_edges_fn    edges = (get_edges_fn)dlsym(lib, "cuGraphGetEdges_v2");
             CUgraphNode     from[4], to[4];
             CUgraphEdgeData data[4];
-            size_t          ne    = 4;
-            int             major = 0, mps = 0, sharers = 1;
-            const char     *pdl = getenv("EEP_EP_PDL");
+            size_t          ne      = 4;
+            int             major   = 0;
+            const int       sharers = eep_runtime_gpu_sharers(rt);
+            const char     *pdl     = getenv("EEP_EP_PDL");
             CUdevice        dev;
 
             GPU_OK(eep_status_from_cu(cu->cuCtxGetDevice(&dev), "current device"));
             GPU_OK(eep_status_from_cu(
                 cu->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev),
                 "compute capability"));
-            /* as elastic/ep/ep.c decides: sharers count under MPS only */
-            if (cu->cuDeviceGetAttribute(&mps, CU_DEVICE_ATTRIBUTE_MPS_ENABLED, dev) !=
-                    CUDA_SUCCESS ||
-                mps) {
-                sharers = eep_runtime_gpu_sharers(rt);
-            }
             if (edges != NULL && major >= 9 && (pdl == NULL || strcmp(pdl, "0") != 0)) {
                 const int want = sharers <= 1 ? CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC
                                               : CU_GRAPH_DEPENDENCY_TYPE_DEFAULT;
