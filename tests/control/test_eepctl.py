@@ -120,6 +120,12 @@ def main():
     late = Agent(etcd, job, 2, "late")
     wait_for(lambda: late.in_view(), 10, "a view published by c2")
     check(late.last_view()["epoch"] > before, "epochs continue under c2")
+    # eepd renders /metrics every 250 ms: c2 has just become leader and published views, and its
+    # page may still be older than that (it was 2 views and the leadership behind, once); top's
+    # check below allows one view of lag, so it starts once the page has caught up
+    wait_for(lambda: quiet.metric("eepd_is_leader") == 1 and
+             quiet.metric("eepd_view_epoch") == quiet.status()["view"]["epoch"], 10,
+             "c2's /metrics to show its leadership and view")
     # top: one JSON object per refresh, the view's ranks and eepd's counters from /metrics
     lines = quiet.ctl("--json", "top", "--iterations=2", "--interval-ms=50",
                       "--metrics=http://127.0.0.1:%d/metrics" % quiet.metrics).stdout.split("\n")
