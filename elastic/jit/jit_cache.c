@@ -8,6 +8,8 @@
  * Compiles of one key are serialised across processes and threads by flock() on "<key>.lock"
  * (each caller opens its own descriptor, so threads of one process exclude each other too); lock
  * files are never deleted, which would let two processes hold "the" lock on different inodes.
+ * The holder notes its pid in the lock file; a waiter whose holder is stopped (a SIGSTOPped rank
+ * whose background prefetch held the lock) compiles the key itself rather than wait on it.
  */
 #include "elastic/jit/jit_int.h"
 
@@ -27,8 +29,9 @@
 #define EEP_JIT_CACHE_MAGIC     "EEPJITC\0"
 #define EEP_JIT_CACHE_VERSION   1u
 #define EEP_JIT_CACHE_MAX_BYTES (1ull << 30)
-/* A compile takes seconds; a lock held this long means a stuck compiler, not a slow one. */
-#define EEP_JIT_LOCK_WAIT_MS    (15 * 60 * 1000)
+/* A compile takes seconds; a lock held this long means a stuck compiler, not a slow one: the
+   waiter then compiles the key itself. */
+#define EEP_JIT_LOCK_WAIT_MS    (5 * 60 * 1000)
 
 typedef struct {
     char     magic[8];
@@ -212,14 +215,66 @@ eep_status_t eep_jit_cache_write(const char *path, const void *cubin, size_t siz
     return status;
 }
 
+/* Who holds a key's lock: "<pid> <pid namespace>" in the lock file, written by the holder, so that
+   a waiter can tell a compiler at work from a process that is stopped (SIGSTOP, a debugger) while
+   holding it.  Only a process of our own pid namespace is judged; anything else reads as "busy". */
+static void eep_jit_lock_note_holder(int fd)
+{
+    char ns[64] = "", text[128];
+    int  len;
+
+    if (readlink("/proc/self/ns/pid", ns, sizeof(ns) - 1) < 0) {
+        ns[0] = '\0';
+    }
+    len = snprintf(text, sizeof(text), "%ld %s\n", (long)getpid(), ns);
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, text, (size_t)len, 0) != len) {
+        eep_debug(EEP_SUBSYS_JIT, "cannot note the jit lock's holder: %s", strerror(errno));
+    }
+}
+
+/* 1 when the lock's noted holder is a stopped process of our pid namespace (not ourselves). */
+static int eep_jit_lock_holder_stopped(int fd, long *pid_p)
+{
+    char    text[128], ns[64] = "", their_ns[64] = "", path[64], stat[512], *paren;
+    ssize_t got = pread(fd, text, sizeof(text) - 1, 0);
+    long    pid = 0;
+    FILE   *f;
+    size_t  n;
+
+    if (got <= 0) {
+        return 0;
+    }
+    text[got] = '\0';
+    if (sscanf(text, "%ld %63s", &pid, their_ns) != 2 || pid <= 0 || pid == (long)getpid() ||
+        readlink("/proc/self/ns/pid", ns, sizeof(ns) - 1) < 0 || strcmp(ns, their_ns) != 0) {
+        return 0;
+    }
+    snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+    f = fopen(path, "re");
+    if (f == NULL) {
+        return 0;
+    }
+    n = fread(stat, 1, sizeof(stat) - 1, f);
+    fclose(f);
+    stat[n] = '\0';
+    paren   = strrchr(stat, ')'); /* "pid (comm) S ...": comm may hold spaces and parens */
+    *pid_p  = pid;
+    return paren != NULL && (paren[1] == ' ') && (paren[2] == 'T' || paren[2] == 't');
+}
+
+/* The lock only saves a second compile of one key: stores are atomic renames, so two compilers of
+   one key are safe.  A waiter therefore never depends on the holder: when the holder is stopped,
+   or the wait passes EEP_JIT_LOCK_WAIT_MS, it compiles without the lock (*fd_p = -1). */
 eep_status_t eep_jit_cache_lock(const eep_jit_t *jit, const char *key, int *fd_p)
 {
     struct timespec nap = { 0, 2 * 1000 * 1000 };
     char            path[PATH_MAX];
     eep_status_t    status;
-    double          start = eep_clock_ms(), waited;
+    double          start  = eep_clock_ms(), waited;
+    long            holder = 0;
     int             fd, warned = 0;
 
+    *fd_p  = -1;
     status = eep_jit_cache_path(jit, key, ".lock", path, sizeof(path));
     if (status != EEP_OK) {
         return status;
@@ -235,14 +290,22 @@ eep_status_t eep_jit_cache_lock(const eep_jit_t *jit, const char *key, int *fd_p
             close(fd);
             return status;
         }
+        if (eep_jit_lock_holder_stopped(fd, &holder)) {
+            eep_warn(EEP_SUBSYS_JIT,
+                     "process %ld holds the lock compiling %.16s but is stopped; compiling it "
+                     "here without the lock",
+                     holder, key);
+            close(fd);
+            return EEP_OK;
+        }
         waited = eep_clock_ms() - start;
         if (waited > EEP_JIT_LOCK_WAIT_MS) {
-            eep_error(EEP_SUBSYS_JIT,
-                      "waited %.0f s for another process compiling %.16s (lock "
-                      "%s); giving up",
-                      waited / 1000, key, path);
+            eep_warn(EEP_SUBSYS_JIT,
+                     "waited %.0f s for another process compiling %.16s (lock %s); compiling it "
+                     "here without the lock",
+                     waited / 1000, key, path);
             close(fd);
-            return EEP_ERR_TIMEOUT;
+            return EEP_OK;
         }
         if (!warned && waited > 60 * 1000) {
             eep_warn(EEP_SUBSYS_JIT, "still waiting for another process compiling %.16s", key);
@@ -253,6 +316,7 @@ eep_status_t eep_jit_cache_lock(const eep_jit_t *jit, const char *key, int *fd_p
             nap.tv_nsec *= 2;
         }
     }
+    eep_jit_lock_note_holder(fd);
     *fd_p = fd;
     return EEP_OK;
 }

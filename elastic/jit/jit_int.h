@@ -157,7 +157,8 @@ eep_status_t eep_jit_cache_path(const eep_jit_t *jit, const char *key, const cha
 /* EEP_OK with the payload; EEP_ERR_NOT_FOUND when absent; EEP_ERR_IO when corrupt (logged). */
 eep_status_t eep_jit_cache_read(const char *path, void **cubin_p, size_t *size_p);
 eep_status_t eep_jit_cache_write(const char *path, const void *cubin, size_t size);
-/* Take / release the per-key lock (a flock on "<key>.lock"); bounded wait. */
+/* Take / release the per-key lock (a flock on "<key>.lock"); bounded wait.  EEP_OK with
+   *fd_p = -1 means "compile without it": its holder is a stopped process, or held it too long. */
 eep_status_t eep_jit_cache_lock(const eep_jit_t *jit, const char *key, int *fd_p);
 void         eep_jit_cache_unlock(int fd);
 eep_status_t eep_jit_mkdirs(const char *path);

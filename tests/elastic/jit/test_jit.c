@@ -4,11 +4,13 @@
  * Cold compile then warm lookup of the LSA probe with NVRTC (the warm path runs no compiler:
  * the process-wide compiler-run counter and a fresh process both say so); the GIN probe with nvcc
  * through a counting wrapper; four processes asking for one key at once compile it once and read
- * identical cubins; a truncated or bit-flipped entry is detected, logged and rebuilt; a syntax
+ * identical cubins; a stopped process holding a key's lock does not hold up another's compile of
+ * it; a truncated or bit-flipped entry is detected, logged and rebuilt; a syntax
  * error is EEP_ERR_JIT with the compiler's words in eep_jit_last_log(); no driver means
  * eep_jit_get_kernel fails cleanly with EEP_ERR_NO_DEVICE.  Every test uses its own temp cache.
  */
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -20,6 +22,7 @@
 #include "elastic/gpu/cuda_sym.h"
 #include "elastic/jit/jit_int.h"
 #include "tests/common/jit_test_util.h"
+#include "util/clock.h"
 
 static const eep_jit_spec_t lsa_spec = {
     .size          = sizeof(eep_jit_spec_t),
@@ -342,6 +345,97 @@ static void corrupt_and_rebuild(const char *how)
     assert_int_equal(eep_jit_compile(jit, &fill_spec, &again), EEP_OK);
     assert_int_equal(again.cache_hit, 1);
     eep_jit_destroy(jit);
+    jt_rm_rf(cache);
+}
+
+/* A waiter for a key's lock must not depend on its holder: a rank SIGSTOPped while its prefetch
+   held the lock kept every survivor in "still waiting for another process compiling" (make
+   gpu-hybrid, stop mid-combine, 2 and 4 ranks).  The holder here takes the key's lock and is
+   stopped; a fresh process then compiles the same spec in a bounded time, and a lock whose holder
+   runs is still waited for. */
+static void test_lock_holder_stopped(void **state)
+{
+    char          *scratch = jt_mkdtemp("jit-key"), *cache = jt_mkdtemp("jit-stopped"), key[128];
+    eep_jit_spec_t spec = fill_spec;
+    eep_jit_info_t info;
+    eep_jit_t     *jit = make_jit(scratch);
+    const char    *base;
+    int            ready[2], wstatus = 0, fd = -1;
+    pid_t          holder, waiter, got       = 0;
+    double         t0;
+
+    (void)state;
+    /* the key of the spec (independent of the cache directory) */
+    assert_int_equal(eep_jit_compile(jit, &spec, &info), EEP_OK);
+    eep_jit_destroy(jit);
+    base = strrchr(info.path, '/');
+    assert_non_null(base);
+    snprintf(key, sizeof(key), "%s", base + 1);
+    *strstr(key, ".cubin") = '\0';
+
+    assert_int_equal(pipe(ready), 0);
+    holder = fork();
+    assert_true(holder >= 0);
+    if (holder == 0) {
+        eep_jit_t *hj  = make_jit(cache);
+        int        hfd = -1;
+
+        close(ready[0]);
+        if (eep_jit_cache_lock(hj, key, &hfd) != EEP_OK || hfd < 0 ||
+            write(ready[1], "x", 1) != 1) {
+            _exit(3);
+        }
+        raise(SIGSTOP);
+        usleep(800 * 1000); /* running again, still holding it */
+        eep_jit_cache_unlock(hfd);
+        _exit(0);
+    }
+    close(ready[1]);
+    {
+        char c;
+        assert_int_equal(read(ready[0], &c, 1), 1);
+    }
+    close(ready[0]);
+    assert_int_equal(waitpid(holder, &wstatus, WUNTRACED), holder);
+    assert_true(WIFSTOPPED(wstatus));
+
+    /* a fresh process compiles the key while its lock's holder is stopped */
+    waiter = fork();
+    assert_true(waiter >= 0);
+    if (waiter == 0) {
+        eep_jit_t     *wj = make_jit(cache);
+        eep_jit_info_t winfo;
+
+        if (eep_jit_compile(wj, &spec, &winfo) != EEP_OK || winfo.cache_hit) {
+            _exit(3);
+        }
+        _exit(strstr(jt_hook_last, "is stopped") != NULL ? 0 : 4); /* and it said why */
+    }
+    for (int i = 0; i < 600 && got == 0; i++) { /* 60 s; the holder is stopped for good */
+        got = waitpid(waiter, &wstatus, WNOHANG);
+        if (got == 0) {
+            usleep(100 * 1000);
+        }
+    }
+    if (got == 0) {
+        kill(waiter, SIGKILL);
+        waitpid(waiter, NULL, 0);
+    }
+    assert_int_equal(got, waiter); /* without the check it waits on the stopped holder */
+    assert_true(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0);
+
+    /* the holder runs again: a waiter waits for it and then gets the lock itself */
+    assert_int_equal(kill(holder, SIGCONT), 0);
+    jit = make_jit(cache);
+    t0  = eep_clock_ms();
+    assert_int_equal(eep_jit_cache_lock(jit, key, &fd), EEP_OK);
+    assert_true(fd >= 0);
+    assert_true(eep_clock_ms() - t0 > 300); /* it waited for the running holder */
+    eep_jit_cache_unlock(fd);
+    eep_jit_destroy(jit);
+    assert_int_equal(waitpid(holder, &wstatus, 0), holder);
+    assert_true(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0);
+    jt_rm_rf(scratch);
     jt_rm_rf(cache);
 }
 
@@ -764,6 +858,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_warm_start_fresh_process),
         cmocka_unit_test(test_gin_nvcc),
         cmocka_unit_test(test_four_processes_one_compile),
+        cmocka_unit_test(test_lock_holder_stopped),
         cmocka_unit_test(test_truncated_entry_rebuilt),
         cmocka_unit_test(test_flipped_bit_rebuilt),
         cmocka_unit_test(test_syntax_error_nvrtc),
