@@ -104,12 +104,14 @@ run() {
     scripts/one-gpu-cluster.sh "${flags[@]}" -- "$@" >"$work/$name.cluster" 2>&1
     rc=$?
     awk '/^---- rank/ { exit } !/^rank[0-9]+\.log:/' "$work/$name.cluster" >>"$log"
+    # this run's sharing (its launcher's line; the log holds every run before it too)
+    note=$(grep -m1 -h -E 'MPS daemon started|time-sliced' "$work/$name.cluster" |
+        sed 's/^one-gpu-cluster: //;s/ (pipe .*//')
     rm -f "$work/$name.cluster"
     secs=$(($(date +%s) - start))
     combine "$logs" "$n" >>"$log"
     npass=$(cat "$logs"/rank*.log 2>/dev/null | grep -c '^PASS')
     nfail=$(cat "$logs"/rank*.log 2>/dev/null | grep -c '^FAIL')
-    note=$(grep -m1 -h -E 'MPS daemon started|time-sliced' "$log" | sed 's/^one-gpu-cluster: //;s/ (pipe .*//')
     if [ "$rc" -eq 0 ] && [ "$nfail" -eq 0 ]; then
         what=ok
     elif [ "$rc" -eq 77 ]; then
