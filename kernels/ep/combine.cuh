@@ -433,6 +433,56 @@ __device__ __forceinline__ bool eep_epc_sum_lines(const eep_epk_params_t &p, con
     return true;
 }
 
+/* bf16(0 + bf16(fma(1, y, 0))) of two bf16 channels, on bits: y itself, except -0 -> +0 (a
+   round-to-nearest -0 + +0) and any NaN -> 0x7FFF (eep_f32_to_bf16); subnormals are kept, as
+   fmaf keeps them (no flush-to-zero in the JIT's flags). */
+__device__ __forceinline__ unsigned int eep_bf16_one(unsigned int h)
+{
+    return h == 0x8000u ? 0u : (h & 0x7fffu) > 0x7f80u ? 0x7fffu : h;
+}
+
+__device__ __forceinline__ unsigned int eep_bf16x2_one(unsigned int u)
+{
+    return eep_bf16_one(u & 0xffffu) | (eep_bf16_one(u >> 16) << 16);
+}
+
+/*
+ * Token @p k's only partial is its own, from the one row @p row with weight 1 (one rank and a
+ * rank-major handle, an unweighted combine, or a token whose one local lane is its only
+ * destination): out = bf16(0 + bf16(fma(1, y, 0))), which is y's bits with -0 and NaN made
+ * canonical (the general path's very roundings), 8 vectors a lane in flight.  The general path
+ * ran such rows at ~22 GB/s an SM (one rank, T 4096, H 7168, 24 SMs: 225 us, 7.8x the HBM
+ * floor; 101 us this way), bound by its 4 loads behind each round's stores and ~130 float
+ * instructions a vector.  Bits only: a float path here for other weights (~1,000 more unrolled
+ * instructions) made the expert-major combine 7-15 % slower (bench/RESULTS.md).
+ */
+__device__ __forceinline__ void eep_epc_one_row(const eep_epk_params_t &p, const eep_epc_token &k,
+                                                int row, int b, int e, unsigned lane)
+{
+    constexpr int U  = 8;
+    const uint4  *y4 = (const uint4 *)((const unsigned short *)p.y + (long long)row * EEP_EPK_H(p));
+
+    for (int b0 = b; b0 < e; b0 += 32 * U) {
+        uint4 v[U];
+
+#pragma unroll
+        for (int u = 0; u < U; u++) { /* every load first */
+            const int vi = b0 + 32 * u + (int)lane;
+            if (vi < e) {
+                v[u] = y4[vi];
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int vi = b0 + 32 * u + (int)lane;
+            if (vi < e) {
+                k.out[vi] = make_uint4(eep_bf16x2_one(v[u].x), eep_bf16x2_one(v[u].y),
+                                       eep_bf16x2_one(v[u].z), eep_bf16x2_one(v[u].w));
+            }
+        }
+    }
+}
+
 /*
  * The sum of token @p k's partials over vectors [b, e) (plain rows with a tag after the data):
  * the own partial of the first round computed before the wait, so that it overlaps the other
@@ -446,6 +496,14 @@ __device__ __forceinline__ bool eep_epc_sum_rows(const eep_epk_params_t &p, cons
 {
     bool waited = false;
 
+    if (!TG && k.n == 1 && k.jl == 0 && __popc(k.rows_mask) == 1) { /* warp-uniform */
+        const int src = __ffs(k.rows_mask) - 1;
+
+        if (__shfl_sync(0xffffffffu, k.my_w, src) == 1.0f) {
+            eep_epc_one_row(p, k, __shfl_sync(0xffffffffu, k.my_row, src), b, e, lane);
+            return true;
+        }
+    }
     for (int b0 = b; b0 < e; b0 += 32 * 4) {
         const int v0 = b0 + (int)lane;
         uint4     own[4];

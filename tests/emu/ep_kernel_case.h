@@ -601,20 +601,25 @@ static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, i
     }
     /* combine: y from (rank, row, channel, pair), so that a combine that read an earlier pair's
        partials (a sequence or parity that did not advance) gives wrong sums; padding rows NaN
-       (they must not be read) */
-    auto set_y = [&](int pair) {
+       (they must not be read); one channel in 61 a value whose rounding is special (-0, a NaN
+       with sign and payload, +-inf, subnormals: the one-row path works on bits and must give
+       what the float path gives) */
+    static const uint16_t special[6] = { 0x8000, 0xff81, 0x7f80, 0xff80, 0x0001, 0x8003 };
+    auto                  set_y      = [&](int pair) {
         for (int r = 0; r < W; r++) {
             for (int64_t row = 0; row < rows; row++) {
                 for (int h = 0; h < H; h++) {
                     float v = (float)((r * 131 + row * 17 + h * 7 + pair * 29) % 97) / 32.0f - 1.5f;
-                    y[r][row * H + h] = row < rr[r].num_rows && rr[r].src_rank[row] >= 0
-                                            ? eep_ref_f32_to_bf16(v)
-                                            : 0x7fc0;
+                    const int64_t sp = (row * H + h + pair) % 61;
+                    y[r][row * H + h] = !(row < rr[r].num_rows && rr[r].src_rank[row] >= 0)
+                                                                  ? (uint16_t)0x7fc0
+                                                              : sp < 6 ? special[sp]
+                                                                       : eep_ref_f32_to_bf16(v);
                 }
             }
         }
         return (g_rank_major ? eep_ref_combine_rank_major(&s, ref_in, rr, y.data(), out_ref.data())
-                             : eep_ref_combine(&s, ref_in, rr, y.data(), out_ref.data())) == EEP_OK;
+                                                   : eep_ref_combine(&s, ref_in, rr, y.data(), out_ref.data())) == EEP_OK;
     };
     if (!set_y(0)) {
         printf("%s: the CPU combine reference failed\n", name);
