@@ -598,7 +598,14 @@ static eep_status_t eep_ep_combine_launch(eep_runtime_t *rt, const eep_combine_a
     p.dead_mask = handle->dead_mask;
     eep_ep_reach_masks_of(rt, st, &p);
     eep_ep_params_handle(&p, handle);
-    if ((status = eep_ep_kernel(rt, st, kind, 0, 0, 0, shape, stream, &kernel)) != EEP_OK) {
+    /* the one-row path only where rows of weight 1 come (rank-major, unweighted): compiled in,
+       it slows the weighted expert-major combine that never takes it */
+    if ((status = eep_ep_kernel(rt, st, kind, 0,
+                                kind == EEP_EP_KERNEL_COMBINE &&
+                                        (handle->layout == EEP_EP_LAYOUT_RANK_MAJOR || !a->weighted)
+                                    ? EEP_EP_COMBINE_ONE_ROW
+                                    : 0,
+                                0, shape, stream, &kernel)) != EEP_OK) {
         return status;
     }
     {

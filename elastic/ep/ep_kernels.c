@@ -17,10 +17,13 @@ void eep_ep_kernel_spec_mode(int combine, int idx_bits, int mode, int phase, int
     /* unit #defines, not -D flags: NVRTC's precompiled headers need one command line */
     snprintf(names->defines, sizeof(names->defines),
              "EEP_EPK_FIXED_K=%d EEP_EPK_FIXED_W=%d "
-             "EEP_EPK_FIXED_H=%d EEP_EPK_FIXED_HB=%zu EEP_EPK_FIXED_LINES=%d%s",
+             "EEP_EPK_FIXED_H=%d EEP_EPK_FIXED_HB=%zu EEP_EPK_FIXED_LINES=%d%s%s",
              shape->num_topk, shape->world, shape->hidden,
              (size_t)shape->hidden * eep_ep_elem_bytes(shape->dtype), eep_ep_lines(shape),
-             hybrid ? " EEP_EPK_GIN=1" : "");
+             hybrid ? " EEP_EPK_GIN=1" : "",
+             combine == EEP_EP_KERNEL_COMBINE && mode == EEP_EP_COMBINE_ONE_ROW
+                 ? " EEP_EPK_ONE_ROW=1"
+                 : "");
     memset(spec_p, 0, sizeof(*spec_p));
     spec_p->size          = sizeof(*spec_p);
     spec_p->header        = combine ? "kernels/ep/combine.cuh" : "kernels/ep/dispatch.cuh";

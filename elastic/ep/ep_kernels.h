@@ -22,11 +22,16 @@ typedef struct {
 #define EEP_EP_KERNEL_DISPATCH  0 /* eep_ep_dispatch_body<idx_bits, mode, phase> */
 #define EEP_EP_KERNEL_COMBINE   1 /* eep_ep_combine_body */
 #define EEP_EP_KERNEL_TOPK_GRAD 2 /* eep_ep_combine_topk_grad_body (issue 26) */
+/* The combine's @p mode: the one-row path compiled in (kernels/ep/combine.cuh eep_epc_one_row). */
+#define EEP_EP_COMBINE_ONE_ROW  1
 
 /**
  * The JIT spec of the dispatch kernel (@p combine 0: eep_ep_dispatch_body<idx_bits, mode, phase>)
- * or of a combine kernel (1: the combine, 2: its top-k weight gradients) for @p shape: its top-k, ranks, hidden size and element size compiled
- * in as spec defines (EEP_EPK_FIXED_*).  The one source of both the kernels a call launches and
+ * or of a combine kernel (1: the combine, 2: its top-k weight gradients) for @p shape: its top-k,
+ * ranks, hidden size and element size compiled in as spec defines (EEP_EPK_FIXED_*).  For the
+ * combine (1), @p mode EEP_EP_COMBINE_ONE_ROW compiles in the one-row path (EEP_EPK_ONE_ROW=1:
+ * rank-major handles and unweighted combines), which, compiled in, slowed the expert-major
+ * weighted combine by 12-14 % without being taken (bench/RESULTS.md).  The one source of both the kernels a call launches and
  * those prefetched for one rank fewer, so that their cache keys agree.  @p spec_p points into
  * @p names.
  */

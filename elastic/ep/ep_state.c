@@ -353,14 +353,15 @@ eep_status_t eep_ep_kernel(eep_runtime_t *rt, struct eep_ep_state *st, int combi
     eep_status_t          status;
     int                   i;
 
-    /* the table's key: every input of eep_ep_kernel_spec (combine has no template arguments) */
+    /* the table's key: every input of eep_ep_kernel_spec (combine has no template arguments; its
+       mode says whether the one-row path is in) */
     snprintf(key, sizeof(key), "%s<%d, %d, %d> k%d w%d h%d %s%s",
              combine == EEP_EP_KERNEL_TOPK_GRAD ? "g"
              : combine                          ? "c"
                                                 : "d",
-             combine ? 0 : idx_bits, combine ? 0 : mode, combine ? 0 : phase, shape->num_topk,
-             shape->world, shape->hidden, shape->dtype == EEP_DTYPE_FP8_E4M3 ? "fp8" : "bf16",
-             st->hybrid ? " gin" : "");
+             combine ? 0 : idx_bits, combine == EEP_EP_KERNEL_TOPK_GRAD ? 0 : mode,
+             combine ? 0 : phase, shape->num_topk, shape->world, shape->hidden,
+             shape->dtype == EEP_DTYPE_FP8_E4M3 ? "fp8" : "bf16", st->hybrid ? " gin" : "");
     for (i = 0; i < EEP_EP_KERNEL_SLOTS && st->kernels[i].kernel != NULL; i++) {
         if (strcmp(st->kernels[i].key, key) == 0) {
             *kernel_p = st->kernels[i].kernel;

@@ -41,6 +41,12 @@
 
 #ifdef __CUDACC__
 
+/* 1: the one-row path (eep_epc_one_row) is compiled in; the host asks for it for rank-major
+   handles and unweighted combines only (elastic/ep/ep_kernels.h EEP_EP_COMBINE_ONE_ROW) */
+#ifndef EEP_EPK_ONE_ROW
+#define EEP_EPK_ONE_ROW 0
+#endif
+
 /*
  * The weighted sum of one record's rows over vectors vec(u) (u < U; -1: none) of 8 channels:
  * lane k < K holds the record's row @p my_row (-1: not a local expert) and weight
@@ -496,7 +502,8 @@ __device__ __forceinline__ bool eep_epc_sum_rows(const eep_epk_params_t &p, cons
 {
     bool waited = false;
 
-    if (!TG && k.n == 1 && k.jl == 0 && __popc(k.rows_mask) == 1) { /* warp-uniform */
+    if (EEP_EPK_ONE_ROW && !TG && k.n == 1 && k.jl == 0 &&
+        __popc(k.rows_mask) == 1) { /* warp-uniform */
         const int src = __ffs(k.rows_mask) - 1;
 
         if (__shfl_sync(0xffffffffu, k.my_w, src) == 1.0f) {

@@ -22,6 +22,10 @@
 #include "tests/emu/gin_model.h"
 #endif
 
+/* the host compiles the combine's one-row path in for rank-major handles (and unweighted
+   combines): the emulated kernel follows the case's layout the same way */
+static int g_rank_major; /* 1: the cases run with rank-major outputs (EEP_EP_LAYOUT_RANK_MAJOR) */
+#define EEP_EPK_ONE_ROW g_rank_major
 #include "kernels/ep/combine.cuh"
 #include "kernels/ep/dispatch.cuh"
 #include "tests/common/ep_reference.h"
@@ -238,9 +242,8 @@ enum { FAULT_NONE, FAULT_SILENT_PEER, FAULT_BAD_ID, FAULT_DUP_ID, SKIP_PADDING_X
 /* Gating beyond the balanced default (the edge cases, as make gpu-check has them). */
 enum { GATING_BALANCED, GATING_MASKED, GATING_HOTSPOT, GATING_SILENT_RANK, GATING_MASKED_RANK };
 
-static int g_cases;      /* run_case calls that ran */
-static int g_skipped;    /* and those that cannot run in this build */
-static int g_rank_major; /* 1: the cases run with rank-major outputs (EEP_EP_LAYOUT_RANK_MAJOR) */
+static int g_cases;   /* run_case calls that ran */
+static int g_skipped; /* and those that cannot run in this build */
 /* 1: as eep_dispatch does at one rank (EEP_EP_COPY_ENGINE), the "copy engine" (a memcpy here)
    fills recv_x with x when every token is received, before the copy launch; 2: it fills it with
    a sentinel instead, and the copy blocks must leave it there (they write metadata only). */

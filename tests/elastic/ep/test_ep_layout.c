@@ -251,6 +251,15 @@ static void test_combine_lines(void **state)
     assert_int_equal(w.scale_off, 2048 * 2);
     eep_ep_kernel_spec(1, 32, 0, 0, &s, &names, &spec);
     assert_non_null(strstr(spec.defines, "EEP_EPK_FIXED_LINES=0"));
+    /* the combine's one-row path: only in the variant asked for (rank-major, unweighted), never
+       in the top-k gradient kernel nor the dispatch */
+    assert_null(strstr(spec.defines, "EEP_EPK_ONE_ROW"));
+    eep_ep_kernel_spec(EEP_EP_KERNEL_COMBINE, 32, EEP_EP_COMBINE_ONE_ROW, 0, &s, &names, &spec);
+    assert_non_null(strstr(spec.defines, "EEP_EPK_ONE_ROW=1"));
+    eep_ep_kernel_spec(EEP_EP_KERNEL_TOPK_GRAD, 32, EEP_EP_COMBINE_ONE_ROW, 0, &s, &names, &spec);
+    assert_null(strstr(spec.defines, "EEP_EPK_ONE_ROW"));
+    eep_ep_kernel_spec(EEP_EP_KERNEL_DISPATCH, 32, 1, 0, &s, &names, &spec);
+    assert_null(strstr(spec.defines, "EEP_EPK_ONE_ROW"));
 }
 
 /* One runtime keeps one layout (elastic/ep/ep.c refuses a call whose layout differs): the same
