@@ -26,8 +26,8 @@
 #            with no tokens (fresh inputs, outputs poisoned, every element, combine bit-equal to the
 #            reference twice); tests/gpu/test_ep (a NO_CPU_SYNC pair captured in a graph: 2 kernel
 #            nodes, 5 replays bit-identical; bad expert id; a peer that stops calling); and
-#            tests/gpu/test_ep_hybrid kill|stop dispatch|combine (a rank SIGKILLed or SIGSTOPped
-#            mid-call: the others get EEP_ERR_PEER_TIMEOUT naming it, then shrink and run checked
+#            tests/gpu/test_ep_hybrid kill|stop dispatch|combine (all four: a rank SIGKILLed or
+#            SIGSTOPped mid-call: the others get EEP_ERR_PEER_TIMEOUT naming it, then shrink and run checked
 #            pairs on a fresh runtime).  nvcc JIT-compiles each hybrid variant once per N (~10
 #            variants, 10-30 s each) into EEP_JIT_CACHE_DIR (default: the round's temp folder),
 #            so one N is about one device call of 10 minutes:
@@ -200,7 +200,7 @@ case " $parts " in *" hybrid "*)
             "$hy_limit" "$hy_mode" -- "$build/tests/gpu/test_ep"
         # a SIGKILLed MPS client takes its MPS peers' contexts down with it (MPS delivers the
         # fault to every client of the GPU: bench/RESULTS.md), so the kills run time-sliced
-        for k in "kill dispatch" "stop combine"; do
+        for k in "kill dispatch" "kill combine" "stop dispatch" "stop combine"; do
             km=$hy_mode
             [ "${k%% *}" = kill ] && km=no-mps
             ! want "${k// /-}" || EEP_GIN=require EEP_TIMEOUT_MS=4000 run "hy-n$n-${k// /-}" \
