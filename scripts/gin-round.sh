@@ -27,8 +27,8 @@
 #            reference twice); tests/gpu/test_ep (a NO_CPU_SYNC pair captured in a graph: 2 kernel
 #            nodes, 5 replays bit-identical; bad expert id; a peer that stops calling); and
 #            tests/gpu/test_ep_hybrid kill|stop dispatch|combine (all four: a rank SIGKILLed or
-#            SIGSTOPped mid-call: the others get EEP_ERR_PEER_TIMEOUT naming it, then shrink and run checked
-#            pairs on a fresh runtime).  nvcc JIT-compiles each hybrid variant once per N (~10
+#            SIGSTOPped mid-call: the others get EEP_ERR_PEER_TIMEOUT naming it, then shrink and
+#            run checked pairs on a fresh runtime).  nvcc JIT-compiles each hybrid variant once per N (~10
 #            variants, 10-30 s each) into EEP_JIT_CACHE_DIR (default: the round's temp folder),
 #            so one N is about one device call of 10 minutes:
 #              make gpu-hybrid                                  (N = 2, 4, 8 in one go)
