@@ -94,6 +94,30 @@ eep_status_t eep_ep_place_dev(const eep_runtime_t *rt, const eep_cuda_sym_t *cu,
     return EEP_OK;
 }
 
+/* Give back what @p st holds (the driver's allocations, then the struct): the runtime's destructor,
+   and eep_ep_state_get when a later step of the making fails. */
+static void eep_ep_state_free(const eep_cuda_sym_t *cu, struct eep_ep_state *st)
+{
+    if (cu != NULL) {
+        if (st->mirror != NULL) {
+            cu->cuMemFreeHost((void *)st->mirror);
+        }
+        if (st->chunk != 0) {
+            cu->cuMemFree((CUdeviceptr)st->chunk);
+        }
+        if (st->gin_dev != 0) {
+            cu->cuMemFree((CUdeviceptr)st->gin_dev);
+        }
+        eep_ep_places_free(cu, st);
+        for (int i = 0; i < 2; i++) {
+            if (st->trace[i] != 0) {
+                cu->cuMemFree((CUdeviceptr)st->trace[i]);
+            }
+        }
+    }
+    free(st);
+}
+
 /* The runtime's destructor for the dispatch/combine state (registered when it is made; kernels
    are owned by rt->jit). */
 static void eep_ep_state_destroy(eep_runtime_t *rt, void *arg)
@@ -104,24 +128,7 @@ static void eep_ep_state_destroy(eep_runtime_t *rt, void *arg)
     if (rt == NULL || rt->ep == NULL) {
         return;
     }
-    if (eep_cuda_sym_driver(&cu) == EEP_OK) {
-        if (rt->ep->mirror != NULL) {
-            cu->cuMemFreeHost((void *)rt->ep->mirror);
-        }
-        if (rt->ep->chunk != 0) {
-            cu->cuMemFree((CUdeviceptr)rt->ep->chunk);
-        }
-        if (rt->ep->gin_dev != 0) {
-            cu->cuMemFree((CUdeviceptr)rt->ep->gin_dev);
-        }
-        eep_ep_places_free(cu, rt->ep);
-        for (int i = 0; i < 2; i++) {
-            if (rt->ep->trace[i] != 0) {
-                cu->cuMemFree((CUdeviceptr)rt->ep->trace[i]);
-            }
-        }
-    }
-    free(rt->ep);
+    eep_ep_state_free(eep_cuda_sym_driver(&cu) == EEP_OK ? cu : NULL, rt->ep);
     rt->ep = NULL;
 }
 
@@ -284,14 +291,11 @@ eep_status_t eep_ep_state_get(eep_runtime_t *rt, const eep_cuda_sym_t *cu,
         status = eep_status_from_cu(cu->cuMemHostGetDevicePointer(&dev, host, 0),
                                     "cuMemHostGetDevicePointer(count mirror)");
     }
+    st->mirror = (volatile uint64_t *)host;
     if (status != EEP_OK) {
-        if (host != NULL) {
-            cu->cuMemFreeHost(host);
-        }
-        free(st);
+        eep_ep_state_free(cu, st); /* and the GIN parameters the topology made */
         return status;
     }
-    st->mirror     = (volatile uint64_t *)host;
     st->mirror_dev = (uint64_t)dev;
     {
         /* zeroed once: the flags hold call sequences, never reset */
@@ -305,11 +309,10 @@ eep_status_t eep_ep_state_get(eep_runtime_t *rt, const eep_cuda_sym_t *cu,
             st->chunk = (uint64_t)d;
         }
         if (status != EEP_OK) {
-            if (d != 0) {
+            if (d != 0 && st->chunk == 0) {
                 cu->cuMemFree(d);
             }
-            cu->cuMemFreeHost(host);
-            free(st);
+            eep_ep_state_free(cu, st);
             return status;
         }
     }
