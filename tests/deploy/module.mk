@@ -11,3 +11,5 @@ SCRIPT_TESTS += tests/deploy/test_gpu_elastic_driver.sh
 SCRIPT_TESTS += tests/deploy/test_run_driver.sh
 # scripts/thread-dump.sh (where each thread of a stalled rank sits) on a live process.
 SCRIPT_TESTS += tests/deploy/test_thread_dump.sh
+# scripts/kernel-ab.sh (a kernel change against an older revision in one device call), FAKE bench.
+SCRIPT_TESTS += tests/deploy/test_kernel_ab.sh
