@@ -309,10 +309,7 @@ eep_status_t eep_ep_state_get(eep_runtime_t *rt, const eep_cuda_sym_t *cu,
             st->chunk = (uint64_t)d;
         }
         if (status != EEP_OK) {
-            if (d != 0 && st->chunk == 0) {
-                cu->cuMemFree(d);
-            }
-            eep_ep_state_free(cu, st);
+            eep_ep_state_free(cu, st); /* st->chunk is the scratch, once allocated */
             return status;
         }
     }
