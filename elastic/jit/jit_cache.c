@@ -218,24 +218,30 @@ eep_status_t eep_jit_cache_write(const char *path, const void *cubin, size_t siz
 /* Who holds a key's lock: "<pid> <pid namespace>" in the lock file, written by the holder, so that
    a waiter can tell a compiler at work from a process that is stopped (SIGSTOP, a debugger) while
    holding it.  Only a process of our own pid namespace is judged; anything else reads as "busy". */
-static void eep_jit_lock_note_holder(int fd)
+static void eep_jit_pid_ns(char ns[64])
 {
-    char ns[64] = "", text[128];
-    int  len;
-
-    if (readlink("/proc/self/ns/pid", ns, sizeof(ns) - 1) < 0) {
+    memset(ns, 0, 64);
+    if (readlink("/proc/self/ns/pid", ns, 63) < 0) {
         ns[0] = '\0';
     }
+}
+
+static void eep_jit_lock_note_holder(int fd, const char *ns)
+{
+    char text[128];
+    int  len;
+
     len = snprintf(text, sizeof(text), "%ld %s\n", (long)getpid(), ns);
     if (ftruncate(fd, 0) != 0 || pwrite(fd, text, (size_t)len, 0) != len) {
         eep_debug(EEP_SUBSYS_JIT, "cannot note the jit lock's holder: %s", strerror(errno));
     }
 }
 
-/* 1 when the lock's noted holder is a stopped process of our pid namespace (not ourselves). */
-static int eep_jit_lock_holder_stopped(int fd, long *pid_p)
+/* 1 when the lock's noted holder is a stopped process of our pid namespace @p ns (not
+   ourselves). */
+static int eep_jit_lock_holder_stopped(int fd, const char *ns, long *pid_p)
 {
-    char    text[128], ns[64] = "", their_ns[64] = "", path[64], stat[512], *paren;
+    char    text[128], their_ns[64] = "", path[64], stat[512], *paren;
     ssize_t got = pread(fd, text, sizeof(text) - 1, 0);
     long    pid = 0;
     FILE   *f;
@@ -246,7 +252,7 @@ static int eep_jit_lock_holder_stopped(int fd, long *pid_p)
     }
     text[got] = '\0';
     if (sscanf(text, "%ld %63s", &pid, their_ns) != 2 || pid <= 0 || pid == (long)getpid() ||
-        readlink("/proc/self/ns/pid", ns, sizeof(ns) - 1) < 0 || strcmp(ns, their_ns) != 0) {
+        ns[0] == '\0' || strcmp(ns, their_ns) != 0) {
         return 0;
     }
     snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
@@ -268,13 +274,14 @@ static int eep_jit_lock_holder_stopped(int fd, long *pid_p)
 eep_status_t eep_jit_cache_lock(const eep_jit_t *jit, const char *key, int *fd_p)
 {
     struct timespec nap = { 0, 2 * 1000 * 1000 };
-    char            path[PATH_MAX];
+    char            path[PATH_MAX], ns[64];
     eep_status_t    status;
     double          start  = eep_clock_ms(), waited;
     long            holder = 0;
     int             fd, warned = 0;
 
-    *fd_p  = -1;
+    *fd_p = -1;
+    eep_jit_pid_ns(ns); /* once: the holder check below runs at every poll */
     status = eep_jit_cache_path(jit, key, ".lock", path, sizeof(path));
     if (status != EEP_OK) {
         return status;
@@ -290,7 +297,7 @@ eep_status_t eep_jit_cache_lock(const eep_jit_t *jit, const char *key, int *fd_p
             close(fd);
             return status;
         }
-        if (eep_jit_lock_holder_stopped(fd, &holder)) {
+        if (eep_jit_lock_holder_stopped(fd, ns, &holder)) {
             eep_warn(EEP_SUBSYS_JIT,
                      "process %ld holds the lock compiling %.16s but is stopped; compiling it "
                      "here without the lock",
@@ -316,7 +323,7 @@ eep_status_t eep_jit_cache_lock(const eep_jit_t *jit, const char *key, int *fd_p
             nap.tv_nsec *= 2;
         }
     }
-    eep_jit_lock_note_holder(fd);
+    eep_jit_lock_note_holder(fd, ns);
     *fd_p = fd;
     return EEP_OK;
 }
