@@ -92,7 +92,7 @@ int64_t eep_bench_ep_diff(const char *what, const void *got, const void *want, s
 /* Check the baseline's dispatch outputs against the reference, every element. */
 int64_t eep_bench_ep_check_dispatch(eep_bench_ctx_t *ctx, const eep_ep_shape_t *s,
                                     const eep_bl_view_t *v, const eep_ref_recv_t *r, int skip_pad,
-                                    int rank_major)
+                                    int rank_major, int64_t x_copies_to)
 {
     /* expert-major: El + 1 offsets; rank-major: world + 1 rows before each source */
     const size_t          n_off = rank_major ? (size_t)s->world + 1 : (size_t)r->num_local + 1;
@@ -145,9 +145,14 @@ int64_t eep_bench_ep_check_dispatch(eep_bench_ctx_t *ctx, const eep_ep_shape_t *
     }
     bad += eep_bench_ep_diff("recv_topk_idx", idx, r->topk_idx, nr * K, 4, ctx->rank);
     bad += eep_bench_ep_diff("recv_topk_weights", wts, r->topk_weights, nr * K, 4, ctx->rank);
-    /* Nothing written past the real rows. */
-    bad += eep_bench_ep_diff("recv_x (past the end)", x + nr * hb, poison, (rows - nr) * hb, 1,
-                             ctx->rank);
+    /* Nothing written past the real rows (recv_x: past x_copies_to, where that is further). */
+    {
+        size_t xe = x_copies_to > (int64_t)nr ? (size_t)x_copies_to : nr;
+
+        xe = xe < rows ? xe : rows;
+        bad += eep_bench_ep_diff("recv_x (past the end)", x + xe * hb, poison, (rows - xe) * hb, 1,
+                                 ctx->rank);
+    }
     bad += eep_bench_ep_diff("recv_topk_idx (past the end)", idx + nr * K, poison, (rows - nr) * K,
                              4, ctx->rank);
 out:

@@ -27,7 +27,8 @@ static void usage(FILE *out)
             "  --align A           expert_alignment (128)\n"
             "  --dtype bf16|fp8    (bf16)\n"
             "  --index int32|int64 topk_idx type (int64)\n"
-            "  --gating G          random, masked, hotspot, hotspot-only, silent, masked-rank, t1\n"
+            "  --gating G          random, masked, hotspot, hotspot-only, silent, masked-rank,\n"
+            "                      dropped (every 5th token to no expert), t1\n"
             "  --mode M            ours: cpu-sync, no-cpu-sync (default) or cached\n"
             "  --no-ours           skip eep_dispatch/eep_combine (baseline only)\n"
             "  --num-sms B[,B...]  SM budgets of ours, a row each (0: the whole device, the\n"
@@ -239,6 +240,8 @@ int eep_bench_ep_gen_from_opts(const bench_opts_t *o, eep_ref_gen_t *gen)
         gen->silent_rank = 0;
     } else if (strcmp(o->gating, "masked-rank") == 0) {
         gen->masked_rank = 0;
+    } else if (strcmp(o->gating, "dropped") == 0) {
+        gen->drop_every = 5;
     } else if (strcmp(o->gating, "t1") == 0) {
         gen->num_tokens = 1;
     } else {

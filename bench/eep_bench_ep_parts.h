@@ -96,10 +96,14 @@ uint16_t *eep_bench_ep_make_y(const eep_ep_shape_t *s, const eep_ref_recv_t *r, 
 int64_t eep_bench_ep_diff(const char *what, const void *got, const void *want, size_t n,
                           size_t elem, int rank);
 
-/** Check the dispatch outputs in @p v against @p r. @return bad elements, -1 if unreadable. */
+/**
+ * Check the dispatch outputs in @p v against @p r.  @p x_copies_to: recv_x rows past the real ones
+ * and below this may hold anything (copies of x: the one-rank copy engine, eep/ep.h); 0: none.
+ * @return bad elements, -1 if unreadable.
+ */
 int64_t eep_bench_ep_check_dispatch(eep_bench_ctx_t *ctx, const eep_ep_shape_t *s,
                                     const eep_bl_view_t *v, const eep_ref_recv_t *r, int skip_pad,
-                                    int rank_major);
+                                    int rank_major, int64_t x_copies_to);
 
 /** Enqueue 0xa5 into every output of @p v on ctx->stream. */
 eep_status_t eep_bench_ep_poison_outputs(eep_bench_ctx_t *ctx, const eep_ep_shape_t *s,

@@ -88,7 +88,7 @@ eep_status_t eep_bench_ep_run_baseline(eep_bench_ctx_t *ctx, const bench_opts_t 
             fprintf(stderr, "rank %d: baseline flagged token %d as bad\n", ctx->rank, bad_token);
             res->errors++;
         }
-        res->errors += eep_bench_ep_check_dispatch(ctx, s, &v, r, 0, 0);
+        res->errors += eep_bench_ep_check_dispatch(ctx, s, &v, r, 0, 0, 0);
         /* y in the reference layout (the checked one), NaN in padding rows. */
         CU_TRY(cu->cuMemsetD8(y, 0xff, (size_t)v.capacity * (size_t)s->hidden * 2));
         if (r->num_rows > 0) {
@@ -381,8 +381,11 @@ eep_status_t eep_bench_ep_run_ours(eep_bench_ctx_t *ctx, const bench_opts_t *o,
     if (o->check) {
         const eep_ref_recv_t *r = &recv[ctx->rank];
 
-        res->errors += eep_bench_ep_check_dispatch(ctx, s, &v, r, o->skip_pad,
-                                                   o->layout == EEP_EP_LAYOUT_RANK_MAJOR);
+        const int rm = o->layout == EEP_EP_LAYOUT_RANK_MAJOR;
+
+        res->errors += eep_bench_ep_check_dispatch(
+            ctx, s, &v, r, o->skip_pad, rm,
+            rm && s->world == 1 && o->mode == EEP_EP_MODE_CPU_SYNC ? a.num_tokens : 0);
         if (o->mode == EEP_EP_MODE_CPU_SYNC) {
             res->errors += eep_bench_ep_diff("host_expert_counts", host_counts, r->expert_counts,
                                              El, 4, ctx->rank);

@@ -290,15 +290,114 @@ static eep_status_t eep_ep_outputs(const eep_dispatch_args_t *a, int64_t rows, s
 }
 
 /*
- * One rank, rank-major, CPU_SYNC, every token received (the exact count says so), within an SM
- * budget of at most EEP_EP_COPY_ENGINE_MAX_BUDGET: recv_x is x row for row, so the copy engine
- * moves it (no SM) and the copy blocks write the metadata only (p->ce_copied).  Measured on an
- * H200 at T 4096 bf16 (bench/RESULTS.md "SM budgets"): 160 / 88 us at budgets 8 / 24 against
- * 255 / 105 us by the SMs, but 72 against 67 on the whole device, and a cached dispatch (whose
- * memcpy cannot overlap the previous call's tail) 251 against 231 at 8: so CPU_SYNC with a
- * budget only.  EEP_EP_COPY_ENGINE 0: off.
+ * One rank, rank-major, CPU_SYNC, within an SM budget of at most EEP_EP_COPY_ENGINE_MAX_BUDGET
+ * (EEP_EP_COPY_ENGINE 2: any budget, the whole device too): recv_x is x row for row up to the first
+ * token that no expert took, so the copy engine moves x to recv_x (no SM) and the copy blocks
+ * skip the bytes of every record whose row is its token's index (p->ce_copied), writing its
+ * metadata only.  Two ways:
+ * - overlapped (the caller's buffers, recv_capacity >= T): the copy is enqueued before the
+ *   dispatch kernel, on the state's own stream (eep_ep_ce_fork), so it runs beside that kernel and
+ *   the host's wait for the counts.  Every token received: the copy blocks run beside its tail,
+ *   and the caller's stream waits for both.  Otherwise the copy blocks wait for the copy first
+ *   (eep_ep_ce_join), and rewrite the rows after the first token not received; so rows from the
+ *   exact count up to T may hold copies of x (the caller's capacity allows it; nothing reads them).
+ * - serial (the alloc hook: recv_x exists only once the counts are known; or a capacity below T):
+ *   every token received, the copy is enqueued then, before the copy blocks (eep_ep_copy_engine).
+ * Measured on an H200 at T 4096 bf16 (bench/RESULTS.md "SM budgets"), the serial way: 160 / 88
+ * us at budgets 8 / 24 against 255 / 105 us by the SMs, but 72 against 67 on the whole device.
+ * EEP_EP_COPY_ENGINE 0: off.
  */
 #define EEP_EP_COPY_ENGINE_MAX_BUDGET 24
+static int eep_ep_ce_wanted(const struct eep_ep_state *st, const eep_ep_shape_t *shape,
+                            const eep_dispatch_args_t *a, int budget)
+{
+    return st->cfg.copy_engine != 0 && shape->world == 1 && a->mode == EEP_EP_MODE_CPU_SYNC &&
+           eep_ep_args_layout(a) == EEP_EP_LAYOUT_RANK_MAJOR && a->num_tokens > 0 &&
+           (st->cfg.copy_engine == 2 || (budget >= 1 && budget <= EEP_EP_COPY_ENGINE_MAX_BUDGET));
+}
+
+/* x (and its scales) to recv_x on @p stream; @p status_p: EEP_OK, or the first failure. */
+static void eep_ep_ce_copy(const eep_cuda_sym_t *cu, const eep_epk_params_t *p, size_t T, size_t hb,
+                           size_t sb, CUstream stream, eep_status_t *status_p)
+{
+    *status_p = eep_status_from_cu(
+        cu->cuMemcpyDtoDAsync((CUdeviceptr)p->recv_x, (CUdeviceptr)p->x, T * hb, stream),
+        "cuMemcpyDtoDAsync(recv_x)");
+    if (*status_p == EEP_OK && sb != 0) {
+        *status_p = eep_status_from_cu(cu->cuMemcpyDtoDAsync((CUdeviceptr)p->recv_x_scales,
+                                                             (CUdeviceptr)p->x_scales, T * sb,
+                                                             stream),
+                                       "cuMemcpyDtoDAsync(recv_x_scales)");
+    }
+}
+
+/*
+ * The overlapped way's start, before the dispatch kernel: the state's stream waits for the
+ * caller's work so far, then copies.  @p [out] owed: 1 when something was enqueued there, so the
+ * caller's stream must wait for it (eep_ep_ce_join) before the call returns, whatever happens
+ * next: the copy reads x and writes recv_x.
+ */
+static eep_status_t eep_ep_ce_fork(const eep_cuda_sym_t *cu, struct eep_ep_state *st,
+                                   const eep_epk_params_t *p, size_t T, size_t hb, size_t sb,
+                                   void *stream, int *owed)
+{
+    eep_status_t status = EEP_OK;
+
+    *owed = 0;
+    if (st->ce_stream == NULL) { /* what was made stays for the next call, freed with the state */
+        status = eep_status_from_cu(cu->cuStreamCreate(&st->ce_stream, CU_STREAM_NON_BLOCKING),
+                                    "cuStreamCreate(copy engine)");
+    }
+    if (status == EEP_OK && st->ce_fork == NULL) {
+        status = eep_status_from_cu(cu->cuEventCreate(&st->ce_fork, CU_EVENT_DISABLE_TIMING),
+                                    "cuEventCreate(copy engine fork)");
+    }
+    if (status == EEP_OK && st->ce_join == NULL) {
+        status = eep_status_from_cu(cu->cuEventCreate(&st->ce_join, CU_EVENT_DISABLE_TIMING),
+                                    "cuEventCreate(copy engine join)");
+    }
+    if (status == EEP_OK) {
+        status = eep_status_from_cu(cu->cuEventRecord(st->ce_fork, (CUstream)stream),
+                                    "cuEventRecord(copy engine fork)");
+    }
+    if (status == EEP_OK) {
+        status = eep_status_from_cu(cu->cuStreamWaitEvent(st->ce_stream, st->ce_fork, 0),
+                                    "cuStreamWaitEvent(copy engine fork)");
+    }
+    if (status != EEP_OK) {
+        return status; /* nothing enqueued on the state's stream yet that touches x or recv_x */
+    }
+    *owed = 1;
+    eep_ep_ce_copy(cu, p, T, hb, sb, st->ce_stream, &status);
+    if (status == EEP_OK) {
+        status = eep_status_from_cu(cu->cuEventRecord(st->ce_join, st->ce_stream),
+                                    "cuEventRecord(copy engine join)");
+    }
+    if (status != EEP_OK && cu->cuStreamSynchronize(st->ce_stream) == CUDA_SUCCESS) {
+        *owed = 0; /* without a join event to wait on, the copy is waited for here */
+    }
+    return status;
+}
+
+/* The caller's stream waits for the overlapped copy (or, failing that, the host does). */
+static eep_status_t eep_ep_ce_join(const eep_cuda_sym_t *cu, struct eep_ep_state *st, void *stream,
+                                   int *owed)
+{
+    eep_status_t status;
+
+    if (!*owed) {
+        return EEP_OK;
+    }
+    status = eep_status_from_cu(cu->cuStreamWaitEvent((CUstream)stream, st->ce_join, 0),
+                                "cuStreamWaitEvent(copy engine join)");
+    if (status != EEP_OK) {
+        cu->cuStreamSynchronize(st->ce_stream);
+    }
+    *owed = 0;
+    return status;
+}
+
+/* The serial way, once the counts are known: every token received, in stream order. */
 static eep_status_t eep_ep_copy_engine(const eep_cuda_sym_t *cu, const struct eep_ep_state *st,
                                        const eep_ep_shape_t *shape, const eep_dispatch_args_t *a,
                                        int64_t rows, size_t hb, size_t sb, int budget, void *stream,
@@ -308,19 +407,10 @@ static eep_status_t eep_ep_copy_engine(const eep_cuda_sym_t *cu, const struct ee
     eep_status_t status;
 
     p->ce_copied = 0;
-    if (!st->cfg.copy_engine || shape->world != 1 || !p->rank_major || rows != (int64_t)T ||
-        T == 0 || budget < 1 || budget > EEP_EP_COPY_ENGINE_MAX_BUDGET) {
+    if (!eep_ep_ce_wanted(st, shape, a, budget) || rows != (int64_t)T) {
         return EEP_OK;
     }
-    status = eep_status_from_cu(
-        cu->cuMemcpyDtoDAsync((CUdeviceptr)p->recv_x, (CUdeviceptr)p->x, T * hb, (CUstream)stream),
-        "cuMemcpyDtoDAsync");
-    if (status == EEP_OK && sb != 0) {
-        status = eep_status_from_cu(cu->cuMemcpyDtoDAsync((CUdeviceptr)p->recv_x_scales,
-                                                          (CUdeviceptr)p->x_scales, T * sb,
-                                                          (CUstream)stream),
-                                    "cuMemcpyDtoDAsync");
-    }
+    eep_ep_ce_copy(cu, p, T, hb, sb, (CUstream)stream, &status);
     p->ce_copied = status == EEP_OK;
     return status;
 }
@@ -339,8 +429,9 @@ eep_status_t eep_dispatch(eep_runtime_t *rt, const eep_dispatch_args_t *args,
     eep_ep_sm_plan_t      plan;
     int                   El, NC, sw, sms, copy, idx_bits;
     unsigned              grid;
-    size_t                dyn;
+    size_t                dyn, hb, sb;
     int64_t               rows;
+    int                   ce_owed = 0, ce_overlap = 0;
 
     if (rt == NULL) {
         eep_error(EEP_SUBSYS_KERNEL, "dispatch: invalid argument rt: NULL runtime");
@@ -431,8 +522,16 @@ eep_status_t eep_dispatch(eep_runtime_t *rt, const eep_dispatch_args_t *args,
                                  &copy_kernel)) != EEP_OK)) {
         goto fail;
     }
+    hb = (size_t)shape.hidden * eep_ep_elem_bytes(shape.dtype);
+    sb = shape.dtype == EEP_DTYPE_FP8_E4M3 ? (size_t)shape.hidden / 128 * 4 : 0;
     if (args->mode == EEP_EP_MODE_CPU_SYNC) {
         __atomic_store_n(&st->mirror[El + 1], 0, __ATOMIC_RELEASE);
+        ce_overlap = args->alloc == NULL && args->recv_capacity >= args->num_tokens &&
+                     eep_ep_ce_wanted(st, &shape, args, plan.budget);
+        if (ce_overlap && (status = eep_ep_ce_fork(cu, st, &p, (size_t)args->num_tokens, hb, sb,
+                                                   stream, &ce_owed)) != EEP_OK) {
+            goto fail;
+        }
     }
     /* Senders, then the counter; without CPU sync the copy blocks too (the counter is one). */
     grid   = (unsigned)(sms + (args->mode == EEP_EP_MODE_CPU_SYNC ? 1 : copy));
@@ -443,9 +542,7 @@ eep_status_t eep_dispatch(eep_runtime_t *rt, const eep_dispatch_args_t *args,
     }
     rows = eep_ep_layout_rows_max(&shape, eep_ep_args_layout(args));
     if (args->mode == EEP_EP_MODE_CPU_SYNC) {
-        size_t hb = (size_t)shape.hidden * eep_ep_elem_bytes(shape.dtype);
-        size_t sb = shape.dtype == EEP_DTYPE_FP8_E4M3 ? (size_t)shape.hidden / 128 * 4 : 0;
-        int    e;
+        int e;
 
         if ((status = eep_ep_wait_counts(rt, st, El)) != EEP_OK) {
             goto fail;
@@ -456,11 +553,22 @@ eep_status_t eep_dispatch(eep_runtime_t *rt, const eep_dispatch_args_t *args,
                 args->host_expert_counts[e] = (int32_t)(uint32_t)st->mirror[e];
             }
         }
-        if ((status = eep_ep_outputs(args, rows, hb, sb, &p)) != EEP_OK ||
-            (status = eep_ep_copy_engine(cu, st, &shape, args, rows, hb, sb, plan.budget, stream,
-                                         &p)) != EEP_OK ||
-            (status = eep_jit_launch_ex(copy_kernel, (unsigned)copy, EEP_EPK_THREADS, dyn, stream,
-                                        &p, sizeof(p), st->launch_flags)) != EEP_OK) {
+        if ((status = eep_ep_outputs(args, rows, hb, sb, &p)) != EEP_OK) {
+            goto fail;
+        }
+        if (ce_overlap) { /* a token not received: its successors' rows are rewritten after it */
+            p.ce_copied = ce_owed;
+            if (rows != (int64_t)args->num_tokens &&
+                (status = eep_ep_ce_join(cu, st, stream, &ce_owed)) != EEP_OK) {
+                goto fail;
+            }
+        } else if ((status = eep_ep_copy_engine(cu, st, &shape, args, rows, hb, sb, plan.budget,
+                                                stream, &p)) != EEP_OK) {
+            goto fail;
+        }
+        if ((status = eep_jit_launch_ex(copy_kernel, (unsigned)copy, EEP_EPK_THREADS, dyn, stream,
+                                        &p, sizeof(p), st->launch_flags)) != EEP_OK ||
+            (status = eep_ep_ce_join(cu, st, stream, &ce_owed)) != EEP_OK) {
             /* The data is on its way and the peers wait for nothing more: the copy is lost,
                the protocol is not (the next dispatch's kernel reads fresh slots). */
             goto fail;
@@ -489,6 +597,7 @@ eep_status_t eep_dispatch(eep_runtime_t *rt, const eep_dispatch_args_t *args,
                           eep_ep_elem_bytes(shape.dtype);
     return EEP_OK;
 fail:
+    eep_ep_ce_join(cu, st, stream, &ce_owed); /* the copy reads x: done before the caller's next */
     eep_ep_handle_destroy(created);
     return status;
 }

@@ -109,6 +109,15 @@ static void eep_ep_state_free(const eep_cuda_sym_t *cu, struct eep_ep_state *st)
             cu->cuMemFree((CUdeviceptr)st->gin_dev);
         }
         eep_ep_places_free(cu, st);
+        if (st->ce_fork != NULL) {
+            cu->cuEventDestroy(st->ce_fork);
+        }
+        if (st->ce_join != NULL) {
+            cu->cuEventDestroy(st->ce_join);
+        }
+        if (st->ce_stream != NULL) { /* pending copies still finish: cuStreamDestroy's rule */
+            cu->cuStreamDestroy(st->ce_stream);
+        }
         for (int i = 0; i < 2; i++) {
             if (st->trace[i] != 0) {
                 cu->cuMemFree((CUdeviceptr)st->trace[i]);

@@ -237,8 +237,10 @@ eep_status_t eep_ref_input_generate(const eep_ep_shape_t *s, const eep_ref_gen_t
         } else {
             memcpy(in.x + (size_t)t * (size_t)s->hidden * 2, row, (size_t)s->hidden * 2);
         }
-        gen_topk(s, gen, rank == gen->masked_rank, &st,
-                 in.topk_idx + (size_t)t * (size_t)s->num_topk,
+        gen_topk(s, gen,
+                 rank == gen->masked_rank ||
+                     (gen->drop_every > 0 && t % gen->drop_every == gen->drop_every - 1),
+                 &st, in.topk_idx + (size_t)t * (size_t)s->num_topk,
                  in.topk_weights + (size_t)t * (size_t)s->num_topk);
     }
     free(row);

@@ -71,6 +71,8 @@ typedef struct {
     int      hotspot_only;    /* with hotspot_expert: every other lane is -1 */
     int      silent_rank;     /* >= 0: this rank has no tokens (num_tokens 0) */
     int      masked_rank;     /* >= 0: this rank's tokens all have only -1 entries */
+    int      drop_every;      /* > 0: token t with t % drop_every == drop_every - 1 has only -1
+                                 entries (received nowhere: later rows shift) */
     int      tokens_mode;     /* 0: every rank max_tokens; 1: rank r has max_tokens - r (>= 1) */
     int      num_tokens;      /* > 0: every rank has exactly this many (overrides tokens_mode) */
 } eep_ref_gen_t;

@@ -240,13 +240,22 @@ enum { FAULT_NONE, FAULT_SILENT_PEER, FAULT_BAD_ID, FAULT_DUP_ID, SKIP_PADDING_X
 #define BAD_ID 4099 /* an expert id past every build's experts */
 
 /* Gating beyond the balanced default (the edge cases, as make gpu-check has them). */
-enum { GATING_BALANCED, GATING_MASKED, GATING_HOTSPOT, GATING_SILENT_RANK, GATING_MASKED_RANK };
+enum {
+    GATING_BALANCED,
+    GATING_MASKED,
+    GATING_HOTSPOT,
+    GATING_SILENT_RANK,
+    GATING_MASKED_RANK,
+    GATING_DROPPED /* every 5th token to no expert: received nowhere, the later rows shift */
+};
 
 static int g_cases;   /* run_case calls that ran */
 static int g_skipped; /* and those that cannot run in this build */
 /* 1: as eep_dispatch does at one rank (EEP_EP_COPY_ENGINE), the "copy engine" (a memcpy here)
    fills recv_x with x when every token is received, before the copy launch; 2: it fills it with
-   a sentinel instead, and the copy blocks must leave it there (they write metadata only). */
+   a sentinel instead, and the copy blocks must leave it there (they write metadata only); 3: the
+   overlapped way, started before the counts were known: x into recv_x row for row for every
+   token, received or not, and the copy blocks must rewrite each row that is not its token's. */
 static int g_copy_engine;
 
 /* The expected outputs of every rank in the layout under test. */
@@ -463,6 +472,8 @@ static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, i
         gen.masked_rank = 0; /* rank 0's tokens have only -1 entries: nothing is received */
     } else if (gating == GATING_SILENT_RANK) {
         gen.silent_rank = 1; /* rank 1 has no tokens: it sends nothing, still receives */
+    } else if (gating == GATING_DROPPED) {
+        gen.drop_every = 5;
     }
     for (int r = 0; r < W; r++) {
         eep_ref_input_generate(&s, &gen, r, &in[r]);
@@ -756,7 +767,8 @@ static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, i
             for (int r = 0; g_copy_engine && W == 1 && r < W; r++) {
                 const uint64_t *m = (const uint64_t *)p[r].host_mirror;
 
-                p[r].ce_copied = (int64_t)m[p[r].num_local] == (int64_t)in[r].num_tokens;
+                p[r].ce_copied = g_copy_engine == 3 ||
+                                 (int64_t)m[p[r].num_local] == (int64_t)in[r].num_tokens;
                 if (p[r].ce_copied) {
                     const size_t n = (size_t)in[r].num_tokens;
 
@@ -855,7 +867,9 @@ static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, i
                           row);
                 }
             }
-            for (int64_t row = rr[r].num_rows; row < rows; row++) {
+            /* the overlapped copy engine writes x's rows up to T whatever the count (ep.h) */
+            for (int64_t row = g_copy_engine == 3 ? in[r].num_tokens : rr[r].num_rows; row < rows;
+                 row++) {
                 check(rx[row * wire.hidden_bytes] == 0xa5, "rows past the end untouched", r, row);
             }
             /* the records are in the layout's format: each peer's first record carries the

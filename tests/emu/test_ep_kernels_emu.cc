@@ -357,6 +357,13 @@ int main(int argc, char **argv)
         g_copy_engine = 2;
         fails += run_case("rank-major: cpu-sync bf16, copy engine rows left alone",
                           EEP_EPK_CPU_SYNC, EEP_DTYPE_BF16, 0, 2);
+        /* overlapped: every row copied before the counts; a dropped token shifts the rest */
+        g_copy_engine = 3;
+        fails += run_case("rank-major: cpu-sync bf16, overlapped copy engine, every 5th token "
+                          "dropped",
+                          EEP_EPK_CPU_SYNC, EEP_DTYPE_BF16, 0, 2, FAULT_NONE, GATING_DROPPED);
+        fails += run_case("rank-major: cpu-sync fp8, overlapped copy engine, every token",
+                          EEP_EPK_CPU_SYNC, EEP_DTYPE_FP8_E4M3, 0, 2);
         g_copy_engine = 0;
     } else {
         skip_case("rank-major copy engine", "one rank only (the one-rank build runs it)");
