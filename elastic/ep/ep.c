@@ -290,30 +290,43 @@ static eep_status_t eep_ep_outputs(const eep_dispatch_args_t *a, int64_t rows, s
 }
 
 /*
- * One rank, rank-major, CPU_SYNC, within an SM budget of at most EEP_EP_COPY_ENGINE_MAX_BUDGET
- * (EEP_EP_COPY_ENGINE 2: any budget, the whole device too): recv_x is x row for row up to the first
- * token that no expert took, so the copy engine moves x to recv_x (no SM) and the copy blocks
- * skip the bytes of every record whose row is its token's index (p->ce_copied), writing its
- * metadata only.  Two ways:
+ * One rank, rank-major, CPU_SYNC: recv_x is x row for row up to the first token that no expert
+ * took, so the copy engine can move x to recv_x (no SM) while the copy blocks skip the bytes of
+ * every record whose row is its token's index (p->ce_copied), writing its metadata only.  Two ways:
  * - overlapped (the caller's buffers, recv_capacity >= T): the copy is enqueued before the
  *   dispatch kernel, on the state's own stream (eep_ep_ce_fork), so it runs beside that kernel and
  *   the host's wait for the counts.  Every token received: the copy blocks run beside its tail,
  *   and the caller's stream waits for both.  Otherwise the copy blocks wait for the copy first
  *   (eep_ep_ce_join), and rewrite the rows after the first token not received; so rows from the
  *   exact count up to T may hold copies of x (the caller's capacity allows it; nothing reads them).
+ *   Taken for x of EEP_EP_CE_MIN_BYTES or more, at every budget.  Measured on an H200
+ *   (bench/RESULTS.md, 2026-12-03), T 4096 H 7168 bf16 against the SMs copying: 157 / 92 / 80 /
+ *   75 / 64 us at budgets 8 / 16 / 24 / 32 / the device against 271 / 146 / 111 / 95 / 73; fp8
+ *   148 / 72 / 55 at 8 / 24 / the device against 224 / 95 / 61; but T 128 (1.8 MiB of x) 27.7
+ *   against 21.6 us at 24 (bf16): the fork and join cost more than that copy.
  * - serial (the alloc hook: recv_x exists only once the counts are known; or a capacity below T):
- *   every token received, the copy is enqueued then, before the copy blocks (eep_ep_copy_engine).
- * Measured on an H200 at T 4096 bf16 (bench/RESULTS.md "SM budgets"), the serial way: 160 / 88
- * us at budgets 8 / 24 against 255 / 105 us by the SMs, but 72 against 67 on the whole device.
- * EEP_EP_COPY_ENGINE 0: off.
+ *   every token received, the copy is enqueued then, before the copy blocks, within an SM budget
+ *   of at most EEP_EP_COPY_ENGINE_MAX_BUDGET (eep_ep_copy_engine).  Measured at T 4096 bf16
+ *   (bench/RESULTS.md "SM budgets"): 160 / 88 us at budgets 8 / 24 against 255 / 105 us by the
+ *   SMs, but 72 against 67 on the whole device.
+ * EEP_EP_COPY_ENGINE 0: never; 2: both ways whatever the size and budget (for measurement).
  */
 #define EEP_EP_COPY_ENGINE_MAX_BUDGET 24
+#define EEP_EP_CE_MIN_BYTES           ((size_t)8 << 20)
 static int eep_ep_ce_wanted(const struct eep_ep_state *st, const eep_ep_shape_t *shape,
-                            const eep_dispatch_args_t *a, int budget)
+                            const eep_dispatch_args_t *a, int budget, int overlapped)
 {
-    return st->cfg.copy_engine != 0 && shape->world == 1 && a->mode == EEP_EP_MODE_CPU_SYNC &&
-           eep_ep_args_layout(a) == EEP_EP_LAYOUT_RANK_MAJOR && a->num_tokens > 0 &&
-           (st->cfg.copy_engine == 2 || (budget >= 1 && budget <= EEP_EP_COPY_ENGINE_MAX_BUDGET));
+    if (st->cfg.copy_engine == 0 || shape->world != 1 || a->mode != EEP_EP_MODE_CPU_SYNC ||
+        eep_ep_args_layout(a) != EEP_EP_LAYOUT_RANK_MAJOR || a->num_tokens <= 0) {
+        return 0;
+    }
+    if (st->cfg.copy_engine == 2) {
+        return 1;
+    }
+    return overlapped
+               ? (size_t)a->num_tokens * (size_t)shape->hidden * eep_ep_elem_bytes(shape->dtype) >=
+                     EEP_EP_CE_MIN_BYTES
+               : budget >= 1 && budget <= EEP_EP_COPY_ENGINE_MAX_BUDGET;
 }
 
 /* x (and its scales) to recv_x on @p stream; @p status_p: EEP_OK, or the first failure. */
@@ -407,7 +420,7 @@ static eep_status_t eep_ep_copy_engine(const eep_cuda_sym_t *cu, const struct ee
     eep_status_t status;
 
     p->ce_copied = 0;
-    if (!eep_ep_ce_wanted(st, shape, a, budget) || rows != (int64_t)T) {
+    if (!eep_ep_ce_wanted(st, shape, a, budget, 0) || rows != (int64_t)T) {
         return EEP_OK;
     }
     eep_ep_ce_copy(cu, p, T, hb, sb, (CUstream)stream, &status);
@@ -527,7 +540,7 @@ eep_status_t eep_dispatch(eep_runtime_t *rt, const eep_dispatch_args_t *args,
     if (args->mode == EEP_EP_MODE_CPU_SYNC) {
         __atomic_store_n(&st->mirror[El + 1], 0, __ATOMIC_RELEASE);
         ce_overlap = args->alloc == NULL && args->recv_capacity >= args->num_tokens &&
-                     eep_ep_ce_wanted(st, &shape, args, plan.budget);
+                     eep_ep_ce_wanted(st, &shape, args, plan.budget, 1);
         if (ce_overlap && (status = eep_ep_ce_fork(cu, st, &p, (size_t)args->num_tokens, hb, sb,
                                                    stream, &ce_owed)) != EEP_OK) {
             goto fail;

@@ -35,11 +35,12 @@ static const eep_knob_t eep_ep_knobs[] = {
                  "a budget at most its size - 1 (0: the model's split of it)."),
     EEP_KNOB_ROW(eep_ep_config_t, "EEP_EP_COPY_ENGINE", "1", EEP_KNOB_INT, copy_engine,
                  EEP_KNOB_RUNTIME, 0, 2,
-                 "1: at one rank, a rank-major CPU_SYNC dispatch within an SM budget of at most "
-                 "24 moves x to recv_x by the copy engine, beside the dispatch kernel where the "
-                 "caller gave buffers for every token, and its copy blocks write the metadata "
-                 "only (faster there: bench/RESULTS.md); 2: the same at every budget; 0: the "
-                 "SMs copy everything."),
+                 "1: at one rank, a rank-major CPU_SYNC dispatch moves x to recv_x by the copy "
+                 "engine and its copy blocks write the metadata only: beside the dispatch "
+                 "kernel where the caller gave buffers for every token and x is 8 MiB or more, "
+                 "else after the counts within an SM budget of at most 24 (where measured "
+                 "faster: bench/RESULTS.md); 2: always (for measurement); 0: the SMs copy "
+                 "everything."),
     EEP_KNOB_ROW(eep_ep_config_t, "EEP_EP_TRACE", "0", EEP_KNOB_INT, trace, EEP_KNOB_RUNTIME, 0, 1,
                  "1: the kernels stamp %globaltimer at each phase, per block, for the last "
                  "dispatch and combine (eep-bench ep --trace prints them); costs a few stores."),

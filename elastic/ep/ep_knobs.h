@@ -14,9 +14,9 @@ typedef struct eep_ep_config {
     double  token_overhead_bytes;
     double  sm_margin;
     int64_t min_sms;
-    int64_t copy_engine; /* 1: the one-rank rank-major copy by the copy engine (2: any budget) */
-    int64_t copy_sms;    /* 0: the device's SMs minus the sending ones */
-    int64_t trace;       /* 1: per-block time stamps of the last dispatch and combine */
+    int64_t copy_engine;     /* 1: the one-rank rank-major copy by the copy engine (2: always) */
+    int64_t copy_sms;        /* 0: the device's SMs minus the sending ones */
+    int64_t trace;           /* 1: per-block time stamps of the last dispatch and combine */
     int64_t prefetch_shrink; /* 1: compile each kernel for one rank fewer in the background */
     int64_t pdl;             /* 1: programmatic dependent launch on sm_90+ */
     char    mode[EEP_KNOB_STRING_MAX]; /* auto, direct, hybrid (EEP_EP_MODE) */
