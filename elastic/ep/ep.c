@@ -299,11 +299,14 @@ static eep_status_t eep_ep_outputs(const eep_dispatch_args_t *a, int64_t rows, s
  *   and the caller's stream waits for both.  Otherwise the copy blocks wait for the copy first
  *   (eep_ep_ce_join), and rewrite the rows after the first token not received; so rows from the
  *   exact count up to T may hold copies of x (the caller's capacity allows it; nothing reads them).
- *   Taken for x of EEP_EP_CE_MIN_BYTES or more, at every budget.  Measured on an H200
- *   (bench/RESULTS.md, 2026-12-03), T 4096 H 7168 bf16 against the SMs copying: 157 / 92 / 80 /
- *   75 / 64 us at budgets 8 / 16 / 24 / 32 / the device against 271 / 146 / 111 / 95 / 73; fp8
- *   148 / 72 / 55 at 8 / 24 / the device against 224 / 95 / 61; but T 128 (1.8 MiB of x) 27.7
- *   against 21.6 us at 24 (bf16): the fork and join cost more than that copy.
+ *   Taken where it measured faster than the SMs copying (bench/RESULTS.md, 2026-12-03: H 7168,
+ *   bf16 unless said): within a budget of EEP_EP_CE_BUDGET_SMS or fewer for x of
+ *   EEP_EP_CE_MIN_BYTES_BUDGET or more (T 256, 3.5 MiB: 27.0 / 23.6 us at budgets 8 / 24
+ *   against 32.6 / 25.1; T 4096: 157 / 80 against 271 / 111, fp8 148 / 72 against 224 / 95; but
+ *   T 128, 1.75 MiB: 28.1 / 27.7 against 25.5 / 21.6, the fork and join cost more than that
+ *   copy), and with a larger budget or none for x of EEP_EP_CE_MIN_BYTES or more (the whole
+ *   device: T 2048, 28 MiB, 41.4 against 46.2 us; T 4096 64.4 against 72.6; but T 1024, 14 MiB,
+ *   30.2 against 29.5, and T 256 34.8 against 22.4).
  * - serial (the alloc hook: recv_x exists only once the counts are known; or a capacity below T):
  *   every token received, the copy is enqueued then, before the copy blocks, within an SM budget
  *   of at most EEP_EP_COPY_ENGINE_MAX_BUDGET (eep_ep_copy_engine).  Measured at T 4096 bf16
@@ -312,7 +315,9 @@ static eep_status_t eep_ep_outputs(const eep_dispatch_args_t *a, int64_t rows, s
  * EEP_EP_COPY_ENGINE 0: never; 2: both ways whatever the size and budget (for measurement).
  */
 #define EEP_EP_COPY_ENGINE_MAX_BUDGET 24
-#define EEP_EP_CE_MIN_BYTES           ((size_t)8 << 20)
+#define EEP_EP_CE_BUDGET_SMS          32
+#define EEP_EP_CE_MIN_BYTES_BUDGET    ((size_t)3 << 20)
+#define EEP_EP_CE_MIN_BYTES           ((size_t)20 << 20)
 static int eep_ep_ce_wanted(const struct eep_ep_state *st, const eep_ep_shape_t *shape,
                             const eep_dispatch_args_t *a, int budget, int overlapped)
 {
@@ -323,10 +328,15 @@ static int eep_ep_ce_wanted(const struct eep_ep_state *st, const eep_ep_shape_t 
     if (st->cfg.copy_engine == 2) {
         return 1;
     }
-    return overlapped
-               ? (size_t)a->num_tokens * (size_t)shape->hidden * eep_ep_elem_bytes(shape->dtype) >=
-                     EEP_EP_CE_MIN_BYTES
-               : budget >= 1 && budget <= EEP_EP_COPY_ENGINE_MAX_BUDGET;
+    if (overlapped) {
+        const size_t x_bytes = (size_t)a->num_tokens * (size_t)shape->hidden *
+                               eep_ep_elem_bytes(shape->dtype);
+
+        return x_bytes >= (budget >= 1 && budget <= EEP_EP_CE_BUDGET_SMS
+                               ? EEP_EP_CE_MIN_BYTES_BUDGET
+                               : EEP_EP_CE_MIN_BYTES);
+    }
+    return budget >= 1 && budget <= EEP_EP_COPY_ENGINE_MAX_BUDGET;
 }
 
 /* x (and its scales) to recv_x on @p stream; @p status_p: EEP_OK, or the first failure. */

@@ -37,10 +37,10 @@ static const eep_knob_t eep_ep_knobs[] = {
                  EEP_KNOB_RUNTIME, 0, 2,
                  "1: at one rank, a rank-major CPU_SYNC dispatch moves x to recv_x by the copy "
                  "engine and its copy blocks write the metadata only: beside the dispatch "
-                 "kernel where the caller gave buffers for every token and x is 8 MiB or more, "
-                 "else after the counts within an SM budget of at most 24 (where measured "
-                 "faster: bench/RESULTS.md); 2: always (for measurement); 0: the SMs copy "
-                 "everything."),
+                 "kernel where the caller gave buffers for every token and x is 3 MiB or more "
+                 "within an SM budget of at most 32 (20 MiB or more otherwise), else after the "
+                 "counts within a budget of at most 24 (where measured faster: "
+                 "bench/RESULTS.md); 2: always (for measurement); 0: the SMs copy everything."),
     EEP_KNOB_ROW(eep_ep_config_t, "EEP_EP_TRACE", "0", EEP_KNOB_INT, trace, EEP_KNOB_RUNTIME, 0, 1,
                  "1: the kernels stamp %globaltimer at each phase, per block, for the last "
                  "dispatch and combine (eep-bench ep --trace prints them); costs a few stores."),

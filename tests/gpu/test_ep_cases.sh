@@ -36,6 +36,9 @@ done
 nr=1 run --mode no-cpu-sync --dtype fp8 --hidden 7168 --topk 8 --tokens 4096
 nr=1 run --mode cached --dtype bf16 --hidden 2048 --topk 6 --tokens 128 --align 1 --gating masked
 nr=1 run --mode cpu-sync --dtype bf16 --hidden 4096 --topk 1 --tokens 64 --gating t1
+# the copy engine beside the kernel (rank-major, 14 MiB of x) with every 5th token dropped: the
+# copy blocks rewrite every row after the first dropped token
+nr=1 run --mode cpu-sync --dtype bf16 --hidden 7168 --topk 8 --tokens 1024 --gating dropped
 if [ "$n" -lt 2 ]; then
     [ $fails -eq 0 ] || { echo "$fails case(s) failed"; exit 1; }
     echo "PASS test_ep_cases: one-rank cases only (the rest need 2 GPUs, have $n)"; exit 0
