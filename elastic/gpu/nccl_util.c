@@ -86,7 +86,8 @@ eep_status_t eep_nccl_wait_until(ncclComm_t comm, ncclResult_t res, double deadl
             return eep_status_from_nccl(async, comm, what);
         }
         if (eep_clock_ms() > deadline_ms) {
-            eep_error(EEP_SUBSYS_RUNTIME, "%s did not finish before EEP_INIT_TIMEOUT_MS", what);
+            eep_error(EEP_SUBSYS_RUNTIME, "%s did not finish within its deadline (%.0f ms)", what,
+                      eep_clock_ms() - start);
             return EEP_ERR_TIMEOUT;
         }
         if (abandon != NULL && abandon(arg, eep_clock_ms() - start)) {

@@ -167,8 +167,9 @@ static eep_status_t eep_runtime_view_apply(eep_runtime_t *rt, const eep_view_t *
         for (i = rt->n_view_hooks - 1; i >= 0; i--) {
             rt->view_hooks[i].func(rt, rt->view_hooks[i].arg);
         }
-        /* The old set's abort (a thread of its own, ~0.5-1 s of NCCL teardown and frees) must end
-           before this view's first kernel: its driver calls can wait for the GPU while that
+        /* The old set's release (a thread of its own: NCCL's finalize + destroy, ~0.5 s, or its
+           abort, ~1 s, of teardown and frees; runtime_nccl.cc) must end before this view's first
+           kernel: its driver calls can wait for the GPU while that
            kernel spins on a peer's signal that this process's GIN proxy applies through the same
            driver (the deadlock of elastic/jit/jit.h, eep_jit_get_kernel_on).  Overlapped with
            the new view's steps, it made a rank time out ~1 s into every fresh view and be

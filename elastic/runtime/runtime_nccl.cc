@@ -605,7 +605,20 @@ static eep_status_t eep_nccl_view_devcomm(void *ctx, void *comm, void *window, v
 }
 
 /*
- * Abort a set and free its buffer.  The device communicator and the window are released first
+ * An old set's communicator is ended by ncclCommFinalize + ncclCommDestroy when the finalize
+ * completes within this bound, else by ncclCommAbort.  Both end NCCL's proxy threads, which poll
+ * every 500 ms (2.28.9 src/proxy.cc: the service and UDS threads), but the abort waited twice as
+ * long: 978-983 ms an abort against 490-510 ms a finalize + destroy, 2 ranks on 1 x H200
+ * (test_view_leak with NCCL's INFO timestamps, bench/RESULTS.md 2026-12-03).  A view applies
+ * after its old set is released (runtime_membership.c), so this is on the critical path of every
+ * shrink and grow.  The finalize talks to no peer (no operation is pending on an old set: the
+ * library's kernels are its own; NCCL_SHRINK_ABORT leaves the parent's abort flag unset again),
+ * so a dead member does not hold it up; the bound covers a NCCL that thinks otherwise.
+ */
+#define EEP_NCCL_VIEW_FINALIZE_MS 300.0
+
+/*
+ * End a set and free its buffer.  The device communicator and the window are released first
  * (both local in 2.28.9, no peer involved): NCCL's abort does not drop a registered window's
  * mapping, so without this every view kept its window's memory (tests/gpu/test_view_leak: the
  * window and ~2 MiB more per set, at 1 and 2 ranks).
@@ -617,6 +630,7 @@ static void eep_nccl_view_release(const eep_view_comm_set_t *set)
     ncclComm_t               c      = (ncclComm_t)set->comm;
     ncclResult_t             dc_res = ncclSuccess, win_res = ncclSuccess;
     size_t                   back = 0;
+    const char              *how  = "none";
 
     /* synchronous calls: their result, not the communicator's (it may carry the view's fault) */
     if (c != NULL && d != NULL) {
@@ -632,7 +646,14 @@ static void eep_nccl_view_release(const eep_view_comm_set_t *set)
         }
     }
     if (c != NULL) {
-        ncclCommAbort(c);
+        if (eep_nccl_wait(c, ncclCommFinalize(c), eep_clock_ms() + EEP_NCCL_VIEW_FINALIZE_MS,
+                          "ncclCommFinalize (old view)") == EEP_OK) {
+            ncclCommDestroy(c);
+            how = "finalize + destroy";
+        } else {
+            ncclCommAbort(c);
+            how = "abort";
+        }
         if (d != NULL) {
             back = eep_nccl_gin_leak_reclaim(&d->gin_leak);
         }
@@ -643,10 +664,10 @@ static void eep_nccl_view_release(const eep_view_comm_set_t *set)
     }
     free(set->devcomm);
     eep_info(EEP_SUBSYS_RUNTIME,
-             "view: an old set released (device communicator %s, window %s, then abort and free; "
+             "view: an old set released (device communicator %s, window %s, then %s and free; "
              "%zu MiB that NCCL's GIN proxy left given back)",
              d == NULL ? "none" : ncclGetErrorString(dc_res),
-             w == NULL ? "none" : ncclGetErrorString(win_res), back >> 20);
+             w == NULL ? "none" : ncclGetErrorString(win_res), how, back >> 20);
 }
 
 static void eep_nccl_view_discard(void *ctx, const eep_view_comm_set_t *set)
@@ -672,7 +693,7 @@ static void *eep_nccl_view_abort_main(void *arg)
         cu->cuCtxSetCurrent((CUcontext)a->cu_ctx);
     }
     eep_nccl_view_release(&a->set);
-    eep_info(EEP_SUBSYS_RUNTIME, "view: the old communicator was aborted in %.0f ms",
+    eep_info(EEP_SUBSYS_RUNTIME, "view: the old communicator was released in %.0f ms",
              eep_clock_ms() - a->start_ms);
     pthread_mutex_lock(&n->lock);
     n->pending_aborts--;
