@@ -142,7 +142,7 @@ $(BUILD)/tests/emu/test_ep_hybrid_emu_4x2_k6: EMU_SHAPE := -DEEP_EPK_FIXED_K=6 -
     -DEEP_EMU_LSA=2
 $(EP_KERNELS_EMU_TEST) $(EP_KERNELS_EMU_WIDE) $(EP_HYBRID_EMU): tests/emu/test_ep_kernels_emu.cc \
                         tests/emu/ep_kernel_case.h tests/emu/ep_kernel_shim.h \
-                        tests/emu/gin_model.h \
+                        tests/emu/gin_model.h tests/emu/emu_launch.h \
                         $(wildcard kernels/ep/*.cuh kernels/ep/*.h kernels/common/*.cuh) \
                         $(EP_REFERENCE_OBJ) $(LIBEEP_A)
 	@mkdir -p $(dir $@)
@@ -164,6 +164,7 @@ $(BUILD)/tests/emu/test_ep_training_emu_w3k8: EMU_SHAPE := -DEEP_EPK_FIXED_K=8 -
 $(BUILD)/tests/emu/test_ep_training_emu_hybrid_2x1: EMU_SHAPE := -DEEP_EPK_FIXED_K=2 \
     -DEEP_EPK_FIXED_W=2 -DEEP_EMU_LSA=1
 $(EP_TRAINING_EMU): tests/emu/test_ep_training_emu.cc tests/emu/ep_kernel_shim.h tests/emu/gin_model.h \
+                    tests/emu/emu_launch.h \
                     $(wildcard kernels/ep/*.cuh kernels/ep/*.h kernels/common/*.cuh) \
                     $(EP_REFERENCE_OBJ) $(LIBEEP_A)
 	@mkdir -p $(dir $@)

@@ -2,10 +2,11 @@
  * ep_kernel_case.h - one case of the real dispatch and combine kernels on the CPU, for
  * tests/emu/test_ep_kernels_emu.cc (which holds the cases and main()): run_case lays out every
  * rank's window and buffers in one shared mapping (shm_alloc), launches the kernels with every
- * block of every rank a process (launch; with EEP_EMU_LSA a network process per rank beside them,
- * tests/emu/gin_model.h), runs its dispatch+combine pairs and checks every output element by
- * element against the CPU reference (tests/common/ep_reference.c), the fault page, the dropped
- * report and the wait counters (check_waits).  The build's shape comes in as macros
+ * block of every rank a process (launch, timing tests/emu/emu_launch.h's launch_once; with
+ * EEP_EMU_LSA a network process per rank beside them, tests/emu/gin_model.h), runs its
+ * dispatch+combine pairs and checks every output element by element against the CPU reference
+ * (tests/common/ep_reference.c), the fault page, the dropped report and the wait counters
+ * (check_waits).  The build's shape comes in as macros
  * (EEP_EPK_FIXED_W/K, EEP_EMU_LSA); what a family of cases varies (g_dead, g_place, g_experts,
  * g_rank_major, g_copy_engine, eep_shim_slow_rank) are globals the cases set around their
  * run_case calls.  Test code only, for the one translation unit that includes it.
@@ -33,11 +34,8 @@ static int g_rank_major; /* 1: the cases run with rank-major outputs (EEP_EP_LAY
 #include "elastic/ep/ep_layout.h"
 
 #include <algorithm>
-#include <csignal>
 #include <cstdio>
 #include <cstdlib>
-#include <sys/wait.h>
-#include <unistd.h>
 #include <vector>
 
 /* Ranks and top-k as compiled in (tests/module.mk: 2/2, 3/8, 8/8, 1/8); 4 experts per rank
@@ -58,66 +56,14 @@ static int g_rank_major; /* 1: the cases run with rank-major outputs (EEP_EP_LAY
 #endif
 #ifdef EEP_EMU_LSA
 static_assert(W % L == 0 && W / L >= 2, "a hybrid build has at least two nodes");
-static eep_gin_model *g_net; /* this case's network (in the shared mapping) */
 #endif
 
-static unsigned char *g_mem;
-static size_t         g_used, g_size, g_high; /* g_high: the most any case used */
-static int            g_errors;
-/* Degraded mode (issue 24): the ranks of the case that are dead: their block processes never
-   run, the others' kernels get the mask (p.dead_mask) and are checked against the reference of
-   the degraded inputs (eep_ref_degrade). */
-static unsigned g_dead;
-static bool     is_dead(int r)
-{
-    return ((g_dead >> r) & 1u) != 0;
-}
+/* what this harness shares with test_ep_training_emu.cc: the shared mapping (shm_alloc), g_dead,
+   the block and network processes of a launch (launch_once), check */
+#include "tests/emu/emu_launch.h"
+
 /* argv[1]: run only the cases whose name holds it (the others are not counted) */
 static const char *g_only;
-
-/* A bump allocation in the shared mapping (zeroed). */
-static void *shm_alloc(size_t bytes)
-{
-    void *p;
-
-    g_used = (g_used + 255) / 256 * 256;
-    if (g_used + bytes > g_size) {
-        fprintf(stderr, "emulation: shared mapping too small\n");
-        exit(1);
-    }
-    p = g_mem + g_used;
-    g_used += bytes;
-    g_high = g_used > g_high ? g_used : g_high;
-    return p;
-}
-
-#define U(p) ((unsigned long long)(uintptr_t)(p))
-
-typedef void (*body_fn)(const eep_epk_params_t &);
-
-struct block_arg {
-    body_fn                 fn;
-    const eep_epk_params_t *p;
-};
-
-static void block_thread(void *a)
-{
-    const block_arg *ba = (const block_arg *)a;
-
-    ba->fn(*ba->p);
-}
-
-/* One block, in this (child) process: its threads are the shim's fibers. */
-static void run_block(body_fn fn, const eep_epk_params_t &p, unsigned b, unsigned G, size_t dyn)
-{
-    block_arg arg = { fn, &p };
-
-    blockIdx.x   = b;
-    gridDim.x    = G;
-    blockDim.x   = EEP_EPK_THREADS;
-    eep_shim_dyn = (int *)calloc(dyn / 4 + 1, 4);
-    eep_shim_run_fibers(EEP_EPK_THREADS, block_thread, &arg);
-}
 
 /* Wall time of the case's launches so far (ns; run_case resets it): no count of seconds waited
    can exceed it. */
@@ -131,10 +77,8 @@ static unsigned long long wall_ns(void)
     return (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
 }
 
-static bool launch_once(body_fn fn, eep_epk_params_t *p, unsigned G, size_t dyn, const char *what,
-                        int nranks);
-
-/* A launch on both ranks: every block of every rank a process; false on a hang or a crash. */
+/* A launch on the first @p nranks ranks: every block of every rank a process (launch_once,
+   tests/emu/emu_launch.h), its wall time added to g_launch_ns; false on a hang or a crash. */
 static bool launch(body_fn fn, eep_epk_params_t *p, unsigned G, size_t dyn, const char *what,
                    int nranks = W)
 {
@@ -143,97 +87,6 @@ static bool launch(body_fn fn, eep_epk_params_t *p, unsigned G, size_t dyn, cons
 
     g_launch_ns += wall_ns() - t0;
     return ok;
-}
-
-static bool launch_once(body_fn fn, eep_epk_params_t *p, unsigned G, size_t dyn, const char *what,
-                        int nranks)
-{
-    std::vector<pid_t> pids;
-    time_t             start = time(NULL);
-    bool               ok    = true;
-
-    fflush(stdout);
-#ifdef EEP_EMU_LSA
-    std::vector<pid_t> nets; /* every rank's network, a silent one's too (it posts nothing) */
-    g_net->stop = 0;
-    for (int r = 0; r < W; r++) {
-        pid_t pid = fork();
-
-        if (pid == 0) {
-            eep_gin_model_network(g_net, r);
-            _exit(0);
-        }
-        nets.push_back(pid);
-    }
-    auto stop_nets = [&nets]() {
-        int st;
-
-        g_net->stop = 1;
-        for (pid_t q : nets) {
-            waitpid(q, &st, 0);
-        }
-    };
-#endif
-    for (int r = 0; r < nranks; r++) {
-        if (is_dead(r)) {
-            continue; /* a dead rank runs nothing */
-        }
-        for (unsigned b = 0; b < G; b++) {
-            pid_t pid = fork();
-
-            if (pid == 0) {
-                run_block(fn, p[r], b, G, dyn);
-                _exit(0);
-            }
-            pids.push_back(pid);
-        }
-    }
-    size_t left = pids.size();
-    while (left > 0) {
-        int   st;
-        pid_t pid = waitpid(-1, &st, WNOHANG);
-
-        if (pid > 0) {
-#ifdef EEP_EMU_LSA
-            if (std::find(nets.begin(), nets.end(), pid) != nets.end()) {
-                printf("%s: a network process ended early (status %d)\n", what, st);
-                ok = false;
-                continue;
-            }
-#endif
-            left--;
-            if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-                printf("%s: a block process failed (status %d)\n", what, st);
-                ok = false;
-            }
-        } else if (time(NULL) - start > LIMIT_S) {
-            printf("%s: HANG: blocks still running after %d s\n", what, LIMIT_S);
-            for (pid_t q : pids) {
-                kill(q, SIGKILL);
-            }
-#ifdef EEP_EMU_LSA
-            for (pid_t q : nets) {
-                kill(q, SIGKILL);
-            }
-#endif
-            while (waitpid(-1, &st, 0) > 0) {
-            }
-            return false;
-        } else {
-            usleep(20000);
-        }
-    }
-#ifdef EEP_EMU_LSA
-    stop_nets(); /* every put of the launch delivered before the test reads */
-#endif
-    return ok;
-}
-
-static void check(bool cond, const char *what, int r, long long i)
-{
-    if (!cond && g_errors++ < 20) {
-        printf("  MISMATCH %s (rank %d, index %lld)\n", what, r, i);
-    }
 }
 
 enum { FAULT_NONE, FAULT_SILENT_PEER, FAULT_BAD_ID, FAULT_DUP_ID, SKIP_PADDING_X };

@@ -22,9 +22,9 @@
  * Not a speed test; the GPU suite (make gpu-check) remains the judge of the real thing.
  *
  * This file holds the cases, by family: main() (direct mode, the hybrid builds' cases, the
- * placement-only builds), placement_cases and degraded_cases.  One case's harness (the block
- * processes, the launches, the comparisons with the reference: run_case) is in
- * tests/emu/ep_kernel_case.h.
+ * placement-only builds), placement_cases and degraded_cases.  One case's harness (the launches,
+ * the comparisons with the reference: run_case) is in tests/emu/ep_kernel_case.h, the block
+ * processes of a launch in tests/emu/emu_launch.h.
  */
 #include "tests/emu/ep_kernel_case.h"
 

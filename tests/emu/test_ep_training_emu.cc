@@ -1,8 +1,9 @@
 /*
  * test_ep_training_emu.cc - the training paths of dispatch/combine (issue 26) through the real
- * kernels on the CPU (tests/emu/ep_kernel_shim.h, as test_ep_kernels_emu.cc): one window per
- * rank laid out for the envelope of three shapes (eep_ep_envelope_t, as eep_ep_reserve makes it),
- * and, in that one window, in the order a training step makes them, twice:
+ * kernels on the CPU (tests/emu/ep_kernel_shim.h, launched by tests/emu/emu_launch.h as
+ * test_ep_kernels_emu.cc's are): one window per rank laid out for the envelope of three shapes
+ * (eep_ep_envelope_t, as eep_ep_reserve makes it), and, in that one window, in the order a
+ * training step makes them, twice:
  *   1. an fp8 dispatch of layer kind A (H 128),
  *   2. its weighted combine (bf16 rows of the same handle),
  *   3. the backward of that combine: a bf16 cached dispatch of the gradients on the fp8 handle,
@@ -37,13 +38,9 @@
 
 #include "elastic/ep/ep_layout.h"
 
-#include <algorithm>
-#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <sys/mman.h>
-#include <sys/wait.h>
-#include <unistd.h>
 #include <vector>
 
 #if !defined(EEP_EPK_FIXED_W) || !defined(EEP_EPK_FIXED_K)
@@ -55,142 +52,19 @@
 #ifdef EEP_EMU_LSA
 #define EMU_L EEP_EMU_LSA
 static_assert(W % EMU_L == 0 && W / EMU_L >= 2, "a hybrid build has at least two nodes");
-static eep_gin_model   *g_net;         /* the network (in the shared mapping) */
 static eep_shim_window *g_node_win[W]; /* each node's LSA window set */
 static size_t           g_gstage_off;  /* the GIN staging: after the dispatch/combine area */
 #endif
 
-static unsigned char *g_mem;
-static size_t         g_used, g_size;
-static int            g_errors, g_checks;
-/* Degraded mode (issue 24): these ranks are dead: they never run, the others get the mask and are
-   checked against the reference of the degraded inputs (eep_ref_degrade). */
-static unsigned g_dead;
-static bool     is_dead(int r)
-{
-    return ((g_dead >> r) & 1u) != 0;
-}
+/* the harness shared with tests/emu/ep_kernel_case.h: the shared mapping (shm_alloc), g_dead, the
+   block and network processes of a launch (launch_once), check (counting g_checks) */
+#include "tests/emu/emu_launch.h"
 
-static void *shm_alloc(size_t bytes)
-{
-    void *p;
-
-    g_used = (g_used + 255) / 256 * 256;
-    if (g_used + bytes > g_size) {
-        fprintf(stderr, "emulation: shared mapping too small\n");
-        exit(1);
-    }
-    p = g_mem + g_used;
-    g_used += bytes;
-    return p;
-}
-
-#define U(p) ((unsigned long long)(uintptr_t)(p))
-
-typedef void (*body_fn)(const eep_epk_params_t &);
-
-struct block_arg {
-    body_fn                 fn;
-    const eep_epk_params_t *p;
-};
-
-static void block_thread(void *a)
-{
-    const block_arg *ba = (const block_arg *)a;
-
-    ba->fn(*ba->p);
-}
-
-/* Every block of every rank a process (as test_ep_kernels_emu.cc); false on a hang or crash. */
+/* Every block of every rank a process (launch_once, on all W ranks but the dead); false on a
+   hang or crash. */
 static bool launch(body_fn fn, const eep_epk_params_t *p, unsigned G, size_t dyn, const char *what)
 {
-    std::vector<pid_t> pids;
-    time_t             start = time(NULL);
-    bool               ok    = true;
-
-    fflush(stdout);
-#ifdef EEP_EMU_LSA
-    std::vector<pid_t> nets; /* every rank's network process (tests/emu/gin_model.h) */
-    g_net->stop = 0;
-    for (int r = 0; r < W; r++) {
-        pid_t pid = fork();
-
-        if (pid == 0) {
-            eep_gin_model_network(g_net, r);
-            _exit(0);
-        }
-        nets.push_back(pid);
-    }
-#endif
-    for (int r = 0; r < W; r++) {
-        for (unsigned b = 0; b < G && !is_dead(r); b++) {
-            pid_t pid = fork();
-
-            if (pid == 0) {
-                block_arg arg = { fn, &p[r] };
-
-                blockIdx.x   = b;
-                gridDim.x    = G;
-                blockDim.x   = EEP_EPK_THREADS;
-                eep_shim_dyn = (int *)calloc(dyn / 4 + 1, 4);
-                eep_shim_run_fibers(EEP_EPK_THREADS, block_thread, &arg);
-                _exit(0);
-            }
-            pids.push_back(pid);
-        }
-    }
-    size_t left = pids.size();
-    while (left > 0) {
-        int   st;
-        pid_t pid = waitpid(-1, &st, WNOHANG);
-
-        if (pid > 0) {
-#ifdef EEP_EMU_LSA
-            if (std::find(nets.begin(), nets.end(), pid) != nets.end()) {
-                printf("%s: a network process ended early (status %d)\n", what, st);
-                ok = false;
-                continue;
-            }
-#endif
-            left--;
-            if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-                printf("%s: a block process failed (status %d)\n", what, st);
-                ok = false;
-            }
-        } else if (time(NULL) - start > LIMIT_S) {
-            printf("%s: HANG: blocks still running after %d s\n", what, LIMIT_S);
-            for (pid_t q : pids) {
-                kill(q, SIGKILL);
-            }
-#ifdef EEP_EMU_LSA
-            for (pid_t q : nets) {
-                kill(q, SIGKILL);
-            }
-#endif
-            while (waitpid(-1, &st, 0) > 0) {
-            }
-            return false;
-        } else {
-            usleep(20000);
-        }
-    }
-#ifdef EEP_EMU_LSA
-    g_net->stop = 1; /* every put of the launch delivered before the test reads */
-    for (pid_t q : nets) {
-        int st;
-
-        waitpid(q, &st, 0);
-    }
-#endif
-    return ok;
-}
-
-static void check(bool cond, const char *what, int r, long long i)
-{
-    g_checks++;
-    if (!cond && g_errors++ < 20) {
-        printf("  MISMATCH %s (rank %d, index %lld)\n", what, r, i);
-    }
+    return launch_once(fn, p, G, dyn, what, W);
 }
 
 /* > 0: the expert count of the shapes (issue 24: one the ranks do not divide, the default
