@@ -63,7 +63,9 @@ if ! make --no-print-directory BUILD="$build" gin-gpu-test "$rt_bin" "${hy_bins[
     tail -30 "$work/build.log" >>"$summary"
     exit 1
 fi
-say "# gin-round $(date -u '+%Y-%m-%d %H:%M:%S UTC') on $(hostname), commit $(git rev-parse --short HEAD 2>/dev/null)"
+# the device's copy carries uncommitted files too: say so, or the commit named is not what ran
+dirty=$(git status --porcelain --untracked-files=no 2>/dev/null | grep -q . && echo " + uncommitted changes")
+say "# gin-round $(date -u '+%Y-%m-%d %H:%M:%S UTC') on $(hostname), commit $(git rev-parse --short HEAD 2>/dev/null)${dirty}"
 nvidia-smi --query-gpu=name,driver_version,compute_mode --format=csv,noheader 2>/dev/null |
     sed 's/^/# GPU: /' | tee -a "$summary"
 command -v nvidia-cuda-mps-control >/dev/null 2>&1 ||

@@ -45,7 +45,7 @@ static int g_rank_major; /* 1: the cases run with rank-major outputs (EEP_EP_LAY
 #endif
 #define W EEP_EPK_FIXED_W
 #ifndef LIMIT_S
-#define LIMIT_S 240 /* s, for the whole grid of one launch, both ranks */
+#define LIMIT_S 240 /* s, for the whole grid of one launch, every rank */
 #endif
 
 #ifdef EEP_EMU_LSA
