@@ -318,8 +318,9 @@ static eep_status_t eep_ep_outputs(const eep_dispatch_args_t *a, int64_t rows, s
 #define EEP_EP_CE_BUDGET_SMS          32
 #define EEP_EP_CE_MIN_BYTES_BUDGET    ((size_t)3 << 20)
 #define EEP_EP_CE_MIN_BYTES           ((size_t)20 << 20)
+/* @p hb: the bytes of a row of x (x is num_tokens of them) */
 static int eep_ep_ce_wanted(const struct eep_ep_state *st, const eep_ep_shape_t *shape,
-                            const eep_dispatch_args_t *a, int budget, int overlapped)
+                            const eep_dispatch_args_t *a, size_t hb, int budget, int overlapped)
 {
     if (st->cfg.copy_engine == 0 || shape->world != 1 || a->mode != EEP_EP_MODE_CPU_SYNC ||
         eep_ep_args_layout(a) != EEP_EP_LAYOUT_RANK_MAJOR || a->num_tokens <= 0) {
@@ -328,8 +329,7 @@ static int eep_ep_ce_wanted(const struct eep_ep_state *st, const eep_ep_shape_t 
     if (st->cfg.copy_engine == 2) {
         return 1;
     }
-    const size_t x_bytes = (size_t)a->num_tokens * (size_t)shape->hidden *
-                           eep_ep_elem_bytes(shape->dtype);
+    const size_t x_bytes = (size_t)a->num_tokens * hb;
 
     if (overlapped) {
         return x_bytes >= (budget >= 1 && budget <= EEP_EP_CE_BUDGET_SMS
@@ -433,7 +433,7 @@ static eep_status_t eep_ep_copy_engine(const eep_cuda_sym_t *cu, const struct ee
     eep_status_t status;
 
     p->ce_copied = 0;
-    if (!eep_ep_ce_wanted(st, shape, a, budget, 0) || rows != (int64_t)T) {
+    if (!eep_ep_ce_wanted(st, shape, a, hb, budget, 0) || rows != (int64_t)T) {
         return EEP_OK;
     }
     eep_ep_ce_copy(cu, p, T, hb, sb, (CUstream)stream, &status);
@@ -553,7 +553,7 @@ eep_status_t eep_dispatch(eep_runtime_t *rt, const eep_dispatch_args_t *args,
     if (args->mode == EEP_EP_MODE_CPU_SYNC) {
         __atomic_store_n(&st->mirror[El + 1], 0, __ATOMIC_RELEASE);
         ce_overlap = args->alloc == NULL && args->recv_capacity >= args->num_tokens &&
-                     eep_ep_ce_wanted(st, &shape, args, plan.budget, 1);
+                     eep_ep_ce_wanted(st, &shape, args, hb, plan.budget, 1);
         if (ce_overlap && (status = eep_ep_ce_fork(cu, st, &p, (size_t)args->num_tokens, hb, sb,
                                                    stream, &ce_owed)) != EEP_OK) {
             goto fail;

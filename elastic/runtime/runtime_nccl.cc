@@ -49,17 +49,20 @@ struct eep_runtime_nccl {
     int             pending_aborts;
 };
 
-static void eep_nccl_comm_release(ncclComm_t comm, int abort, double deadline_ms)
+/* End @p comm: finalized (by @p deadline_ms) and destroyed, else (or with @p abort) aborted.
+   @return how: "finalize + destroy", "abort", or "none" (no communicator). */
+static const char *eep_nccl_comm_release(ncclComm_t comm, int abort, double deadline_ms)
 {
     if (comm == NULL) {
-        return;
+        return "none";
     }
     if (!abort &&
         eep_nccl_wait(comm, ncclCommFinalize(comm), deadline_ms, "ncclCommFinalize") == EEP_OK) {
         ncclCommDestroy(comm);
-        return;
+        return "finalize + destroy";
     }
     ncclCommAbort(comm);
+    return "abort";
 }
 
 typedef struct eep_nccl_split_arg {
@@ -646,14 +649,7 @@ static void eep_nccl_view_release(const eep_view_comm_set_t *set)
         }
     }
     if (c != NULL) {
-        if (eep_nccl_wait(c, ncclCommFinalize(c), eep_clock_ms() + EEP_NCCL_VIEW_FINALIZE_MS,
-                          "ncclCommFinalize (old view)") == EEP_OK) {
-            ncclCommDestroy(c);
-            how = "finalize + destroy";
-        } else {
-            ncclCommAbort(c);
-            how = "abort";
-        }
+        how = eep_nccl_comm_release(c, 0, eep_clock_ms() + EEP_NCCL_VIEW_FINALIZE_MS);
         if (d != NULL) {
             back = eep_nccl_gin_leak_reclaim(&d->gin_leak);
         }
