@@ -12,7 +12,7 @@ LIBEEP_SRCS += elastic/runtime/runtime.c elastic/runtime/runtime_nccl.cc \
                elastic/runtime/runtime_membership.c elastic/runtime/runtime_stats.c
 LIBEEP_SRCS += elastic/ep/ep.c elastic/ep/ep_state.c elastic/ep/ep_args.c elastic/ep/ep_handle.c \
                elastic/ep/ep_layout.c elastic/ep/ep_sm_model.c elastic/ep/ep_kernels.c \
-               elastic/ep/ep_mode.c
+               elastic/ep/ep_mode.c elastic/ep/ep_solo.c
 # Each room's knob table registers itself (util/config.h, EEP_KNOB_TABLE).
 LIBEEP_SRCS += elastic/jit/jit_knobs.c elastic/runtime/runtime_knobs.c elastic/ep/ep_knobs.c
 # Build-time defaults baked in: the toolkit, the NCCL headers libeep was built with, and this

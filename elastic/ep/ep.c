@@ -28,6 +28,7 @@
 #include "elastic/ep/ep_layout.h"
 #include "elastic/ep/ep_mode.h"
 #include "elastic/ep/ep_sm_model.h"
+#include "elastic/ep/ep_solo.h"
 #include "elastic/ep/ep_state.h"
 #include "util/log.h"
 #include "elastic/runtime/runtime.h"
@@ -223,7 +224,7 @@ static void eep_ep_params_handle(eep_epk_params_t *p, const eep_ep_handle_t *h)
 }
 
 /* CPU_SYNC: wait (bounded, abortable) until the dispatch kernel has published the counts. */
-static eep_status_t eep_ep_wait_counts(eep_runtime_t *rt, struct eep_ep_state *st, int El)
+eep_status_t eep_ep_wait_counts(eep_runtime_t *rt, struct eep_ep_state *st, int El)
 {
     const double deadline = eep_clock_ms() + (double)rt->timeout_ms;
     unsigned     spins;
@@ -246,8 +247,8 @@ static eep_status_t eep_ep_wait_counts(eep_runtime_t *rt, struct eep_ep_state *s
 }
 
 /* CPU_SYNC outputs: the alloc hook, or the caller's buffers checked against the exact size. */
-static eep_status_t eep_ep_outputs(const eep_dispatch_args_t *a, int64_t rows, size_t hb, size_t sb,
-                                   eep_epk_params_t *p)
+eep_status_t eep_ep_outputs(const eep_dispatch_args_t *a, int64_t rows, size_t hb, size_t sb,
+                            eep_epk_params_t *p)
 {
     void  *ptrs[4];
     size_t bytes[4] = { (size_t)rows * hb, (size_t)rows * sb, (size_t)rows * a->num_topk * 4,
@@ -289,156 +290,80 @@ static eep_status_t eep_ep_outputs(const eep_dispatch_args_t *a, int64_t rows, s
     return EEP_OK;
 }
 
-/*
- * One rank, rank-major, CPU_SYNC: recv_x is x row for row up to the first token that no expert
- * took, so the copy engine can move x to recv_x (no SM) while the copy blocks skip the bytes of
- * every record whose row is its token's index (p->ce_copied), writing its metadata only.  Two ways:
- * - overlapped (the caller's buffers, recv_capacity >= T): the copy is enqueued before the
- *   dispatch kernel, on the state's own stream (eep_ep_ce_fork), so it runs beside that kernel and
- *   the host's wait for the counts.  Every token received: the copy blocks run beside its tail,
- *   and the caller's stream waits for both.  Otherwise the copy blocks wait for the copy first
- *   (eep_ep_ce_join), and rewrite the rows after the first token not received; so rows from the
- *   exact count up to T may hold copies of x (the caller's capacity allows it; nothing reads them).
- *   Taken where it measured faster than the SMs copying (bench/RESULTS.md, 2026-12-03: H 7168,
- *   bf16 unless said): within a budget of EEP_EP_CE_BUDGET_SMS or fewer for x of
- *   EEP_EP_CE_MIN_BYTES_BUDGET or more (T 256, 3.5 MiB: 27.0 / 23.6 us at budgets 8 / 24
- *   against 32.6 / 25.1; T 4096: 157 / 80 against 271 / 111, fp8 148 / 72 against 224 / 95; but
- *   T 128, 1.75 MiB: 28.1 / 27.7 against 25.5 / 21.6, the fork and join cost more than that
- *   copy), and with a larger budget or none for x of EEP_EP_CE_MIN_BYTES or more (the whole
- *   device: T 2048, 28 MiB, 41.4 against 46.2 us; T 4096 64.4 against 72.6; but T 1024, 14 MiB,
- *   30.2 against 29.5, and T 256 34.8 against 22.4).
- * - serial (the alloc hook: recv_x exists only once the counts are known; or a capacity below T):
- *   every token received, the copy is enqueued then, before the copy blocks, within an SM budget
- *   of at most EEP_EP_COPY_ENGINE_MAX_BUDGET (eep_ep_copy_engine).  Measured at T 4096 bf16
- *   (bench/RESULTS.md "SM budgets"): 160 / 88 us at budgets 8 / 24 against 255 / 105 us by the
- *   SMs, but 72 against 67 on the whole device.
- * EEP_EP_COPY_ENGINE 0: never; 2: both ways whatever the size and budget (for measurement).
- */
-#define EEP_EP_COPY_ENGINE_MAX_BUDGET 24
-#define EEP_EP_CE_BUDGET_SMS          32
-#define EEP_EP_CE_MIN_BYTES_BUDGET    ((size_t)3 << 20)
-#define EEP_EP_CE_MIN_BYTES           ((size_t)20 << 20)
-/* @p hb: the bytes of a row of x (x is num_tokens of them) */
-static int eep_ep_ce_wanted(const struct eep_ep_state *st, const eep_ep_shape_t *shape,
-                            const eep_dispatch_args_t *a, size_t hb, int budget, int overlapped)
+/* The general kernel's launches (kernels/ep/dispatch.cuh): senders and the counter, then (CPU_SYNC,
+   once the host has the counts) the copy blocks; @p rows_p and @p owed as eep_ep_solo_dispatch's. */
+static eep_status_t eep_ep_general_dispatch(eep_runtime_t *rt, struct eep_ep_state *st,
+                                            const eep_cuda_sym_t *cu, const eep_ep_shape_t *shape,
+                                            const eep_dispatch_args_t *a,
+                                            const eep_ep_sm_plan_t *plan, int idx_bits, size_t hb,
+                                            size_t sb, size_t dyn, void *stream,
+                                            eep_epk_params_t *p, int64_t *rows_p, int *owed)
 {
-    if (st->cfg.copy_engine == 0 || shape->world != 1 || a->mode != EEP_EP_MODE_CPU_SYNC ||
-        eep_ep_args_layout(a) != EEP_EP_LAYOUT_RANK_MAJOR || a->num_tokens <= 0) {
-        return 0;
-    }
-    if (st->cfg.copy_engine == 2) {
-        return 1;
-    }
-    const size_t x_bytes = (size_t)a->num_tokens * hb;
+    const int         El = p->num_local, sms = plan->send, copy = plan->copy;
+    eep_jit_kernel_t *kernel = NULL, *copy_kernel = NULL;
+    eep_status_t      status;
+    unsigned          grid;
+    int               ce_overlap = 0;
 
-    if (overlapped) {
-        return x_bytes >= (budget >= 1 && budget <= EEP_EP_CE_BUDGET_SMS
-                               ? EEP_EP_CE_MIN_BYTES_BUDGET
-                               : EEP_EP_CE_MIN_BYTES);
+    /* both phases' kernels before the first launch: no module load while phase 0 spins */
+    if ((status = eep_ep_kernel(rt, st, 0, idx_bits, (int)a->mode, 0, shape, stream, &kernel)) !=
+            EEP_OK ||
+        (a->mode == EEP_EP_MODE_CPU_SYNC &&
+         (status = eep_ep_kernel(rt, st, 0, idx_bits, (int)a->mode, 1, shape, stream,
+                                 &copy_kernel)) != EEP_OK)) {
+        return status;
     }
-    /* the serial way, measured at T 4096 only: not below the size where even the overlapped
-       way loses (T 128 within 24 SMs took it before this rule: 24.9-26.0 us against 21.6) */
-    return budget >= 1 && budget <= EEP_EP_COPY_ENGINE_MAX_BUDGET &&
-           x_bytes >= EEP_EP_CE_MIN_BYTES_BUDGET;
-}
-
-/* x (and its scales) to recv_x on @p stream; @p status_p: EEP_OK, or the first failure. */
-static void eep_ep_ce_copy(const eep_cuda_sym_t *cu, const eep_epk_params_t *p, size_t T, size_t hb,
-                           size_t sb, CUstream stream, eep_status_t *status_p)
-{
-    *status_p = eep_status_from_cu(
-        cu->cuMemcpyDtoDAsync((CUdeviceptr)p->recv_x, (CUdeviceptr)p->x, T * hb, stream),
-        "cuMemcpyDtoDAsync(recv_x)");
-    if (*status_p == EEP_OK && sb != 0) {
-        *status_p = eep_status_from_cu(cu->cuMemcpyDtoDAsync((CUdeviceptr)p->recv_x_scales,
-                                                             (CUdeviceptr)p->x_scales, T * sb,
-                                                             stream),
-                                       "cuMemcpyDtoDAsync(recv_x_scales)");
+    if (a->mode == EEP_EP_MODE_CPU_SYNC) {
+        __atomic_store_n(&st->mirror[El + 1], 0, __ATOMIC_RELEASE);
+        ce_overlap = a->alloc == NULL && a->recv_capacity >= a->num_tokens &&
+                     eep_ep_ce_wanted(st, shape, a, hb, plan->budget, 1);
+        if (ce_overlap && (status = eep_ep_ce_fork(cu, st, p, (size_t)a->num_tokens, hb, sb, stream,
+                                                   owed)) != EEP_OK) {
+            return status;
+        }
     }
-}
-
-/*
- * The overlapped way's start, before the dispatch kernel: the state's stream waits for the
- * caller's work so far, then copies.  @p [out] owed: 1 when something was enqueued there, so the
- * caller's stream must wait for it (eep_ep_ce_join) before the call returns, whatever happens
- * next: the copy reads x and writes recv_x.
- */
-static eep_status_t eep_ep_ce_fork(const eep_cuda_sym_t *cu, struct eep_ep_state *st,
-                                   const eep_epk_params_t *p, size_t T, size_t hb, size_t sb,
-                                   void *stream, int *owed)
-{
-    eep_status_t status = EEP_OK;
-
-    *owed = 0;
-    if (st->ce_stream == NULL) { /* what was made stays for the next call, freed with the state */
-        status = eep_status_from_cu(cu->cuStreamCreate(&st->ce_stream, CU_STREAM_NON_BLOCKING),
-                                    "cuStreamCreate(copy engine)");
-    }
-    if (status == EEP_OK && st->ce_fork == NULL) {
-        status = eep_status_from_cu(cu->cuEventCreate(&st->ce_fork, CU_EVENT_DISABLE_TIMING),
-                                    "cuEventCreate(copy engine fork)");
-    }
-    if (status == EEP_OK && st->ce_join == NULL) {
-        status = eep_status_from_cu(cu->cuEventCreate(&st->ce_join, CU_EVENT_DISABLE_TIMING),
-                                    "cuEventCreate(copy engine join)");
-    }
-    if (status == EEP_OK) {
-        status = eep_status_from_cu(cu->cuEventRecord(st->ce_fork, (CUstream)stream),
-                                    "cuEventRecord(copy engine fork)");
-    }
-    if (status == EEP_OK) {
-        status = eep_status_from_cu(cu->cuStreamWaitEvent(st->ce_stream, st->ce_fork, 0),
-                                    "cuStreamWaitEvent(copy engine fork)");
-    }
+    /* Senders, then the counter; without CPU sync the copy blocks too (the counter is one). */
+    grid   = (unsigned)(sms + (a->mode == EEP_EP_MODE_CPU_SYNC ? 1 : copy));
+    status = eep_jit_launch_ex(kernel, grid, EEP_EPK_THREADS, dyn, stream, p, sizeof(*p),
+                               st->launch_flags);
     if (status != EEP_OK) {
-        return status; /* nothing enqueued on the state's stream yet that touches x or recv_x */
+        return status;
     }
-    *owed = 1;
-    eep_ep_ce_copy(cu, p, T, hb, sb, st->ce_stream, &status);
-    if (status == EEP_OK) {
-        status = eep_status_from_cu(cu->cuEventRecord(st->ce_join, st->ce_stream),
-                                    "cuEventRecord(copy engine join)");
-    }
-    if (status != EEP_OK && cu->cuStreamSynchronize(st->ce_stream) == CUDA_SUCCESS) {
-        *owed = 0; /* without a join event to wait on, the copy is waited for here */
-    }
-    return status;
-}
+    *rows_p = eep_ep_layout_rows_max(shape, eep_ep_args_layout(a));
+    if (a->mode == EEP_EP_MODE_CPU_SYNC) {
+        int e;
 
-/* The caller's stream waits for the overlapped copy (or, failing that, the host does). */
-static eep_status_t eep_ep_ce_join(const eep_cuda_sym_t *cu, struct eep_ep_state *st, void *stream,
-                                   int *owed)
-{
-    eep_status_t status;
-
-    if (!*owed) {
-        return EEP_OK;
+        if ((status = eep_ep_wait_counts(rt, st, El)) != EEP_OK) {
+            return status;
+        }
+        *rows_p = (int64_t)(uint32_t)st->mirror[El];
+        if (a->host_expert_counts != NULL) {
+            for (e = 0; e < El; e++) {
+                a->host_expert_counts[e] = (int32_t)(uint32_t)st->mirror[e];
+            }
+        }
+        if ((status = eep_ep_outputs(a, *rows_p, hb, sb, p)) != EEP_OK) {
+            return status;
+        }
+        if (ce_overlap) { /* a token not received: its successors' rows are rewritten after it */
+            p->ce_copied = *owed;
+            if (*rows_p != (int64_t)a->num_tokens &&
+                (status = eep_ep_ce_join(cu, st, stream, owed)) != EEP_OK) {
+                return status;
+            }
+        } else if ((status = eep_ep_copy_engine(cu, st, shape, a, *rows_p, hb, sb, plan->budget,
+                                                stream, p)) != EEP_OK) {
+            return status;
+        }
+        if ((status = eep_jit_launch_ex(copy_kernel, (unsigned)copy, EEP_EPK_THREADS, dyn, stream,
+                                        p, sizeof(*p), st->launch_flags)) != EEP_OK ||
+            (status = eep_ep_ce_join(cu, st, stream, owed)) != EEP_OK) {
+            /* The data is on its way and the peers wait for nothing more: the copy is lost,
+               the protocol is not (the next dispatch's kernel reads fresh slots). */
+            return status;
+        }
     }
-    status = eep_status_from_cu(cu->cuStreamWaitEvent((CUstream)stream, st->ce_join, 0),
-                                "cuStreamWaitEvent(copy engine join)");
-    if (status != EEP_OK) {
-        cu->cuStreamSynchronize(st->ce_stream);
-    }
-    *owed = 0;
-    return status;
-}
-
-/* The serial way, once the counts are known: every token received, in stream order. */
-static eep_status_t eep_ep_copy_engine(const eep_cuda_sym_t *cu, const struct eep_ep_state *st,
-                                       const eep_ep_shape_t *shape, const eep_dispatch_args_t *a,
-                                       int64_t rows, size_t hb, size_t sb, int budget, void *stream,
-                                       eep_epk_params_t *p)
-{
-    const size_t T = (size_t)a->num_tokens;
-    eep_status_t status;
-
-    p->ce_copied = 0;
-    if (!eep_ep_ce_wanted(st, shape, a, hb, budget, 0) || rows != (int64_t)T) {
-        return EEP_OK;
-    }
-    eep_ep_ce_copy(cu, p, T, hb, sb, (CUstream)stream, &status);
-    p->ce_copied = status == EEP_OK;
-    return status;
+    return EEP_OK;
 }
 
 eep_status_t eep_dispatch(eep_runtime_t *rt, const eep_dispatch_args_t *args,
@@ -449,15 +374,13 @@ eep_status_t eep_dispatch(eep_runtime_t *rt, const eep_dispatch_args_t *args,
     eep_ep_world_t        world;
     eep_ep_shape_t        shape;
     eep_epk_params_t      p;
-    eep_ep_handle_t      *h, *created          = NULL;
-    eep_jit_kernel_t     *kernel, *copy_kernel = NULL;
+    eep_ep_handle_t      *h, *created = NULL;
     eep_status_t          status;
     eep_ep_sm_plan_t      plan;
     int                   El, NC, sw, sms, copy, idx_bits;
-    unsigned              grid;
     size_t                dyn, hb, sb;
-    int64_t               rows;
-    int                   ce_owed = 0, ce_overlap = 0;
+    int64_t               rows    = 0;
+    int                   ce_owed = 0;
 
     if (rt == NULL) {
         eep_error(EEP_SUBSYS_KERNEL, "dispatch: invalid argument rt: NULL runtime");
@@ -540,65 +463,15 @@ eep_status_t eep_dispatch(eep_runtime_t *rt, const eep_dispatch_args_t *args,
     eep_ep_params_handle(&p, h);
     idx_bits = args->topk_idx_dtype == EEP_INDEX_INT64 ? 64 : 32;
 
-    /* both phases' kernels before the first launch: no module load while phase 0 spins */
-    if ((status = eep_ep_kernel(rt, st, 0, idx_bits, (int)args->mode, 0, &shape, stream,
-                                &kernel)) != EEP_OK ||
-        (args->mode == EEP_EP_MODE_CPU_SYNC &&
-         (status = eep_ep_kernel(rt, st, 0, idx_bits, (int)args->mode, 1, &shape, stream,
-                                 &copy_kernel)) != EEP_OK)) {
-        goto fail;
-    }
-    hb = (size_t)shape.hidden * eep_ep_elem_bytes(shape.dtype);
-    sb = shape.dtype == EEP_DTYPE_FP8_E4M3 ? (size_t)shape.hidden / 128 * 4 : 0;
-    if (args->mode == EEP_EP_MODE_CPU_SYNC) {
-        __atomic_store_n(&st->mirror[El + 1], 0, __ATOMIC_RELEASE);
-        ce_overlap = args->alloc == NULL && args->recv_capacity >= args->num_tokens &&
-                     eep_ep_ce_wanted(st, &shape, args, hb, plan.budget, 1);
-        if (ce_overlap && (status = eep_ep_ce_fork(cu, st, &p, (size_t)args->num_tokens, hb, sb,
-                                                   stream, &ce_owed)) != EEP_OK) {
-            goto fail;
-        }
-    }
-    /* Senders, then the counter; without CPU sync the copy blocks too (the counter is one). */
-    grid   = (unsigned)(sms + (args->mode == EEP_EP_MODE_CPU_SYNC ? 1 : copy));
-    status = eep_jit_launch_ex(kernel, grid, EEP_EPK_THREADS, dyn, stream, &p, sizeof(p),
-                               st->launch_flags);
+    hb     = (size_t)shape.hidden * eep_ep_elem_bytes(shape.dtype);
+    sb     = shape.dtype == EEP_DTYPE_FP8_E4M3 ? (size_t)shape.hidden / 128 * 4 : 0;
+    status = eep_ep_solo_wanted(st, &shape, args)
+                 ? eep_ep_solo_dispatch(rt, st, cu, &shape, args, h, idx_bits, plan.budget, hb, sb,
+                                        stream, &p, &rows, &ce_owed)
+                 : eep_ep_general_dispatch(rt, st, cu, &shape, args, &plan, idx_bits, hb, sb, dyn,
+                                           stream, &p, &rows, &ce_owed);
     if (status != EEP_OK) {
         goto fail;
-    }
-    rows = eep_ep_layout_rows_max(&shape, eep_ep_args_layout(args));
-    if (args->mode == EEP_EP_MODE_CPU_SYNC) {
-        int e;
-
-        if ((status = eep_ep_wait_counts(rt, st, El)) != EEP_OK) {
-            goto fail;
-        }
-        rows = (int64_t)(uint32_t)st->mirror[El];
-        if (args->host_expert_counts != NULL) {
-            for (e = 0; e < El; e++) {
-                args->host_expert_counts[e] = (int32_t)(uint32_t)st->mirror[e];
-            }
-        }
-        if ((status = eep_ep_outputs(args, rows, hb, sb, &p)) != EEP_OK) {
-            goto fail;
-        }
-        if (ce_overlap) { /* a token not received: its successors' rows are rewritten after it */
-            p.ce_copied = ce_owed;
-            if (rows != (int64_t)args->num_tokens &&
-                (status = eep_ep_ce_join(cu, st, stream, &ce_owed)) != EEP_OK) {
-                goto fail;
-            }
-        } else if ((status = eep_ep_copy_engine(cu, st, &shape, args, rows, hb, sb, plan.budget,
-                                                stream, &p)) != EEP_OK) {
-            goto fail;
-        }
-        if ((status = eep_jit_launch_ex(copy_kernel, (unsigned)copy, EEP_EPK_THREADS, dyn, stream,
-                                        &p, sizeof(p), st->launch_flags)) != EEP_OK ||
-            (status = eep_ep_ce_join(cu, st, stream, &ce_owed)) != EEP_OK) {
-            /* The data is on its way and the peers wait for nothing more: the copy is lost,
-               the protocol is not (the next dispatch's kernel reads fresh slots). */
-            goto fail;
-        }
     }
     if (args->num_recv_rows_p != NULL) {
         *args->num_recv_rows_p = rows;

@@ -41,6 +41,11 @@ static const eep_knob_t eep_ep_knobs[] = {
                  "within an SM budget of at most 32 (20 MiB or more otherwise), else after the "
                  "counts within a budget of at most 24 (where measured faster: "
                  "bench/RESULTS.md); 2: always (for measurement); 0: the SMs copy everything."),
+    EEP_KNOB_ROW(eep_ep_config_t, "EEP_EP_SOLO", "1", EEP_KNOB_INT, solo, EEP_KNOB_RUNTIME, 0, 1,
+                 "1: at one rank (direct mode), a rank-major dispatch takes the path without "
+                 "records (kernels/ep/dispatch_solo.cuh: each block routes and numbers its "
+                 "tokens, one exchange of counts, rows written in place); 0: the general kernel "
+                 "(records to itself), for measurement."),
     EEP_KNOB_ROW(eep_ep_config_t, "EEP_EP_TRACE", "0", EEP_KNOB_INT, trace, EEP_KNOB_RUNTIME, 0, 1,
                  "1: the kernels stamp %globaltimer at each phase, per block, for the last "
                  "dispatch and combine (eep-bench ep --trace prints them); costs a few stores."),

@@ -16,6 +16,7 @@ typedef struct eep_ep_config {
     int64_t min_sms;
     int64_t copy_engine;     /* 1: the one-rank rank-major copy by the copy engine (2: always) */
     int64_t copy_sms;        /* 0: the device's SMs minus the sending ones */
+    int64_t solo;            /* 1: one rank, rank-major: the path without records */
     int64_t trace;           /* 1: per-block time stamps of the last dispatch and combine */
     int64_t prefetch_shrink; /* 1: compile each kernel for one rank fewer in the background */
     int64_t pdl;             /* 1: programmatic dependent launch on sm_90+ */

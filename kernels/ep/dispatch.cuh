@@ -47,6 +47,7 @@
 #include "dispatch_copy.cuh"
 #include "dispatch_route.cuh"
 #include "dispatch_send.cuh"
+#include "dispatch_solo.cuh"
 #include "ep_common.cuh"
 #include "ep_gin.cuh"
 
@@ -425,12 +426,15 @@ __device__ __forceinline__ void eep_epk_dispatch(const eep_epk_params_t &p)
 
 /* The dispatch: records with flagged lines for small buffers (EEP_EPK_LINES_DISPATCH in p.lines,
    set by the host from max_tokens_per_rank, the same on every rank; fixed at JIT time), plain
-   records with a tag otherwise. */
+   records with a tag otherwise.  Phases 2 and 3: the one-rank path without records
+   (dispatch_solo.cuh). */
 template <int IdxBits, int Mode, int Phase>
 __device__ void eep_ep_dispatch_body(const eep_epk_params_t &p)
 {
     eep_epk_prologue(p);
-    if (EEP_EPK_LINES(p) & EEP_EPK_LINES_DISPATCH) {
+    if constexpr (Phase >= 2) {
+        eep_epk_solo<IdxBits, Mode, Phase>(p);
+    } else if (EEP_EPK_LINES(p) & EEP_EPK_LINES_DISPATCH) {
         eep_epk_dispatch<IdxBits, Mode, Phase, true>(p);
     } else {
         eep_epk_dispatch<IdxBits, Mode, Phase, false>(p);

@@ -180,10 +180,18 @@ typedef struct eep_epk_params {
     unsigned int       dead_mask;
     unsigned int       drop_mask;
     unsigned int       mute_mask;
-    int                dead_pad;
+    int                solo; /* the one-rank path (dispatch_solo.cuh): EEP_EPK_SOLO_* */
     unsigned long long dropped_topk;
     unsigned long long num_dropped;
 } eep_epk_params_t;
+
+/* solo: what a launch of the one-rank dispatch (kernels/ep/dispatch_solo.cuh) writes */
+#define EEP_EPK_SOLO_META        1 /* the outputs' ids and weights */
+#define EEP_EPK_SOLO_ROWS        2 /* x rows (and scales) to recv_x, but those the copy engine holds */
+/* its tokens a round of ids staged in shared memory (at most 4096 ids, 16 KB) */
+#define EEP_EPK_SOLO_ROUND(K)    (EEP_EPK_THREADS < 4096 / (K) ? EEP_EPK_THREADS : 4096 / (K))
+/* its dynamic shared memory, bytes: the round's ids and flags, counts of El experts and one */
+#define EEP_EPK_SOLO_SMEM(K, El) ((unsigned)(EEP_EPK_SOLO_ROUND(K) * ((K) + 1) + (El) + 1) * 4u)
 
 /* combine_flags */
 #define EEP_EPK_COMBINE_UNWEIGHTED 1 /* every weight 1: the rows summed as they are */

@@ -110,6 +110,13 @@ static int g_skipped; /* and those that cannot run in this build */
    overlapped way, started before the counts were known: x into recv_x row for row for every
    token, received or not, and the copy blocks must rewrite each row that is not its token's. */
 static int g_copy_engine;
+/* One rank, rank-major: the dispatch takes the path without records (kernels/ep/
+   dispatch_solo.cuh) as eep_dispatch does (EEP_EP_SOLO).  1: its routing launch writes the
+   outputs (the caller's buffers); 2: they are written after the counts (CPU_SYNC with the alloc
+   hook: phase 3); 3: as 1, but the first pair runs the general kernel, whose handle arrays every
+   later pair must give again.  With g_copy_engine 3 the copy engine's x -> recv_x goes first
+   (the overlapped way) and the rows after a token not received are the fix-up launch's. */
+static int g_solo;
 
 /* The expected outputs of every rank in the layout under test. */
 static bool reference(const eep_ep_shape_t &s, const eep_ref_input_t *in, eep_ref_recv_t *rr)
@@ -493,6 +500,64 @@ static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, i
         return 1;
     }
 
+    /* the one-rank path's launches for dispatch mode @p dm (g_solo) */
+    const size_t solo_dyn = EEP_EPK_SOLO_SMEM(K, El);
+    auto         solo     = [&](int dm, const char *what) {
+        eep_epk_params_t &q  = p[0];
+        const size_t      n  = (size_t)in[0].num_tokens;
+        const bool        ce = g_copy_engine == 3;
+
+        if (ce) { /* the copy engine, beside the routing: every token's row */
+            memcpy((void *)q.recv_x, (const void *)q.x, wire.hidden_bytes * n);
+            if (wire.scale_bytes != 0) {
+                memcpy((void *)q.recv_x_scales, (const void *)q.x_scales, wire.scale_bytes * n);
+            }
+        }
+        q.ce_copied = ce;
+        q.solo      = EEP_EPK_SOLO_META | EEP_EPK_SOLO_ROWS;
+        if (dm == EEP_EPK_CACHED) {
+            return launch(eep_ep_dispatch_body<32, EEP_EPK_CACHED, 3>, p, G, solo_dyn, what);
+        }
+        q.solo = g_solo == 2 ? 0 : EEP_EPK_SOLO_META | (ce ? 0 : EEP_EPK_SOLO_ROWS);
+        if (!launch(dm == EEP_EPK_CPU_SYNC ? eep_ep_dispatch_body<32, EEP_EPK_CPU_SYNC, 2>
+                                                       : eep_ep_dispatch_body<32, EEP_EPK_NO_CPU_SYNC, 2>,
+                    p, G, solo_dyn, what)) {
+            return false;
+        }
+        if (dm == EEP_EPK_CPU_SYNC) {
+            const uint64_t *m = (const uint64_t *)q.host_mirror;
+
+            check(m[El + 1] != 0, "host mirror sequence", 0, El + 1);
+            check((int64_t)m[El] == rr[0].num_rows, "host mirror rows", 0, El);
+            for (int e = 0; e < El; e++) {
+                check((int32_t)m[e] == rr[0].expert_counts[e], "host mirror count", 0, e);
+            }
+        }
+        /* the alloc hook's outputs, or the rows the copy engine could not place */
+        if (g_solo == 2 || ce) {
+            q.solo = g_solo == 2 ? EEP_EPK_SOLO_META | EEP_EPK_SOLO_ROWS : EEP_EPK_SOLO_ROWS;
+            q.ce_copied = ce;
+            if (!launch(dm == EEP_EPK_CPU_SYNC ? eep_ep_dispatch_body<32, EEP_EPK_CPU_SYNC, 3>
+                                                           : eep_ep_dispatch_body<32, EEP_EPK_NO_CPU_SYNC, 3>,
+                        p, G, solo_dyn, what)) {
+                return false;
+            }
+        }
+        q.ce_copied = 0;
+        q.solo      = 0;
+        return true;
+    };
+    /* the handle's arrays of the first dispatch: every later one (the same routing) gives them */
+    std::vector<std::vector<uint8_t>> handle0;
+    const struct {
+        unsigned long long p;
+        size_t             bytes;
+    } handle_arrays[] = {
+        { p[0].h_send_slot, (size_t)T * W * 4 },     { p[0].h_recv_n, (size_t)W * 4 },
+        { p[0].h_recv_tok, (size_t)W * T * 4 },      { p[0].h_recv_ord, (size_t)W * T * 4 },
+        { p[0].h_recv_rows, (size_t)W * T * K * 4 }, { p[0].h_recv_w, (size_t)W * T * K * 4 },
+        { p[0].h_counts, (size_t)El * 4 },           { p[0].h_offsets, (size_t)(El + 1) * 8 },
+    };
     if (fault == FAULT_SILENT_PEER || fault == FAULT_BAD_ID || fault == FAULT_DUP_ID) {
         /* One dispatch: rank 1 never runs (silent peer: every wait of rank 0 must give up at
            its 2 s deadline, recording peer 1), or both run with a bad id on rank 0 (the token is
@@ -511,6 +576,8 @@ static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, i
             check(ok && f->abort_flag == 0, "the handle's dispatch ends, no fault", 0,
                   f->abort_flag);
             ok = launch(eep_ep_dispatch_body<32, EEP_EPK_CACHED, 0>, p, G, dyn, name, nr);
+        } else if (g_solo != 0) {
+            ok = solo(EEP_EPK_NO_CPU_SYNC, name);
         } else {
             ok = launch(eep_ep_dispatch_body<32, EEP_EPK_NO_CPU_SYNC, 0>, p, G, dyn, name, nr);
         }
@@ -598,7 +665,11 @@ static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, i
             }
         }
         snprintf(what, sizeof(what), "%s pair %d dispatch", name, pair);
-        if (dmode == EEP_EPK_CPU_SYNC) {
+        if (g_solo != 0 && (g_solo != 3 || pair > 0)) {
+            if (!solo(dmode, what)) {
+                return 1;
+            }
+        } else if (dmode == EEP_EPK_CPU_SYNC) {
             /* senders + counter; the counts in the host mirror (its last word = the call's
                sequence); then the copy launch on the copy blocks */
             if (!launch(eep_ep_dispatch_body<32, EEP_EPK_CPU_SYNC, 0>, p, S + 1, dyn, what)) {
@@ -657,6 +728,18 @@ static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, i
                                : eep_ep_dispatch_body<32, EEP_EPK_NO_CPU_SYNC, 0>,
                            p, G, dyn, what)) {
             return 1;
+        }
+        for (size_t i = 0; g_solo != 0 && dmode != EEP_EPK_CACHED &&
+                           i < sizeof(handle_arrays) / sizeof(handle_arrays[0]);
+             i++) {
+            const uint8_t *a = (const uint8_t *)handle_arrays[i].p;
+
+            if (pair == 0) {
+                handle0.emplace_back(a, a + handle_arrays[i].bytes);
+            } else {
+                check(memcmp(handle0[i].data(), a, handle_arrays[i].bytes) == 0,
+                      "the handle's arrays as the first dispatch's", 0, (long long)i);
+            }
         }
         for (int r = 0; r < W; r++) {
             const int32_t *cnt = (const int32_t *)p[r].recv_counts;

@@ -146,6 +146,61 @@ static int degraded_cases(void)
     return fails;
 }
 
+/* One rank, rank-major: the path without records (kernels/ep/dispatch_solo.cuh, g_solo) through
+   the modes, the gatings that shift rows (every 5th token dropped, masked lanes, nothing
+   received), bad ids, fp8 scales, the decode shape, the alloc hook's late outputs, the copy
+   engine's overlapped way with its fix-up launch, the handle arrays of the general kernel given
+   again, and a placement table.  Cached pairs take the handle the path made. */
+static int solo_cases(void)
+{
+    int fails = 0;
+
+    g_solo = 1;
+    fails += run_case("solo: no-cpu-sync bf16", EEP_EPK_NO_CPU_SYNC, EEP_DTYPE_BF16, 0, 2);
+    fails += run_case("solo: cpu-sync fp8", EEP_EPK_CPU_SYNC, EEP_DTYPE_FP8_E4M3, 0, 2);
+    fails += run_case("solo: cached bf16, every 5th token dropped", EEP_EPK_CACHED, EEP_DTYPE_BF16,
+                      0, 3, FAULT_NONE, GATING_DROPPED);
+    fails += run_case("solo: cpu-sync bf16, masked lanes (30% -1)", EEP_EPK_CPU_SYNC,
+                      EEP_DTYPE_BF16, 0, 2, FAULT_NONE, GATING_MASKED);
+    fails += run_case("solo: no-cpu-sync fp8, hotspot", EEP_EPK_NO_CPU_SYNC, EEP_DTYPE_FP8_E4M3, 0,
+                      2, FAULT_NONE, GATING_HOTSPOT);
+    fails += run_case("solo: cpu-sync bf16, no token received", EEP_EPK_CPU_SYNC, EEP_DTYPE_BF16, 0,
+                      2, FAULT_NONE, GATING_MASKED_RANK, 40);
+    fails += run_case("solo: no-cpu-sync bf16, 40 tokens of 48 (chunks of 14)", EEP_EPK_NO_CPU_SYNC,
+                      EEP_DTYPE_BF16, 40, 2, FAULT_NONE, GATING_DROPPED, 48);
+    fails += run_case("solo: bad expert id", EEP_EPK_NO_CPU_SYNC, EEP_DTYPE_BF16, 0, 1,
+                      FAULT_BAD_ID);
+    fails += run_case("solo: repeated expert id", EEP_EPK_NO_CPU_SYNC, EEP_DTYPE_BF16, 0, 1,
+                      FAULT_DUP_ID);
+    if (EEP_EPK_RECOUNT_MAX_IDS > 0) {
+        fails += run_case("solo decode shape: cpu-sync bf16, 128 tokens, H 7168, 256 experts",
+                          EEP_EPK_CPU_SYNC, EEP_DTYPE_BF16, 0, 2, FAULT_NONE, GATING_DROPPED, 128,
+                          256, 7168, 128);
+    }
+    g_place = PLACE_PERMUTED;
+    fails += run_case("solo: placement permuted, cpu-sync bf16", EEP_EPK_CPU_SYNC, EEP_DTYPE_BF16,
+                      0, 2, FAULT_NONE, GATING_DROPPED);
+    g_place = PLACE_DEFAULT;
+    g_solo  = 2;
+    fails += run_case("solo: cpu-sync fp8, outputs after the counts (alloc hook)", EEP_EPK_CPU_SYNC,
+                      EEP_DTYPE_FP8_E4M3, 0, 2, FAULT_NONE, GATING_DROPPED);
+    g_solo = 3;
+    fails += run_case("solo: the general kernel's handle again, no-cpu-sync bf16 dropped",
+                      EEP_EPK_NO_CPU_SYNC, EEP_DTYPE_BF16, 0, 3, FAULT_NONE, GATING_DROPPED);
+    fails += run_case("solo: the general kernel's handle again, cpu-sync fp8 masked",
+                      EEP_EPK_CPU_SYNC, EEP_DTYPE_FP8_E4M3, 0, 3, FAULT_NONE, GATING_MASKED);
+    g_solo        = 1;
+    g_copy_engine = 3;
+    fails += run_case("solo: copy engine beside, cpu-sync bf16, every 5th token dropped",
+                      EEP_EPK_CPU_SYNC, EEP_DTYPE_BF16, 0, 2, FAULT_NONE, GATING_DROPPED);
+    fails += run_case("solo: copy engine beside, no-cpu-sync fp8, dropped", EEP_EPK_NO_CPU_SYNC,
+                      EEP_DTYPE_FP8_E4M3, 0, 2, FAULT_NONE, GATING_DROPPED);
+    fails += run_case("solo: copy engine, cached bf16", EEP_EPK_CACHED, EEP_DTYPE_BF16, 0, 3);
+    g_copy_engine = 0;
+    g_solo        = 0;
+    return fails;
+}
+
 int main(int argc, char **argv)
 {
     int fails = 0;
@@ -365,8 +420,10 @@ int main(int argc, char **argv)
         fails += run_case("rank-major: cpu-sync fp8, overlapped copy engine, every token",
                           EEP_EPK_CPU_SYNC, EEP_DTYPE_FP8_E4M3, 0, 2);
         g_copy_engine = 0;
+        fails += solo_cases();
     } else {
         skip_case("rank-major copy engine", "one rank only (the one-rank build runs it)");
+        skip_case("one-rank path without records", "one rank only (the one-rank build runs it)");
     }
     g_rank_major = 0;
     fails += degraded_cases();

@@ -140,6 +140,12 @@ static void test_compile_all(void **state)
     static const eep_ep_shape_t fp8_k6_w8 = {
         .world = 8, .hidden = 4096, .num_topk = 6, .dtype = EEP_DTYPE_FP8_E4M3
     };
+    static const eep_ep_shape_t bf16_k8_w1 = {
+        .world = 1, .hidden = 7168, .num_topk = 8, .dtype = EEP_DTYPE_BF16
+    };
+    static const eep_ep_shape_t fp8_k6_w1 = {
+        .world = 1, .hidden = 4096, .num_topk = 6, .dtype = EEP_DTYPE_FP8_E4M3
+    };
     /* 32 ranks: the most direct mode takes (per-rank arrays and shared memory grow with it) */
     static const eep_ep_shape_t bf16_k8_w32 = {
         .world = 32, .hidden = 7168, .num_topk = 8, .dtype = EEP_DTYPE_BF16
@@ -158,6 +164,15 @@ static void test_compile_all(void **state)
         }
     }
     compile_one(jit, 0, 32, EEP_EPK_NO_CPU_SYNC, 0, &bf16_k8_w32);
+    /* one rank, rank-major: the path without records (kernels/ep/dispatch_solo.cuh), its
+       routing (phase 2) in the modes that route and its rows (phase 3) in every mode */
+    for (i = 0; i < 3; i++) {
+        if (i != EEP_EPK_CACHED) {
+            compile_one(jit, 0, 64, (int)i, 2, &bf16_k8_w1);
+        }
+        compile_one(jit, 0, 64, (int)i, 3, &bf16_k8_w1);
+    }
+    compile_one(jit, 0, 32, EEP_EPK_CPU_SYNC, 2, &fp8_k6_w1);
     compile_one(jit, 1, 0, 0, 0, NULL);
     compile_one(jit, 1, 0, 0, 0, &bf16_k8_w2);
     compile_one(jit, 1, 0, 0, 0, &fp8_k6_w8);

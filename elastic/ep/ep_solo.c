@@ -1,0 +1,308 @@
+/*
+ * ep_solo.c - dispatch at one rank (a survivor's, or a job of one GPU): the copy engine's share
+ * of a rank-major dispatch, and the path without records (kernels/ep/dispatch_solo.cuh).
+ */
+#include "elastic/ep/ep_solo.h"
+
+#include "elastic/ep/ep_args.h"
+#include "elastic/ep/ep_handle.h"
+#include "elastic/ep/ep_sm_model.h"
+#include "util/log.h"
+
+/*
+ * One rank, rank-major, CPU_SYNC: recv_x is x row for row up to the first token that no expert
+ * took, so the copy engine can move x to recv_x (no SM) while the copy blocks skip the bytes of
+ * every record whose row is its token's index (p->ce_copied), writing its metadata only.  Two ways:
+ * - overlapped (the caller's buffers, recv_capacity >= T): the copy is enqueued before the
+ *   dispatch kernel, on the state's own stream (eep_ep_ce_fork), so it runs beside that kernel and
+ *   the host's wait for the counts.  Every token received: the copy blocks run beside its tail,
+ *   and the caller's stream waits for both.  Otherwise the copy blocks wait for the copy first
+ *   (eep_ep_ce_join), and rewrite the rows after the first token not received; so rows from the
+ *   exact count up to T may hold copies of x (the caller's capacity allows it; nothing reads them).
+ *   Taken where it measured faster than the SMs copying (bench/RESULTS.md, 2026-12-03: H 7168,
+ *   bf16 unless said): within a budget of EEP_EP_CE_BUDGET_SMS or fewer for x of
+ *   EEP_EP_CE_MIN_BYTES_BUDGET or more (T 256, 3.5 MiB: 27.0 / 23.6 us at budgets 8 / 24
+ *   against 32.6 / 25.1; T 4096: 157 / 80 against 271 / 111, fp8 148 / 72 against 224 / 95; but
+ *   T 128, 1.75 MiB: 28.1 / 27.7 against 25.5 / 21.6, the fork and join cost more than that
+ *   copy), and with a larger budget or none for x of EEP_EP_CE_MIN_BYTES or more (the whole
+ *   device: T 2048, 28 MiB, 41.4 against 46.2 us; T 4096 64.4 against 72.6; but T 1024, 14 MiB,
+ *   30.2 against 29.5, and T 256 34.8 against 22.4).
+ * - serial (the alloc hook: recv_x exists only once the counts are known; or a capacity below T):
+ *   every token received, the copy is enqueued then, before the copy blocks, within an SM budget
+ *   of at most EEP_EP_COPY_ENGINE_MAX_BUDGET (eep_ep_copy_engine).  Measured at T 4096 bf16
+ *   (bench/RESULTS.md "SM budgets"): 160 / 88 us at budgets 8 / 24 against 255 / 105 us by the
+ *   SMs, but 72 against 67 on the whole device.
+ * EEP_EP_COPY_ENGINE 0: never; 2: both ways whatever the size and budget (for measurement).
+ */
+#define EEP_EP_COPY_ENGINE_MAX_BUDGET 24
+#define EEP_EP_CE_BUDGET_SMS          32
+#define EEP_EP_CE_MIN_BYTES_BUDGET    ((size_t)3 << 20)
+#define EEP_EP_CE_MIN_BYTES           ((size_t)20 << 20)
+/* The size rule of both ways: x of @p x_bytes within @p budget SMs (0: none). */
+static int eep_ep_ce_size_ok(const struct eep_ep_state *st, size_t x_bytes, int budget,
+                             int overlapped)
+{
+    if (st->cfg.copy_engine == 2) {
+        return 1;
+    }
+    if (overlapped) {
+        return x_bytes >= (budget >= 1 && budget <= EEP_EP_CE_BUDGET_SMS
+                               ? EEP_EP_CE_MIN_BYTES_BUDGET
+                               : EEP_EP_CE_MIN_BYTES);
+    }
+    /* the serial way, measured at T 4096 only: not below the size where even the overlapped
+       way loses (T 128 within 24 SMs took it before this rule: 24.9-26.0 us against 21.6) */
+    return budget >= 1 && budget <= EEP_EP_COPY_ENGINE_MAX_BUDGET &&
+           x_bytes >= EEP_EP_CE_MIN_BYTES_BUDGET;
+}
+
+/* @p hb: the bytes of a row of x (x is num_tokens of them) */
+int eep_ep_ce_wanted(const struct eep_ep_state *st, const eep_ep_shape_t *shape,
+                     const eep_dispatch_args_t *a, size_t hb, int budget, int overlapped)
+{
+    if (st->cfg.copy_engine == 0 || shape->world != 1 || a->mode != EEP_EP_MODE_CPU_SYNC ||
+        eep_ep_args_layout(a) != EEP_EP_LAYOUT_RANK_MAJOR || a->num_tokens <= 0) {
+        return 0;
+    }
+    return eep_ep_ce_size_ok(st, (size_t)a->num_tokens * hb, budget, overlapped);
+}
+
+/* x (and its scales) to recv_x on @p stream; @p status_p: EEP_OK, or the first failure. */
+static void eep_ep_ce_copy(const eep_cuda_sym_t *cu, const eep_epk_params_t *p, size_t T, size_t hb,
+                           size_t sb, CUstream stream, eep_status_t *status_p)
+{
+    *status_p = eep_status_from_cu(
+        cu->cuMemcpyDtoDAsync((CUdeviceptr)p->recv_x, (CUdeviceptr)p->x, T * hb, stream),
+        "cuMemcpyDtoDAsync(recv_x)");
+    if (*status_p == EEP_OK && sb != 0) {
+        *status_p = eep_status_from_cu(cu->cuMemcpyDtoDAsync((CUdeviceptr)p->recv_x_scales,
+                                                             (CUdeviceptr)p->x_scales, T * sb,
+                                                             stream),
+                                       "cuMemcpyDtoDAsync(recv_x_scales)");
+    }
+}
+
+/*
+ * The overlapped way's start, before the dispatch kernel: the state's stream waits for the
+ * caller's work so far, then copies.  @p [out] owed: 1 when something was enqueued there, so the
+ * caller's stream must wait for it (eep_ep_ce_join) before the call returns, whatever happens
+ * next: the copy reads x and writes recv_x.
+ */
+eep_status_t eep_ep_ce_fork(const eep_cuda_sym_t *cu, struct eep_ep_state *st,
+                                   const eep_epk_params_t *p, size_t T, size_t hb, size_t sb,
+                                   void *stream, int *owed)
+{
+    eep_status_t status = EEP_OK;
+
+    *owed = 0;
+    if (st->ce_stream == NULL) { /* what was made stays for the next call, freed with the state */
+        status = eep_status_from_cu(cu->cuStreamCreate(&st->ce_stream, CU_STREAM_NON_BLOCKING),
+                                    "cuStreamCreate(copy engine)");
+    }
+    if (status == EEP_OK && st->ce_fork == NULL) {
+        status = eep_status_from_cu(cu->cuEventCreate(&st->ce_fork, CU_EVENT_DISABLE_TIMING),
+                                    "cuEventCreate(copy engine fork)");
+    }
+    if (status == EEP_OK && st->ce_join == NULL) {
+        status = eep_status_from_cu(cu->cuEventCreate(&st->ce_join, CU_EVENT_DISABLE_TIMING),
+                                    "cuEventCreate(copy engine join)");
+    }
+    if (status == EEP_OK) {
+        status = eep_status_from_cu(cu->cuEventRecord(st->ce_fork, (CUstream)stream),
+                                    "cuEventRecord(copy engine fork)");
+    }
+    if (status == EEP_OK) {
+        status = eep_status_from_cu(cu->cuStreamWaitEvent(st->ce_stream, st->ce_fork, 0),
+                                    "cuStreamWaitEvent(copy engine fork)");
+    }
+    if (status != EEP_OK) {
+        return status; /* nothing enqueued on the state's stream yet that touches x or recv_x */
+    }
+    *owed = 1;
+    eep_ep_ce_copy(cu, p, T, hb, sb, st->ce_stream, &status);
+    if (status == EEP_OK) {
+        status = eep_status_from_cu(cu->cuEventRecord(st->ce_join, st->ce_stream),
+                                    "cuEventRecord(copy engine join)");
+    }
+    if (status != EEP_OK && cu->cuStreamSynchronize(st->ce_stream) == CUDA_SUCCESS) {
+        *owed = 0; /* without a join event to wait on, the copy is waited for here */
+    }
+    return status;
+}
+
+/* The caller's stream waits for the overlapped copy (or, failing that, the host does). */
+eep_status_t eep_ep_ce_join(const eep_cuda_sym_t *cu, struct eep_ep_state *st, void *stream,
+                                   int *owed)
+{
+    eep_status_t status;
+
+    if (!*owed) {
+        return EEP_OK;
+    }
+    status = eep_status_from_cu(cu->cuStreamWaitEvent((CUstream)stream, st->ce_join, 0),
+                                "cuStreamWaitEvent(copy engine join)");
+    if (status != EEP_OK) {
+        cu->cuStreamSynchronize(st->ce_stream);
+    }
+    *owed = 0;
+    return status;
+}
+
+/* The serial way, once the counts are known: every token received, in stream order. */
+eep_status_t eep_ep_copy_engine(const eep_cuda_sym_t *cu, const struct eep_ep_state *st,
+                                       const eep_ep_shape_t *shape, const eep_dispatch_args_t *a,
+                                       int64_t rows, size_t hb, size_t sb, int budget, void *stream,
+                                       eep_epk_params_t *p)
+{
+    const size_t T = (size_t)a->num_tokens;
+    eep_status_t status;
+
+    p->ce_copied = 0;
+    if (!eep_ep_ce_wanted(st, shape, a, hb, budget, 0) || rows != (int64_t)T) {
+        return EEP_OK;
+    }
+    eep_ep_ce_copy(cu, p, T, hb, sb, (CUstream)stream, &status);
+    p->ce_copied = status == EEP_OK;
+    return status;
+}
+
+
+/*
+ * The path without records (kernels/ep/dispatch_solo.cuh): one rank, rank-major outputs, direct
+ * mode.  The general kernel's records, tags and count slots only order work between ranks;
+ * with one rank they were its cost (bench/RESULTS.md, 2026-12-03: a CPU_SYNC call with nothing
+ * to copy took 64 us at 24 SMs for T 4096, the metadata of 4,096 records one dependent chain
+ * each).  Here a block routes, counts and numbers its chunk of tokens, the blocks exchange their
+ * counts once, and each writes its tokens' words (and rows) where they belong.  EEP_EP_SOLO 0
+ * keeps the general kernel (for measurement).
+ */
+int eep_ep_solo_wanted(const struct eep_ep_state *st, const eep_ep_shape_t *shape,
+                       const eep_dispatch_args_t *a)
+{
+    return st->cfg.solo != 0 && shape->world == 1 && !st->hybrid &&
+           eep_ep_args_layout(a) == EEP_EP_LAYOUT_RANK_MAJOR;
+}
+
+/* Blocks of a launch: the budget (else the device), and no more than a block for 16 tokens (a
+   block that owns fewer only adds to the exchange of counts), at most the chunk scratch's. */
+static unsigned eep_ep_solo_grid(const struct eep_ep_state *st, int budget, int T)
+{
+    int g = budget >= 1 ? budget : st->device_sms;
+
+    g = g < st->device_sms ? g : st->device_sms;
+    g = g < (T + 15) / 16 ? g : (T + 15) / 16;
+    g = g < EEP_EPK_MAX_SEND_BLOCKS ? g : EEP_EPK_MAX_SEND_BLOCKS;
+    return (unsigned)(g >= 1 ? g : 1);
+}
+
+static eep_status_t eep_ep_solo_launch(const struct eep_ep_state *st, eep_jit_kernel_t *k,
+                                       unsigned grid, const eep_epk_params_t *p, void *stream)
+{
+    const size_t dyn = EEP_EPK_SOLO_SMEM(p->num_topk, p->num_local);
+
+    return eep_jit_launch_ex(k, grid, EEP_EPK_THREADS, dyn, stream, p, sizeof(*p),
+                             st->launch_flags);
+}
+
+eep_status_t eep_ep_solo_dispatch(eep_runtime_t *rt, struct eep_ep_state *st,
+                                  const eep_cuda_sym_t *cu, const eep_ep_shape_t *shape,
+                                  const eep_dispatch_args_t *a, const eep_ep_handle_t *h,
+                                  int idx_bits, int budget, size_t hb, size_t sb, void *stream,
+                                  eep_epk_params_t *p, int64_t *rows_p, int *owed)
+{
+    const size_t      T      = (size_t)(a->num_tokens > 0 ? a->num_tokens : 0);
+    const int         mode   = (int)a->mode, El = p->num_local;
+    const unsigned    grid   = eep_ep_solo_grid(st, budget, (int)T);
+    const int         ce_on  = st->cfg.copy_engine != 0 && T > 0;
+    eep_jit_kernel_t *route  = NULL, *place = NULL;
+    eep_status_t      status = EEP_OK;
+    int               ce     = 0;
+
+    *owed = 0;
+    /* both kernels before the first launch: no module load while the first one spins */
+    if ((mode != EEP_EP_MODE_CACHED &&
+         (status = eep_ep_kernel(rt, st, 0, idx_bits, mode, 2, shape, stream, &route)) !=
+             EEP_OK) ||
+        (status = eep_ep_kernel(rt, st, 0, idx_bits, mode, 3, shape, stream, &place)) != EEP_OK) {
+        return status;
+    }
+    p->send_blocks = (int)grid;
+    p->ce_copied   = 0;
+    if (mode == EEP_EP_MODE_CACHED) {
+        /* the handle's layout: x row for row when every token was received */
+        *rows_p = h->num_recv_rows;
+        if (ce_on && h->num_recv_rows == (int64_t)T && eep_ep_ce_size_ok(st, T * hb, budget, 1)) {
+            eep_ep_ce_copy(cu, p, T, hb, sb, (CUstream)stream, &status);
+            if (status != EEP_OK) {
+                return status;
+            }
+            p->ce_copied = 1;
+        }
+        p->solo = EEP_EPK_SOLO_META | EEP_EPK_SOLO_ROWS;
+        return eep_ep_solo_launch(st, place, grid, p, stream);
+    }
+    if (mode == EEP_EP_MODE_NO_CPU_SYNC) {
+        /* the copy beside the routing; after it, the rows that are not their token's */
+        ce = ce_on && eep_ep_ce_size_ok(st, T * hb, budget, 1);
+        if (ce && (status = eep_ep_ce_fork(cu, st, p, T, hb, sb, stream, owed)) != EEP_OK) {
+            return status;
+        }
+        p->ce_copied = ce;
+        p->solo      = EEP_EPK_SOLO_META | (ce ? 0 : EEP_EPK_SOLO_ROWS);
+        *rows_p      = eep_ep_layout_rows_max(shape, EEP_EP_LAYOUT_RANK_MAJOR);
+        if ((status = eep_ep_solo_launch(st, route, grid, p, stream)) != EEP_OK || !ce) {
+            return status;
+        }
+        if ((status = eep_ep_ce_join(cu, st, stream, owed)) != EEP_OK) {
+            return status;
+        }
+        p->solo = EEP_EPK_SOLO_ROWS;
+        return eep_ep_solo_launch(st, place, grid, p, stream);
+    }
+    /* CPU_SYNC: with the caller's buffers for every token the routing writes the outputs too
+       (beside the copy engine's copy); else they exist once the counts are known */
+    const int outputs = a->alloc == NULL && a->recv_capacity >= (int64_t)T;
+    int64_t   rows;
+
+    __atomic_store_n(&st->mirror[El + 1], 0, __ATOMIC_RELEASE);
+    ce = outputs && ce_on && eep_ep_ce_size_ok(st, T * hb, budget, 1);
+    if (ce && (status = eep_ep_ce_fork(cu, st, p, T, hb, sb, stream, owed)) != EEP_OK) {
+        return status;
+    }
+    p->ce_copied = ce;
+    p->solo      = outputs ? EEP_EPK_SOLO_META | (ce ? 0 : EEP_EPK_SOLO_ROWS) : 0;
+    if ((status = eep_ep_solo_launch(st, route, grid, p, stream)) != EEP_OK ||
+        (status = eep_ep_wait_counts(rt, st, El)) != EEP_OK) {
+        return status;
+    }
+    rows    = (int64_t)(uint32_t)st->mirror[El];
+    *rows_p = rows;
+    for (int e = 0; a->host_expert_counts != NULL && e < El; e++) {
+        a->host_expert_counts[e] = (int32_t)(uint32_t)st->mirror[e];
+    }
+    if ((status = eep_ep_outputs(a, rows, hb, sb, p)) != EEP_OK) {
+        return status;
+    }
+    if (outputs) {
+        /* every token received: done (the caller's stream waits for the copy); else the rows
+           after the first token not received, once the copy is done */
+        if (!ce || rows == (int64_t)T) {
+            return eep_ep_ce_join(cu, st, stream, owed);
+        }
+        if ((status = eep_ep_ce_join(cu, st, stream, owed)) != EEP_OK) {
+            return status;
+        }
+        p->solo = EEP_EPK_SOLO_ROWS;
+        return eep_ep_solo_launch(st, place, grid, p, stream);
+    }
+    p->ce_copied = 0;
+    if (ce_on && rows == (int64_t)T && eep_ep_ce_size_ok(st, T * hb, budget, 0)) {
+        eep_ep_ce_copy(cu, p, T, hb, sb, (CUstream)stream, &status);
+        if (status != EEP_OK) {
+            return status;
+        }
+        p->ce_copied = 1;
+    }
+    p->solo = EEP_EPK_SOLO_META | EEP_EPK_SOLO_ROWS;
+    return eep_ep_solo_launch(st, place, grid, p, stream);
+}

@@ -1,0 +1,410 @@
+/*
+ * kernels/ep/dispatch_solo.cuh - dispatch at one rank with rank-major outputs, without records.
+ *
+ *   template <int IdxBits, int Mode, int Phase>
+ *   __device__ void eep_epk_solo(const eep_epk_params_t &p);     (Phase 2 or 3)
+ *
+ * With one rank every token's row is its index among the received tokens (those with a live
+ * expert id), its ids and weights are the caller's, and nothing travels: the records, tags,
+ * count slots and work counters of the general kernel (dispatch.cuh) only cost latency there,
+ * a dependent chain per record (bench/RESULTS.md, 2026-12-03: 64 us at 24 SMs for T 4096 with no
+ * byte to copy).  So the host (elastic/ep/ep.c, eep_ep_solo_dispatch) takes this path for
+ * world 1, rank-major, direct mode, and it fills the same handle arrays as the general kernel,
+ * so that the combine and later cached calls are the same as after a general dispatch:
+ *
+ * Phase 2, a dispatch that routes (CPU_SYNC and NO_CPU_SYNC), blocks own chunks of tokens:
+ *   1. each block routes its tokens from staged ids (a bad id is reported and its token
+ *      dropped, as the general kernel does), counts them per local expert, numbers its
+ *      received tokens in order (a block scan), and publishes its counts to the chunk scratch
+ *      (flag = the call's sequence, taken by eep_epk_begin, so that the general kernel's
+ *      sequences and parities stay in step);
+ *   2. its first row = the received tokens of the earlier blocks (their flags waited for,
+ *      bounded); the last block also sums every block's counts: the layout words of the handle,
+ *      recv_counts and recv_offsets, and (CPU_SYNC) the host mirror, before its own rows;
+ *   3. a group of lanes a token writes the handle's words of each received token (slot, source
+ *      token, row and weight 1 on its first lane), and with EEP_EPK_SOLO_META its output ids
+ *      and weights; with EEP_EPK_SOLO_ROWS a warp a token copies its x row (and scales), except
+ *      a row the copy engine already holds (p.ce_copied: x row t is recv_x row t).
+ * Phase 3, the rows of a layout the handle holds (h_send_slot): CACHED (the whole call),
+ *   CPU_SYNC after the host sized its outputs (the alloc hook), or after the copy engine (the
+ *   rows after a token not received, recv_x row t != x row t).  EEP_EPK_SOLO_META and _ROWS as in
+ *   phase 2; CACHED also writes recv_counts, recv_offsets and the dropped report.
+ */
+#ifndef EEP_KERNELS_EP_DISPATCH_SOLO_CUH
+#define EEP_KERNELS_EP_DISPATCH_SOLO_CUH
+
+#include "dispatch_copy.cuh"
+#include "dispatch_route.cuh"
+#include "ep_common.cuh"
+
+#ifdef __CUDACC__
+
+/* Block @p b's chunk of @p T tokens among @p G blocks: [*t0_p, *t1_p). */
+__device__ __forceinline__ void eep_epk_solo_chunk(int T, int b, int G, int *t0_p, int *t1_p)
+{
+    const int C = (T + G - 1) / G;
+
+    *t0_p = min(T, b * C);
+    *t1_p = min(T, *t0_p + C);
+}
+
+/* Copy x row @p t (and its scales) to recv_x row @p r, by the 32 lanes of a warp, 8 vectors a
+   lane in flight. */
+__device__ __forceinline__ void eep_epk_solo_row(const eep_epk_params_t &p, long long t,
+                                                 long long r, unsigned lane)
+{
+    const uint4 *s  = (const uint4 *)((const unsigned char *)p.x + t * EEP_EPK_HB(p));
+    uint4       *d  = (uint4 *)((unsigned char *)p.recv_x + r * EEP_EPK_HB(p));
+    const int    nv = (int)(EEP_EPK_HB(p) / 16u);
+
+    for (int v0 = (int)lane; v0 < nv; v0 += 32 * 8) {
+        uint4 r8[8];
+#pragma unroll
+        for (int u = 0; u < 8; u++) {
+            if (v0 + 32 * u < nv) {
+                r8[u] = s[v0 + 32 * u];
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < 8; u++) {
+            if (v0 + 32 * u < nv) {
+                d[v0 + 32 * u] = r8[u];
+            }
+        }
+    }
+    if (p.scale_bytes != 0) {
+        eep_epk_copy4((unsigned char *)p.recv_x_scales + (unsigned long long)r * p.scale_bytes,
+                      (const unsigned char *)p.x_scales + (unsigned long long)t * p.scale_bytes,
+                      p.scale_bytes, lane, 32);
+    }
+}
+
+/*
+ * The rows of tokens [@p t0, @p t1), a warp a token, their rows in h_send_slot (-1: not
+ * received); with p.ce_copied a token whose row is its index is left to the copy engine.
+ * Every lane of the block calls this.
+ */
+__device__ __forceinline__ void eep_epk_solo_rows(const eep_epk_params_t &p, int t0, int t1,
+                                                  int first_warp, int warps)
+{
+    const unsigned lane = threadIdx.x & 31u;
+
+    for (int t = t0 + first_warp; t < t1; t += warps) {
+        const int r = ((const int *)p.h_send_slot)[t];
+
+        if (r >= 0 && !(p.ce_copied && r == t)) {
+            eep_epk_solo_row(p, t, r, lane);
+        }
+    }
+}
+
+/*
+ * The words of received tokens [@p t0, @p t1) whose rows are final in h_send_slot, a group of
+ * G lanes (K rounded up to a power of two) a token: with @p handle the handle's (source token,
+ * ordinal 0, row and weight 1 on the first lane with a live expert, -1 and 0 on the others),
+ * with @p meta the outputs' ids (local slots; -1) and weights (0 where the id is -1).  Tokens
+ * @p first, @p first + @p step, ... of the range, in passes of a warp's tokens.
+ */
+template <int IdxBits>
+__device__ __forceinline__ void eep_epk_solo_words(const eep_epk_params_t &p, int t0, int t1,
+                                                   int first, int step, bool handle, bool meta)
+{
+    const int      K = EEP_EPK_K(p), G = eep_epk_group_lanes(K), TPW = 32 / G;
+    const unsigned lane = threadIdx.x & 31u, k = lane % (unsigned)G;
+    const unsigned gmask = (G == 32 ? 0xffffffffu : ((1u << G) - 1u)) << (lane - k);
+
+    for (int q0 = t0 + first * TPW; q0 < t1; q0 += step * TPW) {
+        const int  t  = q0 + (int)(lane / (unsigned)G);
+        const int  r  = t < t1 ? ((const int *)p.h_send_slot)[t] : -1;
+        const bool on = r >= 0 && (int)k < K;
+        int        id = -1;
+        float      w  = 0.0f;
+
+        if (on) {
+            id = (int)eep_epk_live_id(p, eep_epk_id<IdxBits>(p, (long long)t * K + k));
+            w  = ((const float *)p.topk_weights)[(long long)t * K + k];
+        }
+        /* the token's first lane with a live expert holds its row (a received token has one) */
+        const unsigned live  = __ballot_sync(0xffffffffu, on && id >= 0) & gmask;
+        const bool     first_live = live != 0 && (int)lane == __ffs((int)live) - 1;
+        if (!on) {
+            continue;
+        }
+        const long long rk = (long long)r * K + k;
+        if (handle) {
+            if (k == 0) {
+                ((int *)p.h_recv_tok)[r] = t;
+                ((int *)p.h_recv_ord)[r] = 0;
+            }
+            ((int *)p.h_recv_rows)[rk] = first_live ? r : -1;
+            ((float *)p.h_recv_w)[rk]  = first_live ? 1.0f : 0.0f;
+        }
+        if (meta) {
+            ((int *)p.recv_topk_idx)[rk] = id >= 0 ? (int)(eep_epk_place_of(p, id) & 0xffffu) : -1;
+            ((float *)p.recv_topk_weights)[rk] = id >= 0 ? w : 0.0f;
+        }
+    }
+}
+
+/*
+ * Phase 2, step 1: route and count tokens [@p t0, @p t1) (ids staged @p R tokens a round in
+ * @p stage, their received flags in @p rflag), the local expert counts into @p cnt[0, El) and
+ * the received tokens into @p cnt[El] (shared, zeroed by the caller), each received token's
+ * number among the chunk's into h_send_slot (-1: not received).  Every thread calls this.
+ */
+template <int IdxBits>
+__device__ void eep_epk_solo_count(const eep_epk_params_t &p, int t0, int t1, int R, int *stage,
+                                   int *rflag, int *cnt)
+{
+    __shared__ int warp_tot[EEP_EPK_WARPS];
+    const int      K = EEP_EPK_K(p), El = p.num_local, G = eep_epk_group_lanes(K);
+    const int      TPW  = 32 / G;
+    const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5, k = lane % (unsigned)G;
+
+    for (int r0 = t0; r0 < t1; r0 += R) {
+        const int n = min(R, t1 - r0);
+
+        eep_epk_stage_ids<IdxBits>(p, r0, n, stage);
+        __syncthreads();
+        for (int j0 = 0; j0 < n; j0 += (int)(blockDim.x / 32u) * TPW) {
+            const int  j  = j0 + (int)warp * TPW + (int)(lane / (unsigned)G);
+            const bool on = j < n && (int)k < K;
+            int        e;
+            unsigned   m;
+            const bool bad = eep_epk_group_route(p, stage + (on ? j * K : 0), on, k, G, &e, &m);
+
+            if (!bad && e >= 0) {
+                atomicAdd(&cnt[eep_epk_place_of(p, e) & 0xffffu], 1);
+            }
+            if (j < n && k == 0) {
+                rflag[j] = !bad && m != 0u;
+                if (bad) {
+                    eep_epk_fault_bad_token<IdxBits>(p, r0 + j);
+                }
+            }
+        }
+        __syncthreads();
+        /* the round's received tokens numbered in order: a ballot a warp, then the warps' totals */
+        const int      i   = (int)threadIdx.x;
+        const int      f   = i < n ? rflag[i] : 0;
+        const unsigned bal = __ballot_sync(0xffffffffu, f != 0);
+
+        if (lane == 0) {
+            warp_tot[warp] = __popc(bal);
+        }
+        __syncthreads();
+        int before = cnt[El], total = 0;
+
+        for (int w = 0; w < EEP_EPK_WARPS; w++) {
+            before += w < (int)warp ? warp_tot[w] : 0;
+            total += warp_tot[w];
+        }
+        if (i < n) {
+            ((int *)p.h_send_slot)[r0 + i] = f ? before + __popc(bal & ((1u << lane) - 1u)) : -1;
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            cnt[El] += total;
+        }
+        __syncthreads();
+    }
+}
+
+/* Threads [0, @p nb) each wait for block threadIdx.x's chunk flag to read @p seq (bounded,
+   abortable), then the block meets.  @return false when a wait gave up (fault recorded). */
+__device__ __forceinline__ bool eep_epk_solo_wait(const eep_epk_params_t &p, int nb,
+                                                  unsigned long long seq, int *block_failed)
+{
+    if ((int)threadIdx.x < nb) {
+        const unsigned long long *flag  = (const unsigned long long *)p.chunk_flags + threadIdx.x;
+        const eep_wait_ctx        w     = eep_epk_wait_ctx(p, block_failed);
+        unsigned                  polls = 0;
+
+        (void)eep_wait_geq(
+            w,
+            [flag, &polls] {
+                if (polls++ > 16) {
+                    __nanosleep(32);
+                }
+                return eep_ld_acquire_gpu(flag);
+            },
+            seq, EEP_PHASE_EP_DISPATCH, p.rank);
+    }
+    __syncthreads();
+    return !*(volatile int *)block_failed;
+}
+
+/*
+ * The last block of phase 2, once every block published: the totals of every chunk (@p cnt,
+ * El + 1 words), then the layout words: the host mirror first (CPU_SYNC: the host waits for its
+ * last word), the handle's counts, offsets and records per source, recv_counts and recv_offsets.
+ */
+template <int Mode>
+__device__ void eep_epk_solo_totals(const eep_epk_params_t &p, unsigned long long seq, int *cnt,
+                                    eep_epk_copy_smem &csm)
+{
+    const int  El = p.num_local, NC = El + 1, G = (int)gridDim.x;
+    const int *tot = (const int *)p.chunk_totals;
+
+    for (int j = threadIdx.x; j < NC; j += blockDim.x) {
+        int sum = 0;
+
+#pragma unroll 8
+        for (int b = 0; b < G; b++) {
+            sum += __ldcg(tot + (long long)b * NC + j);
+        }
+        if (j < El) {
+            csm.counts[j] = sum;
+        } else {
+            cnt[El] = sum;
+        }
+    }
+    __syncthreads();
+    const int n = cnt[El];
+
+    eep_epk_layout_scan(csm, El, p.alignment);
+    __syncthreads();
+    if (Mode == EEP_EPK_CPU_SYNC) {
+        volatile unsigned long long *mirror = (volatile unsigned long long *)p.host_mirror;
+
+        for (int e = threadIdx.x; e <= El; e += blockDim.x) {
+            mirror[e] = (unsigned long long)(unsigned)(e < El ? csm.counts[e] : n);
+        }
+        __threadfence_system();
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            mirror[El + 1] = seq; /* the host waits for this word last */
+            __threadfence_system();
+        }
+    }
+    for (int e = threadIdx.x; e <= El; e += blockDim.x) {
+        if (e < El) {
+            ((int *)p.h_counts)[e]    = csm.counts[e];
+            ((int *)p.recv_counts)[e] = csm.counts[e];
+        }
+        ((int *)p.h_offsets)[e]          = csm.offsets[e];
+        ((int *)p.h_offsets)[El + 1 + e] = csm.pad_base[e];
+    }
+    if (threadIdx.x == 0) {
+        ((int *)p.h_recv_n)[0]     = n;
+        ((int *)p.recv_offsets)[0] = 0;
+        ((int *)p.recv_offsets)[1] = n;
+    }
+}
+
+template <int IdxBits, int Mode, int Phase>
+__device__ void eep_epk_solo(const eep_epk_params_t &p)
+{
+    static_assert(Phase == 2 || Phase == 3, "the one-rank path: Phase 2 routes, 3 places rows");
+    static_assert(Phase == 3 || Mode != EEP_EPK_CACHED, "CACHED: phase 3 only");
+    EEP_EPK_DYN_SMEM(dyn);
+    __shared__ int                block_failed;
+    __shared__ unsigned long long sh_seq;
+    __shared__ int                sh_base;
+    __shared__ eep_epk_copy_smem  csm;
+
+    const int      T = p.num_tokens, El = p.num_local, K = EEP_EPK_K(p);
+    const int      G = (int)gridDim.x, b = (int)blockIdx.x;
+    const unsigned warp = threadIdx.x >> 5;
+    const bool     meta = (p.solo & EEP_EPK_SOLO_META) != 0;
+    const bool     rows = (p.solo & EEP_EPK_SOLO_ROWS) != 0;
+
+    if (EEP_EPK_W(p) != 1) {
+        return; /* the host takes this path at one rank only */
+    }
+    eep_epk_stamp(p, 0);
+    if (Phase == 3) {
+        const int gw = b * EEP_EPK_WARPS + (int)warp, gwarps = G * EEP_EPK_WARPS;
+
+        if (Mode == EEP_EPK_CACHED && b == 0) {
+            for (int e = threadIdx.x; e < El; e += blockDim.x) {
+                ((int *)p.recv_counts)[e] = ((const int *)p.h_counts)[e];
+            }
+            if (threadIdx.x == 0) {
+                ((int *)p.recv_offsets)[0] = 0;
+                ((int *)p.recv_offsets)[1] = ((const int *)p.h_recv_n)[0];
+            }
+            if (p.dropped_topk != 0 || p.num_dropped != 0) {
+                eep_epk_report_dropped<IdxBits>(p);
+            }
+        }
+        if (meta) {
+            eep_epk_solo_words<IdxBits>(p, 0, T, gw, gwarps, false, true);
+        }
+        eep_epk_stamp(p, 6);
+        if (rows) {
+            eep_epk_solo_rows(p, 0, T, gw, gwarps);
+        }
+        eep_epk_stamp(p, 7);
+        return;
+    }
+
+    const int R     = EEP_EPK_SOLO_ROUND(K);
+    int      *stage = dyn;              /* [R * K] the round's ids */
+    int      *rflag = stage + R * K;    /* [R] received */
+    int      *cnt   = rflag + R;        /* [El + 1] counts per local expert, then received */
+    int       t0, t1;
+
+    if (threadIdx.x == 0) {
+        block_failed = 0;
+        sh_seq       = eep_epk_begin(p, EEP_EPK_CTL_DSEQ, EEP_EPK_CTL_DWORK);
+    }
+    for (int e = threadIdx.x; e <= El; e += blockDim.x) {
+        cnt[e] = 0;
+    }
+    __syncthreads();
+    const unsigned long long seq = sh_seq;
+
+    eep_epk_solo_chunk(T, b, G, &t0, &t1);
+    eep_epk_solo_count<IdxBits>(p, t0, t1, R, stage, rflag, cnt);
+    eep_epk_stamp(p, 1);
+    eep_epk_chunk_publish(p, cnt, El + 1, seq);
+    /* 2: the earlier chunks' received tokens (the last block: every chunk's counts) */
+    if (!eep_epk_solo_wait(p, b == G - 1 ? G : b, seq, &block_failed)) {
+        return;
+    }
+    if (b == G - 1) {
+        eep_epk_solo_totals<Mode>(p, seq, cnt, csm); /* cnt[El] := every chunk's */
+        if (threadIdx.x == 0) {
+            sh_base = cnt[El] - __ldcg((const int *)p.chunk_totals + (long long)b * (El + 1) + El);
+        }
+    } else {
+        if (threadIdx.x == 0) {
+            sh_base = 0;
+        }
+        __syncthreads();
+        const int mine = (int)threadIdx.x < b
+                             ? __ldcg((const int *)p.chunk_totals +
+                                      (long long)threadIdx.x * (El + 1) + El)
+                             : 0;
+        if (mine != 0) {
+            atomicAdd(&sh_base, mine);
+        }
+    }
+    __syncthreads();
+    eep_epk_stamp(p, 2);
+    /* 3: the chunk's rows made final, then their words and bytes */
+    const int base = sh_base;
+
+    for (int t = t0 + (int)threadIdx.x; t < t1; t += blockDim.x) {
+        int *slot = (int *)p.h_send_slot + t;
+
+        if (*slot >= 0) {
+            *slot += base;
+        }
+    }
+    __syncthreads();
+    eep_epk_solo_words<IdxBits>(p, t0, t1, (int)warp, EEP_EPK_WARPS, true, meta);
+    eep_epk_stamp(p, 6);
+    if (rows) {
+        eep_epk_solo_rows(p, t0, t1, (int)warp, EEP_EPK_WARPS);
+    }
+    if (b == 0 && (p.dropped_topk != 0 || p.num_dropped != 0)) {
+        eep_epk_report_dropped<IdxBits>(p);
+    }
+    eep_epk_stamp(p, 7);
+}
+
+#endif /* __CUDACC__ */
+
+#endif /* EEP_KERNELS_EP_DISPATCH_SOLO_CUH */
