@@ -9,6 +9,7 @@ stopped process can take its SIGTERM, then SIGKILL after a grace period) and rea
 import bisect
 import json
 import os
+import re
 import signal
 import socket
 import statistics
@@ -116,6 +117,42 @@ class JsonProc:
             return len(os.listdir(f"/proc/{self.pid}/fd"))
         except OSError:
             return -1
+
+    def fd_kinds(self):
+        """The open fds by kind: unix/tcp/other sockets, pipes, anon inodes, device and file
+        paths (digits folded to '#'), so that a drift says what grows; {} when gone."""
+        kinds = {}
+        socks = {}
+        for table, name in (("unix", "unix"), ("tcp", "tcp"), ("tcp6", "tcp"), ("udp", "udp")):
+            try:
+                with open(f"/proc/{self.pid}/net/{table}") as fh:
+                    next(fh, None)
+                    for line in fh:
+                        cols = line.split()
+                        # unix: inode is column 6; tcp/udp: column 9
+                        ino = cols[6] if table == "unix" else (cols[9] if len(cols) > 9 else "")
+                        socks[ino] = name
+            except (OSError, IndexError):
+                pass
+        try:
+            names = os.listdir(f"/proc/{self.pid}/fd")
+        except OSError:
+            return {}
+        for fd in names:
+            try:
+                t = os.readlink(f"/proc/{self.pid}/fd/{fd}")
+            except OSError:
+                continue
+            if t.startswith("socket:["):
+                k = "socket:" + socks.get(t[8:-1], "other")
+            elif t.startswith("pipe:"):
+                k = "pipe"
+            elif t.startswith("anon_inode:"):
+                k = t
+            else:
+                k = re.sub(r"[0-9]+", "#", t)
+            kinds[k] = kinds.get(k, 0) + 1
+        return kinds
 
     def signal(self, sig):
         """Signal the process group (the process alone where the group is gone)."""

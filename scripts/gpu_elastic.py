@@ -157,7 +157,7 @@ def run(args):
             kinds = [("dispatch", "KILL"), ("combine", "KILL"), ("barrier", "KILL"),
                      ("dispatch", "STOP"), ("combine", "STOP"), ("barrier", "STOP")]
         deadline_end = time.time() + args.budget_s
-        mem, fds, memp, memp_gone = [], {}, {}, set()
+        mem, fds, memp, memp_gone, fdk = [], {}, {}, set(), {}
         # rounds of earlier calls (--merge) count toward --rounds: this call runs the rest
         done = {}
         for rd in args.prior_rounds:
@@ -184,6 +184,9 @@ def run(args):
                         memp_gone.add(pid)
                 for r in job.live():
                     fds.setdefault(r.proc.pid, []).append(r.fds())
+                    # the kinds at the sample the drift starts from (the second) and the latest
+                    kinds = fdk.setdefault(r.proc.pid, {})
+                    kinds["first" if len(fds[r.proc.pid]) <= 2 else "last"] = r.fd_kinds()
                 log(f"round {k + 1} {phase}/{sig}: " + json.dumps(
                     {x: rd.get(x) for x in ("ok", "victim", "detect_ms", "interrupt_ms", "grow_ms")}))
                 if job.failures:
@@ -193,6 +196,7 @@ def run(args):
     finally:
         summary["gpu_mem_used_mib"] = mem if "mem" in locals() else []
         summary["fds_by_pid"] = {str(p): v for p, v in (fds if "fds" in locals() else {}).items()}
+        summary["fd_kinds_by_pid"] = {str(p): v for p, v in (fdk if "fdk" in locals() else {}).items()}
         summary["gpu_mem_by_pid"] = {str(p): v for p, v in (memp if "memp" in locals() else {}).items()}
         summary["gpu_mem_pids_not_ranks"] = sorted(memp_gone) if "memp_gone" in locals() else []
         for r in job.ranks:
@@ -368,6 +372,16 @@ def report(summary, args):
         summary["fd_drift_max"] = max(fdd, key=abs)
         lines.append(f"open fds of ranks alive >= 3 rounds: worst drift {summary['fd_drift_max']} -> "
                      f"{'flat' if abs(summary['fd_drift_max']) <= args.fd_tol else 'GROWING'}")
+        # what changed between the second and the last sample of the worst drifting rank
+        worst = max(((p, v) for p, v in summary.get("fds_by_pid", {}).items() if len(v) >= 3),
+                    key=lambda pv: abs(pv[1][-1] - pv[1][1]), default=None)
+        k = summary.get("fd_kinds_by_pid", {}).get(worst[0], {}) if worst else {}
+        if k.get("first") is not None and k.get("last") is not None:
+            a, b = k["first"], k["last"]
+            moved = {n: b.get(n, 0) - a.get(n, 0) for n in set(a) | set(b) if b.get(n, 0) != a.get(n, 0)}
+            lines.append(f"fds of rank pid {worst[0]} by kind, second sample -> last: " +
+                         (", ".join(f"{n} {a.get(n, 0)} -> {b.get(n, 0)}" for n in sorted(moved))
+                          or "no kind moved"))
         if abs(summary["fd_drift_max"]) > args.fd_tol:
             summary["failures"].append(f"open fds drifted by {summary['fd_drift_max']}")
     ok = not summary["failures"] and rounds and all(rd["ok"] for rd in rounds)
