@@ -89,8 +89,8 @@ static void eep_ep_ce_copy(const eep_cuda_sym_t *cu, const eep_epk_params_t *p, 
  * next: the copy reads x and writes recv_x.
  */
 eep_status_t eep_ep_ce_fork(const eep_cuda_sym_t *cu, struct eep_ep_state *st,
-                                   const eep_epk_params_t *p, size_t T, size_t hb, size_t sb,
-                                   void *stream, int *owed)
+                            const eep_epk_params_t *p, size_t T, size_t hb, size_t sb, void *stream,
+                            int *owed)
 {
     eep_status_t status = EEP_OK;
 
@@ -132,7 +132,7 @@ eep_status_t eep_ep_ce_fork(const eep_cuda_sym_t *cu, struct eep_ep_state *st,
 
 /* The caller's stream waits for the overlapped copy (or, failing that, the host does). */
 eep_status_t eep_ep_ce_join(const eep_cuda_sym_t *cu, struct eep_ep_state *st, void *stream,
-                                   int *owed)
+                            int *owed)
 {
     eep_status_t status;
 
@@ -150,9 +150,9 @@ eep_status_t eep_ep_ce_join(const eep_cuda_sym_t *cu, struct eep_ep_state *st, v
 
 /* The serial way, once the counts are known: every token received, in stream order. */
 eep_status_t eep_ep_copy_engine(const eep_cuda_sym_t *cu, const struct eep_ep_state *st,
-                                       const eep_ep_shape_t *shape, const eep_dispatch_args_t *a,
-                                       int64_t rows, size_t hb, size_t sb, int budget, void *stream,
-                                       eep_epk_params_t *p)
+                                const eep_ep_shape_t *shape, const eep_dispatch_args_t *a,
+                                int64_t rows, size_t hb, size_t sb, int budget, void *stream,
+                                eep_epk_params_t *p)
 {
     const size_t T = (size_t)a->num_tokens;
     eep_status_t status;
@@ -165,7 +165,6 @@ eep_status_t eep_ep_copy_engine(const eep_cuda_sym_t *cu, const struct eep_ep_st
     p->ce_copied = status == EEP_OK;
     return status;
 }
-
 
 /*
  * The path without records (kernels/ep/dispatch_solo.cuh): one rank, rank-major outputs, direct
@@ -195,6 +194,37 @@ static unsigned eep_ep_solo_grid(const struct eep_ep_state *st, int budget, int 
     return (unsigned)(g >= 1 ? g : 1);
 }
 
+/*
+ * The copy engine on this path, measured against its own SM copy (bench/RESULTS.md, 2026-12-03,
+ * 1 x H200, H 7168 bf16, us SMs / copy engine at budgets 8 / 24 / the device): its fixed cost
+ * (an event fork and join; CPU_SYNC ~20 us with the host's wait) loses to the SMs on the whole
+ * device up to T 2048 (CPU_SYNC 34.1 / 36.5, NO_CPU_SYNC 30.3 / 30.6, CACHED 16.0 / 20.3) and
+ * wins within small budgets (T 512: 27.5 / 21.1, 26.4 / 12.0, 21.6 / 9.8 at 8 SMs; 24 SMs:
+ * 14.8 / 22.5 CPU_SYNC, 12.9 / 12.1 NO_CPU_SYNC, 12.0 / 9.6 CACHED; T 1024 CPU_SYNC 20.1 / 21.1,
+ * T 2048 36.6 / 32.6).  So: within EEP_EP_SOLO_CE_SMALL_BUDGET SMs for x of 3 MiB or more; within
+ * EEP_EP_CE_BUDGET_SMS for 3 MiB or more (CPU_SYNC: 20 MiB); with a larger budget or none only
+ * from EEP_EP_SOLO_CE_MIN_BYTES_DEVICE.
+ */
+#define EEP_EP_SOLO_CE_SMALL_BUDGET     16
+#define EEP_EP_SOLO_CE_MIN_BYTES_DEVICE ((size_t)48 << 20)
+static int eep_ep_solo_ce(const struct eep_ep_state *st, int mode, size_t x_bytes, int budget)
+{
+    if (st->cfg.copy_engine == 0 || x_bytes == 0) {
+        return 0;
+    }
+    if (st->cfg.copy_engine == 2) {
+        return 1;
+    }
+    if (budget >= 1 && budget <= EEP_EP_SOLO_CE_SMALL_BUDGET) {
+        return x_bytes >= EEP_EP_CE_MIN_BYTES_BUDGET;
+    }
+    if (budget >= 1 && budget <= EEP_EP_CE_BUDGET_SMS) {
+        return x_bytes >=
+               (mode == EEP_EP_MODE_CPU_SYNC ? EEP_EP_CE_MIN_BYTES : EEP_EP_CE_MIN_BYTES_BUDGET);
+    }
+    return x_bytes >= EEP_EP_SOLO_CE_MIN_BYTES_DEVICE;
+}
+
 static eep_status_t eep_ep_solo_launch(const struct eep_ep_state *st, eep_jit_kernel_t *k,
                                        unsigned grid, const eep_epk_params_t *p, void *stream)
 {
@@ -210,19 +240,18 @@ eep_status_t eep_ep_solo_dispatch(eep_runtime_t *rt, struct eep_ep_state *st,
                                   int idx_bits, int budget, size_t hb, size_t sb, void *stream,
                                   eep_epk_params_t *p, int64_t *rows_p, int *owed)
 {
-    const size_t      T      = (size_t)(a->num_tokens > 0 ? a->num_tokens : 0);
-    const int         mode   = (int)a->mode, El = p->num_local;
-    const unsigned    grid   = eep_ep_solo_grid(st, budget, (int)T);
-    const int         ce_on  = st->cfg.copy_engine != 0 && T > 0;
-    eep_jit_kernel_t *route  = NULL, *place = NULL;
+    const size_t      T    = (size_t)(a->num_tokens > 0 ? a->num_tokens : 0);
+    const int         mode = (int)a->mode, El = p->num_local;
+    const unsigned    grid  = eep_ep_solo_grid(st, budget, (int)T);
+    const int         ce_x  = eep_ep_solo_ce(st, mode, T * hb, budget);
+    eep_jit_kernel_t *route = NULL, *place = NULL;
     eep_status_t      status = EEP_OK;
     int               ce     = 0;
 
     *owed = 0;
     /* both kernels before the first launch: no module load while the first one spins */
     if ((mode != EEP_EP_MODE_CACHED &&
-         (status = eep_ep_kernel(rt, st, 0, idx_bits, mode, 2, shape, stream, &route)) !=
-             EEP_OK) ||
+         (status = eep_ep_kernel(rt, st, 0, idx_bits, mode, 2, shape, stream, &route)) != EEP_OK) ||
         (status = eep_ep_kernel(rt, st, 0, idx_bits, mode, 3, shape, stream, &place)) != EEP_OK) {
         return status;
     }
@@ -231,7 +260,7 @@ eep_status_t eep_ep_solo_dispatch(eep_runtime_t *rt, struct eep_ep_state *st,
     if (mode == EEP_EP_MODE_CACHED) {
         /* the handle's layout: x row for row when every token was received */
         *rows_p = h->num_recv_rows;
-        if (ce_on && h->num_recv_rows == (int64_t)T && eep_ep_ce_size_ok(st, T * hb, budget, 1)) {
+        if (ce_x && h->num_recv_rows == (int64_t)T) {
             eep_ep_ce_copy(cu, p, T, hb, sb, (CUstream)stream, &status);
             if (status != EEP_OK) {
                 return status;
@@ -243,7 +272,7 @@ eep_status_t eep_ep_solo_dispatch(eep_runtime_t *rt, struct eep_ep_state *st,
     }
     if (mode == EEP_EP_MODE_NO_CPU_SYNC) {
         /* the copy beside the routing; after it, the rows that are not their token's */
-        ce = ce_on && eep_ep_ce_size_ok(st, T * hb, budget, 1);
+        ce = ce_x;
         if (ce && (status = eep_ep_ce_fork(cu, st, p, T, hb, sb, stream, owed)) != EEP_OK) {
             return status;
         }
@@ -265,7 +294,7 @@ eep_status_t eep_ep_solo_dispatch(eep_runtime_t *rt, struct eep_ep_state *st,
     int64_t   rows;
 
     __atomic_store_n(&st->mirror[El + 1], 0, __ATOMIC_RELEASE);
-    ce = outputs && ce_on && eep_ep_ce_size_ok(st, T * hb, budget, 1);
+    ce = outputs && ce_x;
     if (ce && (status = eep_ep_ce_fork(cu, st, p, T, hb, sb, stream, owed)) != EEP_OK) {
         return status;
     }
@@ -296,7 +325,7 @@ eep_status_t eep_ep_solo_dispatch(eep_runtime_t *rt, struct eep_ep_state *st,
         return eep_ep_solo_launch(st, place, grid, p, stream);
     }
     p->ce_copied = 0;
-    if (ce_on && rows == (int64_t)T && eep_ep_ce_size_ok(st, T * hb, budget, 0)) {
+    if (ce_x && rows == (int64_t)T) {
         eep_ep_ce_copy(cu, p, T, hb, sb, (CUstream)stream, &status);
         if (status != EEP_OK) {
             return status;

@@ -182,9 +182,10 @@ typedef struct {
      * Rows available in the four row outputs below.  NO_CPU_SYNC and CACHED: at least
      * eep_ep_recv_rows_max().  CPU_SYNC without alloc: at least the exact row count, checked
      * before the copy is enqueued (EEP_ERR_INVALID_ARG naming recv_capacity if too small).  One
-     * rank, rank-major, CPU_SYNC, a capacity of num_tokens or more: the copy engine may copy x
-     * into recv_x before the count is known (EEP_EP_COPY_ENGINE), so rows from the exact count
-     * up to num_tokens may hold copies of x rows; rows past num_tokens are never written.
+     * rank, rank-major (any mode; CPU_SYNC with a capacity of num_tokens or more): the copy
+     * engine may copy x into recv_x before the count is known (EEP_EP_COPY_ENGINE), so rows from
+     * the exact count up to num_tokens may hold copies of x rows; rows past num_tokens are never
+     * written.
      */
     int64_t  recv_capacity;
     void    *recv_x;             /* [rows, hidden], dtype of x */
