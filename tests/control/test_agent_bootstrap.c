@@ -16,6 +16,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,6 +62,7 @@ enum {
     RC_MISSING,
     RC_KEYS_LEFT,
     RC_ETCD,
+    RC_FDS,
 };
 
 static void sleep_ms(int ms)
@@ -313,6 +315,85 @@ out:
     return rc;
 }
 
+static int open_fds(void)
+{
+    DIR           *d = opendir("/proc/self/fd");
+    struct dirent *e;
+    int            n = 0;
+
+    if (d == NULL) {
+        return -1;
+    }
+    while ((e = readdir(d)) != NULL) {
+        n += e->d_name[0] != '.';
+    }
+    closedir(d);
+    return n;
+}
+
+/*
+ * One rank makes and ends a bootstrap CHURN_VIEWS times, an all-gather through etcd each time
+ * (as every fresh view of the elastic loop does: its unique id travels that way), and its open
+ * fds must not grow.  The elastic GPU run of 2026-12-03 saw a survivor's fds climb by ~1 every
+ * two views.
+ */
+#define CHURN_VIEWS 40
+static int child_churn(void)
+{
+    eep_agent_params_t           ap;
+    eep_agent_t                 *a  = NULL;
+    eep_agent_view_t            *v  = NULL;
+    eep_bootstrap_t             *bs = NULL;
+    eep_agent_bootstrap_params_t bp;
+    int                          rc = RC_OK, i, fds0 = -1, fds1 = -1;
+    uint8_t                      mine[64], all[64];
+
+    memset(&ap, 0, sizeof(ap));
+    ap.size        = sizeof(ap);
+    ap.job         = g_job;
+    ap.lease_ttl_s = 2;
+    if (eep_agent_create(&ap, &a) != EEP_OK) {
+        return RC_JOIN;
+    }
+    v = child_wait_view(a, 1, 20000);
+    if (v == NULL) {
+        eep_agent_destroy(a);
+        return RC_NO_VIEW;
+    }
+    memset(mine, 7, sizeof(mine));
+    for (i = 0; i < CHURN_VIEWS && rc == RC_OK; i++) {
+        memset(&bp, 0, sizeof(bp));
+        bp.size       = sizeof(bp);
+        bp.agent      = a;
+        bp.view       = v;
+        bp.job        = g_job;
+        bp.timeout_ms = 15000;
+        if (eep_agent_bootstrap_create(&bp, &bs) != EEP_OK) {
+            rc = RC_CREATE;
+            break;
+        }
+        if (eep_bootstrap_allgather(bs, mine, all, sizeof(mine)) != EEP_OK) {
+            rc = RC_ALLGATHER;
+        }
+        eep_bootstrap_destroy(bs);
+        bs = NULL;
+        v->epoch++; /* the next view's keys */
+        if (i == 4) {
+            sleep_ms(200);
+            fds0 = open_fds(); /* after the first ones: gRPC's own threads and pollers are up */
+        }
+    }
+    sleep_ms(200);
+    fds1 = open_fds();
+    fprintf(stderr, "open fds after 5 bootstraps %d, after %d: %d\n", fds0, CHURN_VIEWS, fds1);
+    if (rc == RC_OK && (fds0 < 0 || fds1 > fds0 + 2)) {
+        rc = RC_FDS;
+    }
+    eep_agent_view_free(v);
+    eep_agent_destroy(a);
+    return rc;
+}
+
 /* After every rank left: no bootstrap key of the job is left (they went with the leases). */
 static int child_check_keys_gone(void)
 {
@@ -364,7 +445,9 @@ static pid_t spawn(const char *name, int n, int absent_rank, int hold[2], int ke
         if (hold != NULL) {
             close(hold[1]);
         }
-        rc = keys ? child_check_keys_gone() : child_rank(n, absent_rank, hold ? hold[0] : -1);
+        rc = keys == 2 ? child_churn()
+             : keys    ? child_check_keys_gone()
+                       : child_rank(n, absent_rank, hold ? hold[0] : -1);
         fflush(stderr);
         _exit(rc);
     }
@@ -541,6 +624,24 @@ static void test_missing_rank_times_out(void **state)
     assert_int_equal(named, n - 1);
 }
 
+/* Fresh views one after another on one rank: its open fds stay flat (child_churn). */
+static void test_bootstrap_churn_fds(void **state)
+{
+    pid_t eepd, pid;
+    int   rc;
+
+    (void)state;
+    NEED_ETCD(g_up);
+    eepd = start_eepd();
+    assert_true(eepd > 0);
+    pid = spawn("churn", 1, -1, NULL, 2);
+    assert_true(pid > 0);
+    reap(&pid, 1, &rc, 60000);
+    show_log("churn");
+    stop_eepd(eepd);
+    assert_int_equal(rc, RC_OK);
+}
+
 static int group_setup(void **state)
 {
     (void)state;
@@ -565,6 +666,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup(test_allgather_rounds, setup),
         cmocka_unit_test_setup(test_missing_rank_times_out, setup),
+        cmocka_unit_test_setup(test_bootstrap_churn_fds, setup),
     };
 
     eep_log_set_level(EEP_LOG_LEVEL_ERROR);
