@@ -185,8 +185,8 @@ def run(args):
                 for r in job.live():
                     fds.setdefault(r.proc.pid, []).append(r.fds())
                     # the kinds at the sample the drift starts from (the second) and the latest
-                    kinds = fdk.setdefault(r.proc.pid, {})
-                    kinds["first" if len(fds[r.proc.pid]) <= 2 else "last"] = r.fd_kinds()
+                    by_kind = fdk.setdefault(r.proc.pid, {})
+                    by_kind["first" if len(fds[r.proc.pid]) <= 2 else "last"] = r.fd_kinds()
                 log(f"round {k + 1} {phase}/{sig}: " + json.dumps(
                     {x: rd.get(x) for x in ("ok", "victim", "detect_ms", "interrupt_ms", "grow_ms")}))
                 if job.failures:
