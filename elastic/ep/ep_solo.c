@@ -195,18 +195,18 @@ static unsigned eep_ep_solo_grid(const struct eep_ep_state *st, int budget, int 
 }
 
 /*
- * The copy engine on this path, measured against its own SM copy (bench/RESULTS.md, 2026-12-03,
- * 1 x H200, H 7168 bf16, us SMs / copy engine at budgets 8 / 24 / the device): its fixed cost
- * (an event fork and join; CPU_SYNC ~20 us with the host's wait) loses to the SMs on the whole
- * device up to T 2048 (CPU_SYNC 34.1 / 36.5, NO_CPU_SYNC 30.3 / 30.6, CACHED 16.0 / 20.3) and
- * wins within small budgets (T 512: 27.5 / 21.1, 26.4 / 12.0, 21.6 / 9.8 at 8 SMs; 24 SMs:
- * 14.8 / 22.5 CPU_SYNC, 12.9 / 12.1 NO_CPU_SYNC, 12.0 / 9.6 CACHED; T 1024 CPU_SYNC 20.1 / 21.1,
- * T 2048 36.6 / 32.6).  So: within EEP_EP_SOLO_CE_SMALL_BUDGET SMs for x of 3 MiB or more; within
- * EEP_EP_CE_BUDGET_SMS for 3 MiB or more (CPU_SYNC: 20 MiB); with a larger budget or none only
- * from EEP_EP_SOLO_CE_MIN_BYTES_DEVICE.
+ * The copy engine on this path, measured against its own SM copy (bench/RESULTS.md, 2026-12-03
+ * session 25, 1 x H200, H 7168 bf16, us SMs / copy engine at budgets 8 / 24 / the device): its
+ * fixed cost (an event fork and join; CPU_SYNC ~20 us with the host's wait) loses to the SMs on
+ * the whole device at every size measured (T 2048: CPU_SYNC 34.1 / 36.5, NO_CPU_SYNC 30.3 /
+ * 30.6, CACHED 16.0 / 20.3; T 4096: 48.6 / 50.9, 39.7 / 44.1, 32.4 / 35.0) and wins within small
+ * budgets (T 512: 27.5 / 21.1, 26.4 / 12.0, 21.6 / 9.8 at 8 SMs; at 24 SMs 14.8 / 22.5 CPU_SYNC,
+ * 12.9 / 12.1 NO_CPU_SYNC, 12.0 / 9.6 CACHED; T 1024 CPU_SYNC 20.1 / 21.1, T 2048 36.6 / 32.6;
+ * T 4096 64.4 / 48.3, 64.1 / 40.5, 60.1 / 38.0).  So: within EEP_EP_SOLO_CE_SMALL_BUDGET SMs for x
+ * of 3 MiB or more; within EEP_EP_CE_BUDGET_SMS for 3 MiB or more (CPU_SYNC: 20 MiB); with a
+ * larger budget or none, never.
  */
-#define EEP_EP_SOLO_CE_SMALL_BUDGET     16
-#define EEP_EP_SOLO_CE_MIN_BYTES_DEVICE ((size_t)48 << 20)
+#define EEP_EP_SOLO_CE_SMALL_BUDGET 16
 static int eep_ep_solo_ce(const struct eep_ep_state *st, int mode, size_t x_bytes, int budget)
 {
     if (st->cfg.copy_engine == 0 || x_bytes == 0) {
@@ -222,7 +222,7 @@ static int eep_ep_solo_ce(const struct eep_ep_state *st, int mode, size_t x_byte
         return x_bytes >=
                (mode == EEP_EP_MODE_CPU_SYNC ? EEP_EP_CE_MIN_BYTES : EEP_EP_CE_MIN_BYTES_BUDGET);
     }
-    return x_bytes >= EEP_EP_SOLO_CE_MIN_BYTES_DEVICE;
+    return 0; /* the whole device copies at nearly the copy engine's rate, without its cost */
 }
 
 static eep_status_t eep_ep_solo_launch(const struct eep_ep_state *st, eep_jit_kernel_t *k,

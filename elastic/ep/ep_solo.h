@@ -23,8 +23,8 @@ int eep_ep_ce_wanted(const struct eep_ep_state *st, const eep_ep_shape_t *shape,
 /* x (and scales) -> recv_x on the state's stream, beside what the caller's @p stream runs next
    (@p owed: 1 once something was enqueued there, which eep_ep_ce_join must then wait for). */
 eep_status_t eep_ep_ce_fork(const eep_cuda_sym_t *cu, struct eep_ep_state *st,
-                            const eep_epk_params_t *p, size_t T, size_t hb, size_t sb,
-                            void *stream, int *owed);
+                            const eep_epk_params_t *p, size_t T, size_t hb, size_t sb, void *stream,
+                            int *owed);
 eep_status_t eep_ep_ce_join(const eep_cuda_sym_t *cu, struct eep_ep_state *st, void *stream,
                             int *owed);
 

@@ -125,7 +125,7 @@ __device__ __forceinline__ void eep_epk_solo_words(const eep_epk_params_t &p, in
             w  = ((const float *)p.topk_weights)[(long long)t * K + k];
         }
         /* the token's first lane with a live expert holds its row (a received token has one) */
-        const unsigned live  = __ballot_sync(0xffffffffu, on && id >= 0) & gmask;
+        const unsigned live       = __ballot_sync(0xffffffffu, on && id >= 0) & gmask;
         const bool     first_live = live != 0 && (int)lane == __ffs((int)live) - 1;
         if (!on) {
             continue;
@@ -340,9 +340,9 @@ __device__ void eep_epk_solo(const eep_epk_params_t &p)
     }
 
     const int R     = EEP_EPK_SOLO_ROUND(K);
-    int      *stage = dyn;              /* [R * K] the round's ids */
-    int      *rflag = stage + R * K;    /* [R] received */
-    int      *cnt   = rflag + R;        /* [El + 1] counts per local expert, then received */
+    int      *stage = dyn;           /* [R * K] the round's ids */
+    int      *rflag = stage + R * K; /* [R] received */
+    int      *cnt   = rflag + R;     /* [El + 1] counts per local expert, then received */
     int       t0, t1;
 
     if (threadIdx.x == 0) {
@@ -373,10 +373,9 @@ __device__ void eep_epk_solo(const eep_epk_params_t &p)
             sh_base = 0;
         }
         __syncthreads();
-        const int mine = (int)threadIdx.x < b
-                             ? __ldcg((const int *)p.chunk_totals +
-                                      (long long)threadIdx.x * (El + 1) + El)
-                             : 0;
+        const int mine = (int)threadIdx.x < b ? __ldcg((const int *)p.chunk_totals +
+                                                       (long long)threadIdx.x * (El + 1) + El)
+                                              : 0;
         if (mine != 0) {
             atomicAdd(&sh_base, mine);
         }
