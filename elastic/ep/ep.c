@@ -224,7 +224,7 @@ static void eep_ep_params_handle(eep_epk_params_t *p, const eep_ep_handle_t *h)
 }
 
 /* CPU_SYNC: wait (bounded, abortable) until the dispatch kernel has published the counts. */
-eep_status_t eep_ep_wait_counts(eep_runtime_t *rt, struct eep_ep_state *st, int El)
+static eep_status_t eep_ep_wait_counts(eep_runtime_t *rt, struct eep_ep_state *st, int El)
 {
     const double deadline = eep_clock_ms() + (double)rt->timeout_ms;
     unsigned     spins;
@@ -247,8 +247,8 @@ eep_status_t eep_ep_wait_counts(eep_runtime_t *rt, struct eep_ep_state *st, int 
 }
 
 /* CPU_SYNC outputs: the alloc hook, or the caller's buffers checked against the exact size. */
-eep_status_t eep_ep_outputs(const eep_dispatch_args_t *a, int64_t rows, size_t hb, size_t sb,
-                            eep_epk_params_t *p)
+static eep_status_t eep_ep_outputs(const eep_dispatch_args_t *a, int64_t rows, size_t hb, size_t sb,
+                                   eep_epk_params_t *p)
 {
     void  *ptrs[4];
     size_t bytes[4] = { (size_t)rows * hb, (size_t)rows * sb, (size_t)rows * a->num_topk * 4,
@@ -288,6 +288,25 @@ eep_status_t eep_ep_outputs(const eep_dispatch_args_t *a, int64_t rows, size_t h
     p->recv_topk_idx     = (uintptr_t)ptrs[2];
     p->recv_topk_weights = (uintptr_t)ptrs[3];
     return EEP_OK;
+}
+
+/* CPU_SYNC, once the dispatch kernel is launched: wait for its counts, give them to the caller
+   (host_expert_counts), and the outputs for that many rows (eep_ep_outputs). */
+eep_status_t eep_ep_take_counts(eep_runtime_t *rt, struct eep_ep_state *st,
+                                const eep_dispatch_args_t *a, int El, size_t hb, size_t sb,
+                                eep_epk_params_t *p, int64_t *rows_p)
+{
+    eep_status_t status = eep_ep_wait_counts(rt, st, El);
+    int          e;
+
+    if (status != EEP_OK) {
+        return status;
+    }
+    *rows_p = (int64_t)(uint32_t)st->mirror[El];
+    for (e = 0; a->host_expert_counts != NULL && e < El; e++) {
+        a->host_expert_counts[e] = (int32_t)(uint32_t)st->mirror[e];
+    }
+    return eep_ep_outputs(a, *rows_p, hb, sb, p);
 }
 
 /* The general kernel's launches (kernels/ep/dispatch.cuh): senders and the counter, then (CPU_SYNC,
@@ -331,18 +350,7 @@ static eep_status_t eep_ep_general_dispatch(eep_runtime_t *rt, struct eep_ep_sta
     }
     *rows_p = eep_ep_layout_rows_max(shape, eep_ep_args_layout(a));
     if (a->mode == EEP_EP_MODE_CPU_SYNC) {
-        int e;
-
-        if ((status = eep_ep_wait_counts(rt, st, El)) != EEP_OK) {
-            return status;
-        }
-        *rows_p = (int64_t)(uint32_t)st->mirror[El];
-        if (a->host_expert_counts != NULL) {
-            for (e = 0; e < El; e++) {
-                a->host_expert_counts[e] = (int32_t)(uint32_t)st->mirror[e];
-            }
-        }
-        if ((status = eep_ep_outputs(a, *rows_p, hb, sb, p)) != EEP_OK) {
+        if ((status = eep_ep_take_counts(rt, st, a, El, hb, sb, p, rows_p)) != EEP_OK) {
             return status;
         }
         if (ce_overlap) { /* a token not received: its successors' rows are rewritten after it */

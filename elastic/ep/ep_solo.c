@@ -234,6 +234,26 @@ static eep_status_t eep_ep_solo_launch(const struct eep_ep_state *st, eep_jit_ke
                              st->launch_flags);
 }
 
+/* Phase 3 writing every output from the handle's layout, after the copy engine's x -> recv_x in
+   stream order when @p copy (every token received): CACHED, and CPU_SYNC with the alloc hook. */
+static eep_status_t eep_ep_solo_place(const eep_cuda_sym_t *cu, const struct eep_ep_state *st,
+                                      eep_jit_kernel_t *place, unsigned grid, eep_epk_params_t *p,
+                                      size_t T, size_t hb, size_t sb, int copy, void *stream)
+{
+    eep_status_t status = EEP_OK;
+
+    p->ce_copied = 0;
+    if (copy) {
+        eep_ep_ce_copy(cu, p, T, hb, sb, (CUstream)stream, &status);
+        if (status != EEP_OK) {
+            return status;
+        }
+        p->ce_copied = 1;
+    }
+    p->solo = EEP_EPK_SOLO_META | EEP_EPK_SOLO_ROWS;
+    return eep_ep_solo_launch(st, place, grid, p, stream);
+}
+
 eep_status_t eep_ep_solo_dispatch(eep_runtime_t *rt, struct eep_ep_state *st,
                                   const eep_cuda_sym_t *cu, const eep_ep_shape_t *shape,
                                   const eep_dispatch_args_t *a, const eep_ep_handle_t *h,
@@ -260,15 +280,8 @@ eep_status_t eep_ep_solo_dispatch(eep_runtime_t *rt, struct eep_ep_state *st,
     if (mode == EEP_EP_MODE_CACHED) {
         /* the handle's layout: x row for row when every token was received */
         *rows_p = h->num_recv_rows;
-        if (ce_x && h->num_recv_rows == (int64_t)T) {
-            eep_ep_ce_copy(cu, p, T, hb, sb, (CUstream)stream, &status);
-            if (status != EEP_OK) {
-                return status;
-            }
-            p->ce_copied = 1;
-        }
-        p->solo = EEP_EPK_SOLO_META | EEP_EPK_SOLO_ROWS;
-        return eep_ep_solo_launch(st, place, grid, p, stream);
+        return eep_ep_solo_place(cu, st, place, grid, p, T, hb, sb,
+                                 ce_x && h->num_recv_rows == (int64_t)T, stream);
     }
     if (mode == EEP_EP_MODE_NO_CPU_SYNC) {
         /* the copy beside the routing; after it, the rows that are not their token's */
@@ -301,17 +314,10 @@ eep_status_t eep_ep_solo_dispatch(eep_runtime_t *rt, struct eep_ep_state *st,
     p->ce_copied = ce;
     p->solo      = outputs ? EEP_EPK_SOLO_META | (ce ? 0 : EEP_EPK_SOLO_ROWS) : 0;
     if ((status = eep_ep_solo_launch(st, route, grid, p, stream)) != EEP_OK ||
-        (status = eep_ep_wait_counts(rt, st, El)) != EEP_OK) {
+        (status = eep_ep_take_counts(rt, st, a, El, hb, sb, p, rows_p)) != EEP_OK) {
         return status;
     }
-    rows    = (int64_t)(uint32_t)st->mirror[El];
-    *rows_p = rows;
-    for (int e = 0; a->host_expert_counts != NULL && e < El; e++) {
-        a->host_expert_counts[e] = (int32_t)(uint32_t)st->mirror[e];
-    }
-    if ((status = eep_ep_outputs(a, rows, hb, sb, p)) != EEP_OK) {
-        return status;
-    }
+    rows = *rows_p;
     if (outputs) {
         /* every token received: done (the caller's stream waits for the copy); else the rows
            after the first token not received, once the copy is done */
@@ -324,14 +330,5 @@ eep_status_t eep_ep_solo_dispatch(eep_runtime_t *rt, struct eep_ep_state *st,
         p->solo = EEP_EPK_SOLO_ROWS;
         return eep_ep_solo_launch(st, place, grid, p, stream);
     }
-    p->ce_copied = 0;
-    if (ce_x && rows == (int64_t)T) {
-        eep_ep_ce_copy(cu, p, T, hb, sb, (CUstream)stream, &status);
-        if (status != EEP_OK) {
-            return status;
-        }
-        p->ce_copied = 1;
-    }
-    p->solo = EEP_EPK_SOLO_META | EEP_EPK_SOLO_ROWS;
-    return eep_ep_solo_launch(st, place, grid, p, stream);
+    return eep_ep_solo_place(cu, st, place, grid, p, T, hb, sb, ce_x && rows == (int64_t)T, stream);
 }

@@ -50,10 +50,10 @@ eep_status_t eep_ep_solo_dispatch(eep_runtime_t *rt, struct eep_ep_state *st,
                                   int idx_bits, int budget, size_t hb, size_t sb, void *stream,
                                   eep_epk_params_t *p, int64_t *rows_p, int *owed);
 
-/* CPU_SYNC helpers of ep.c that the one-rank path shares: the bounded wait for the counts in
-   the host mirror, and the outputs (the alloc hook, or the caller's checked against @p rows). */
-eep_status_t eep_ep_wait_counts(eep_runtime_t *rt, struct eep_ep_state *st, int El);
-eep_status_t eep_ep_outputs(const eep_dispatch_args_t *a, int64_t rows, size_t hb, size_t sb,
-                            eep_epk_params_t *p);
+/* CPU_SYNC, from ep.c (both paths): wait for the launched kernel's counts, give them to the
+   caller, and the outputs for that many rows (@p [out] rows_p). */
+eep_status_t eep_ep_take_counts(eep_runtime_t *rt, struct eep_ep_state *st,
+                                const eep_dispatch_args_t *a, int El, size_t hb, size_t sb,
+                                eep_epk_params_t *p, int64_t *rows_p);
 
 #endif

@@ -345,20 +345,15 @@ __device__ __forceinline__ void eep_epk_chunk_publish(const eep_epk_params_t &p,
     }
 }
 
-/* @p base (shared) = the sum of the chunk counts of sending blocks [0, @p nb), once each has
-   published for this call (they run at the same time: a bounded wait, abortable). */
-__device__ __forceinline__ void eep_epk_chunk_sum(const eep_epk_params_t &p, int *base, int NC,
-                                                  int nb, unsigned long long seq)
+/* Threads [0, @p nb) each wait until block threadIdx.x's chunk flag reads @p seq (the blocks run
+   at the same time: a bounded wait, abortable; a wait that gives up sets *@p failed), then the
+   block meets. */
+__device__ __forceinline__ void eep_epk_chunk_wait(const eep_epk_params_t &p, int nb,
+                                                   unsigned long long seq, int *failed)
 {
-    __shared__ int failed;
-
-    if (threadIdx.x == 0) {
-        failed = 0;
-    }
-    __syncthreads();
     if ((int)threadIdx.x < nb) {
         const unsigned long long *flag  = (const unsigned long long *)p.chunk_flags + threadIdx.x;
-        const eep_wait_ctx        w     = eep_epk_wait_ctx(p, &failed);
+        const eep_wait_ctx        w     = eep_epk_wait_ctx(p, failed);
         unsigned                  polls = 0;
         (void)eep_wait_geq(
             w,
@@ -371,6 +366,20 @@ __device__ __forceinline__ void eep_epk_chunk_sum(const eep_epk_params_t &p, int
             seq, EEP_PHASE_EP_DISPATCH, p.rank);
     }
     __syncthreads();
+}
+
+/* @p base (shared) = the sum of the chunk counts of sending blocks [0, @p nb), once each has
+   published for this call (eep_epk_chunk_wait). */
+__device__ __forceinline__ void eep_epk_chunk_sum(const eep_epk_params_t &p, int *base, int NC,
+                                                  int nb, unsigned long long seq)
+{
+    __shared__ int failed;
+
+    if (threadIdx.x == 0) {
+        failed = 0;
+    }
+    __syncthreads();
+    eep_epk_chunk_wait(p, nb, seq, &failed);
     for (int j = threadIdx.x; j < NC; j += blockDim.x) {
         int sum = 0;
 

@@ -210,30 +210,6 @@ __device__ void eep_epk_solo_count(const eep_epk_params_t &p, int t0, int t1, in
     }
 }
 
-/* Threads [0, @p nb) each wait for block threadIdx.x's chunk flag to read @p seq (bounded,
-   abortable), then the block meets.  @return false when a wait gave up (fault recorded). */
-__device__ __forceinline__ bool eep_epk_solo_wait(const eep_epk_params_t &p, int nb,
-                                                  unsigned long long seq, int *block_failed)
-{
-    if ((int)threadIdx.x < nb) {
-        const unsigned long long *flag  = (const unsigned long long *)p.chunk_flags + threadIdx.x;
-        const eep_wait_ctx        w     = eep_epk_wait_ctx(p, block_failed);
-        unsigned                  polls = 0;
-
-        (void)eep_wait_geq(
-            w,
-            [flag, &polls] {
-                if (polls++ > 16) {
-                    __nanosleep(32);
-                }
-                return eep_ld_acquire_gpu(flag);
-            },
-            seq, EEP_PHASE_EP_DISPATCH, p.rank);
-    }
-    __syncthreads();
-    return !*(volatile int *)block_failed;
-}
-
 /*
  * The last block of phase 2, once every block published: the totals of every chunk (@p cnt,
  * El + 1 words), then the layout words: the host mirror first (CPU_SYNC: the host waits for its
@@ -360,8 +336,9 @@ __device__ void eep_epk_solo(const eep_epk_params_t &p)
     eep_epk_stamp(p, 1);
     eep_epk_chunk_publish(p, cnt, El + 1, seq);
     /* 2: the earlier chunks' received tokens (the last block: every chunk's counts) */
-    if (!eep_epk_solo_wait(p, b == G - 1 ? G : b, seq, &block_failed)) {
-        return;
+    eep_epk_chunk_wait(p, b == G - 1 ? G : b, seq, &block_failed);
+    if (*(volatile int *)&block_failed) {
+        return; /* a wait gave up: the fault is recorded */
     }
     if (b == G - 1) {
         eep_epk_solo_totals<Mode>(p, seq, cnt, csm); /* cnt[El] := every chunk's */

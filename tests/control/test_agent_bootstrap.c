@@ -16,7 +16,6 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +32,7 @@
 #include "util/log.h"
 #include "tests/control/etcd_test_util.h"
 #include "tests/control/support/etcd_server.h"
+#include "tests/common/fd_count.h"
 
 #define MAX_RANKS       6
 #define N_RANKS         4
@@ -315,22 +315,6 @@ out:
     return rc;
 }
 
-static int open_fds(void)
-{
-    DIR           *d = opendir("/proc/self/fd");
-    struct dirent *e;
-    int            n = 0;
-
-    if (d == NULL) {
-        return -1;
-    }
-    while ((e = readdir(d)) != NULL) {
-        n += e->d_name[0] != '.';
-    }
-    closedir(d);
-    return n;
-}
-
 /*
  * One rank makes and ends a bootstrap CHURN_VIEWS times, an all-gather through etcd each time
  * (as every fresh view of the elastic loop does: its unique id travels that way), and its open
@@ -380,11 +364,12 @@ static int child_churn(void)
         v->epoch++; /* the next view's keys */
         if (i == 4) {
             sleep_ms(200);
-            fds0 = open_fds(); /* after the first ones: gRPC's own threads and pollers are up */
+            fds0 =
+                test_open_fds(); /* after the first ones: gRPC's own threads and pollers are up */
         }
     }
     sleep_ms(200);
-    fds1 = open_fds();
+    fds1 = test_open_fds();
     fprintf(stderr, "open fds after 5 bootstraps %d, after %d: %d\n", fds0, CHURN_VIEWS, fds1);
     if (rc == RC_OK && (fds0 < 0 || fds1 > fds0 + 2)) {
         rc = RC_FDS;

@@ -6,7 +6,6 @@
  * peer SIGKILLed mid-transfer (the survivors' requests to it complete as dropped, the plugin's
  * eep_gin_peers_lost reports it within a bound, teardown returns at once, and a new comm among
  * the survivors works), and a long stream of bare signals checked one by one. */
-#include <dirent.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +13,7 @@
 #include <unistd.h>
 
 #include "tests/gin/gin_harness.h"
+#include "tests/common/fd_count.h"
 
 #define WIN_BYTES (1u << 20)
 #define SRC_BYTES (1u << 20)
@@ -510,23 +510,6 @@ static uint64_t peers_lost(void)
     return fn != NULL ? fn() : ~0ull;
 }
 
-/* This process's open fds. */
-static int open_fds(void)
-{
-    DIR           *d = opendir("/proc/self/fd");
-    struct dirent *e;
-    int            n = 0;
-
-    if (d == NULL) {
-        return -1;
-    }
-    while ((e = readdir(d)) != NULL) {
-        n += e->d_name[0] != '.';
-    }
-    closedir(d);
-    return n - 1; /* the directory's own */
-}
-
 /* Rank 2 dies (SIGKILL) while ranks 0 and 1 stream puts to it and to each other.  Survivors:
  * nothing fails (NCCL 2.28.9 makes a comm with an async error unshrinkable, so the plugin
  * never reports one): requests to the dead rank complete as dropped, those to the live peer
@@ -539,7 +522,7 @@ static int case_peer_killed(gt_t *t)
     void      *req;
     int64_t    died_at = 0, seen_at = 0;
     uint64_t   lost0 = peers_lost(), to_live = 0;
-    int        i, failed = 0, got = 0, res, fds0 = open_fds(), fds1;
+    int        i, failed = 0, got = 0, res, fds0 = test_open_fds(), fds1;
 
     GT_CHECK(lost0 != ~0ull, "eep_gin_peers_lost is exported");
     if (mem_setup(t, 0, 1, &m) != 0) {
@@ -602,7 +585,7 @@ static int case_peer_killed(gt_t *t)
     }
     /* a comm that lost a peer gives back every fd it held (the elastic GPU run saw survivors'
        fds creep, ~1 every two views) */
-    fds1 = open_fds();
+    fds1 = test_open_fds();
     fprintf(stderr, "rank %d: open fds %d before the comm, %d after its teardown\n", t->rank, fds0,
             fds1);
     GT_CHECK(fds1 <= fds0, "the comm that lost rank 2 gave its fds back (%d -> %d)", fds0, fds1);
@@ -621,7 +604,7 @@ static int case_peer_killed(gt_t *t)
     if (mem_teardown(t, &n) != 0) {
         return 1;
     }
-    GT_CHECK(open_fds() <= fds0, "and the shrunk one too (%d -> %d)", fds0, open_fds());
+    GT_CHECK(test_open_fds() <= fds0, "and the shrunk one too (%d -> %d)", fds0, test_open_fds());
     return 0;
 }
 

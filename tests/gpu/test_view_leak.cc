@@ -24,7 +24,6 @@
  * prints "LEAK variant: +X MiB, +F fds over ITER sets"; "abort" and "no-reclaim" are probes.
  * argv[1]: ITER (default 8).  argv[2]: the variants to run, comma-separated (default all).
  */
-#include <dirent.h>
 #include <nccl.h>
 #include <nccl_device.h>
 #include <stdio.h>
@@ -36,6 +35,7 @@
 #include "elastic/runtime/runtime.h"
 #include "tests/common/gpu_test.h"
 #include "util/clock.h"
+#include "tests/common/fd_count.h"
 
 #define WINDOW_BYTES (64u << 20)
 #define LEAK_TOL_MIB 8.0
@@ -54,22 +54,6 @@ typedef struct {
     int                 have_dc;
     eep_nccl_gin_leak_t leak; /* NCCL's GIN proxy leftovers, given back after the release */
 } set_t;
-
-static int open_fds(void)
-{
-    DIR           *d = opendir("/proc/self/fd");
-    struct dirent *e;
-    int            n = 0;
-
-    if (d == NULL) {
-        return -1;
-    }
-    while ((e = readdir(d)) != NULL) {
-        n += e->d_name[0] != '.';
-    }
-    closedir(d);
-    return n - 1; /* the DIR's own fd */
-}
 
 static double used_mib(const eep_cuda_sym_t *cu)
 {
@@ -178,7 +162,7 @@ static void run_variant(eep_runtime_t *rt, eep_bootstrap_t *bs, const eep_cuda_s
         set_release(&s, v, &reclaimed);
         barrier(bs);
         mib = used_mib(cu);
-        fds = open_fds();
+        fds = test_open_fds();
         barrier(bs);
         if (i == 0) { /* the warm-up set */
             mib0 = mib;

@@ -1,0 +1,25 @@
+/* tests/common/fd_count.h - this process's open file descriptors, for the tests that check a
+ * teardown gives every fd back (C and C++; test code only). */
+#ifndef EEP_TESTS_COMMON_FD_COUNT_H
+#define EEP_TESTS_COMMON_FD_COUNT_H
+
+#include <dirent.h>
+
+/* The open fds of this process (the count's own directory fd left out), or -1. */
+static inline int test_open_fds(void)
+{
+    DIR           *d = opendir("/proc/self/fd");
+    struct dirent *e;
+    int            n = 0;
+
+    if (d == NULL) {
+        return -1;
+    }
+    while ((e = readdir(d)) != NULL) {
+        n += e->d_name[0] != '.';
+    }
+    closedir(d);
+    return n - 1;
+}
+
+#endif
