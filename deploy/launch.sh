@@ -22,7 +22,7 @@
 # ranks arm what `eepctl inject-fault data-plane RANK SPEC` sends them (eep-rank --agent-faults).
 # Runs N seconds (default 180; with ranks, counted from when all run), or until Ctrl-C; then stops
 # everything it started, also on errors and signals: ranks, eepd, MPS daemon, etcd (and etcd's
-# data dir).  The logs stay in $EEP_RUN_DIR (printed).  Exit: the rank driver's status with ranks
+# data dir).  The logs stay in the run folder (printed).  Exit: the rank driver's status with ranks
 # (0: no wrong step, every fault recovered), else 0; 2 for usage (a bad schedule included).
 # For tests: --rank-bin PATH --gpus G run PATH as the rank on G pretend GPUs (no nvidia-smi).
 set -u
@@ -90,7 +90,7 @@ fi
 # etcd: the same helper the tests use (free ports, health wait, cleanup trap).
 . "$here/tests/control/etcd_server.sh"
 run_dir=$(mktemp -d /tmp/eep-run.XXXXXX)
-export EEP_RUN_DIR=$run_dir EEP_JOB=${EEP_JOB:-local}
+export EEP_JOB=${EEP_JOB:-local}
 pids=()
 driver=""
 mps_up=0
@@ -145,8 +145,12 @@ ports=()
 for i in $(seq 0 $((replicas - 1))); do
     port=$(eep_free_port) mport=$(eep_free_port)
     ports+=("$port")
-    env ${eepd_env[@]+"${eepd_env[@]}"} EEP_EEPD_ID="eepd-$i" EEP_EEPD_LISTEN="127.0.0.1:$port" \
-        EEP_EEPD_METRICS_PORT="$mport" "$build/bin/eepd" >"$run_dir/eepd-$i.log" 2>&1 &
+    # Its own session, as etcd's: a Ctrl-C reaches this script and the rank driver only, and the
+    # clean-up stops the ranks, then eepd (which revokes its lease while etcd still answers),
+    # then etcd.  The etcd helper's own variables are no eepd knobs.
+    setsid env -u EEP_TEST_ETCD_DIR -u EEP_TEST_ETCD_CLIENT_PORTS \
+        ${eepd_env[@]+"${eepd_env[@]}"} EEP_EEPD_ID="eepd-$i" EEP_EEPD_LISTEN="127.0.0.1:$port" EEP_EEPD_METRICS_PORT="$mport" \
+        "$build/bin/eepd" >"$run_dir/eepd-$i.log" 2>&1 &
     pids+=($!)
     echo "eepd-$i: gRPC 127.0.0.1:$port, metrics http://127.0.0.1:$mport/metrics"
 done
@@ -218,7 +222,7 @@ drv=(python3 "$here/scripts/eep_run.py" run --rank-bin "$rank_bin" --ranks "$nra
 for a in $rank_args; do drv+=("--rank-arg=$a"); done
 [ "$allow_inject" -eq 1 ] && drv+=("--rank-arg=--agent-faults")
 echo "logs in $run_dir; try: ${ctl[*]} status   (Ctrl-C stops everything)"
-# The launcher's own EEP_RUN_DIR / EEP_TEST_* are no knobs: not passed on (the driver drops them).
+# The etcd helper's EEP_TEST_* are no knobs: not passed on (the driver drops them).
 env ${rank_env[@]+"${rank_env[@]}"} ${agent_env[@]+"${agent_env[@]}"} "${drv[@]}" &
 driver=$!
 wait "$driver"

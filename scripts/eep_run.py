@@ -224,6 +224,8 @@ class Run:
         self.uuids = [u for u in (args.uuids or "").split(",") if u]
         self.bytes = args.tokens * args.topk * args.hidden * 2  # bf16 rows one rank sends
         self._last_print = 0.0
+        self.signalled = None  # the first SIGINT/SIGTERM the driver got
+        self.interrupted = False  # the run has stopped for it
         self.pids_file = os.path.join(self.work, "rank-pids")
 
     # ---- processes ----
@@ -377,6 +379,7 @@ class Run:
             want = i + 1
 
             def all_ok():
+                self.check_signalled()
                 self.check_deaths()
                 if self.failures:
                     return True  # a rank died: no point waiting
@@ -393,6 +396,11 @@ class Run:
                   flush=True)
         self.t0 = now_ms()
         self.note_world()
+
+    def check_signalled(self):
+        """A signal whose KeyboardInterrupt was lost still ends the run."""
+        if self.signalled is not None and not self.interrupted:
+            raise KeyboardInterrupt
 
     def check_deaths(self):
         for p in self.procs():
@@ -414,6 +422,7 @@ class Run:
         end = self.t0 + self.args.seconds * 1000
         todo = list(schedule)
         while now_ms() < end:
+            self.check_signalled()
             t = now_ms()
             while todo and self.t0 + todo[0]["t_s"] * 1000 <= t:
                 self.apply(todo.pop(0))
@@ -694,11 +703,13 @@ def cmd_run(args):
             return 2
         sched_name = f"{args.faults} ({len(schedule)} entries)"
     run = Run(args)
-    stop = {"sig": None}
 
     def on_signal(sig, frame):
-        if stop["sig"] is None:  # once: a second signal must not cut the clean-up short
-            stop["sig"] = sig
+        # Once: a second signal must not cut the clean-up short.  Should the exception be lost
+        # (raised where Python cannot pass it on, in a finaliser), the loops' check_signalled
+        # raises it again.
+        if run.signalled is None:
+            run.signalled = sig
             raise KeyboardInterrupt
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
@@ -712,8 +723,9 @@ def cmd_run(args):
         summary["start_s"] = round((run.t0 - t_launch) / 1000, 1)
         run.loop(schedule)
     except KeyboardInterrupt:
-        print(f"\neep-run: interrupted ({signal.Signals(stop['sig']).name if stop['sig'] else 'SIGINT'}): "
-              "stopping every rank", flush=True)
+        run.interrupted = True
+        name = signal.Signals(run.signalled).name if run.signalled else "SIGINT"
+        print(f"\neep-run: interrupted ({name}): stopping every rank", flush=True)
         run.failures.append("interrupted before the end")
         summary["interrupted"] = True
     except RuntimeError as e:

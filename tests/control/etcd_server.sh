@@ -15,7 +15,8 @@
 #   eep_etcd_restart 0          # same data dir and ports; waits until healthy
 #   eep_etcd_stop               # kill all, remove the dir
 #
-# Members run with 50 ms heartbeats and a 500 ms election timeout (fast elections, 1 s minimum
+# Members run in their own sessions (setsid; a script's background job keeps its pid): only the
+# clean-up stops them.  Members run with 50 ms heartbeats and a 500 ms election timeout (fast elections, 1 s minimum
 # lease TTL) and --grpc-keepalive-min-time 500ms so clients may ping every second (a client must
 # ping strictly less often than that minimum, or etcd closes the connection: "too_many_pings").
 EEP_ETCD_BIN=${EEP_ETCD_BIN:-$(command -v etcd 2>/dev/null || echo /usr/bin/etcd)}
@@ -44,7 +45,9 @@ eep_etcd_spawn() { # INDEX
     local client=http://127.0.0.1:${_eep_client_ports[$i]}
     local peer=http://127.0.0.1:${_eep_peer_ports[$i]}
     case $(uname -m) in x86_64|aarch64) ;; *) export ETCD_UNSUPPORTED_ARCH=$(uname -m) ;; esac
-    "$EEP_ETCD_BIN" --name "m$i" --data-dir "$EEP_TEST_ETCD_DIR/m$i.etcd" \
+    # its own session: a terminal's Ctrl-C to the caller's group must not kill etcd before the
+    # caller's clean-up has stopped its clients (eepd revokes its lease on the way out)
+    setsid "$EEP_ETCD_BIN" --name "m$i" --data-dir "$EEP_TEST_ETCD_DIR/m$i.etcd" \
         --listen-client-urls "$client" --advertise-client-urls "$client" \
         --listen-peer-urls "$peer" --initial-advertise-peer-urls "$peer" \
         --initial-cluster "$cluster" --initial-cluster-state new \

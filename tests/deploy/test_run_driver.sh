@@ -12,7 +12,8 @@
 #   5. seeded schedules: the same seed gives the same schedule, and it validates;
 #   6. deploy/launch.sh --gpus 3 --rank-bin FAKE: 3 eepd replicas, the driver, a schedule file,
 #      nothing left afterwards; a bad schedule exits 2 before anything starts;
-#   7. Ctrl-C (SIGINT to launch.sh's process group): exit 130, no rank, eepd or etcd data dir left.
+#   7. Ctrl-C (SIGINT to launch.sh's process group): exit 130, the driver stops the ranks, eepd
+#      stops before etcd (its lease revoked), no rank, eepd or etcd data dir left.
 set -u
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${BUILD:-build}
@@ -242,7 +243,14 @@ sys.exit(0 if rc == 130 else f"exit {rc} after Ctrl-C, expected 130")
 PY
     { cat "$tmp/l7.log"; fail "Ctrl-C"; }
 run_dir=$(sed -n 's/^logs in \([^;]*\);.*/\1/p' "$tmp/l7.log")
-grep -q "interrupted (SIGINT)" "$tmp/l7.log" || fail "Ctrl-C: the driver did not stop the ranks itself"
+grep -q "interrupted (SIGINT)" "$tmp/l7.log" ||
+    { cat "$tmp/l7.log"; fail "Ctrl-C: the driver did not stop the ranks itself"; }
+# etcd and eepd run in their own sessions: the Ctrl-C reaches neither, and the clean-up stops
+# eepd while etcd still answers (each replica revokes its lease: no 5 s wait for a dead etcd)
+for f in "$run_dir"/eepd-*.log; do
+    ! grep -q "lease revoke" "$f" || { cat "$f"; fail "Ctrl-C: $(basename "$f"): etcd was gone first"; }
+    ! grep -q "unknown environment variable" "$f" || fail "Ctrl-C: $(basename "$f"): a stray variable"
+done
 while read -r p; do
     kill -0 "$p" 2>/dev/null && fail "rank pid $p left running after Ctrl-C"
 done <"$run_dir/rank-pids"
