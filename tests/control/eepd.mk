@@ -53,7 +53,8 @@ endif
 EEP_AGENT_BOOT_TEST := $(BUILD)/tests/control/test_agent_bootstrap
 UNIT_TEST_BINS += $(EEP_AGENT_BOOT_TEST)
 $(EEP_AGENT_BOOT_TEST): $(BUILD)/tests/control/test_agent_bootstrap.o \
-                        $(BUILD)/tests/control/support/etcd_server.o $(LIBEEP_AGENT_A) $(LIBEEPD_A) \
+                        $(BUILD)/tests/control/support/etcd_server.o \
+                        $(BUILD)/tests/control/support/eepd_child.o $(LIBEEP_AGENT_A) $(LIBEEPD_A) \
                         $(LIBEEP_CONTROL_A) $$(LIBEEP_PROTO_A) $(LIBEEP_A) $(LIBUTIL_A)
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $^ $(LDFLAGS) $(EEPD_LDLIBS) -libverbs -lcmocka
@@ -63,7 +64,8 @@ $(EEP_AGENT_BOOT_TEST): $(BUILD)/tests/control/test_agent_bootstrap.o \
 EEP_AGENT_MS_TEST := $(BUILD)/tests/control/test_agent_membership
 UNIT_TEST_BINS += $(EEP_AGENT_MS_TEST)
 $(EEP_AGENT_MS_TEST): $(BUILD)/tests/control/test_agent_membership.o \
-                      $(BUILD)/tests/control/support/etcd_server.o $(LIBEEP_AGENT_A) $(LIBEEPD_A) \
+                      $(BUILD)/tests/control/support/etcd_server.o \
+                      $(BUILD)/tests/control/support/eepd_child.o $(LIBEEP_AGENT_A) $(LIBEEPD_A) \
                       $(LIBEEP_CONTROL_A) $$(LIBEEP_PROTO_A) $(LIBEEP_A) $(LIBUTIL_A)
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $^ $(LDFLAGS) $(EEPD_LDLIBS) -libverbs -lcmocka

@@ -27,10 +27,10 @@
 
 #include "control/agent/agent.h"
 #include "control/agent/agent_bootstrap.h"
-#include "control/eepd/eepd.h"
 #include "control/etcd/etcd.h"
 #include "util/log.h"
 #include "tests/control/etcd_test_util.h"
+#include "tests/control/support/eepd_child.h"
 #include "tests/control/support/etcd_server.h"
 #include "tests/common/fd_count.h"
 
@@ -44,7 +44,6 @@ static int             g_up;
 static int             g_job_seq;
 static char            g_job[64];
 static char            g_dir[256];
-static eepd_t         *g_child_eepd;
 
 /* Child exit codes, so that a failure says what went wrong. */
 enum {
@@ -73,41 +72,6 @@ static void sleep_ms(int ms)
 }
 
 /* ---- children ------------------------------------------------------------------------------ */
-
-static void eepd_child_stop(int sig)
-{
-    (void)sig;
-    if (g_child_eepd != NULL) {
-        g_child_eepd->stop = 1;
-    }
-}
-
-static pid_t start_eepd(void)
-{
-    pid_t pid = fork();
-
-    if (pid == 0) {
-        eepd_config_t cfg;
-
-        alarm(120);
-        signal(SIGTERM, eepd_child_stop);
-        if (eep_config_load(&eepd_knob_table, &cfg) != EEP_OK) {
-            _exit(1);
-        }
-        snprintf(cfg.job, sizeof(cfg.job), "%s", g_job);
-        snprintf(cfg.listen, sizeof(cfg.listen), "127.0.0.1:0");
-        cfg.settle_ms    = 300;
-        cfg.lease_ttl_s  = 2;
-        cfg.metrics_port = 0;
-        if (eepd_create(&cfg, 1, &g_child_eepd) != EEP_OK) {
-            _exit(1);
-        }
-        eepd_run(g_child_eepd);
-        eepd_destroy(g_child_eepd);
-        _exit(0);
-    }
-    return pid;
-}
 
 static uint8_t pattern(uint64_t epoch, int rank, int round, size_t i)
 {
@@ -484,14 +448,6 @@ static void reap(pid_t *pids, int n, int *rcs, int timeout_ms)
     reap_until(pids, n, rcs, n, timeout_ms, 1);
 }
 
-static void stop_eepd(pid_t pid)
-{
-    int rc;
-
-    kill(pid, SIGTERM);
-    reap(&pid, 1, &rc, 10000);
-}
-
 static int grep_log(const char *name, const char *needle)
 {
     char  path[512], line[1024];
@@ -542,7 +498,7 @@ static void test_allgather_rounds(void **state)
 
     (void)state;
     NEED_ETCD(g_up);
-    eepd = start_eepd();
+    eepd = eep_test_eepd_fork(g_job, 0);
     assert_true(eepd > 0);
     t0 = test_now_ms();
     for (i = 0; i < N_RANKS; i++) {
@@ -564,7 +520,7 @@ static void test_allgather_rounds(void **state)
     }
     pids[0] = spawn("keys", 0, -1, NULL, 1);
     reap(pids, 1, rcs, 20000);
-    stop_eepd(eepd);
+    eep_test_eepd_stop(eepd, 10000);
     assert_int_equal(bad, 0);
     assert_int_equal(rcs[0], RC_OK);
 }
@@ -578,7 +534,7 @@ static void test_missing_rank_times_out(void **state)
 
     (void)state;
     NEED_ETCD(g_up);
-    eepd = start_eepd();
+    eepd = eep_test_eepd_fork(g_job, 0);
     assert_true(eepd > 0);
     assert_int_equal(pipe(hold), 0); /* after eepd's fork: only the ranks hold its write end */
     for (i = 0; i < n; i++) {
@@ -604,7 +560,7 @@ static void test_missing_rank_times_out(void **state)
         }
         named += grep_log(name, "no data from rank 2");
     }
-    stop_eepd(eepd);
+    eep_test_eepd_stop(eepd, 10000);
     assert_int_equal(bad, 0);
     assert_int_equal(named, n - 1);
 }
@@ -617,13 +573,13 @@ static void test_bootstrap_churn_fds(void **state)
 
     (void)state;
     NEED_ETCD(g_up);
-    eepd = start_eepd();
+    eepd = eep_test_eepd_fork(g_job, 0);
     assert_true(eepd > 0);
     pid = spawn("churn", 1, -1, NULL, 2);
     assert_true(pid > 0);
     reap(&pid, 1, &rc, 60000);
     show_log("churn");
-    stop_eepd(eepd);
+    eep_test_eepd_stop(eepd, 10000);
     assert_int_equal(rc, RC_OK);
 }
 

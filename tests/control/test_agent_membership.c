@@ -30,12 +30,12 @@
 
 #include "control/agent/agent.h"
 #include "control/agent/agent_membership.h"
-#include "control/eepd/eepd.h"
 #include "control/etcd/etcd.h"
 #include "eep/membership.h"
 #include "proto/eep.pb-c.h"
 #include "util/log.h"
 #include "tests/control/etcd_test_util.h"
+#include "tests/control/support/eepd_child.h"
 #include "tests/control/support/etcd_server.h"
 
 #define N_RANKS     3
@@ -46,7 +46,6 @@ static eep_test_etcd_t g_etcd;
 static int             g_up;
 static char            g_job[64];
 static char            g_dir[256];
-static eepd_t         *g_child_eepd;
 
 enum {
     RC_OK   = 0,
@@ -75,42 +74,6 @@ static void sleep_ms(int ms)
     struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
 
     nanosleep(&ts, NULL);
-}
-
-static void eepd_child_stop(int sig)
-{
-    (void)sig;
-    if (g_child_eepd != NULL) {
-        g_child_eepd->stop = 1;
-    }
-}
-
-static pid_t start_eepd(void)
-{
-    pid_t pid = fork();
-
-    if (pid == 0) {
-        eepd_config_t cfg;
-
-        alarm(120);
-        signal(SIGTERM, eepd_child_stop);
-        if (eep_config_load(&eepd_knob_table, &cfg) != EEP_OK) {
-            _exit(1);
-        }
-        snprintf(cfg.job, sizeof(cfg.job), "%s", g_job);
-        snprintf(cfg.listen, sizeof(cfg.listen), "127.0.0.1:0");
-        cfg.settle_ms    = 300;
-        cfg.lease_ttl_s  = 2;
-        cfg.metrics_port = 0;
-        cfg.num_experts  = N_EXPERTS;
-        if (eepd_create(&cfg, 1, &g_child_eepd) != EEP_OK) {
-            _exit(1);
-        }
-        eepd_run(g_child_eepd);
-        eepd_destroy(g_child_eepd);
-        _exit(0);
-    }
-    return pid;
 }
 
 static void uid_pattern(eep_comm_uid_t *u, uint64_t epoch, int salt)
@@ -480,7 +443,7 @@ static void test_membership_ops(void **state)
     (void)state;
     NEED_ETCD(g_up);
     snprintf(g_job, sizeof(g_job), "mstest%d", (int)getpid());
-    eepd = start_eepd();
+    eepd = eep_test_eepd_fork(g_job, N_EXPERTS);
     assert_true(eepd > 0);
     for (i = 0; i < N_RANKS; i++) {
         pids[i] = spawn(i);
@@ -489,8 +452,7 @@ static void test_membership_ops(void **state)
     for (i = 0; i < N_RANKS; i++) {
         rcs[i] = reap(pids[i], 60000);
     }
-    kill(eepd, SIGTERM);
-    reap(eepd, 10000);
+    eep_test_eepd_stop(eepd, 10000);
     for (i = 0; i < N_RANKS; i++) {
         show_log(i);
         if (rcs[i] != RC_OK) {
