@@ -23,6 +23,10 @@ void eep_gin_log(int level, const char *file, int line, const char *fmt, ...)
 #define EEP_GIN_INFO(...)  eep_gin_log(EEP_NCCL_LOG_INFO, __FILE__, __LINE__, __VA_ARGS__)
 #define EEP_GIN_TRACE(...) eep_gin_log(EEP_NCCL_LOG_TRACE, __FILE__, __LINE__, __VA_ARGS__)
 
+/* The properties both tables share (one virtual device 0 on the CPU, NCCL's size limits); each
+ * table's getProperties adds its name, guid, pointer support, receives and device type. */
+eep_nccl_result_t eep_gin_props_common(int dev, eep_nccl_net_props_t *props);
+
 /* Every wait of the plugin ends after this many ms (EEP_GIN_TIMEOUT_MS, default 60000). */
 int64_t eep_gin_timeout_ms(void);
 int64_t eep_gin_now_ms(void);

@@ -59,24 +59,14 @@ static eep_nccl_result_t eep_gin_net_devices(int *ndev)
 
 static eep_nccl_result_t eep_gin_net_get_properties(int dev, eep_nccl_net_props_t *props)
 {
-    if (dev != 0) {
+    if (eep_gin_props_common(dev, props) != EEP_NCCL_SUCCESS) {
         return EEP_NCCL_INVALID_ARGUMENT;
     }
-    memset(props, 0, sizeof(*props));
-    props->name               = "eep_gin_net";
-    props->pci_path           = NULL; /* attached to the CPU */
-    props->guid               = 0x6565702d67696e00ull;
-    props->ptr_support        = EEP_NCCL_PTR_HOST;
-    props->speed_mbps         = 100000;
-    props->latency_us         = 0;
-    props->max_comms          = 1024 * 1024;
-    props->max_recvs          = 1;
-    props->net_device_type    = EEP_NCCL_NET_DEVICE_HOST;
-    props->net_device_version = 0;
-    props->vprops.ndevs       = 1;
-    props->vprops.devs[0]     = dev;
-    props->max_p2p_bytes      = EEP_NCCL_MAX_NET_SIZE_BYTES;
-    props->max_coll_bytes     = EEP_NCCL_MAX_NET_SIZE_BYTES;
+    props->name            = "eep_gin_net";
+    props->guid            = 0x6565702d67696e00ull;
+    props->ptr_support     = EEP_NCCL_PTR_HOST;
+    props->max_recvs       = 1;
+    props->net_device_type = EEP_NCCL_NET_DEVICE_HOST;
     return EEP_NCCL_SUCCESS;
 }
 

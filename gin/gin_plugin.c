@@ -42,26 +42,34 @@ static eep_nccl_result_t eep_gin_devices(int *ndev)
     return EEP_NCCL_SUCCESS;
 }
 
-static eep_nccl_result_t eep_gin_get_properties(int dev, eep_nccl_net_props_t *props)
+eep_nccl_result_t eep_gin_props_common(int dev, eep_nccl_net_props_t *props)
 {
     if (dev != 0) {
         return EEP_NCCL_INVALID_ARGUMENT;
     }
     memset(props, 0, sizeof(*props));
-    props->name               = "eep_gin";
-    props->pci_path           = NULL;
-    props->guid               = 0x6565702d67696e01ull;
-    props->ptr_support        = EEP_NCCL_PTR_HOST | EEP_NCCL_PTR_CUDA; /* never DMABUF */
+    props->pci_path           = NULL; /* attached to the CPU */
     props->speed_mbps         = 100000;
     props->latency_us         = 0;
     props->max_comms          = 1024 * 1024;
-    props->max_recvs          = EEP_GIN_MAX_RECVS; /* a power of two: NCCL's queue size */
-    props->net_device_type    = EEP_NCCL_NET_DEVICE_GIN_PROXY;
     props->net_device_version = 0;
     props->vprops.ndevs       = 1;
     props->vprops.devs[0]     = dev;
     props->max_p2p_bytes      = EEP_NCCL_MAX_NET_SIZE_BYTES;
     props->max_coll_bytes     = EEP_NCCL_MAX_NET_SIZE_BYTES;
+    return EEP_NCCL_SUCCESS;
+}
+
+static eep_nccl_result_t eep_gin_get_properties(int dev, eep_nccl_net_props_t *props)
+{
+    if (eep_gin_props_common(dev, props) != EEP_NCCL_SUCCESS) {
+        return EEP_NCCL_INVALID_ARGUMENT;
+    }
+    props->name            = "eep_gin";
+    props->guid            = 0x6565702d67696e01ull;
+    props->ptr_support     = EEP_NCCL_PTR_HOST | EEP_NCCL_PTR_CUDA; /* never DMABUF */
+    props->max_recvs       = EEP_GIN_MAX_RECVS; /* a power of two: NCCL's queue size */
+    props->net_device_type = EEP_NCCL_NET_DEVICE_GIN_PROXY;
     return EEP_NCCL_SUCCESS;
 }
 

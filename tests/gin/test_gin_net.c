@@ -1,5 +1,5 @@
 /* tests/gin/test_gin_net.c - the plugin's host network (ncclNetPlugin_v11) between forked
- * processes: connect/accept that return NULL until ready, messages of many sizes both ways at
+ * processes: both tables' properties, connect/accept that return NULL until ready, messages of many sizes both ways at
  * once (a receive posted larger than the message reports the real size), a ring of four ranks,
  * and a peer SIGKILLed with a receive posted (the survivor's test errors within a bound). */
 #include <signal.h>
@@ -224,9 +224,47 @@ static int case_net_peer_killed(gt_t *t)
     return 0;
 }
 
+/* What NCCL reads to pick a transport: the host net a CPU device with host memory only, the GIN
+ * table a proxy device taking host and CUDA memory, a power-of-two receive count (NCCL's queue
+ * size); one device, number 0, in both; any other is refused. */
+static int case_properties(gt_t *t)
+{
+    eep_nccl_net_props_t net, gin;
+    int                  n = 0;
+
+    GT_CHECK(t->net->devices(&n) == EEP_NCCL_SUCCESS && n == 1, "net: one device (%d)", n);
+    GT_CHECK(t->gin->devices(&n) == EEP_NCCL_SUCCESS && n == 1, "gin: one device (%d)", n);
+    GT_CHECK(t->net->get_properties(0, &net) == EEP_NCCL_SUCCESS, "net: properties");
+    GT_CHECK(t->gin->get_properties(0, &gin) == EEP_NCCL_SUCCESS, "gin: properties");
+    GT_CHECK(t->net->get_properties(1, &net) == EEP_NCCL_INVALID_ARGUMENT, "net: device 1 refused");
+    GT_CHECK(t->gin->get_properties(-1, &gin) == EEP_NCCL_INVALID_ARGUMENT,
+             "gin: device -1 refused");
+    t->net->get_properties(0, &net);
+    t->gin->get_properties(0, &gin);
+    GT_CHECK(strcmp(net.name, "eep_gin_net") == 0 && strcmp(gin.name, "eep_gin") == 0, "names");
+    GT_CHECK(net.guid != gin.guid, "distinct guids");
+    GT_CHECK(net.net_device_type == EEP_NCCL_NET_DEVICE_HOST, "net: a host device");
+    GT_CHECK(gin.net_device_type == EEP_NCCL_NET_DEVICE_GIN_PROXY, "gin: a proxy GIN device");
+    GT_CHECK(net.ptr_support == EEP_NCCL_PTR_HOST, "net: host memory only");
+    GT_CHECK(gin.ptr_support == (EEP_NCCL_PTR_HOST | EEP_NCCL_PTR_CUDA), "gin: host and CUDA");
+    GT_CHECK(net.max_recvs == 1, "net: one receive at a time (%d)", net.max_recvs);
+    GT_CHECK(gin.max_recvs > 0 && (gin.max_recvs & (gin.max_recvs - 1)) == 0,
+             "gin: a power-of-two receive count (%d)", gin.max_recvs);
+    GT_CHECK(net.pci_path == NULL && gin.pci_path == NULL, "attached to the CPU");
+    GT_CHECK(net.vprops.ndevs == 1 && net.vprops.devs[0] == 0 && gin.vprops.ndevs == 1 &&
+                 gin.vprops.devs[0] == 0,
+             "one virtual device, number 0");
+    GT_CHECK(net.max_p2p_bytes == EEP_NCCL_MAX_NET_SIZE_BYTES &&
+                 gin.max_coll_bytes == EEP_NCCL_MAX_NET_SIZE_BYTES && net.speed_mbps > 0 &&
+                 gin.max_comms > 0,
+             "NCCL's size limits, a speed, comms");
+    return 0;
+}
+
 int main(void)
 {
     static const gt_case_t cases[] = {
+        { "properties", 1, case_properties, 0, 30 },
         { "net_pair_both_directions", 2, case_net_pair, 0, 90 },
         { "net_ring_four_ranks", 4, case_net_ring, 0, 90 },
         { "net_peer_killed", 2, case_net_peer_killed, 1u << 1, 30 },
