@@ -119,8 +119,8 @@ class JsonProc:
             return -1
 
     def fd_kinds(self):
-        """The open fds by kind: unix/tcp/other sockets, pipes, anon inodes, device and file
-        paths (digits folded to '#'), so that a drift says what grows; {} when gone."""
+        """The open fds by kind: unix/tcp/tcp-listen/udp/other sockets, pipes, anon inodes, device
+        and file paths (digits folded to '#'), so that a drift says what grows; {} when gone."""
         kinds = {}
         socks = {}
         for table, name in (("unix", "unix"), ("tcp", "tcp"), ("tcp6", "tcp"), ("udp", "udp")):
@@ -129,9 +129,11 @@ class JsonProc:
                     next(fh, None)
                     for line in fh:
                         cols = line.split()
-                        # unix: inode is column 6; tcp/udp: column 9
+                        # unix: inode is column 6; tcp/udp: column 9, the state column 3
+                        # (0A: listening, e.g. a bootstrap's or NCCL RAS's port)
                         ino = cols[6] if table == "unix" else (cols[9] if len(cols) > 9 else "")
-                        socks[ino] = name
+                        listen = name == "tcp" and len(cols) > 3 and cols[3] == "0A"
+                        socks[ino] = name + ("-listen" if listen else "")
             except (OSError, IndexError):
                 pass
         try:

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # scripts/gpu-elastic.sh [--rounds N] [--steps barrier|moe] [--ranks N] [--budget-s S]
 #                        [--timeout-ms MS] [--mps] [--merge SUMMARY_JSON] [--nccl-debug LVL]
+#                        [--settle-s S]
 #                        - `make gpu-elastic`: the elastic GPU check.
 #
 # N ranks (default 4) of eep-rank on the one GPU (scripts/one-gpu-cluster.sh: own NCCL_HOSTIDs,
@@ -22,12 +23,15 @@
 # measured (summary.txt says how many rounds ran); the whole command, build included, fits in
 # ~8 minutes with the default.  --nccl-debug (WARN) is the ranks' NCCL_DEBUG, with
 # NCCL_DEBUG_SUBSYS from the environment (default INIT,NET: INFO then carries the GIN plugin's
-# registration census).  Exit 0 when every round passed, 1 otherwise, 2 for usage, 77
-# without a GPU.
+# registration census).  --settle-s (0) waits S s after the rounds and judges the fds on one more
+# sample (a connection that times out a while after each view is no leak; NCCL's RAS, for one,
+# retries a departed peer for up to 60 s: RAS_PEER_DEAD_TIMEOUT in src/ras).  Exit 0 when every
+# round passed, 1 otherwise, 2 for usage, 77 without a GPU.
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root" || exit 1
 rounds=20 steps=barrier ranks=4 budget=300 timeout_ms=500 mps_flag=--no-mps merge="" nccl_debug=WARN
+settle_s=0
 while [ $# -gt 0 ]; do
     case $1 in
         --rounds) rounds=$2; shift 2 ;;
@@ -39,11 +43,12 @@ while [ $# -gt 0 ]; do
         --mps) mps_flag=""; shift ;;
         --merge) merge=$2; shift 2 ;;
         --nccl-debug) nccl_debug=$2; shift 2 ;;
-        -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+        --settle-s) settle_s=$2; shift 2 ;;
+        -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
         *) echo "gpu-elastic: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
 done
-for v in "$rounds" "$ranks" "$budget" "$timeout_ms"; do
+for v in "$rounds" "$ranks" "$budget" "$timeout_ms" "$settle_s"; do
     case $v in ''|*[!0-9]*) echo "gpu-elastic: '$v' is not a number" >&2; exit 2 ;; esac
 done
 case $steps in barrier|moe) ;; *) echo "gpu-elastic: --steps is barrier or moe" >&2; exit 2 ;; esac
@@ -101,11 +106,12 @@ echo "gpu-elastic: $ranks ranks, --steps $steps, $rounds rounds of each kind, bu
      "(logs: $out/logs.tar.gz)"
 # The driver runs as the cluster's only "rank": the launcher gives it MPS and the NCCL/plugin
 # environment, and the driver starts the real ranks itself (a newcomer at any time).
-scripts/one-gpu-cluster.sh --ranks 1 $mps_flag --timeout $((budget + 240)) --nccl-debug "$nccl_debug" \
+scripts/one-gpu-cluster.sh --ranks 1 $mps_flag --timeout $((budget + settle_s + 240)) \
+    --nccl-debug "$nccl_debug" \
     --logs "$work/logs/cluster" -- \
     python3 "$root/scripts/gpu_elastic.py" --rank-bin "$bin/eep-rank" --eepd-bin "$bin/eepd" \
     --etcd-bin "$etcd_bin" --work "$work/logs" --out "$out" --ranks "$ranks" --rounds "$rounds" \
-    --steps "$steps" --timeout-ms "$timeout_ms" --budget-s "$budget" \
+    --steps "$steps" --timeout-ms "$timeout_ms" --budget-s "$budget" --settle-s "$settle_s" \
     ${merge:+--merge "$(cd "$(dirname "$merge")" && pwd)/$(basename "$merge")"}
 rc=$?
 echo "---- $out/summary.txt"

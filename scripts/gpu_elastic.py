@@ -113,6 +113,21 @@ class Job:
 
 
 def run(args):
+    mem, fds, memp, memp_gone, fdk = [], {}, {}, set(), {}  # the samples after each round
+    settled = {}  # pid -> open fds after --settle-s
+
+    def settle():
+        # --settle-s: one more fd sample of every rank still alive after S s without faults, so
+        # a resource that lingers for a while after each view (a connection timing out) tells
+        # itself apart from one that is never given back
+        if args.settle_s <= 0 or job.failures or not fds:
+            return
+        log(f"settle: {args.settle_s} s without faults, then the last fd sample")
+        time.sleep(args.settle_s)
+        for r in job.live():
+            if r.proc.pid in fds:
+                settled[r.proc.pid] = r.fds()
+                fdk.setdefault(r.proc.pid, {})["settled"] = r.fd_kinds()
     job = Job(args)
     os.makedirs(args.work, exist_ok=True)
     os.makedirs(args.out, exist_ok=True)
@@ -191,9 +206,11 @@ def run(args):
                     {x: rd.get(x) for x in ("ok", "victim", "detect_ms", "interrupt_ms", "grow_ms")}))
                 if job.failures:
                     raise StopIteration
+        settle()
     except StopIteration:
-        pass
+        settle()
     finally:
+        summary["fds_settled_by_pid"] = {str(p): v for p, v in settled.items()}
         summary["gpu_mem_used_mib"] = mem if "mem" in locals() else []
         summary["fds_by_pid"] = {str(p): v for p, v in (fds if "fds" in locals() else {}).items()}
         summary["fd_kinds_by_pid"] = {str(p): v for p, v in (fdk if "fdk" in locals() else {}).items()}
@@ -306,6 +323,49 @@ def one_round(job, k, phase, sig):
     return rd
 
 
+def kinds_moved(a, b):
+    """'kind n -> m' for every fd kind whose count differs between samples a and b."""
+    moved = sorted(n for n in set(a) | set(b) if b.get(n, 0) != a.get(n, 0))
+    return ", ".join(f"{n} {a.get(n, 0)} -> {b.get(n, 0)}" for n in moved) or "no kind moved"
+
+
+def fd_verdict(summary, tol):
+    """The open-fd lines of the report and the failure, if any.  A rank alive for 3 rounds or
+    more drifts by its last sample minus its second (the first is before warm-up ends); with a
+    settle sample (--settle-s) the verdict is on that one, the last round's drift still shown."""
+    lines = []
+    series = {p: v for p, v in summary.get("fds_by_pid", {}).items() if len(v) >= 3}
+    if not series:
+        return lines, None
+    settled = summary.get("fds_settled_by_pid", {})
+    kinds = summary.get("fd_kinds_by_pid", {})
+
+    def worst(end):  # (pid, drift) of the largest |drift|, end(pid, series) the sample judged
+        return max(((p, end(p, v) - v[1]) for p, v in series.items()), key=lambda x: abs(x[1]))
+    wp, wd = worst(lambda p, v: v[-1])
+    summary["fd_drift_max"] = wd
+    verdict = wd
+    lines.append(f"open fds of ranks alive >= 3 rounds: worst drift {wd} at the last round -> "
+                 f"{'flat' if abs(wd) <= tol else 'GROWING'}")
+    k = kinds.get(wp, {})
+    if k.get("first") is not None and k.get("last") is not None:
+        lines.append(f"fds of rank pid {wp} by kind, second sample -> last: " +
+                     kinds_moved(k["first"], k["last"]))
+    if settled:
+        sp, sd = worst(lambda p, v: settled.get(p, v[-1]))
+        summary["fd_drift_settled_max"] = sd
+        verdict = sd
+        lines.append(f"after --settle-s: worst drift {sd} -> "
+                     f"{'flat' if abs(sd) <= tol else 'GROWING'} (ranks sampled: {len(settled)})")
+        k = kinds.get(sp, {})
+        if k.get("first") is not None and k.get("settled") is not None:
+            lines.append(f"fds of rank pid {sp} by kind, second sample -> settled: " +
+                         kinds_moved(k["first"], k["settled"]))
+    if abs(verdict) > tol:
+        return lines, f"open fds drifted by {verdict}" + (" after the settle" if settled else "")
+    return lines, None
+
+
 def report(summary, args):
     # this call's rounds after every earlier call's (--merge): the figures cover them all;
     # memory and fd drift are this call's (its processes)
@@ -367,23 +427,10 @@ def report(summary, args):
         if summary.get("gpu_mem_pids_not_ranks"):
             lines.append("GPU memory held by processes that are not live ranks: pids "
                          f"{summary['gpu_mem_pids_not_ranks']} (the MPS server, or dead ranks)")
-    fdd = [v[-1] - v[1] for v in summary.get("fds_by_pid", {}).values() if len(v) >= 3]
-    if fdd:
-        summary["fd_drift_max"] = max(fdd, key=abs)
-        lines.append(f"open fds of ranks alive >= 3 rounds: worst drift {summary['fd_drift_max']} -> "
-                     f"{'flat' if abs(summary['fd_drift_max']) <= args.fd_tol else 'GROWING'}")
-        # what changed between the second and the last sample of the worst drifting rank
-        worst = max(((p, v) for p, v in summary.get("fds_by_pid", {}).items() if len(v) >= 3),
-                    key=lambda pv: abs(pv[1][-1] - pv[1][1]), default=None)
-        k = summary.get("fd_kinds_by_pid", {}).get(worst[0], {}) if worst else {}
-        if k.get("first") is not None and k.get("last") is not None:
-            a, b = k["first"], k["last"]
-            moved = {n: b.get(n, 0) - a.get(n, 0) for n in set(a) | set(b) if b.get(n, 0) != a.get(n, 0)}
-            lines.append(f"fds of rank pid {worst[0]} by kind, second sample -> last: " +
-                         (", ".join(f"{n} {a.get(n, 0)} -> {b.get(n, 0)}" for n in sorted(moved))
-                          or "no kind moved"))
-        if abs(summary["fd_drift_max"]) > args.fd_tol:
-            summary["failures"].append(f"open fds drifted by {summary['fd_drift_max']}")
+    fd_lines, fd_failure = fd_verdict(summary, args.fd_tol)
+    lines += fd_lines
+    if fd_failure:
+        summary["failures"].append(fd_failure)
     ok = not summary["failures"] and rounds and all(rd["ok"] for rd in rounds)
     summary["result"] = "PASS" if ok else "FAIL"
     if summary.get("stopped_early"):
@@ -419,6 +466,9 @@ def main():
     p.add_argument("--settle-round-s", type=float, default=1.5)
     p.add_argument("--mem-tol-mib", type=int, default=256)
     p.add_argument("--fd-tol", type=int, default=8)
+    p.add_argument("--settle-s", type=float, default=0,
+                   help="after the rounds, S s without faults before a last fd sample, which the "
+                        "fd verdict then judges (0: none; the last round's sample is judged)")
     p.add_argument("--merge", metavar="SUMMARY_JSON",
                    help="an earlier call's summary.json (it holds every call before it too): its "
                         "rounds count toward --rounds of each kind and join the figures, its "

@@ -2,7 +2,8 @@
 # tests/deploy/test_gpu_elastic_driver.sh - scripts/gpu_elastic.py (make gpu-elastic's driver) on
 # the CPU, with a FAKE eep-rank (tests/deploy/fake_eep_rank.py) and the real etcd and eepd: 3
 # ranks, 2 rounds of barrier/KILL and barrier/STOP must PASS with all four rounds measured
-# (detection, interruption, grow) and the STOP victims fenced; a rank that prints one wrong step
+# (detection, interruption, grow), the STOP victims fenced and the survivors' fds sampled after
+# --settle-s; the fd verdict on made-up samples (a leak by kind, a count that settles back); a rank that prints one wrong step
 # must make it FAIL naming the rank.  Skips (77) without etcd or eepd.
 set -u
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -20,8 +21,36 @@ run() { # NAME [ENV...]
     env FAKE_RANK_DIR="$tmp/$name.ranks" "$@" timeout 240 python3 "$root/scripts/gpu_elastic.py" \
         --rank-bin "$root/tests/deploy/fake_eep_rank.py" --eepd-bin "$build/bin/eepd" \
         --etcd-bin "$etcd" --work "$tmp/$name.work" --out "$tmp/out-$name" --ranks 3 --rounds 2 \
-        --start-s 30 --deadline-s 10 --settle-round-s 0.3 --budget-s 120 >"$tmp/$name.log" 2>&1
+        --start-s 30 --deadline-s 10 --settle-round-s 0.3 --budget-s 120 --settle-s 0.5 \
+        >"$tmp/$name.log" 2>&1
 }
+
+# the fd verdict on made-up samples: a leak fails naming the kind that grew; a count that comes
+# back within --settle-s passes (the last round's drift still shown); no settle judges the last
+python3 - "$root/scripts" <<'PY' || fail "the fd verdict"
+import sys
+sys.path.insert(0, sys.argv[1])
+from gpu_elastic import fd_verdict
+leak = {"fds_by_pid": {"7": [90, 100, 106, 112], "8": [90, 100, 101, 100], "9": [95, 99]},
+        "fd_kinds_by_pid": {"7": {"first": {"pipe": 4, "socket:tcp": 10},
+                                  "last": {"pipe": 4, "socket:tcp": 22}}}}
+lines, failure = fd_verdict(leak, 8)
+assert failure == "open fds drifted by 12", (failure, lines)
+assert "worst drift 12 at the last round -> GROWING" in lines[0], lines
+assert lines[1] == "fds of rank pid 7 by kind, second sample -> last: socket:tcp 10 -> 22", lines
+assert leak["fd_drift_max"] == 12
+linger = dict(leak, fds_settled_by_pid={"7": 101, "8": 100})
+linger["fd_kinds_by_pid"]["7"]["settled"] = {"pipe": 4, "socket:tcp": 11}
+lines, failure = fd_verdict(linger, 8)
+assert failure is None, (failure, lines)
+assert "GROWING" in lines[0] and "after --settle-s: worst drift 1 -> flat (ranks sampled: 2)" in lines[2], lines
+assert lines[3] == "fds of rank pid 7 by kind, second sample -> settled: socket:tcp 10 -> 11", lines
+stuck = dict(leak, fds_settled_by_pid={"7": 112, "8": 100})
+lines, failure = fd_verdict(stuck, 8)
+assert failure == "open fds drifted by 12 after the settle", (failure, lines)
+assert fd_verdict({"fds_by_pid": {"9": [1, 2]}}, 8) == ([], None)  # too few rounds: no verdict
+PY
+echo "ok: the fd verdict fails a leak by kind, passes a count that settles back"
 
 run good
 rc=$?
@@ -39,7 +68,11 @@ for rd in s["rounds"]:
     assert rd["grow_ms"] > 0, rd
     assert rd["signal"] == "KILL" or rd["zombie_fenced"], rd
 assert s["all"]["detect_ms"]["n"] == 4
+# --settle-s 0.5: the survivors sampled once more, the verdict on that sample
+assert s["fds_settled_by_pid"] and set(s["fds_settled_by_pid"]) <= set(s["fds_by_pid"]), s
+assert abs(s["fd_drift_settled_max"]) <= 8, s["fd_drift_settled_max"]
 PY
+grep -q "after --settle-s: worst drift" "$s" || fail "no settle line in summary.txt"
 
 # --merge: a second call with --rounds 3 runs only the missing round of each kind, and its
 # figures and result cover both calls' rounds
