@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # scripts/gpu-elastic.sh [--rounds N] [--steps barrier|moe] [--ranks N] [--budget-s S]
 #                        [--timeout-ms MS] [--mps] [--merge SUMMARY_JSON] [--nccl-debug LVL]
-#                        [--settle-s S]
+#                        [--settle-s S] [--gpus G]
 #                        - `make gpu-elastic`: the elastic GPU check.
 #
 # N ranks (default 4) of eep-rank on the one GPU (scripts/one-gpu-cluster.sh: own NCCL_HOSTIDs,
-# the GIN test plugin; time-sliced, or with --mps under an MPS daemon of its own), with etcd and
-# eepd on 127.0.0.1.  --merge takes an earlier call's summary.json (carried over, e.g. as
+# the GIN test plugin; time-sliced, or with --mps under an MPS daemon of its own), or with
+# --gpus G (2 or more; N defaults to G) one rank per GPU, NVLink peers of one NCCL node, with etcd
+# and eepd on 127.0.0.1.  --merge takes an earlier call's summary.json (carried over, e.g. as
 # build/gpu-elastic-prior.json): its rounds count toward --rounds of each kind, so 20 rounds a
 # kind add up over several device calls of at most 10 minutes.  Rounds of each
 # kind (barrier steps: SIGKILL and SIGSTOP of a rank right after it launched a barrier kernel;
@@ -31,12 +32,13 @@ set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root" || exit 1
 rounds=20 steps=barrier ranks=4 budget=300 timeout_ms=500 mps_flag=--no-mps merge="" nccl_debug=WARN
-settle_s=0
+settle_s=0 gpus=0 ranks_given=0
 while [ $# -gt 0 ]; do
     case $1 in
         --rounds) rounds=$2; shift 2 ;;
         --steps) steps=$2; shift 2 ;;
-        --ranks) ranks=$2; shift 2 ;;
+        --ranks) ranks=$2; ranks_given=1; shift 2 ;;
+        --gpus) gpus=$2; shift 2 ;;
         --budget-s) budget=$2; shift 2 ;;
         --timeout-ms) timeout_ms=$2; shift 2 ;;
         --no-mps) mps_flag=--no-mps; shift ;; # the default
@@ -44,14 +46,18 @@ while [ $# -gt 0 ]; do
         --merge) merge=$2; shift 2 ;;
         --nccl-debug) nccl_debug=$2; shift 2 ;;
         --settle-s) settle_s=$2; shift 2 ;;
-        -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
         *) echo "gpu-elastic: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
 done
-for v in "$rounds" "$ranks" "$budget" "$timeout_ms" "$settle_s"; do
+for v in "$rounds" "$ranks" "$budget" "$timeout_ms" "$settle_s" "$gpus"; do
     case $v in ''|*[!0-9]*) echo "gpu-elastic: '$v' is not a number" >&2; exit 2 ;; esac
 done
 case $steps in barrier|moe) ;; *) echo "gpu-elastic: --steps is barrier or moe" >&2; exit 2 ;; esac
+[ "$gpus" -eq 1 ] && { echo "gpu-elastic: --gpus wants 2 or more (without it: the one GPU)" >&2; exit 2; }
+[ "$gpus" -ge 2 ] && [ "$ranks_given" -eq 0 ] && ranks=$gpus
+[ "$gpus" -ge 2 ] && [ "$ranks" -gt "$gpus" ] &&
+    { echo "gpu-elastic: --gpus $gpus runs one rank per GPU: --ranks $ranks is too many" >&2; exit 2; }
 
 out=${OUT:-$root/build/gpu-elastic}
 work=$(mktemp -d "${TMPDIR:-/tmp}/eep-gpu-elastic.XXXXXX")
@@ -69,6 +75,10 @@ if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; t
     exit 77
 fi
 nvidia-smi -L | head -1
+if [ "$gpus" -ge 2 ] && [ "$(nvidia-smi -L | grep -c '^GPU')" -lt "$gpus" ]; then
+    echo "gpu-elastic: --gpus $gpus, but nvidia-smi lists $(nvidia-smi -L | grep -c '^GPU')"
+    exit 77
+fi
 
 bundle=${BUNDLE:-build/device-bundle.tar.xz}
 if command -v etcd >/dev/null 2>&1 && pkg-config --exists grpc 2>/dev/null; then
@@ -104,15 +114,22 @@ done
 
 echo "gpu-elastic: $ranks ranks, --steps $steps, $rounds rounds of each kind, budget $budget s" \
      "(logs: $out/logs.tar.gz)"
-# The driver runs as the cluster's only "rank": the launcher gives it MPS and the NCCL/plugin
-# environment, and the driver starts the real ranks itself (a newcomer at any time).
-scripts/one-gpu-cluster.sh --ranks 1 $mps_flag --timeout $((budget + settle_s + 240)) \
-    --nccl-debug "$nccl_debug" \
-    --logs "$work/logs/cluster" -- \
-    python3 "$root/scripts/gpu_elastic.py" --rank-bin "$bin/eep-rank" --eepd-bin "$bin/eepd" \
-    --etcd-bin "$etcd_bin" --work "$work/logs" --out "$out" --ranks "$ranks" --rounds "$rounds" \
-    --steps "$steps" --timeout-ms "$timeout_ms" --budget-s "$budget" --settle-s "$settle_s" \
-    ${merge:+--merge "$(cd "$(dirname "$merge")" && pwd)/$(basename "$merge")"}
+drv=(python3 "$root/scripts/gpu_elastic.py" --rank-bin "$bin/eep-rank" --eepd-bin "$bin/eepd"
+     --etcd-bin "$etcd_bin" --work "$work/logs" --out "$out" --ranks "$ranks" --rounds "$rounds"
+     --steps "$steps" --timeout-ms "$timeout_ms" --budget-s "$budget" --settle-s "$settle_s"
+     --gpus "$gpus")
+[ -n "$merge" ] && drv+=(--merge "$(cd "$(dirname "$merge")" && pwd)/$(basename "$merge")")
+if [ "$gpus" -ge 2 ]; then
+    # one rank per GPU: one NCCL node, NVLink between the ranks (multicast off, as on the lent
+    # machines); the driver starts the ranks itself
+    NCCL_DEBUG=$nccl_debug NCCL_SOCKET_IFNAME=lo NCCL_NVLS_ENABLE=0 NCCL_MNNVL_ENABLE=0 \
+        CUDA_MODULE_LOADING=EAGER timeout --kill-after=10 $((budget + settle_s + 240)) "${drv[@]}"
+else
+    # The driver runs as the cluster's only "rank": the launcher gives it MPS and the NCCL/plugin
+    # environment, and the driver starts the real ranks itself (a newcomer at any time).
+    scripts/one-gpu-cluster.sh --ranks 1 $mps_flag --timeout $((budget + settle_s + 240)) \
+        --nccl-debug "$nccl_debug" --logs "$work/logs/cluster" -- "${drv[@]}"
+fi
 rc=$?
 echo "---- $out/summary.txt"
 cat "$out/summary.txt" 2>/dev/null || { echo "(none: the driver did not finish; its log:)"; tail -40 "$work/logs/cluster/rank0.log"; }

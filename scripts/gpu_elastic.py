@@ -3,7 +3,8 @@
 inside scripts/one-gpu-cluster.sh, which owns the MPS daemon and the NCCL/plugin environment).
 
 Starts etcd and eepd on 127.0.0.1 and N eep-rank processes on the one GPU (each its own
-NCCL_HOSTID), waits until they run steps at world N, then runs rounds.  A round arms one rank
+NCCL_HOSTID: GIN peers), or with --gpus G one per GPU (NVLink peers of one NCCL node, a newcomer
+on its victim's GPU), waits until they run steps at world N, then runs rounds.  A round arms one rank
 (--arm-file + SIGUSR1) to SIGKILL or SIGSTOP itself right after launching its next kernel of a
 phase (barrier; with --steps moe dispatch, combine, or the barrier that opens each MoE step,
 eep-rank --moe-barrier): a death mid-kernel.  Then it measures, from
@@ -37,11 +38,18 @@ def log(msg):
 class Rank(JsonProc):
     """One eep-rank process and the JSON lines it printed."""
 
-    def __init__(self, slot, args, env, work):
+    def __init__(self, slot, args, env, work, device=None):
         self.slot = slot
+        self.device = device
         self.arm = os.path.join(work, f"rank-{slot}.arm")
         e = dict(env)
-        e["NCCL_HOSTID"] = f"eep-gpu-elastic-{os.getpid()}-{slot}"
+        if device is None:
+            # the one-GPU cluster: each rank a one-GPU NCCL node of its own (GIN peers)
+            e["NCCL_HOSTID"] = f"eep-gpu-elastic-{os.getpid()}-{slot}"
+        else:
+            # one rank per GPU, all of one NCCL node: NVLink (LSA) peers
+            e.pop("NCCL_HOSTID", None)
+            e["EEP_DEVICE"] = str(device)
         cmd = [args.rank_bin, "--steps", args.steps, "--interval-ms", str(args.interval_ms),
                "--timeout-ms", str(args.timeout_ms), "--view-wait-s", "30",
                "--join-timeout-s", "120", "--arm-file", self.arm]
@@ -58,18 +66,22 @@ def gpu_used_mib():
     try:
         out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
                              capture_output=True, text=True, timeout=20).stdout.split()
-        return int(out[0])
-    except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
+        return sum(int(x) for x in out) if out else -1  # every GPU's
+    except (OSError, ValueError, subprocess.TimeoutExpired):
         return -1
 
 
 def gpu_used_by_pid():
-    """{pid: MiB} of the GPU's compute processes (one entry, the MPS server, under MPS)."""
+    """{pid: MiB} of the GPUs' compute processes, summed over GPUs (one entry, the MPS server,
+    under MPS)."""
     try:
         out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory",
                               "--format=csv,noheader,nounits"],
                              capture_output=True, text=True, timeout=20).stdout
-        return {int(a): int(b) for a, b in (ln.split(",") for ln in out.splitlines() if "," in ln)}
+        used = {}
+        for a, b in (ln.split(",") for ln in out.splitlines() if "," in ln):
+            used[int(a)] = used.get(int(a), 0) + int(b)
+        return used
     except (OSError, ValueError, subprocess.TimeoutExpired):
         return {}
 
@@ -86,7 +98,16 @@ class Job:
             self.env.pop(k, None)
 
     def spawn(self):
-        r = Rank(self.slot, self.args, self.env, self.work)
+        device = None
+        if self.args.gpus:
+            # the lowest GPU no live rank holds (a newcomer takes its victim's)
+            busy = {r.device for r in self.ranks if r.alive()}
+            free = [g for g in range(self.args.gpus) if g not in busy]
+            if not free:
+                raise RuntimeError(f"no free GPU for rank slot {self.slot}: all {self.args.gpus} "
+                                   "hold a live rank")
+            device = free[0]
+        r = Rank(self.slot, self.args, self.env, self.work, device)
         self.slot += 1
         self.ranks.append(r)
         return r
@@ -136,12 +157,13 @@ def run(args):
                     "EEP_AGENT_LEASE_TTL_S": "3", "EEP_AGENT_RDMA": "0",
                     # a communicator that cannot form (a member gone during its creation) fails
                     # in 20 s instead of the default 120 s
-                    "EEP_INIT_TIMEOUT_MS": "20000", "EEP_LOG_LEVEL": "info",
-                    # N ranks' kernels share the GPU and wait for one another: every block of
-                    # every rank must be resident at once (a rank that filled the GPU would keep
-                    # the others' from starting): 4 sending + 8 copying SMs a rank
-                    "EEP_EP_NUM_SMS": os.environ.get("EEP_EP_NUM_SMS", "12"),
-                    "EEP_EP_COPY_SMS": os.environ.get("EEP_EP_COPY_SMS", "8")})
+                    "EEP_INIT_TIMEOUT_MS": "20000", "EEP_LOG_LEVEL": "info"})
+    if not args.gpus:
+        # N ranks' kernels share the GPU and wait for one another: every block of every rank
+        # must be resident at once (a rank that filled the GPU would keep the others' from
+        # starting): 4 sending + 8 copying SMs a rank
+        job.env.update({"EEP_EP_NUM_SMS": os.environ.get("EEP_EP_NUM_SMS", "12"),
+                        "EEP_EP_COPY_SMS": os.environ.get("EEP_EP_COPY_SMS", "8")})
     eenv = dict(job.env)
     eenv.update({"EEP_EEPD_ID": "eepd-0", "EEP_EEPD_LISTEN": f"127.0.0.1:{free_port()}",
                  "EEP_EEPD_SETTLE_MS": str(args.settle_ms), "EEP_EEPD_NUM_EXPERTS": "12",
@@ -455,6 +477,9 @@ def main():
     p.add_argument("--work", required=True, help="rank logs and the etcd data")
     p.add_argument("--out", required=True, help="summary.txt and summary.json")
     p.add_argument("--ranks", type=int, default=4)
+    p.add_argument("--gpus", type=int, default=0,
+                   help="one rank per GPU on G GPUs, NVLink peers of one NCCL node (a newcomer "
+                        "takes its victim's GPU); 0: every rank on the one GPU, each its own node")
     p.add_argument("--rounds", type=int, default=20, help="rounds of each kind")
     p.add_argument("--steps", choices=["barrier", "moe"], default="barrier")
     p.add_argument("--interval-ms", type=int, default=10)
@@ -476,6 +501,10 @@ def main():
     args = p.parse_args()
     if args.ranks < 2:
         p.error("--ranks must be at least 2")
+    if args.gpus and not args.ranks <= args.gpus:
+        p.error(f"--gpus {args.gpus}: one rank per GPU, so --ranks {args.ranks} is too many")
+    if args.gpus < 0 or args.gpus == 1:
+        p.error(f"--gpus {args.gpus}: 2 or more (0, the default, puts every rank on one GPU)")
     args.prior_rounds, args.prior_failures, args.call = [], [], 1
     if args.merge:
         try:
@@ -490,6 +519,8 @@ def main():
         args.prior_rounds = [dict(rd, call=rd.get("call", 1)) for rd in prior.get("rounds", [])]
         args.prior_failures = [f if f.startswith("call ") else f"call {args.call - 1}: {f}"
                                for f in prior.get("failures", [])]
+    # a timeout's SIGTERM ends the run through run()'s clean-up: no rank left running
+    signal.signal(signal.SIGTERM, lambda sig, frame: sys.exit(128 + sig))
     try:
         summary = run(args)
     except RuntimeError as e:

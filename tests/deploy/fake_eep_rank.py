@@ -9,7 +9,8 @@ JSON lines (view, step, fault, fenced, dying, inject), honour --arm-file + SIGUS
 its effect - kill/stop as that, exit* exits 4, stall/delay sleep, hang and corrupt-id leave the
 membership for a while (as eviction does) and come back fenced - each after an "inject" line.
 Woken from SIGSTOP, they say they are fenced and register again.  With FAKE_WRONG=1 the rank
-whose NCCL_HOSTID ends in -0 prints one step with a wrong result ("bad") and exits 3.
+whose NCCL_HOSTID ends in -0 prints one step with a wrong result ("bad") and exits 3.  Its view
+lines carry the EEP_DEVICE and NCCL_HOSTID it was given (fake_device, fake_hostid) for the tests.
 """
 import argparse
 import json
@@ -85,7 +86,8 @@ def main():
             epoch += 1
             world = len(ms)
             say(event="view", epoch=epoch, rank=ms.index(os.getpid()), world=world, action="shrink",
-                apply_ms=1.0, local_experts=1, degraded=0, fds=5, gpu_free_mb=0)
+                apply_ms=1.0, local_experts=1, degraded=0, fds=5, gpu_free_mb=0,
+                fake_device=os.environ.get("EEP_DEVICE"), fake_hostid=os.environ.get("NCCL_HOSTID"))
             last = ms
         if armed:
             armed.clear()

@@ -3,7 +3,8 @@
 # the CPU, with a FAKE eep-rank (tests/deploy/fake_eep_rank.py) and the real etcd and eepd: 3
 # ranks, 2 rounds of barrier/KILL and barrier/STOP must PASS with all four rounds measured
 # (detection, interruption, grow), the STOP victims fenced and the survivors' fds sampled after
-# --settle-s; the fd verdict on made-up samples (a leak by kind, a count that settles back); a rank that prints one wrong step
+# --settle-s; the fd verdict on made-up samples (a leak by kind, a count that settles back);
+# --gpus 3 gives each rank a GPU of its own (EEP_DEVICE, no NCCL_HOSTID), a newcomer its victim's; a rank that prints one wrong step
 # must make it FAIL naming the rank.  Skips (77) without etcd or eepd.
 set -u
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -98,6 +99,32 @@ python3 "$root/scripts/gpu_elastic.py" --rank-bin x --eepd-bin x --work "$tmp/w"
     --ranks 4 --merge "$tmp/out-good/summary.json" >/dev/null 2>"$tmp/merge-bad.err"
 [ $? -eq 2 ] && grep -q "ranks 3 there" "$tmp/merge-bad.err" || fail "a mismatched --merge was not refused"
 echo "ok: --merge adds a call's missing rounds to an earlier call's"
+
+# --gpus 3: one rank per GPU (EEP_DEVICE, no NCCL_HOSTID), the newcomer on its victim's GPU
+mkdir -p "$tmp/gpus.ranks"
+FAKE_RANK_DIR="$tmp/gpus.ranks" timeout 240 python3 "$root/scripts/gpu_elastic.py" \
+    --rank-bin "$root/tests/deploy/fake_eep_rank.py" --eepd-bin "$build/bin/eepd" \
+    --etcd-bin "$etcd" --work "$tmp/gpus.work" --out "$tmp/out-gpus" --ranks 3 --gpus 3 \
+    --rounds 1 --start-s 30 --deadline-s 10 --settle-round-s 0.3 --budget-s 120 \
+    >"$tmp/gpus.log" 2>&1 || { tail -20 "$tmp/gpus.log"; fail "driver exit $? with --gpus 3"; }
+grep -q "RESULT: PASS (2/2 rounds ok)" "$tmp/out-gpus/summary.txt" || fail "--gpus 3: not 2/2 ok"
+python3 - "$tmp/gpus.work" "$tmp/out-gpus/summary.json" <<'PY' || fail "--gpus 3: the devices"
+import glob, json, os, sys
+dev = {}
+for f in glob.glob(os.path.join(sys.argv[1], "rank-*.jsonl")):
+    slot = int(os.path.basename(f)[5:-6])
+    views = [e for e in map(json.loads, open(f)) if e.get("event") == "view"]
+    assert views and all(v["fake_hostid"] is None for v in views), (f, views[:1])
+    assert len({v["fake_device"] for v in views}) == 1, f
+    dev[slot] = int(views[0]["fake_device"])
+assert sorted(dev[s] for s in (0, 1, 2)) == [0, 1, 2], dev  # the first three: a GPU each
+kill = [rd for rd in json.load(open(sys.argv[2]))["rounds"] if rd["signal"] == "KILL"]
+assert len(kill) == 1 and dev[3] == dev[kill[0]["victim"]], (dev, kill)  # the newcomer: slot 3
+PY
+python3 "$root/scripts/gpu_elastic.py" --rank-bin x --eepd-bin x --work "$tmp/w" --out "$tmp/o" \
+    --ranks 4 --gpus 3 >/dev/null 2>"$tmp/gpus-bad.err"
+[ $? -eq 2 ] && grep -q "too many" "$tmp/gpus-bad.err" || fail "--gpus 3 --ranks 4 was not refused"
+echo "ok: --gpus puts one rank on each GPU and a newcomer on its victim's"
 
 run wrong FAKE_WRONG=1
 rc=$?
