@@ -19,7 +19,9 @@
 # GIN_ROUND_NOMPS_RANKS ("2"; "" for none), GIN_ROUND_MODES ("mps no-mps"),
 # GIN_ROUND_TIMEOUT_MPS (80 s a run), GIN_ROUND_TIMEOUT_NOMPS (120), GIN_ROUND_RT_RANKS ("2 4 8"),
 # GIN_ROUND_RT_COUNT (20000), GIN_ROUND_RT_TIMEOUT (110: the first run JIT-compiles the GIN
-# barrier with nvcc; later runs hit the shared cache), GIN_ROUND_NCCL_DEBUG (INFO).
+# barrier with nvcc; later runs hit the shared cache), GIN_ROUND_NCCL_DEBUG (INFO),
+# GIN_ROUND_CLUSTER_ARGS (more launcher flags for every run, e.g. "--gpus 2" for one-GPU nodes
+# on separate GPUs, "--gpus 4 --node-gpus 2" for two nodes of 2 GPUs: GIN across, NVLink within).
 #   hybrid   issue 23: hybrid dispatch/combine (every peer a GIN peer, lsaSize 1) at N = 2, 4, 8
 #            with MPS: eep-bench ep (--baseline nccl: NCCL's send/recv over the same plugin)
 #            against the CPU reference in the three modes, bf16 and fp8, -1 ids, a hotspot, a rank
@@ -100,6 +102,8 @@ run() {
     local flags=(--ranks "$n" --allow-killed $((n - 1)) --logs "$logs"
                                   --timeout "$limit" --nccl-debug "${GIN_ROUND_NCCL_DEBUG:-INFO}")
     [ "$mode" = no-mps ] && flags+=(--no-mps)
+    # shellcheck disable=SC2206  # a list of flags
+    [ -n "${GIN_ROUND_CLUSTER_ARGS:-}" ] && flags+=(${GIN_ROUND_CLUSTER_ARGS})
     start=$(date +%s)
     echo "==== $name: $n ranks, $mode, limit $limit s, $(date -u '+%H:%M:%S UTC')" >>"$log"
     # the launcher's own lines; its copies of the rank logs are left out (combined below)

@@ -21,10 +21,18 @@
 #   --plugin PATH      the plugin library (default $BUILD/lib/libnccl-net-eep-gin.so)
 #   --allow-killed R   rank R may end by SIGKILL (a test that kills it on purpose)
 #   --nccl-debug LVL   NCCL_DEBUG for the ranks (default INFO, subsystems INIT,NET)
+#   --gpus G           spread the ranks over G GPUs (default 1: all on the current device):
+#                      rank i on GPU i % G (EEP_DEVICE), for a machine of several GPUs
+#   --node-gpus K      with --gpus: K consecutive ranks form one NCCL node (one NCCL_HOSTID,
+#                      NVLink peers), the nodes reach each other through the plugin (GIN);
+#                      K <= G, so no two ranks of a node share a GPU (default 1: every rank its
+#                      own node).  E.g. 4 GPUs, --ranks 4 --gpus 4 --node-gpus 2: two nodes of
+#                      2 GPUs; 2 GPUs, --ranks 2 --gpus 2: two one-GPU nodes on separate GPUs.
 # Exit: 0 when every rank exited 0 (or, for the allowed one, was killed), 77 when every rank
 # skipped, 1 otherwise.
 set -u
-ranks=2 mps=1 limit=600 logs="" own_logs=0 plugin="" allow_killed=-1 nccl_debug=INFO
+ranks=2 mps=1 limit=600 logs="" own_logs=0 plugin="" allow_killed=-1 nccl_debug=INFO gpus=1
+node_gpus=1
 while [ $# -gt 0 ]; do
     case $1 in
         --ranks) ranks=$2; shift 2 ;;
@@ -34,13 +42,26 @@ while [ $# -gt 0 ]; do
         --plugin) plugin=$2; shift 2 ;;
         --allow-killed) allow_killed=$2; shift 2 ;;
         --nccl-debug) nccl_debug=$2; shift 2 ;;
+        --gpus) gpus=$2; shift 2 ;;
+        --node-gpus) node_gpus=$2; shift 2 ;;
         --) shift; break ;;
         *) echo "usage: $0 --ranks N [--no-mps] [--timeout S] [--logs DIR] [--plugin PATH]" \
-                "[--allow-killed R] [--nccl-debug LVL] -- COMMAND [ARGS...]" >&2; exit 2 ;;
+                "[--allow-killed R] [--nccl-debug LVL] [--gpus G [--node-gpus K]]" \
+                "-- COMMAND [ARGS...]" >&2; exit 2 ;;
     esac
 done
 [ $# -ge 1 ] || { echo "$0: no command (put it after --)" >&2; exit 2; }
-case $ranks in ''|*[!0-9]*) echo "$0: --ranks wants a number" >&2; exit 2 ;; esac
+for v in ranks gpus node_gpus; do
+    case ${!v} in ''|*[!0-9]*|0) echo "$0: --${v//_/-} wants a number of 1 or more" >&2; exit 2 ;; esac
+done
+if [ "$node_gpus" -gt "$gpus" ]; then
+    echo "$0: --node-gpus $node_gpus > --gpus $gpus: two ranks of one node would share a GPU" >&2
+    exit 2
+fi
+if [ $((ranks % node_gpus)) -ne 0 ]; then
+    echo "$0: --ranks $ranks is not a whole number of nodes of --node-gpus $node_gpus" >&2
+    exit 2
+fi
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD:-build}
 case $build in /*) ;; *) build=$root/$build ;; esac
@@ -113,9 +134,19 @@ export NCCL_NET_PLUGIN=$plugin NCCL_NET_PLUGIN_REF_COUNT=1 NCCL_SOCKET_IFNAME=lo
        EEP_WORLD_SIZE=$ranks ONE_GPU_CLUSTER_DIR=$tmp/rdv EEP_BOOTSTRAP=tcp:127.0.0.1:$port \
        NCCL_DEBUG=$nccl_debug NCCL_DEBUG_SUBSYS=${NCCL_DEBUG_SUBSYS:-INIT,NET}
 runid=$$-$RANDOM
-echo "one-gpu-cluster: $ranks ranks of: $*  (logs $logs)"
+if [ "$gpus" -gt 1 ]; then
+    echo "one-gpu-cluster: $ranks ranks on $gpus GPUs, nodes of $node_gpus: $*  (logs $logs)"
+else
+    echo "one-gpu-cluster: $ranks ranks of: $*  (logs $logs)"
+fi
 for ((i = 0; i < ranks; i++)); do
-    EEP_RANK=$i NCCL_HOSTID=eep-one-gpu-$runid-$i \
+    if [ "$gpus" -gt 1 ]; then
+        # a node: node_gpus consecutive ranks, one host id, each rank on a GPU of its own
+        rank_env=(EEP_DEVICE=$((i % gpus)) NCCL_HOSTID=eep-one-gpu-$runid-n$((i / node_gpus)))
+    else
+        rank_env=(NCCL_HOSTID=eep-one-gpu-$runid-$i)
+    fi
+    env EEP_RANK=$i "${rank_env[@]}" \
         setsid -w timeout --kill-after=10 "$limit" "$@" >"$logs/rank$i.log" 2>&1 &
     pids+=($!)
 done

@@ -11,6 +11,9 @@ $(GIN_TEST_BINS): $(BUILD)/tests/gin/%: $(BUILD)/tests/gin/%.o $(GIN_HARNESS_OBJ
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $(filter %.o,$^) $(LDFLAGS) -ldl
 
+# The one-GPU cluster's launcher: where it puts ranks (GPUs, nodes), on the CPU.
+SCRIPT_TESTS += tests/gin/test_one_gpu_cluster_sh.sh
+
 .PHONY: gin-test
 gin-test: $(GIN_TEST_BINS)
 	@BUILD=$(BUILD) tests/run.sh $(GIN_TEST_BINS)

@@ -644,7 +644,8 @@ int main(int argc, char **argv)
         printf("FAIL nccl_version: loaded %d, built against %d\n", version, NCCL_VERSION_CODE);
         return 1;
     }
-    cudaSetDevice(0);
+    /* the launcher's GPU for this rank (scripts/one-gpu-cluster.sh --gpus), else the first */
+    cudaSetDevice(getenv("EEP_DEVICE") != NULL ? atoi(getenv("EEP_DEVICE")) : 0);
     cudaStreamCreateWithFlags(&g.stream, cudaStreamNonBlocking);
     if (ncclMemAlloc((void **)&g.buf, GK_WIN_BYTES) != ncclSuccess) {
         printf("FAIL ncclMemAlloc\n");
