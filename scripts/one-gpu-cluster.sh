@@ -142,9 +142,9 @@ fi
 for ((i = 0; i < ranks; i++)); do
     if [ "$gpus" -gt 1 ]; then
         # a node: node_gpus consecutive ranks, one host id, each rank on a GPU of its own
-        rank_env=(EEP_DEVICE=$((i % gpus)) NCCL_HOSTID=eep-one-gpu-$runid-n$((i / node_gpus)))
+        rank_env=("EEP_DEVICE=$((i % gpus))" "NCCL_HOSTID=eep-one-gpu-$runid-n$((i / node_gpus))")
     else
-        rank_env=(NCCL_HOSTID=eep-one-gpu-$runid-$i)
+        rank_env=("NCCL_HOSTID=eep-one-gpu-$runid-$i")
     fi
     env EEP_RANK=$i "${rank_env[@]}" \
         setsid -w timeout --kill-after=10 "$limit" "$@" >"$logs/rank$i.log" 2>&1 &
