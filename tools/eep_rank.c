@@ -43,7 +43,6 @@
  * wrong, 4 after an injected exit, else the negated eep_status_t (80: no GPU).  Every wait is
  * bounded (an injected hang without ms lasts until SIGTERM).
  */
-#include <dirent.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
@@ -60,6 +59,7 @@
 #include "tools/eep_rank.h"
 #include "util/clock.h"
 #include "util/config.h"
+#include "util/fd_count.h"
 #include "util/log.h"
 
 volatile sig_atomic_t eep_rank_stop, eep_rank_view_flag, eep_rank_arm_req;
@@ -82,22 +82,6 @@ static void eep_rank_notify(void *arg)
     eep_rank_view_flag = 1;
 }
 
-static int eep_rank_fds(void)
-{
-    DIR           *d = opendir("/proc/self/fd");
-    struct dirent *e;
-    int            n = 0;
-
-    if (d == NULL) {
-        return -1;
-    }
-    while ((e = readdir(d)) != NULL) {
-        n += e->d_name[0] != '.';
-    }
-    closedir(d);
-    return n - 1; /* the directory's own fd */
-}
-
 static long long eep_rank_gpu_free_mb(void)
 {
     const eep_cuda_sym_t *cu;
@@ -115,7 +99,7 @@ static void eep_rank_line_view(const eep_rank_t *r)
            "\"action\":\"%s\",\"apply_ms\":%.1f,\"local_experts\":%d,\"degraded\":%d,\"fds\":%d,"
            "\"gpu_free_mb\":%lld}\n",
            eep_clock_wall_ms(), (unsigned long long)r->info.epoch, r->info.rank, r->info.world,
-           r->info.action, r->info.apply_ms, r->info.num_local, r->info.degraded, eep_rank_fds(),
+           r->info.action, r->info.apply_ms, r->info.num_local, r->info.degraded, eep_open_fds(),
            eep_rank_gpu_free_mb());
 }
 

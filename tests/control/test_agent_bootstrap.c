@@ -32,7 +32,7 @@
 #include "tests/control/etcd_test_util.h"
 #include "tests/control/support/eepd_child.h"
 #include "tests/control/support/etcd_server.h"
-#include "tests/common/fd_count.h"
+#include "util/fd_count.h"
 
 #define MAX_RANKS       6
 #define N_RANKS         4
@@ -328,12 +328,11 @@ static int child_churn(void)
         v->epoch++; /* the next view's keys */
         if (i == 4) {
             sleep_ms(200);
-            fds0 =
-                test_open_fds(); /* after the first ones: gRPC's own threads and pollers are up */
+            fds0 = eep_open_fds(); /* after the first ones: gRPC's own threads and pollers are up */
         }
     }
     sleep_ms(200);
-    fds1 = test_open_fds();
+    fds1 = eep_open_fds();
     fprintf(stderr, "open fds after 5 bootstraps %d, after %d: %d\n", fds0, CHURN_VIEWS, fds1);
     if (rc == RC_OK && (fds0 < 0 || fds1 > fds0 + 2)) {
         rc = RC_FDS;

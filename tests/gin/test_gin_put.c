@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "tests/gin/gin_harness.h"
-#include "tests/common/fd_count.h"
+#include "util/fd_count.h"
 
 #define WIN_BYTES (1u << 20)
 #define SRC_BYTES (1u << 20)
@@ -522,7 +522,7 @@ static int case_peer_killed(gt_t *t)
     void      *req;
     int64_t    died_at = 0, seen_at = 0;
     uint64_t   lost0 = peers_lost(), to_live = 0;
-    int        i, failed = 0, got = 0, res, fds0 = test_open_fds(), fds1;
+    int        i, failed = 0, got = 0, res, fds0 = eep_open_fds(), fds1;
 
     GT_CHECK(lost0 != ~0ull, "eep_gin_peers_lost is exported");
     if (mem_setup(t, 0, 1, &m) != 0) {
@@ -585,7 +585,7 @@ static int case_peer_killed(gt_t *t)
     }
     /* a comm that lost a peer gives back every fd it held (the elastic GPU run saw survivors'
        fds creep, ~1 every two views) */
-    fds1 = test_open_fds();
+    fds1 = eep_open_fds();
     fprintf(stderr, "rank %d: open fds %d before the comm, %d after its teardown\n", t->rank, fds0,
             fds1);
     GT_CHECK(fds1 <= fds0, "the comm that lost rank 2 gave its fds back (%d -> %d)", fds0, fds1);
@@ -604,7 +604,7 @@ static int case_peer_killed(gt_t *t)
     if (mem_teardown(t, &n) != 0) {
         return 1;
     }
-    GT_CHECK(test_open_fds() <= fds0, "and the shrunk one too (%d -> %d)", fds0, test_open_fds());
+    GT_CHECK(eep_open_fds() <= fds0, "and the shrunk one too (%d -> %d)", fds0, eep_open_fds());
     return 0;
 }
 

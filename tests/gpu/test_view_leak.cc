@@ -35,7 +35,7 @@
 #include "elastic/runtime/runtime.h"
 #include "tests/common/gpu_test.h"
 #include "util/clock.h"
-#include "tests/common/fd_count.h"
+#include "util/fd_count.h"
 
 #define WINDOW_BYTES (64u << 20)
 #define LEAK_TOL_MIB 8.0
@@ -162,7 +162,7 @@ static void run_variant(eep_runtime_t *rt, eep_bootstrap_t *bs, const eep_cuda_s
         set_release(&s, v, &reclaimed);
         barrier(bs);
         mib = used_mib(cu);
-        fds = test_open_fds();
+        fds = eep_open_fds();
         barrier(bs);
         if (i == 0) { /* the warm-up set */
             mib0 = mib;

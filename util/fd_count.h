@@ -1,12 +1,13 @@
-/* tests/common/fd_count.h - this process's open file descriptors, for the tests that check a
- * teardown gives every fd back (C and C++; test code only). */
-#ifndef EEP_TESTS_COMMON_FD_COUNT_H
-#define EEP_TESTS_COMMON_FD_COUNT_H
+/* util/fd_count.h - this process's open file descriptors: what eep-rank reports after each view
+ * and what the tests that check a teardown gives every fd back count (C and C++, header only:
+ * the GIN plugin's tests link no library). */
+#ifndef EEP_UTIL_FD_COUNT_H
+#define EEP_UTIL_FD_COUNT_H
 
 #include <dirent.h>
 
 /* The open fds of this process (the count's own directory fd left out), or -1. */
-static inline int test_open_fds(void)
+static inline int eep_open_fds(void)
 {
     DIR           *d = opendir("/proc/self/fd");
     struct dirent *e;
@@ -22,4 +23,4 @@ static inline int test_open_fds(void)
     return n - 1;
 }
 
-#endif
+#endif /* EEP_UTIL_FD_COUNT_H */
