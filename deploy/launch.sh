@@ -149,8 +149,8 @@ for i in $(seq 0 $((replicas - 1))); do
     # clean-up stops the ranks, then eepd (which revokes its lease while etcd still answers),
     # then etcd.  The etcd helper's own variables are no eepd knobs.
     setsid env -u EEP_TEST_ETCD_DIR -u EEP_TEST_ETCD_CLIENT_PORTS \
-        ${eepd_env[@]+"${eepd_env[@]}"} EEP_EEPD_ID="eepd-$i" EEP_EEPD_LISTEN="127.0.0.1:$port" EEP_EEPD_METRICS_PORT="$mport" \
-        "$build/bin/eepd" >"$run_dir/eepd-$i.log" 2>&1 &
+        ${eepd_env[@]+"${eepd_env[@]}"} EEP_EEPD_ID="eepd-$i" EEP_EEPD_LISTEN="127.0.0.1:$port" \
+        EEP_EEPD_METRICS_PORT="$mport" "$build/bin/eepd" >"$run_dir/eepd-$i.log" 2>&1 &
     pids+=($!)
     echo "eepd-$i: gRPC 127.0.0.1:$port, metrics http://127.0.0.1:$mport/metrics"
 done

@@ -4,8 +4,8 @@ inside scripts/one-gpu-cluster.sh, which owns the MPS daemon and the NCCL/plugin
 
 Starts etcd and eepd on 127.0.0.1 and N eep-rank processes on the one GPU (each its own
 NCCL_HOSTID: GIN peers), or with --gpus G one per GPU (NVLink peers of one NCCL node, a newcomer
-on its victim's GPU), waits until they run steps at world N, then runs rounds.  A round arms one rank
-(--arm-file + SIGUSR1) to SIGKILL or SIGSTOP itself right after launching its next kernel of a
+on its victim's GPU), waits until they run steps at world N, then runs rounds.  A round arms one
+rank (--arm-file + SIGUSR1) to SIGKILL or SIGSTOP itself right after launching its next kernel of a
 phase (barrier; with --steps moe dispatch, combine, or the barrier that opens each MoE step,
 eep-rank --moe-barrier): a death mid-kernel.  Then it measures, from
 the rank's own "dying" line:
@@ -194,7 +194,6 @@ def run(args):
             kinds = [("dispatch", "KILL"), ("combine", "KILL"), ("barrier", "KILL"),
                      ("dispatch", "STOP"), ("combine", "STOP"), ("barrier", "STOP")]
         deadline_end = time.time() + args.budget_s
-        mem, fds, memp, memp_gone, fdk = [], {}, {}, set(), {}
         # rounds of earlier calls (--merge) count toward --rounds: this call runs the rest
         done = {}
         for rd in args.prior_rounds:
@@ -233,11 +232,11 @@ def run(args):
         settle()
     finally:
         summary["fds_settled_by_pid"] = {str(p): v for p, v in settled.items()}
-        summary["gpu_mem_used_mib"] = mem if "mem" in locals() else []
-        summary["fds_by_pid"] = {str(p): v for p, v in (fds if "fds" in locals() else {}).items()}
-        summary["fd_kinds_by_pid"] = {str(p): v for p, v in (fdk if "fdk" in locals() else {}).items()}
-        summary["gpu_mem_by_pid"] = {str(p): v for p, v in (memp if "memp" in locals() else {}).items()}
-        summary["gpu_mem_pids_not_ranks"] = sorted(memp_gone) if "memp_gone" in locals() else []
+        summary["gpu_mem_used_mib"] = mem
+        summary["fds_by_pid"] = {str(p): v for p, v in fds.items()}
+        summary["fd_kinds_by_pid"] = {str(p): v for p, v in fdk.items()}
+        summary["gpu_mem_by_pid"] = {str(p): v for p, v in memp.items()}
+        summary["gpu_mem_pids_not_ranks"] = sorted(memp_gone)
         for r in job.ranks:
             if r.alive():
                 r.expect_death = True
@@ -362,27 +361,24 @@ def fd_verdict(summary, tol):
     settled = summary.get("fds_settled_by_pid", {})
     kinds = summary.get("fd_kinds_by_pid", {})
 
-    def worst(end):  # (pid, drift) of the largest |drift|, end(pid, series) the sample judged
-        return max(((p, end(p, v) - v[1]) for p, v in series.items()), key=lambda x: abs(x[1]))
-    wp, wd = worst(lambda p, v: v[-1])
-    summary["fd_drift_max"] = wd
-    verdict = wd
-    lines.append(f"open fds of ranks alive >= 3 rounds: worst drift {wd} at the last round -> "
-                 f"{'flat' if abs(wd) <= tol else 'GROWING'}")
-    k = kinds.get(wp, {})
-    if k.get("first") is not None and k.get("last") is not None:
-        lines.append(f"fds of rank pid {wp} by kind, second sample -> last: " +
-                     kinds_moved(k["first"], k["last"]))
+    def judge(end, key, head, at="", trail=""):
+        """The worst |drift| to the sample end(pid, series) gives, its line, and the kinds that
+        moved for that rank from the second sample to its kinds[key]."""
+        p, d = max(((p, end(p, v) - v[1]) for p, v in series.items()), key=lambda x: abs(x[1]))
+        lines.append(f"{head}: worst drift {d}{at} -> {'flat' if abs(d) <= tol else 'GROWING'}"
+                     f"{trail}")
+        k = kinds.get(p, {})
+        if k.get("first") is not None and k.get(key) is not None:
+            lines.append(f"fds of rank pid {p} by kind, second sample -> {key}: " +
+                         kinds_moved(k["first"], k[key]))
+        return d
+    verdict = summary["fd_drift_max"] = judge(lambda p, v: v[-1], "last",
+                                              "open fds of ranks alive >= 3 rounds",
+                                              at=" at the last round")
     if settled:
-        sp, sd = worst(lambda p, v: settled.get(p, v[-1]))
-        summary["fd_drift_settled_max"] = sd
-        verdict = sd
-        lines.append(f"after --settle-s: worst drift {sd} -> "
-                     f"{'flat' if abs(sd) <= tol else 'GROWING'} (ranks sampled: {len(settled)})")
-        k = kinds.get(sp, {})
-        if k.get("first") is not None and k.get("settled") is not None:
-            lines.append(f"fds of rank pid {sp} by kind, second sample -> settled: " +
-                         kinds_moved(k["first"], k["settled"]))
+        verdict = summary["fd_drift_settled_max"] = judge(
+            lambda p, v: settled.get(p, v[-1]), "settled", "after --settle-s",
+            trail=f" (ranks sampled: {len(settled)})")
     if abs(verdict) > tol:
         return lines, f"open fds drifted by {verdict}" + (" after the settle" if settled else "")
     return lines, None
