@@ -11,7 +11,7 @@
 # (build/ is ignored by git), then run scripts/device-run.sh there.
 set -eu
 build=${BUILD:-build}
-make -s all >/dev/null
+make -s all "$build/lib/libeep_agent.so" >/dev/null
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/lib" "$stage/bin" "$stage/build/bin" "$stage/obj"
