@@ -18,6 +18,19 @@ import time
 import urllib.request
 
 
+# the kernel's TCP states (include/net/tcp_states.h), for the sockets no table lists
+_TCP_STATES = {1: "ESTABLISHED", 2: "SYN_SENT", 3: "SYN_RECV", 4: "FIN_WAIT1", 5: "FIN_WAIT2",
+               6: "TIME_WAIT", 7: "CLOSE", 8: "CLOSE_WAIT", 9: "LAST_ACK", 10: "LISTEN",
+               11: "CLOSING"}
+
+
+def _pidfd_getfd(pidfd, fd):
+    """pidfd_getfd(2) (syscall 438 on x86-64 and arm64): a duplicate of another process's fd."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    return libc.syscall(438, pidfd, fd, 0)
+
+
 def now_ms():
     return int(time.time() * 1000)
 
@@ -119,7 +132,8 @@ class JsonProc:
             return -1
 
     def fd_kinds(self):
-        """The open fds by kind: unix/tcp/tcp-listen/udp/other sockets, pipes, anon inodes, device
+        """The open fds by kind: unix/tcp/tcp-listen/udp sockets (those no table lists named from a
+        duplicate: tcp-CLOSE, netlink, ...), pipes, anon inodes, device
         and file paths (digits folded to '#'), so that a drift says what grows; {} when gone."""
         kinds = {}
         socks = {}
@@ -146,7 +160,7 @@ class JsonProc:
             except OSError:
                 continue
             if t.startswith("socket:["):
-                k = "socket:" + socks.get(t[8:-1], "other")
+                k = "socket:" + (socks.get(t[8:-1]) or self._unlisted_socket(int(fd)))
             elif t.startswith("pipe:"):
                 k = "pipe"
             elif t.startswith("anon_inode:"):
@@ -155,6 +169,35 @@ class JsonProc:
                 k = re.sub(r"[0-9]+", "#", t)
             kinds[k] = kinds.get(k, 0) + 1
         return kinds
+
+    def _unlisted_socket(self, fd):
+        """A socket that no /proc/net table lists (a TCP socket whose connect failed or that a reset
+        closed, a netlink socket, ...), named from a duplicate of it (pidfd_getfd, Linux 5.6, needs
+        ptrace rights over the process): e.g. 'tcp-CLOSE' or 'netlink'; 'other' when that fails."""
+        dup = -1
+        try:
+            pidfd = os.pidfd_open(self.pid)
+            try:
+                dup = _pidfd_getfd(pidfd, fd)
+            finally:
+                os.close(pidfd)
+            if dup < 0:
+                return "other"
+            s = socket.socket(fileno=dup)
+            dup = -1  # the socket object owns it now
+            try:
+                if s.family in (socket.AF_INET, socket.AF_INET6) and s.type == socket.SOCK_STREAM:
+                    state = s.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 8)[0]
+                    return "tcp-" + _TCP_STATES.get(state, str(state))
+                return {socket.AF_NETLINK: "netlink", socket.AF_UNIX: "unix"}.get(
+                    s.family, f"family{int(s.family)}")
+            finally:
+                s.close()
+        except (OSError, AttributeError, ValueError):
+            return "other"
+        finally:
+            if dup >= 0:
+                os.close(dup)
 
     def signal(self, sig):
         """Signal the process group (the process alone where the group is gone)."""

@@ -53,6 +53,46 @@ assert fd_verdict({"fds_by_pid": {"9": [1, 2]}}, 8) == ([], None)  # too few rou
 PY
 echo "ok: the fd verdict fails a leak by kind, passes a count that settles back"
 
+# the fd kinds of a real process: a TCP socket whose connect was refused is in no /proc/net table
+# (it was 'socket:other'); it is named from a duplicate (pidfd_getfd) as tcp-CLOSE, beside a
+# netlink socket and a listening one
+python3 - "$root/scripts" <<'PY' || fail "the fd kinds of a process holding refused sockets"
+import os, subprocess, sys, time
+sys.path.insert(0, sys.argv[1])
+import eep_procs
+holder = subprocess.Popen([sys.executable, "-c", """
+import socket, sys, time
+sys.path.insert(0, sys.argv[1])
+from eep_procs import free_port
+held = []
+for _ in range(3):
+    s = socket.socket()
+    try:
+        s.connect(("127.0.0.1", free_port()))
+    except OSError:
+        pass
+    held.append(s)
+held.append(socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0))
+l = socket.socket(); l.bind(("127.0.0.1", 0)); l.listen(); held.append(l)
+print("ready", flush=True)
+time.sleep(30)
+""", sys.argv[1]], stdout=subprocess.PIPE, text=True)
+try:
+    assert holder.stdout.readline().strip() == "ready"
+    p = object.__new__(eep_procs.JsonProc)
+    p.pid = holder.pid
+    kinds = {k: v for k, v in p.fd_kinds().items() if k.startswith("socket:")}
+    want = {"socket:tcp-CLOSE": 3, "socket:netlink": 1, "socket:tcp-listen": 1}
+    if os.geteuid() != 0 and "socket:other" in kinds:
+        print("note: pidfd_getfd refused (not root): the kinds stay 'other'")
+        want = {"socket:other": 4, "socket:tcp-listen": 1}
+    assert kinds == want, kinds
+finally:
+    holder.kill()
+    holder.wait()
+PY
+echo "ok: a refused TCP socket is counted as socket:tcp-CLOSE, not socket:other"
+
 run good
 rc=$?
 [ "$rc" -eq 0 ] || { tail -20 "$tmp/good.log"; fail "driver exit $rc on a healthy fake job"; }
