@@ -10,6 +10,7 @@
  */
 #include "elastic/runtime/runtime.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,6 +21,38 @@
 #include "elastic/runtime/wait_loop.h"
 
 #define EEP_WINDOW_GRANULARITY (2u << 20)
+
+/*
+ * NCCL's RAS (its resiliency service, a thread per process that keeps TCP links to every peer of
+ * every communicator) holds a socket per departed peer and never gives it back: on the one-GPU
+ * cluster a survivor's open fds grew by 12 over 28 fault rounds and stayed up 70 s after the
+ * last (bench/RESULTS.md, issue 24), and were flat with NCCL_RAS_ENABLE=0.  A job whose peers
+ * come and go is what this runtime is for, and it has its own failure detection, so RAS is off
+ * unless the environment says otherwise.  Done once, before this runtime's first NCCL call (NCCL
+ * reads the variable at its first communicator); a value the user set is kept, with a warning.
+ */
+static void eep_runtime_nccl_env_cb(void)
+{
+    const char *ras = getenv("NCCL_RAS_ENABLE");
+
+    if (ras == NULL) {
+        setenv("NCCL_RAS_ENABLE", "0", 0);
+        eep_info(EEP_SUBSYS_RUNTIME, "NCCL_RAS_ENABLE=0 (NCCL's RAS holds a socket per departed "
+                                     "peer; set NCCL_RAS_ENABLE=1 to keep it)");
+    } else if (strcmp(ras, "0") != 0) {
+        eep_warn(EEP_SUBSYS_RUNTIME,
+                 "NCCL_RAS_ENABLE=%s from the environment: NCCL's RAS holds a socket per "
+                 "departed peer, so open fds grow with every rank that leaves",
+                 ras);
+    }
+}
+
+static void eep_runtime_nccl_env_once(void)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+    pthread_once(&once, eep_runtime_nccl_env_cb);
+}
 
 static eep_status_t eep_runtime_check_params(const eep_runtime_params_t *params,
                                              eep_runtime_t             **rt_p)
@@ -188,6 +221,7 @@ eep_status_t eep_runtime_create(const eep_runtime_params_t *params, eep_runtime_
         return EEP_ERR_NO_MEMORY;
     }
     eep_config_check_env_once();
+    eep_runtime_nccl_env_once();
     status = eep_config_load(&eep_runtime_knob_table, &rt->cfg);
     if (status != EEP_OK) {
         goto err_free;

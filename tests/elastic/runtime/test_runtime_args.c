@@ -1,7 +1,8 @@
 /*
  * test_runtime_args.c - what the runtime does without a GPU: argument checks naming the bad field,
  * workspace layout arithmetic, the shared host/device layouts, and EEP_ERR_NO_DEVICE when there
- * is no CUDA driver (forced with the symbol table's test hook, so it holds on GPU machines too).
+ * is no CUDA driver (forced with the symbol table's test hook, so it holds on GPU machines too), and
+ * NCCL's RAS turned off before the first NCCL call unless the user set NCCL_RAS_ENABLE.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -11,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/wait.h>
 #include <cmocka.h>
 
 #include "barrier/barrier_params.h"
@@ -239,6 +241,65 @@ static void test_membership_arguments(void **state)
     assert_non_null(strstr(last_error, "eep_membership_fault"));
 }
 
+/* In a child: NCCL_RAS_ENABLE set to value (unset for NULL), then a runtime create that stops at
+ * the missing driver.  @return 0 if the variable is then want. */
+static int ras_after_create(const char *value, const char *want)
+{
+    eep_bootstrap_params_t bp;
+    eep_runtime_params_t   p;
+    eep_bootstrap_t       *bs;
+    eep_runtime_t         *rt    = NULL;
+    char                   dir[] = "/tmp/eep-rtras-XXXXXX";
+    pid_t                  pid;
+    int                    st = 0;
+
+    pid = fork();
+    if (pid == 0) {
+        const char *now;
+
+        if (value != NULL) {
+            setenv("NCCL_RAS_ENABLE", value, 1);
+        } else {
+            unsetenv("NCCL_RAS_ENABLE");
+        }
+        eep_cuda_sym_test_override("/nonexistent/libcuda.so.1", NULL);
+        memset(&bp, 0, sizeof(bp));
+        bp.size   = sizeof(bp);
+        bp.kind   = EEP_BOOTSTRAP_FILE;
+        bp.nranks = 1;
+        bp.path   = dir;
+        if (mkdtemp(dir) == NULL || eep_bootstrap_create(&bp, &bs) != EEP_OK) {
+            _exit(2);
+        }
+        memset(&p, 0, sizeof(p));
+        p.size      = sizeof(p);
+        p.bootstrap = bs;
+        p.device    = -1;
+        if (eep_runtime_create(&p, &rt) != EEP_ERR_NO_DEVICE) {
+            _exit(3);
+        }
+        eep_bootstrap_destroy(bs);
+        rmdir(dir);
+        now = getenv("NCCL_RAS_ENABLE");
+        _exit(now != NULL && strcmp(now, want) == 0 ? 0 : 1);
+    }
+    if (pid < 0 || waitpid(pid, &st, 0) != pid) {
+        return -1;
+    }
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* NCCL's RAS holds a socket per departed peer (bench/RESULTS.md, issue 24), so a runtime turns it
+ * off before its first NCCL call unless the user set it.  Decided once a process, so each case
+ * runs in a child forked before any other test creates a runtime (this test runs first). */
+static void test_nccl_ras_off_by_default(void **state)
+{
+    (void)state;
+    assert_int_equal(ras_after_create(NULL, "0"), 0);
+    assert_int_equal(ras_after_create("1", "1"), 0);
+    assert_int_equal(ras_after_create("0", "0"), 0);
+}
+
 static void test_no_driver_is_no_device(void **state)
 {
     eep_bootstrap_params_t bp;
@@ -278,6 +339,7 @@ static void test_no_driver_is_no_device(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_nccl_ras_off_by_default), /* first: see there */
         cmocka_unit_test(test_layout),
         cmocka_unit_test(test_gin_reqs),
         cmocka_unit_test(test_shared_layouts),
