@@ -24,12 +24,13 @@
 
 /*
  * NCCL's RAS (its resiliency service, a thread per process that keeps TCP links to every peer of
- * every communicator) holds a socket per departed peer and never gives it back: on the one-GPU
- * cluster a survivor's open fds grew by 12 over 28 fault rounds and stayed up 70 s after the
- * last (bench/RESULTS.md, issue 24), and were flat with NCCL_RAS_ENABLE=0.  A job whose peers
- * come and go is what this runtime is for, and it has its own failure detection, so RAS is off
- * unless the environment says otherwise.  Done once, before this runtime's first NCCL call (NCCL
- * reads the variable at its first communicator); a value the user set is kept, with a warning.
+ * every communicator) keeps sockets for departed peers: on the one-GPU cluster a survivor's open
+ * fds grew by 12 over 28 fault rounds (sockets that no /proc/net table lists) and were still up
+ * 70 s after the last (bench/RESULTS.md, issue 24); with NCCL_RAS_ENABLE=0 they were flat.  A
+ * job whose peers come and go is what this runtime is for, and it has its own failure detection,
+ * so RAS is off unless the environment says otherwise.  Done once, before this runtime's first
+ * NCCL call (NCCL reads the variable at its first communicator); a value the user set is kept,
+ * with a warning.
  */
 static void eep_runtime_nccl_env_cb(void)
 {
@@ -37,12 +38,12 @@ static void eep_runtime_nccl_env_cb(void)
 
     if (ras == NULL) {
         setenv("NCCL_RAS_ENABLE", "0", 0);
-        eep_info(EEP_SUBSYS_RUNTIME, "NCCL_RAS_ENABLE=0 (NCCL's RAS holds a socket per departed "
-                                     "peer; set NCCL_RAS_ENABLE=1 to keep it)");
+        eep_info(EEP_SUBSYS_RUNTIME, "NCCL_RAS_ENABLE=0 (NCCL's RAS keeps sockets for departed "
+                                     "peers; set NCCL_RAS_ENABLE=1 to keep it on)");
     } else if (strcmp(ras, "0") != 0) {
         eep_warn(EEP_SUBSYS_RUNTIME,
-                 "NCCL_RAS_ENABLE=%s from the environment: NCCL's RAS holds a socket per "
-                 "departed peer, so open fds grow with every rank that leaves",
+                 "NCCL_RAS_ENABLE=%s from the environment: NCCL's RAS keeps sockets for "
+                 "departed peers, so open fds grow as ranks leave",
                  ras);
     }
 }
