@@ -25,8 +25,8 @@
 # ~8 minutes with the default.  --nccl-debug (WARN) is the ranks' NCCL_DEBUG, with
 # NCCL_DEBUG_SUBSYS from the environment (default INIT,NET: INFO then carries the GIN plugin's
 # registration census).  --settle-s (0) waits S s after the rounds and judges the fds on one more
-# sample (a connection that times out a while after each view is no leak; NCCL's RAS, for one,
-# retries a departed peer for up to 60 s: RAS_PEER_DEAD_TIMEOUT in src/ras).  Exit 0 when every
+# sample (a connection that times out a while after each view is no leak; the fd kinds that
+# moved are printed, e.g. the sockets NCCL's RAS kept when it was on).  Exit 0 when every
 # round passed, 1 otherwise, 2 for usage, 77 without a GPU.
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
