@@ -23,6 +23,14 @@ const char *eep_config_system_env(const char *name)
     return getenv(name);
 }
 
+int eep_config_system_env_default(const char *name, const char *value)
+{
+    if (getenv(name) != NULL) {
+        return 0;
+    }
+    return setenv(name, value, 0) == 0 ? 1 : -1;
+}
+
 static int eep_config_parse_bool(const char *s, int *out)
 {
     static const char *const yes[] = { "1", "y", "yes", "true", "on" };

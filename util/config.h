@@ -130,6 +130,13 @@ void eep_config_check_env_once(void);
  */
 const char *eep_config_system_env(const char *name);
 
+/**
+ * Give a variable that is not ours (one another library reads, e.g. NCCL's) @p value when the
+ * environment does not set it; call before that library reads it, never while other threads may
+ * read the environment.  @return 1 if it was set here, 0 if the environment had it, -1 on error.
+ */
+int eep_config_system_env_default(const char *name, const char *value);
+
 #ifdef __cplusplus
 }
 #endif

@@ -34,13 +34,12 @@
  */
 static void eep_runtime_nccl_env_cb(void)
 {
-    const char *ras = getenv("NCCL_RAS_ENABLE");
+    const char *ras;
 
-    if (ras == NULL) {
-        setenv("NCCL_RAS_ENABLE", "0", 0);
+    if (eep_config_system_env_default("NCCL_RAS_ENABLE", "0") == 1) {
         eep_info(EEP_SUBSYS_RUNTIME, "NCCL_RAS_ENABLE=0 (NCCL's RAS keeps sockets for departed "
                                      "peers; set NCCL_RAS_ENABLE=1 to keep it on)");
-    } else if (strcmp(ras, "0") != 0) {
+    } else if ((ras = eep_config_system_env("NCCL_RAS_ENABLE")) != NULL && strcmp(ras, "0") != 0) {
         eep_warn(EEP_SUBSYS_RUNTIME,
                  "NCCL_RAS_ENABLE=%s from the environment: NCCL's RAS keeps sockets for "
                  "departed peers, so open fds grow as ranks leave",
