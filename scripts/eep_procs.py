@@ -132,9 +132,9 @@ class JsonProc:
             return -1
 
     def fd_kinds(self):
-        """The open fds by kind: unix/tcp/tcp-listen/udp sockets (those no table lists named from a
-        duplicate: tcp-CLOSE, netlink, ...), pipes, anon inodes, device
-        and file paths (digits folded to '#'), so that a drift says what grows; {} when gone."""
+        """The open fds by kind: unix/tcp/tcp-listen/udp sockets (one that no table lists is named
+        from a duplicate: tcp-CLOSE, netlink, ...), pipes, anon inodes, device and file paths
+        (digits folded to '#'), so that a drift says what grows; {} when gone."""
         kinds = {}
         socks = {}
         for table, name in (("unix", "unix"), ("tcp", "tcp"), ("tcp6", "tcp"), ("udp", "udp")):
