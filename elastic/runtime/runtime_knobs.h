@@ -17,6 +17,7 @@ typedef struct {
     char     bootstrap[EEP_KNOB_STRING_MAX];     /* EEP_BOOTSTRAP */
     int64_t  bootstrap_timeout_ms;               /* EEP_BOOTSTRAP_TIMEOUT_MS */
     char     gpu_share_dir[EEP_KNOB_STRING_MAX]; /* EEP_GPU_SHARE_DIR */
+    int      view_release_early;                 /* EEP_VIEW_RELEASE_EARLY */
 } eep_runtime_config_t;
 
 extern const eep_knob_table_t eep_runtime_knob_table;

@@ -145,6 +145,13 @@ static eep_status_t eep_runtime_view_apply(eep_runtime_t *rt, const eep_view_t *
     memset(&plan, 0, sizeof(plan));
     rt->applying_epoch = view != NULL ? view->epoch : 0;
     status             = eep_view_machine_apply(rt->vm, view, &plan);
+    if (status == EEP_ERR_STALE_EPOCH && !rt->fenced && rt->vm->set.comm == NULL) {
+        /* Given up after the old set was released early (EEP_VIEW_RELEASE_EARLY): none is
+           left, so nothing may run until the newer view is applied (fresh). */
+        eep_runtime_fence(rt);
+        rt->last_action = "abandoned";
+        return status;
+    }
     if (status == EEP_ERR_STALE_EPOCH || status == EEP_ERR_INVALID_ARG) {
         /* Nothing changed; a flag raised above for nothing is lowered again. */
         if (!rt->fenced && rt->buf != NULL && before == EEP_ABORT_NONE) {
@@ -279,12 +286,13 @@ eep_status_t eep_runtime_membership_start(eep_runtime_t *rt, const eep_membershi
         return EEP_ERR_NO_MEMORY;
     }
     memset(&mp, 0, sizeof(mp));
-    mp.size       = sizeof(mp);
-    mp.comm_ops   = ops;
-    mp.comm_ctx   = rt;
-    mp.membership = &rt->membership;
-    mp.timeout_ms = (int)rt->cfg.init_timeout_ms;
-    status        = eep_view_machine_init(rt->vm, &mp);
+    mp.size          = sizeof(mp);
+    mp.comm_ops      = ops;
+    mp.comm_ctx      = rt;
+    mp.membership    = &rt->membership;
+    mp.timeout_ms    = (int)rt->cfg.init_timeout_ms;
+    mp.release_early = (int)rt->cfg.view_release_early;
+    status           = eep_view_machine_init(rt->vm, &mp);
     if (status != EEP_OK) {
         free(rt->vm);
         rt->vm = NULL;

@@ -398,7 +398,7 @@ eep_status_t eep_view_machine_apply(eep_view_machine_t *m, const eep_view_t *nex
     eep_view_copy_t     copy;
     eep_view_plan_t     plan;
     eep_status_t        status;
-    int                 attempt = 0;
+    int                 attempt = 0, released = 0;
 
     if (m == NULL) {
         eep_error(EEP_SUBSYS_RUNTIME, "eep_view_machine_apply: m is NULL");
@@ -451,10 +451,29 @@ eep_status_t eep_view_machine_apply(eep_view_machine_t *m, const eep_view_t *nex
         }
     }
     if (plan.action == EEP_VIEW_ACTION_FRESH && status != EEP_ERR_STALE_EPOCH) {
+        if (m->p.release_early && eep_view_have_set(m)) {
+            /* the old set's release overlaps the new communicator's creation */
+            eep_view_drop_set(m);
+            released = 1;
+        }
         status = eep_view_make_fresh(m, next, attempt, &set);
     }
     if (plan_p != NULL) {
         *plan_p = plan;
+    }
+    if (status == EEP_ERR_STALE_EPOCH && released) {
+        /* Abandoned, but the old set is gone: no communicator here until a view is applied
+           (fresh, as for a newcomer); no report, since nothing failed. */
+        eep_warn(EEP_SUBSYS_RUNTIME,
+                 "view: epoch %llu abandoned (fresh): a newer view is waiting; the old set was "
+                 "released early, so none is left",
+                 (unsigned long long)next->epoch);
+        eep_view_copy_free(&copy);
+        m->fault_pending = 0;
+        memset(m->dead, 0, sizeof(m->dead));
+        m->state = EEP_VIEW_STATE_FAILED;
+        m->stats.abandoned++;
+        return EEP_ERR_STALE_EPOCH;
     }
     if (status == EEP_ERR_STALE_EPOCH) {
         /* Abandoned for a newer view: keep everything as it was (the epoch counts as seen). */

@@ -20,7 +20,8 @@
  *
  * A step that fails with EEP_ERR_STALE_EPOCH was abandoned (a newer view is waiting and a member
  * never came): nothing changes (the old set, view and state stay; the epoch counts as seen), no
- * fallback, no report: the newer view is applied from where the rank was, as on the other members.
+ * fallback, no report: the newer view is applied from where the rank was, as on the other members
+ * (with params.release_early, a fresh view's old set is already gone: state FAILED, no report).
  *
  * Order of steps: the new communicator, its window and its device communicator are made before
  * anything of the old set is touched; then the new set is swapped in, and only then is the old
@@ -107,6 +108,12 @@ typedef struct {
     void                      *comm_ctx;
     const eep_membership_t    *membership; /* publish_uid, fetch_uid, report_fault */
     int                        timeout_ms; /* the unique id fetch; 0: 10 s */
+    /* A fresh view hands the old set to abort_async when it starts building, not once the new
+       set is complete, so that the release overlaps the new communicator's creation (a release
+       is 50-512 ms of NCCL's destroy; bench/RESULTS.md, session 27).  The price: a fresh view
+       given up for a newer one leaves the rank with no set (state FAILED, no report), and the
+       newer view is then fresh here.  0 (the default): the order described above. */
+    int release_early;
 } eep_view_machine_params_t;
 
 #define EEP_VIEW_DEAD_WORDS (EEP_MAX_RANKS / 64)

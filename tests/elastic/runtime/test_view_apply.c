@@ -961,6 +961,78 @@ static void test_abandoned_view(void **state)
     eep_view_machine_cleanup(&ranks[4].m);
 }
 
+/*
+ * params.release_early (EEP_VIEW_RELEASE_EARLY): a fresh view hands the old set to abort_async
+ * before it builds the new one (the release overlaps the creation); a shrink keeps the usual
+ * order.  A fresh view given up after that leaves no set: state FAILED, no report, and the newer
+ * view is fresh on every member alike, even where it only removes members.
+ */
+static void test_release_early(void **state)
+{
+    static const char *const ABCDE[] = { "a", "b", "c", "d", "e" };
+    static const char *const ABCDF[] = { "a", "b", "c", "d", "f" };
+    fake_rank_t              ranks[6];
+    tview_t                  t;
+    int                      mark[4], i;
+
+    (void)state;
+    cluster4(ranks, mark);
+    for (i = 0; i < 4; i++) {
+        ranks[i].m.p.release_early = 1;
+    }
+    rank_init(&ranks[4], "e");
+    apply_all(ranks, 5, 2, ABCDE, 5, 0, EEP_OK);
+    expect_log(&ranks[0].fc, mark[0], "abort c1", "uid u2", "publish e2 a0 u2",
+               "create u2 world 5 rank 0 -> c2", "window c2", "devcomm c2", NULL);
+    expect_log(&ranks[2].fc, mark[2], "abort c1", "fetch e2 a0 u2",
+               "create u2 world 5 rank 2 -> c2", "window c2", "devcomm c2", NULL);
+    for (i = 0; i < 4; i++) {
+        assert_int_equal(ranks[i].m.state, EEP_VIEW_STATE_RUNNING);
+        assert_int_equal(ID(ranks[i].m.set.comm), 2);
+        mark[i] = ranks[i].fc.n;
+    }
+    /* a shrink: the old set goes after the new one is made, as without the flag */
+    apply_all(ranks, 4, 3, ABCD, 4, 0, EEP_OK);
+    expect_log(&ranks[1].fc, mark[1], "shrink c2 -[4] -> c3", "window c3", "devcomm c3", "abort c2",
+               NULL);
+    for (i = 0; i < 4; i++) {
+        mark[i] = ranks[i].fc.n;
+    }
+    /* a newcomer f that never comes: every member gives the fresh view up, with no set left */
+    for (i = 0; i < 4; i++) {
+        ranks[i].fc.abandon = 1;
+        assert_int_equal(
+            eep_view_machine_apply(&ranks[i].m, tview(&t, 4, ABCDF, 5, ranks[i].id, 0), NULL),
+            EEP_ERR_STALE_EPOCH);
+        assert_int_equal(ranks[i].m.state, EEP_VIEW_STATE_FAILED);
+        assert_null(ranks[i].m.set.comm);
+        assert_int_equal(ranks[i].m.stats.abandoned, 1);
+        assert_int_equal(eep_view_machine_fault(&ranks[i].m, 1, "dispatch timeout"),
+                         EEP_ERR_FENCED);
+    }
+    expect_log(&ranks[0].fc, mark[0], "abort c3", "uid u3", "publish e4 a0 u3",
+               "create u3 world 5 rank 0 abandoned", NULL);
+    expect_log(&ranks[3].fc, mark[3], "abort c3", "fetch e4 a0 u3",
+               "create u3 world 5 rank 3 abandoned", NULL);
+    assert_int_equal(n_reports, 0);
+    for (i = 0; i < 4; i++) {
+        mark[i] = ranks[i].fc.n;
+    }
+    /* the newer view has epoch 3's members: fresh on all (no set to shrink), nothing to abort */
+    apply_all(ranks, 4, 5, ABCD, 4, 0, EEP_OK);
+    expect_log(&ranks[0].fc, mark[0], "uid u4", "publish e5 a0 u4",
+               "create u4 world 4 rank 0 -> c4", "window c4", "devcomm c4", NULL);
+    expect_log(&ranks[2].fc, mark[2], "fetch e5 a0 u4", "create u4 world 4 rank 2 -> c4",
+               "window c4", "devcomm c4", NULL);
+    for (i = 0; i < 4; i++) {
+        assert_int_equal(ranks[i].m.state, EEP_VIEW_STATE_RUNNING);
+        assert_int_equal(ranks[i].m.view.epoch, 5);
+    }
+    assert_int_equal(n_reports, 0);
+    cluster_cleanup(ranks, 4);
+    eep_view_machine_cleanup(&ranks[4].m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -981,6 +1053,7 @@ int main(void)
         cmocka_unit_test_setup(test_two_views_in_a_row, setup),
         cmocka_unit_test_setup(test_init_arguments, setup),
         cmocka_unit_test_setup(test_abandoned_view, setup),
+        cmocka_unit_test_setup(test_release_early, setup),
     };
 
     eep_log_set_level(EEP_LOG_LEVEL_ERROR);
