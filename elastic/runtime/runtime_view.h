@@ -2,7 +2,7 @@
  * runtime_view.h - applying a membership view: the state machine that decides, from the current
  * view, the new one and this rank's state, what to do with the communicator, and does it in a
  * fixed order through an ops table of communicator operations (NCCL in the runtime, a fake in
- * tests/elastic/runtime/test_view_apply.c).  Pure host code: no CUDA, no NCCL.
+ * tests/elastic/runtime/view_apply_fake.h).  Pure host code: no CUDA, no NCCL.
  *
  * The decision depends on the two views alone (never on what this rank saw locally), so every
  * survivor of a view change makes the same one, with the same exclusion list:
