@@ -24,11 +24,16 @@ _TCP_STATES = {1: "ESTABLISHED", 2: "SYN_SENT", 3: "SYN_RECV", 4: "FIN_WAIT1", 5
                11: "CLOSING"}
 
 
+_libc = None
+
+
 def _pidfd_getfd(pidfd, fd):
     """pidfd_getfd(2) (syscall 438 on x86-64 and arm64): a duplicate of another process's fd."""
-    import ctypes
-    libc = ctypes.CDLL(None, use_errno=True)
-    return libc.syscall(438, pidfd, fd, 0)
+    global _libc
+    if _libc is None:
+        import ctypes
+        _libc = ctypes.CDLL(None, use_errno=True)
+    return _libc.syscall(438, pidfd, fd, 0)
 
 
 def now_ms():
