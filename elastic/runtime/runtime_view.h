@@ -112,7 +112,8 @@ typedef struct {
        set is complete, so that the release overlaps the new communicator's creation (a release
        is 50-512 ms of NCCL's destroy; bench/RESULTS.md, session 27).  The price: a fresh view
        given up for a newer one leaves the rank with no set (state FAILED, no report), and the
-       newer view is then fresh here.  0 (the default): the order described above. */
+       newer view is then fresh here.  0: the order described above.  The runtime sets it from
+       EEP_VIEW_RELEASE_EARLY (default 1: the grow goal was met only with it, session 28). */
     int release_early;
 } eep_view_machine_params_t;
 
