@@ -16,7 +16,9 @@
  * members a b c e in order, d is fenced and holds no communicator; a stray store never lands in a
  * window that a rank uses under a view without d (fresh windows per view); each communicator set
  * is released exactly once and only after its successor exists (no leak, no double abort); a
- * timeout before V reports d once per survivor and marks its 4 of 16 experts lost.
+ * timeout before V reports d once per survivor and marks its 4 of 16 experts lost.  Every ordering
+ * runs twice: with the old set released once the new one is complete, and released early (when a
+ * fresh view starts building: params.release_early, the runtime's default).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -94,12 +96,16 @@ static eep_status_t fake_uid_create(void *ctx, eep_comm_uid_t *uid_p)
     return EEP_OK;
 }
 
+static int creates, creates_beside_old; /* fresh communicators; those made with an old set alive */
+
 static eep_status_t fake_create(void *ctx, const eep_comm_uid_t *uid, int world, int rank,
                                 void **comm_p)
 {
     fake_rank_t *r = ctx;
     fake_comm_t *c;
 
+    creates++;
+    creates_beside_old += r->live_sets > 0;
     if (r->fail_create) {
         return EEP_ERR_TIMEOUT; /* a member of the view is down: the init never completes */
     }
@@ -427,6 +433,8 @@ static void ev_duplicate(void)
 
 /* ---- one ordering --------------------------------------------------------------------------- */
 
+static int release_early; /* params.release_early of every rank in the next ordering */
+
 static void run_ordering(const char *order)
 {
     eep_view_machine_params_t p;
@@ -443,10 +451,11 @@ static void run_ordering(const char *order)
         ranks[i].ms.ops = &fake_membership_ops;
         ranks[i].ms.ctx = &ranks[i];
         memset(&p, 0, sizeof(p));
-        p.size       = sizeof(p);
-        p.comm_ops   = &fake_comm_ops;
-        p.comm_ctx   = &ranks[i];
-        p.membership = &ranks[i].ms;
+        p.size          = sizeof(p);
+        p.comm_ops      = &fake_comm_ops;
+        p.comm_ctx      = &ranks[i];
+        p.membership    = &ranks[i].ms;
+        p.release_early = release_early;
         assert_int_equal(eep_view_machine_init(&ranks[i].m, &p), EEP_OK);
     }
     n_members = 4;
@@ -530,24 +539,36 @@ static int next_perm(char *s, int n)
 
 static void test_every_ordering(void **state)
 {
-    char order[] = "DNTVZ"; /* sorted: the first permutation */
-    int  n = 0, with_stray = 0;
-
     (void)state;
-    do {
-        if (strchr(order, 'D') < strchr(order, 'V')) {
-            continue; /* a duplicate of V comes after V */
+    for (release_early = 0; release_early <= 1; release_early++) {
+        char order[] = "DNTVZ"; /* sorted: the first permutation */
+        int  n = 0, with_stray = 0;
+
+        creates = creates_beside_old = 0;
+        do {
+            if (strchr(order, 'D') < strchr(order, 'V')) {
+                continue; /* a duplicate of V comes after V */
+            }
+            run_ordering(order);
+            for (int w = 0; w < n_windows; w++) {
+                with_stray += windows[w].data[0] == STRAY;
+            }
+            n++;
+        } while (next_perm(order, 5));
+        printf("release_early %d: %d orderings of T V N Z D passed; %d stray stores landed, none "
+               "in a window in use\n",
+               release_early, n, with_stray);
+        assert_int_equal(n, 60);
+        assert_true(with_stray > 0); /* the zombie did store somewhere: the check had teeth */
+        /* Released early, no fresh communicator is built beside an old set; else survivors do. */
+        assert_true(creates > 0);
+        if (release_early) {
+            assert_int_equal(creates_beside_old, 0);
+        } else {
+            assert_true(creates_beside_old > 0);
         }
-        run_ordering(order);
-        for (int w = 0; w < n_windows; w++) {
-            with_stray += windows[w].data[0] == STRAY;
-        }
-        n++;
-    } while (next_perm(order, 5));
-    printf("%d orderings of T V N Z D passed; %d stray stores landed, none in a window in use\n", n,
-           with_stray);
-    assert_int_equal(n, 60);
-    assert_true(with_stray > 0); /* the zombie did store somewhere: the check had teeth */
+    }
+    release_early = 0;
 }
 
 /* Two of the orderings by name, so that a failure names a plain scenario. */
