@@ -260,6 +260,33 @@ static eep_status_t graph_times(eep_bench_ctx_t *ctx, eep_runtime_t *rt,
     return status;
 }
 
+/*
+ * --trace: the host's time in the timed dispatch loop's calls by part (eep_ep_host_trace, @p ms
+ * and @p calls before and after the loop), beside the loop's enqueue time and its time a call
+ * once the stream is done: a loop whose enqueue time is its time is bound by the host.
+ */
+static void print_host_trace(int rank, double (*ms)[EEP_EP_HOST_PARTS], const uint64_t *calls,
+                             double enqueued_us, double call_us)
+{
+    static const char *names[EEP_EP_HOST_PARTS] = { "checks", "fork", "launch", "counts", "rest" };
+    const double       n                        = (double)(calls[1] - calls[0]);
+    double             sum                      = 0;
+    int                k;
+
+    if (n <= 0) {
+        return;
+    }
+    printf("host rank %d dispatch us a call: %.1f enqueued, %.1f done |", rank, enqueued_us,
+           call_us);
+    for (k = 0; k < EEP_EP_HOST_PARTS; k++) {
+        const double us = (ms[1][k] - ms[0][k]) * 1e3 / n;
+
+        sum += us;
+        printf(" %s %.1f", names[k], us);
+    }
+    printf(" | in calls %.1f\n", sum);
+}
+
 /* eep_dispatch/eep_combine on this rank, over a runtime that adopts the benchmark's
    communicator: check, then time.  Whatever stops it is said in res->why. */
 eep_status_t eep_bench_ep_run_ours(eep_bench_ctx_t *ctx, const bench_opts_t *o,
@@ -283,8 +310,9 @@ eep_status_t eep_bench_ep_run_ours(eep_bench_ctx_t *ctx, const bench_opts_t *o,
     int32_t              *host_counts = calloc(El + 1, sizeof(int32_t));
     uint16_t             *out1 = malloc(out_bytes + 2), *out2 = malloc(out_bytes + 2);
     eep_status_t          status = EEP_OK;
-    int                   i;
-    double                t0;
+    int                   i, host_traced;
+    double                t0, enqueued_us, host_ms[2][EEP_EP_HOST_PARTS];
+    uint64_t              host_calls[2];
 
     memset(&v, 0, sizeof(v));
     if (host_counts == NULL || out1 == NULL || out2 == NULL) {
@@ -425,14 +453,19 @@ eep_status_t eep_bench_ep_run_ours(eep_bench_ctx_t *ctx, const bench_opts_t *o,
     if ((status = line_up(ctx, y)) != EEP_OK) {
         goto out;
     }
-    t0 = eep_bench_ep_now_us();
+    host_traced = eep_ep_host_trace(rt, host_ms[0], &host_calls[0]) == EEP_OK;
+    t0          = eep_bench_ep_now_us();
     for (i = 0; i < o->iters; i++) {
         if ((status = eep_dispatch(rt, &a, &h, ctx->stream)) != EEP_OK) {
             goto out;
         }
     }
+    enqueued_us = (eep_bench_ep_now_us() - t0) / o->iters;
     CU_TRY(cu->cuStreamSynchronize(ctx->stream));
     res->dispatch_us = (eep_bench_ep_now_us() - t0) / o->iters;
+    if (host_traced && eep_ep_host_trace(rt, host_ms[1], &host_calls[1]) == EEP_OK) {
+        print_host_trace(ctx->rank, host_ms, host_calls, enqueued_us, res->dispatch_us);
+    }
     if ((status = line_up(ctx, y)) != EEP_OK) {
         goto out;
     }

@@ -387,8 +387,9 @@ eep_status_t eep_dispatch(eep_runtime_t *rt, const eep_dispatch_args_t *args,
     eep_ep_sm_plan_t      plan;
     int                   El, NC, sw, sms, copy, idx_bits;
     size_t                dyn, hb, sb;
-    int64_t               rows    = 0;
-    int                   ce_owed = 0;
+    int64_t               rows      = 0;
+    int                   ce_owed   = 0;
+    const double          called_ms = eep_clock_ms(); /* EEP_EP_TRACE's host parts */
 
     if (rt == NULL) {
         eep_error(EEP_SUBSYS_KERNEL, "dispatch: invalid argument rt: NULL runtime");
@@ -406,6 +407,7 @@ eep_status_t eep_dispatch(eep_runtime_t *rt, const eep_dispatch_args_t *args,
     if ((status = eep_ep_prepare(rt, &shape, 0, &cu, &st, &p)) != EEP_OK) {
         return status;
     }
+    st->host_at = called_ms;
     p.dead_mask = eep_ep_args_dead_mask(args, &world);
     eep_ep_reach_masks_of(rt, st, &p);
     if (args->size >= offsetof(eep_dispatch_args_t, num_dropped) + sizeof(args->num_dropped)) {
@@ -471,8 +473,9 @@ eep_status_t eep_dispatch(eep_runtime_t *rt, const eep_dispatch_args_t *args,
     eep_ep_params_handle(&p, h);
     idx_bits = args->topk_idx_dtype == EEP_INDEX_INT64 ? 64 : 32;
 
-    hb     = (size_t)shape.hidden * eep_ep_elem_bytes(shape.dtype);
-    sb     = shape.dtype == EEP_DTYPE_FP8_E4M3 ? (size_t)shape.hidden / 128 * 4 : 0;
+    hb = (size_t)shape.hidden * eep_ep_elem_bytes(shape.dtype);
+    sb = shape.dtype == EEP_DTYPE_FP8_E4M3 ? (size_t)shape.hidden / 128 * 4 : 0;
+    eep_ep_host_mark(st, EEP_EP_HOST_CHECKS);
     status = eep_ep_solo_wanted(st, &shape, args)
                  ? eep_ep_solo_dispatch(rt, st, cu, &shape, args, h, idx_bits, plan.budget, hb, sb,
                                         stream, &p, &rows, &ce_owed)
@@ -499,6 +502,8 @@ eep_status_t eep_dispatch(eep_runtime_t *rt, const eep_dispatch_args_t *args,
     }
     h->seq++;
     *handle_p = h;
+    eep_ep_host_mark(st, EEP_EP_HOST_REST);
+    st->host_calls++;
     rt->n_dispatch++;
     rt->dispatch_bytes += (uint64_t)args->num_tokens * shape.num_topk * shape.hidden *
                           eep_ep_elem_bytes(shape.dtype);

@@ -73,6 +73,24 @@ struct eep_ep_handle {
 struct eep_runtime;
 eep_status_t eep_ep_trace_copy(struct eep_runtime *rt, int combine, uint64_t *stamps, size_t n);
 
+/* The parts of a dispatch call's host time (EEP_EP_TRACE=1, eep_ep_host_trace). */
+enum {
+    EEP_EP_HOST_CHECKS, /* from the call to the first enqueue: arguments, state, plan, handle */
+    EEP_EP_HOST_FORK,   /* the copy engine's fork: events and the copy on the state's stream */
+    EEP_EP_HOST_LAUNCH, /* the (first) dispatch kernel's launch */
+    EEP_EP_HOST_COUNTS, /* CPU_SYNC: the wait for the counts, and the outputs sized */
+    EEP_EP_HOST_REST,   /* later launches, the join, the handle's bookkeeping, to the return */
+    EEP_EP_HOST_PARTS
+};
+
+/*
+ * EEP_EP_TRACE=1 only: the host's milliseconds in eep_dispatch calls that returned EEP_OK, by
+ * part (EEP_EP_HOST_*), summed since the state was made, into @p ms [EEP_EP_HOST_PARTS], and
+ * their number into *@p calls (take differences around a loop).
+ * @return EEP_ERR_NOT_FOUND when tracing is off or nothing was dispatched yet.
+ */
+eep_status_t eep_ep_host_trace(struct eep_runtime *rt, double *ms, uint64_t *calls);
+
 /**
  * The handle's device arrays for a call of shape @p s, one allocation made once per handle
  * (released by eep_ep_handle_destroy through the hook this sets).

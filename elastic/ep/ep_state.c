@@ -17,6 +17,7 @@
 #include "elastic/ep/ep_kernels.h"
 #include "elastic/ep/ep_mode.h"
 #include "elastic/ep/ep_sm_model.h"
+#include "util/clock.h"
 #include "util/log.h"
 #include "elastic/runtime/runtime.h"
 
@@ -409,6 +410,26 @@ const char *eep_ep_transport(eep_runtime_t *rt)
         return NULL;
     }
     return st->hybrid ? "hybrid" : "direct";
+}
+
+void eep_ep_host_mark(struct eep_ep_state *st, int part)
+{
+    if (st->cfg.trace) {
+        const double now = eep_clock_ms();
+
+        st->host_ms[part] += now - st->host_at;
+        st->host_at = now;
+    }
+}
+
+eep_status_t eep_ep_host_trace(eep_runtime_t *rt, double *ms, uint64_t *calls)
+{
+    if (rt == NULL || rt->ep == NULL || !rt->ep->cfg.trace || ms == NULL || calls == NULL) {
+        return EEP_ERR_NOT_FOUND;
+    }
+    memcpy(ms, rt->ep->host_ms, sizeof(rt->ep->host_ms));
+    *calls = rt->ep->host_calls;
+    return EEP_OK;
 }
 
 eep_status_t eep_ep_trace_copy(eep_runtime_t *rt, int combine, uint64_t *stamps, size_t n)

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "eep/ep.h"
+#include "elastic/ep/ep_handle.h"
 #include "elastic/ep/ep_knobs.h"
 #include "elastic/ep/ep_layout.h"
 #include "elastic/gpu/cuda_sym.h"
@@ -60,7 +61,15 @@ struct eep_ep_state {
        its own and the fork and join events, made at its first use */
     CUstream ce_stream;
     CUevent  ce_fork, ce_join;
+    /* EEP_EP_TRACE: the host's milliseconds in dispatch calls by part (EEP_EP_HOST_*, summed
+       over host_calls calls; eep_ep_host_mark), host_at the last mark */
+    double   host_ms[EEP_EP_HOST_PARTS];
+    double   host_at;
+    uint64_t host_calls;
 };
+
+/* EEP_EP_TRACE: the host's time in this dispatch call since the last mark goes to @p part. */
+void eep_ep_host_mark(struct eep_ep_state *st, int part);
 
 /**
  * The runtime's state, made at its first call (and the mode chosen again after a view).
