@@ -67,7 +67,8 @@ int eep_ep_ce_wanted(const struct eep_ep_state *st, const eep_ep_shape_t *shape,
     return eep_ep_ce_size_ok(st, (size_t)a->num_tokens * hb, budget, overlapped);
 }
 
-/* x (and its scales) to recv_x on @p stream; @p status_p: EEP_OK, or the first failure. */
+/* x (and its scales, @p sb bytes a row; 0: x only) to recv_x on @p stream; @p status_p: EEP_OK,
+   or the first failure. */
 static void eep_ep_ce_copy(const eep_cuda_sym_t *cu, const eep_epk_params_t *p, size_t T, size_t hb,
                            size_t sb, CUstream stream, eep_status_t *status_p)
 {
@@ -234,26 +235,33 @@ static eep_status_t eep_ep_solo_launch(const struct eep_ep_state *st, eep_jit_ke
                              st->launch_flags);
 }
 
-/* Phase 3 writing every output from the handle's layout, after the copy engine's x -> recv_x in
-   stream order when @p copy (every token received): CACHED, and CPU_SYNC with the alloc hook. */
+/* Phase 3 writing every output from the handle's layout (@p sc: EEP_EPK_SOLO_SCALES with fp8),
+   after the copy engine's x -> recv_x in stream order when @p copy (every token received): CPU_SYNC
+   with the alloc hook, CACHED with tokens not received. */
 static eep_status_t eep_ep_solo_place(const eep_cuda_sym_t *cu, const struct eep_ep_state *st,
                                       eep_jit_kernel_t *place, unsigned grid, eep_epk_params_t *p,
-                                      size_t T, size_t hb, size_t sb, int copy, void *stream)
+                                      size_t T, size_t hb, int sc, int copy, void *stream)
 {
     eep_status_t status = EEP_OK;
 
     p->ce_copied = 0;
     if (copy) {
-        eep_ep_ce_copy(cu, p, T, hb, sb, (CUstream)stream, &status);
+        eep_ep_ce_copy(cu, p, T, hb, 0, (CUstream)stream, &status);
         if (status != EEP_OK) {
             return status;
         }
         p->ce_copied = 1;
     }
-    p->solo = EEP_EPK_SOLO_META | EEP_EPK_SOLO_ROWS;
+    p->solo = EEP_EPK_SOLO_META | EEP_EPK_SOLO_ROWS | sc;
     return eep_ep_solo_launch(st, place, grid, p, stream);
 }
 
+/*
+ * The copy engine moves x only (one copy a call, the fork's): the kernels write the scale rows
+ * (fp8), at their final rows, so they never wait for the copy.  CACHED with every token received
+ * forks too: the copy beside the kernel that writes the ids, weights and scales (was: the copy,
+ * then that kernel, in stream order).
+ */
 eep_status_t eep_ep_solo_dispatch(eep_runtime_t *rt, struct eep_ep_state *st,
                                   const eep_cuda_sym_t *cu, const eep_ep_shape_t *shape,
                                   const eep_dispatch_args_t *a, const eep_ep_handle_t *h,
@@ -264,6 +272,7 @@ eep_status_t eep_ep_solo_dispatch(eep_runtime_t *rt, struct eep_ep_state *st,
     const int         mode = (int)a->mode, El = p->num_local;
     const unsigned    grid  = eep_ep_solo_grid(st, budget, (int)T);
     const int         ce_x  = eep_ep_solo_ce(st, mode, T * hb, budget);
+    const int         sc    = sb != 0 ? EEP_EPK_SOLO_SCALES : 0;
     eep_jit_kernel_t *route = NULL, *place = NULL;
     eep_status_t      status = EEP_OK;
     int               ce     = 0;
@@ -280,19 +289,34 @@ eep_status_t eep_ep_solo_dispatch(eep_runtime_t *rt, struct eep_ep_state *st,
     if (mode == EEP_EP_MODE_CACHED) {
         /* the handle's layout: x row for row when every token was received */
         *rows_p = h->num_recv_rows;
-        return eep_ep_solo_place(cu, st, place, grid, p, T, hb, sb,
-                                 ce_x && h->num_recv_rows == (int64_t)T, stream);
+        if (!ce_x || h->num_recv_rows != (int64_t)T) {
+            return eep_ep_solo_place(cu, st, place, grid, p, T, hb, sc, 0, stream);
+        }
+        if ((status = eep_ep_ce_fork(cu, st, p, T, hb, 0, stream, owed)) != EEP_OK) {
+            return status;
+        }
+        eep_ep_host_mark(st, EEP_EP_HOST_FORK);
+        p->ce_copied = 1;
+        p->solo      = EEP_EPK_SOLO_META | sc;
+        if ((status = eep_ep_solo_launch(st, place, grid, p, stream)) != EEP_OK) {
+            return status;
+        }
+        eep_ep_host_mark(st, EEP_EP_HOST_LAUNCH);
+        return eep_ep_ce_join(cu, st, stream, owed);
     }
     if (mode == EEP_EP_MODE_NO_CPU_SYNC) {
         /* the copy beside the routing; after it, the rows that are not their token's */
         ce = ce_x;
-        if (ce && (status = eep_ep_ce_fork(cu, st, p, T, hb, sb, stream, owed)) != EEP_OK) {
+        if (ce && (status = eep_ep_ce_fork(cu, st, p, T, hb, 0, stream, owed)) != EEP_OK) {
             return status;
         }
+        eep_ep_host_mark(st, EEP_EP_HOST_FORK);
         p->ce_copied = ce;
-        p->solo      = EEP_EPK_SOLO_META | (ce ? 0 : EEP_EPK_SOLO_ROWS);
+        p->solo      = EEP_EPK_SOLO_META | sc | (ce ? 0 : EEP_EPK_SOLO_ROWS);
         *rows_p      = eep_ep_layout_rows_max(shape, EEP_EP_LAYOUT_RANK_MAJOR);
-        if ((status = eep_ep_solo_launch(st, route, grid, p, stream)) != EEP_OK || !ce) {
+        status       = eep_ep_solo_launch(st, route, grid, p, stream);
+        eep_ep_host_mark(st, EEP_EP_HOST_LAUNCH);
+        if (status != EEP_OK || !ce) {
             return status;
         }
         if ((status = eep_ep_ce_join(cu, st, stream, owed)) != EEP_OK) {
@@ -308,19 +332,24 @@ eep_status_t eep_ep_solo_dispatch(eep_runtime_t *rt, struct eep_ep_state *st,
 
     __atomic_store_n(&st->mirror[El + 1], 0, __ATOMIC_RELEASE);
     ce = outputs && ce_x;
-    if (ce && (status = eep_ep_ce_fork(cu, st, p, T, hb, sb, stream, owed)) != EEP_OK) {
+    if (ce && (status = eep_ep_ce_fork(cu, st, p, T, hb, 0, stream, owed)) != EEP_OK) {
         return status;
     }
+    eep_ep_host_mark(st, EEP_EP_HOST_FORK);
     p->ce_copied = ce;
-    p->solo      = outputs ? EEP_EPK_SOLO_META | (ce ? 0 : EEP_EPK_SOLO_ROWS) : 0;
-    if ((status = eep_ep_solo_launch(st, route, grid, p, stream)) != EEP_OK ||
-        (status = eep_ep_take_counts(rt, st, a, El, hb, sb, p, rows_p)) != EEP_OK) {
+    p->solo      = outputs ? EEP_EPK_SOLO_META | sc | (ce ? 0 : EEP_EPK_SOLO_ROWS) : 0;
+    if ((status = eep_ep_solo_launch(st, route, grid, p, stream)) != EEP_OK) {
         return status;
     }
+    eep_ep_host_mark(st, EEP_EP_HOST_LAUNCH);
+    if ((status = eep_ep_take_counts(rt, st, a, El, hb, sb, p, rows_p)) != EEP_OK) {
+        return status;
+    }
+    eep_ep_host_mark(st, EEP_EP_HOST_COUNTS);
     rows = *rows_p;
     if (outputs) {
-        /* every token received: done (the caller's stream waits for the copy); else the rows
-           after the first token not received, once the copy is done */
+        /* every token received: done (the caller's stream waits for the copy); else the x rows
+           after the first token not received, once the copy is done (the scales are written) */
         if (!ce || rows == (int64_t)T) {
             return eep_ep_ce_join(cu, st, stream, owed);
         }
@@ -330,5 +359,5 @@ eep_status_t eep_ep_solo_dispatch(eep_runtime_t *rt, struct eep_ep_state *st,
         p->solo = EEP_EPK_SOLO_ROWS;
         return eep_ep_solo_launch(st, place, grid, p, stream);
     }
-    return eep_ep_solo_place(cu, st, place, grid, p, T, hb, sb, ce_x && rows == (int64_t)T, stream);
+    return eep_ep_solo_place(cu, st, place, grid, p, T, hb, sc, ce_x && rows == (int64_t)T, stream);
 }

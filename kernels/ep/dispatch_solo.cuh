@@ -23,8 +23,9 @@
  *      recv_counts and recv_offsets, and (CPU_SYNC) the host mirror, before its own rows;
  *   3. a group of lanes a token writes the handle's words of each received token (slot, source
  *      token, row and weight 1 on its first lane), and with EEP_EPK_SOLO_META its output ids
- *      and weights; with EEP_EPK_SOLO_ROWS a warp a token copies its x row (and scales), except
- *      a row the copy engine already holds (p.ce_copied: x row t is recv_x row t).
+ *      and weights; with EEP_EPK_SOLO_ROWS a warp a token copies its x row, except a row the
+ *      copy engine already holds (p.ce_copied: x row t is recv_x row t), with
+ *      EEP_EPK_SOLO_SCALES its scale row (the copy engine moves x only: one copy a call).
  * Phase 3, the rows of a layout the handle holds (h_send_slot): CACHED (the whole call),
  *   CPU_SYNC after the host sized its outputs (the alloc hook), or after the copy engine (the
  *   rows after a token not received, recv_x row t != x row t).  EEP_EPK_SOLO_META and _ROWS as in
@@ -48,14 +49,14 @@ __device__ __forceinline__ void eep_epk_solo_chunk(int T, int b, int G, int *t0_
     *t1_p = min(T, *t0_p + C);
 }
 
-/* Copy x row @p t (and its scales) to recv_x row @p r, by the 32 lanes of a warp, 8 vectors a
-   lane in flight. */
+/* Copy x row @p t (with @p x) and its scales (with @p scales) to row @p r of recv_x and
+   recv_x_scales, by the 32 lanes of a warp, 8 vectors a lane in flight. */
 __device__ __forceinline__ void eep_epk_solo_row(const eep_epk_params_t &p, long long t,
-                                                 long long r, unsigned lane)
+                                                 long long r, unsigned lane, bool x, bool scales)
 {
     const uint4 *s  = (const uint4 *)((const unsigned char *)p.x + t * EEP_EPK_HB(p));
     uint4       *d  = (uint4 *)((unsigned char *)p.recv_x + r * EEP_EPK_HB(p));
-    const int    nv = (int)(EEP_EPK_HB(p) / 16u);
+    const int    nv = x ? (int)(EEP_EPK_HB(p) / 16u) : 0;
 
     for (int v0 = (int)lane; v0 < nv; v0 += 32 * 8) {
         uint4 r8[8];
@@ -72,7 +73,7 @@ __device__ __forceinline__ void eep_epk_solo_row(const eep_epk_params_t &p, long
             }
         }
     }
-    if (p.scale_bytes != 0) {
+    if (scales && p.scale_bytes != 0) {
         eep_epk_copy4((unsigned char *)p.recv_x_scales + (unsigned long long)r * p.scale_bytes,
                       (const unsigned char *)p.x_scales + (unsigned long long)t * p.scale_bytes,
                       p.scale_bytes, lane, 32);
@@ -81,19 +82,20 @@ __device__ __forceinline__ void eep_epk_solo_row(const eep_epk_params_t &p, long
 
 /*
  * The rows of tokens [@p t0, @p t1), a warp a token, their rows in h_send_slot (-1: not
- * received); with p.ce_copied a token whose row is its index is left to the copy engine.
- * Every lane of the block calls this.
+ * received): with @p x the x rows (with p.ce_copied, a token whose row is its index is left to
+ * the copy engine), with @p scales every scale row.  Every lane of the block calls this.
  */
 __device__ __forceinline__ void eep_epk_solo_rows(const eep_epk_params_t &p, int t0, int t1,
-                                                  int first_warp, int warps)
+                                                  int first_warp, int warps, bool x, bool scales)
 {
     const unsigned lane = threadIdx.x & 31u;
 
     for (int t = t0 + first_warp; t < t1; t += warps) {
-        const int r = ((const int *)p.h_send_slot)[t];
+        const int  r  = ((const int *)p.h_send_slot)[t];
+        const bool xr = x && !(p.ce_copied && r == t);
 
-        if (r >= 0 && !(p.ce_copied && r == t)) {
-            eep_epk_solo_row(p, t, r, lane);
+        if (r >= 0 && (xr || scales)) {
+            eep_epk_solo_row(p, t, r, lane, xr, scales);
         }
     }
 }
@@ -281,9 +283,10 @@ __device__ void eep_epk_solo(const eep_epk_params_t &p)
 
     const int      T = p.num_tokens, El = p.num_local, K = EEP_EPK_K(p);
     const int      G = (int)gridDim.x, b = (int)blockIdx.x;
-    const unsigned warp = threadIdx.x >> 5;
-    const bool     meta = (p.solo & EEP_EPK_SOLO_META) != 0;
-    const bool     rows = (p.solo & EEP_EPK_SOLO_ROWS) != 0;
+    const unsigned warp   = threadIdx.x >> 5;
+    const bool     meta   = (p.solo & EEP_EPK_SOLO_META) != 0;
+    const bool     rows   = (p.solo & EEP_EPK_SOLO_ROWS) != 0;
+    const bool     scales = (p.solo & EEP_EPK_SOLO_SCALES) != 0;
 
     if (EEP_EPK_W(p) != 1) {
         return; /* the host takes this path at one rank only */
@@ -308,8 +311,8 @@ __device__ void eep_epk_solo(const eep_epk_params_t &p)
             eep_epk_solo_words<IdxBits>(p, 0, T, gw, gwarps, false, true);
         }
         eep_epk_stamp(p, 6);
-        if (rows) {
-            eep_epk_solo_rows(p, 0, T, gw, gwarps);
+        if (rows || scales) {
+            eep_epk_solo_rows(p, 0, T, gw, gwarps, rows, scales);
         }
         eep_epk_stamp(p, 7);
         return;
@@ -372,8 +375,8 @@ __device__ void eep_epk_solo(const eep_epk_params_t &p)
     __syncthreads();
     eep_epk_solo_words<IdxBits>(p, t0, t1, (int)warp, EEP_EPK_WARPS, true, meta);
     eep_epk_stamp(p, 6);
-    if (rows) {
-        eep_epk_solo_rows(p, t0, t1, (int)warp, EEP_EPK_WARPS);
+    if (rows || scales) {
+        eep_epk_solo_rows(p, t0, t1, (int)warp, EEP_EPK_WARPS, rows, scales);
     }
     if (b == 0 && (p.dropped_topk != 0 || p.num_dropped != 0)) {
         eep_epk_report_dropped<IdxBits>(p);

@@ -115,7 +115,8 @@ typedef struct eep_epk_params {
     int                skip_pad_x;   /* 1: padding rows get ids -1 and weights 0 only */
     int                lines;        /* EEP_EPK_LINES_*: which transfers are flagged lines */
     int                rank_major;   /* 1: rank-major outputs, each received token once */
-    int                ce_copied;    /* 1: recv_x (and scales) hold x row for row (copy engine) */
+    int                ce_copied;    /* 1: recv_x (and scales; on the one-rank path x only) hold
+                                        x row for row (copy engine) */
 
     /* dispatch inputs */
     unsigned long long x, x_scales, topk_idx, topk_weights;
@@ -187,7 +188,8 @@ typedef struct eep_epk_params {
 
 /* solo: what a launch of the one-rank dispatch (kernels/ep/dispatch_solo.cuh) writes */
 #define EEP_EPK_SOLO_META        1 /* the outputs' ids and weights */
-#define EEP_EPK_SOLO_ROWS        2 /* x rows (and scales) to recv_x, but those the copy engine holds */
+#define EEP_EPK_SOLO_ROWS        2 /* x rows to recv_x, but those the copy engine holds */
+#define EEP_EPK_SOLO_SCALES      4 /* the scale rows of every received token (fp8) */
 /* its tokens a round of ids staged in shared memory (at most 4096 ids, 16 KB) */
 #define EEP_EPK_SOLO_ROUND(K)    (EEP_EPK_THREADS < 4096 / (K) ? EEP_EPK_THREADS : 4096 / (K))
 /* its dynamic shared memory, bytes: the round's ids and flags, counts of El experts and one */

@@ -196,6 +196,10 @@ static int solo_cases(void)
     fails += run_case("solo: copy engine beside, no-cpu-sync fp8, dropped", EEP_EPK_NO_CPU_SYNC,
                       EEP_DTYPE_FP8_E4M3, 0, 2, FAULT_NONE, GATING_DROPPED);
     fails += run_case("solo: copy engine, cached bf16", EEP_EPK_CACHED, EEP_DTYPE_BF16, 0, 3);
+    fails += run_case("solo: copy engine beside, cached fp8 (the kernel's scales)", EEP_EPK_CACHED,
+                      EEP_DTYPE_FP8_E4M3, 0, 3);
+    fails += run_case("solo: copy engine beside, cpu-sync fp8", EEP_EPK_CPU_SYNC,
+                      EEP_DTYPE_FP8_E4M3, 0, 2);
     g_copy_engine = 0;
     g_solo        = 0;
     return fails;
