@@ -494,6 +494,8 @@ eep_status_t eep_dispatch(eep_runtime_t *rt, const eep_dispatch_args_t *args,
         h->copy_sms      = copy;
         h->combine_sms   = plan.combine;
         h->num_recv_rows = rows;
+        h->rows_exact    = args->mode == EEP_EP_MODE_CPU_SYNC;
+        h->rows_tag      = (uint32_t)p.rows_tag;
         h->has_layout    = 1;
         h->layout        = (int)eep_ep_args_layout(args);
         h->epoch         = world.epoch;

@@ -30,7 +30,9 @@ struct eep_ep_handle {
     int            has_layout;    /* a non-cached dispatch filled the arrays below */
     int            layout;        /* eep_ep_layout_t of that dispatch */
     uint64_t       seq;           /* call number of that dispatch */
-    int64_t        num_recv_rows; /* padded rows: exact (CPU_SYNC) or rows_max */
+    int64_t        num_recv_rows; /* padded rows: exact (rows_exact) or rows_max */
+    int            rows_exact;    /* num_recv_rows is the count (CPU_SYNC) */
+    uint32_t       rows_tag;      /* one rank, NO_CPU_SYNC: its tag in the state's rows ring */
     uint32_t       dead_mask;     /* ranks dead for that dispatch (degraded mode, eep/ep.h) */
 
     /* Device arrays, owned by the handle through release(). */

@@ -256,11 +256,44 @@ static eep_status_t eep_ep_solo_place(const eep_cuda_sym_t *cu, const struct eep
     return eep_ep_solo_launch(st, place, grid, p, stream);
 }
 
+/* The received rows of @p h's dispatch into *@p n_p when they are known: the count of a CPU_SYNC
+   dispatch, or the word a one-rank NO_CPU_SYNC dispatch left in the rows ring (its kernel done;
+   not yet, or overwritten by a later call's: unknown). */
+static int eep_ep_solo_rows_known(const struct eep_ep_state *st, const eep_ep_handle_t *h,
+                                  int64_t *n_p)
+{
+    uint64_t w;
+
+    if (h->rows_exact) {
+        *n_p = h->num_recv_rows;
+        return 1;
+    }
+    if (h->rows_tag == 0) {
+        return 0;
+    }
+    w = __atomic_load_n(&st->mirror[EEP_EP_MAX_LOCAL_EXPERTS + 2 + h->rows_tag % EEP_EP_ROWS_RING],
+                        __ATOMIC_ACQUIRE);
+    if ((uint32_t)(w >> 32) != h->rows_tag) {
+        return 0;
+    }
+    *n_p = (int64_t)(uint32_t)w;
+    return 1;
+}
+
 /*
- * The copy engine moves x only (one copy a call, the fork's): the kernels write the scale rows
- * (fp8), at their final rows, so they never wait for the copy.  CACHED with every token received
- * forks too: the copy beside the kernel that writes the ids, weights and scales (was: the copy,
- * then that kernel, in stream order).
+ * The copy engine on this path, by mode (bench/RESULTS.md, session 31: T 4096, H 7168, 24 SMs,
+ * us bf16 / fp8, against session 30's tree):
+ * - NO_CPU_SYNC: the copy (x and scales) forked beside the routing launch, which is about as
+ *   long (~12 us); after the join, a launch for the rows after the first token not received,
+ *   which ends at once when every token was (the count in h_recv_n): 36.2 / 25.0 against 40.5
+ *   / 27.0.  The routing writing the scale rows itself instead made fp8 slower (30.0).
+ * - CPU_SYNC: the copy after the routing launch in the same stream, no fork and join: the host
+ *   waits for the counts anyway, and each event hop cost more than the overlap saved (43.9 /
+ *   32.6 against 48.5 / 34.3 forked).
+ * - CACHED: the count known (the handle's CPU_SYNC count, or the rows ring a NO_CPU_SYNC
+ *   dispatch left it) and every token received: the copy of x forked beside the launch that
+ *   writes the ids, weights and scale rows (34.6 / 23.0 against 38.2 / 26.9 serial); not known:
+ *   the copy, then that launch rewriting the rows after a token not received, in stream order.
  */
 eep_status_t eep_ep_solo_dispatch(eep_runtime_t *rt, struct eep_ep_state *st,
                                   const eep_cuda_sym_t *cu, const eep_ep_shape_t *shape,
@@ -287,10 +320,18 @@ eep_status_t eep_ep_solo_dispatch(eep_runtime_t *rt, struct eep_ep_state *st,
     p->send_blocks = (int)grid;
     p->ce_copied   = 0;
     if (mode == EEP_EP_MODE_CACHED) {
-        /* the handle's layout: x row for row when every token was received */
+        /* the handle's layout: x row for row when every token was received; the copy beside
+           the launch when that is known, else before it (which rewrites the rows after a token
+           not received), and without the copy engine when a token is known not received */
+        int64_t   n     = 0;
+        const int known = eep_ep_solo_rows_known(st, h, &n);
+
         *rows_p = h->num_recv_rows;
-        if (!ce_x || h->num_recv_rows != (int64_t)T) {
+        if (!ce_x || (known && n != (int64_t)T) || (!known && h->num_recv_rows != (int64_t)T)) {
             return eep_ep_solo_place(cu, st, place, grid, p, T, hb, sc, 0, stream);
+        }
+        if (!known) {
+            return eep_ep_solo_place(cu, st, place, grid, p, T, hb, sc, 1, stream);
         }
         if ((status = eep_ep_ce_fork(cu, st, p, T, hb, 0, stream, owed)) != EEP_OK) {
             return status;
@@ -305,16 +346,22 @@ eep_status_t eep_ep_solo_dispatch(eep_runtime_t *rt, struct eep_ep_state *st,
         return eep_ep_ce_join(cu, st, stream, owed);
     }
     if (mode == EEP_EP_MODE_NO_CPU_SYNC) {
-        /* the copy beside the routing; after it, the rows that are not their token's */
+        /* the copy beside the routing; after it, the rows that are not their token's (none when
+           every token was received: that launch reads the count and ends) */
         ce = ce_x;
-        if (ce && (status = eep_ep_ce_fork(cu, st, p, T, hb, 0, stream, owed)) != EEP_OK) {
+        if (ce && (status = eep_ep_ce_fork(cu, st, p, T, hb, sb, stream, owed)) != EEP_OK) {
             return status;
         }
         eep_ep_host_mark(st, EEP_EP_HOST_FORK);
         p->ce_copied = ce;
-        p->solo      = EEP_EPK_SOLO_META | sc | (ce ? 0 : EEP_EPK_SOLO_ROWS);
+        p->solo      = EEP_EPK_SOLO_META | (ce ? 0 : EEP_EPK_SOLO_ROWS | sc);
         *rows_p      = eep_ep_layout_rows_max(shape, EEP_EP_LAYOUT_RANK_MAJOR);
-        status       = eep_ep_solo_launch(st, route, grid, p, stream);
+        /* the count, for cached calls on this handle (eep_ep_solo_rows_known) */
+        st->rows_tag = st->rows_tag + 1 != 0 ? st->rows_tag + 1 : 1;
+        p->rows_tag  = st->rows_tag;
+        p->rows_word = st->mirror_dev +
+                       8u * (EEP_EP_MAX_LOCAL_EXPERTS + 2 + st->rows_tag % EEP_EP_ROWS_RING);
+        status = eep_ep_solo_launch(st, route, grid, p, stream);
         eep_ep_host_mark(st, EEP_EP_HOST_LAUNCH);
         if (status != EEP_OK || !ce) {
             return status;
@@ -322,7 +369,7 @@ eep_status_t eep_ep_solo_dispatch(eep_runtime_t *rt, struct eep_ep_state *st,
         if ((status = eep_ep_ce_join(cu, st, stream, owed)) != EEP_OK) {
             return status;
         }
-        p->solo = EEP_EPK_SOLO_ROWS;
+        p->solo = EEP_EPK_SOLO_ROWS | sc;
         return eep_ep_solo_launch(st, place, grid, p, stream);
     }
     /* CPU_SYNC: with the caller's buffers for every token the routing writes the outputs too
@@ -331,15 +378,17 @@ eep_status_t eep_ep_solo_dispatch(eep_runtime_t *rt, struct eep_ep_state *st,
     int64_t   rows;
 
     __atomic_store_n(&st->mirror[El + 1], 0, __ATOMIC_RELEASE);
-    ce = outputs && ce_x;
-    if (ce && (status = eep_ep_ce_fork(cu, st, p, T, hb, 0, stream, owed)) != EEP_OK) {
-        return status;
-    }
-    eep_ep_host_mark(st, EEP_EP_HOST_FORK);
+    ce           = outputs && ce_x;
     p->ce_copied = ce;
-    p->solo      = outputs ? EEP_EPK_SOLO_META | sc | (ce ? 0 : EEP_EPK_SOLO_ROWS) : 0;
+    p->solo      = outputs ? EEP_EPK_SOLO_META | (ce ? 0 : EEP_EPK_SOLO_ROWS | sc) : 0;
     if ((status = eep_ep_solo_launch(st, route, grid, p, stream)) != EEP_OK) {
         return status;
+    }
+    if (ce) { /* after the routing in stream order: no fork and join (see above) */
+        eep_ep_ce_copy(cu, p, T, hb, sb, (CUstream)stream, &status);
+        if (status != EEP_OK) {
+            return status;
+        }
     }
     eep_ep_host_mark(st, EEP_EP_HOST_LAUNCH);
     if ((status = eep_ep_take_counts(rt, st, a, El, hb, sb, p, rows_p)) != EEP_OK) {
@@ -348,15 +397,12 @@ eep_status_t eep_ep_solo_dispatch(eep_runtime_t *rt, struct eep_ep_state *st,
     eep_ep_host_mark(st, EEP_EP_HOST_COUNTS);
     rows = *rows_p;
     if (outputs) {
-        /* every token received: done (the caller's stream waits for the copy); else the x rows
-           after the first token not received, once the copy is done (the scales are written) */
+        /* every token received: done; else the rows after the first token not received, after
+           the copy in stream order */
         if (!ce || rows == (int64_t)T) {
-            return eep_ep_ce_join(cu, st, stream, owed);
+            return EEP_OK;
         }
-        if ((status = eep_ep_ce_join(cu, st, stream, owed)) != EEP_OK) {
-            return status;
-        }
-        p->solo = EEP_EPK_SOLO_ROWS;
+        p->solo = EEP_EPK_SOLO_ROWS | sc;
         return eep_ep_solo_launch(st, place, grid, p, stream);
     }
     return eep_ep_solo_place(cu, st, place, grid, p, T, hb, sc, ce_x && rows == (int64_t)T, stream);

@@ -162,7 +162,7 @@ static void eep_ep_state_view_reset(eep_runtime_t *rt, void *arg)
        rt->nranks is still the old view's) */
     st->topo_stale = 1;
     eep_ep_places_free(cu, st); /* the view's placement may differ */
-    memset((void *)st->mirror, 0, 8 * (EEP_EP_MAX_LOCAL_EXPERTS + 2));
+    memset((void *)st->mirror, 0, 8 * EEP_EP_MIRROR_WORDS);
     if (st->chunk != 0) {
         eep_status_from_cu(
             cu->cuMemsetD8((CUdeviceptr)st->chunk, 0,
@@ -292,12 +292,12 @@ eep_status_t eep_ep_state_get(eep_runtime_t *rt, const eep_cuda_sym_t *cu,
     }
     if (status == EEP_OK) {
         status = eep_status_from_cu(
-            cu->cuMemHostAlloc(&host, 8 * (EEP_EP_MAX_LOCAL_EXPERTS + 2),
+            cu->cuMemHostAlloc(&host, 8 * EEP_EP_MIRROR_WORDS,
                                CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE),
             "cuMemHostAlloc(count mirror)");
     }
     if (status == EEP_OK) {
-        memset(host, 0, 8 * (EEP_EP_MAX_LOCAL_EXPERTS + 2));
+        memset(host, 0, 8 * EEP_EP_MIRROR_WORDS);
         status = eep_status_from_cu(cu->cuMemHostGetDevicePointer(&dev, host, 0),
                                     "cuMemHostGetDevicePointer(count mirror)");
     }

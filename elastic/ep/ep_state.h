@@ -39,6 +39,12 @@ typedef struct {
     uint64_t dev; /* u32 [num_experts] */
 } eep_ep_place_slot_t;
 
+/* The pinned mirror: the counts (u64[EEP_EP_MAX_LOCAL_EXPERTS + 2], CPU_SYNC), then a ring of
+   EEP_EP_ROWS_RING words where one-rank NO_CPU_SYNC dispatches leave their received rows
+   (tag << 32 | rows, eep_ep_solo_rows_known), so that a cached call on their handle knows them. */
+#define EEP_EP_ROWS_RING    64
+#define EEP_EP_MIRROR_WORDS (EEP_EP_MAX_LOCAL_EXPERTS + 2 + EEP_EP_ROWS_RING)
+
 struct eep_ep_state {
     eep_ep_config_t      cfg;
     int                  whole_sms;    /* the device's */
@@ -46,7 +52,7 @@ struct eep_ep_state {
     int                  pdl_capable;  /* EEP_EP_PDL and sm_90+ */
     int                  sharers;      /* processes on this GPU at the last view (gpu_share.h) */
     unsigned             launch_flags; /* EEP_JIT_LAUNCH_PDL where capable and not shared */
-    volatile uint64_t   *mirror;       /* pinned, host-mapped: u64[EEP_EP_MAX_LOCAL_EXPERTS + 2] */
+    volatile uint64_t   *mirror;       /* pinned, host-mapped: u64[EEP_EP_MIRROR_WORDS] */
     uint64_t             mirror_dev;
     uint64_t             trace[2]; /* EEP_EP_TRACE: device stamps of dispatch, combine */
     uint64_t             chunk;    /* device scratch: senders' chunk counts, then flags */
@@ -66,6 +72,7 @@ struct eep_ep_state {
     double   host_ms[EEP_EP_HOST_PARTS];
     double   host_at;
     uint64_t host_calls;
+    uint32_t rows_tag; /* the last NO_CPU_SYNC one-rank call's tag in the rows ring */
 };
 
 /* EEP_EP_TRACE: the host's time in this dispatch call since the last mark goes to @p part. */

@@ -49,14 +49,13 @@ __device__ __forceinline__ void eep_epk_solo_chunk(int T, int b, int G, int *t0_
     *t1_p = min(T, *t0_p + C);
 }
 
-/* Copy x row @p t (with @p x) and its scales (with @p scales) to row @p r of recv_x and
-   recv_x_scales, by the 32 lanes of a warp, 8 vectors a lane in flight. */
+/* Copy x row @p t to recv_x row @p r, by the 32 lanes of a warp, 8 vectors a lane in flight. */
 __device__ __forceinline__ void eep_epk_solo_row(const eep_epk_params_t &p, long long t,
-                                                 long long r, unsigned lane, bool x, bool scales)
+                                                 long long r, unsigned lane)
 {
     const uint4 *s  = (const uint4 *)((const unsigned char *)p.x + t * EEP_EPK_HB(p));
     uint4       *d  = (uint4 *)((unsigned char *)p.recv_x + r * EEP_EPK_HB(p));
-    const int    nv = x ? (int)(EEP_EPK_HB(p) / 16u) : 0;
+    const int    nv = (int)(EEP_EPK_HB(p) / 16u);
 
     for (int v0 = (int)lane; v0 < nv; v0 += 32 * 8) {
         uint4 r8[8];
@@ -73,29 +72,79 @@ __device__ __forceinline__ void eep_epk_solo_row(const eep_epk_params_t &p, long
             }
         }
     }
-    if (scales && p.scale_bytes != 0) {
-        eep_epk_copy4((unsigned char *)p.recv_x_scales + (unsigned long long)r * p.scale_bytes,
-                      (const unsigned char *)p.x_scales + (unsigned long long)t * p.scale_bytes,
-                      p.scale_bytes, lane, 32);
+}
+
+/*
+ * The scale rows of tokens [@p t0, @p t1) to their rows in h_send_slot, by the @p n lanes from
+ * lane @p i0 of the calling group, V (uint4, or unsigned where a row or a base is not 16-byte
+ * aligned) a lane 4 at a time in flight: the words of all the tokens at once, not a warp a
+ * token (a scale row is 224 bytes at H 7168: a warp a row waits a memory round trip for each,
+ * 11 in a row at T 4096 within 24 SMs, ~10 us measured against ~1).
+ */
+template <typename V>
+__device__ __forceinline__ void eep_epk_solo_scales_v(const eep_epk_params_t &p, int t0, int t1,
+                                                      long long i0, long long n)
+{
+    const long long vpr   = (long long)(p.scale_bytes / sizeof(V)); /* vectors a row */
+    const long long total = (long long)(t1 - t0) * vpr;
+    const V        *s     = (const V *)p.x_scales;
+    V              *d     = (V *)p.recv_x_scales;
+    const int      *slot  = (const int *)p.h_send_slot;
+
+    for (long long j0 = i0; j0 < total; j0 += 4 * n) {
+        V         v[4];
+        long long at[4];
+        int       r[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const long long j = j0 + u * n;
+            const long long t = t0 + j / vpr;
+
+            r[u] = -1;
+            if (j < total) {
+                at[u] = j % vpr;
+                r[u]  = slot[t];
+                v[u]  = s[t * vpr + at[u]];
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            if (r[u] >= 0) {
+                d[(long long)r[u] * vpr + at[u]] = v[u];
+            }
+        }
+    }
+}
+
+__device__ __forceinline__ void eep_epk_solo_scales(const eep_epk_params_t &p, int t0, int t1,
+                                                    long long i0, long long n)
+{
+    if (p.scale_bytes % 16u == 0 && ((p.x_scales | p.recv_x_scales) & 15u) == 0) {
+        eep_epk_solo_scales_v<uint4>(p, t0, t1, i0, n);
+    } else {
+        eep_epk_solo_scales_v<unsigned>(p, t0, t1, i0, n);
     }
 }
 
 /*
  * The rows of tokens [@p t0, @p t1), a warp a token, their rows in h_send_slot (-1: not
- * received): with @p x the x rows (with p.ce_copied, a token whose row is its index is left to
- * the copy engine), with @p scales every scale row.  Every lane of the block calls this.
+ * received): with @p scales every scale row (eep_epk_solo_scales, first), with @p x the x rows
+ * (with p.ce_copied, a token whose row is its index is left to the copy engine).  Every lane of
+ * the block calls this.
  */
 __device__ __forceinline__ void eep_epk_solo_rows(const eep_epk_params_t &p, int t0, int t1,
                                                   int first_warp, int warps, bool x, bool scales)
 {
     const unsigned lane = threadIdx.x & 31u;
 
-    for (int t = t0 + first_warp; t < t1; t += warps) {
-        const int  r  = ((const int *)p.h_send_slot)[t];
-        const bool xr = x && !(p.ce_copied && r == t);
+    if (scales && p.scale_bytes != 0) {
+        eep_epk_solo_scales(p, t0, t1, (long long)first_warp * 32 + lane, (long long)warps * 32);
+    }
+    for (int t = t0 + first_warp; x && t < t1; t += warps) {
+        const int r = ((const int *)p.h_send_slot)[t];
 
-        if (r >= 0 && (xr || scales)) {
-            eep_epk_solo_row(p, t, r, lane, xr, scales);
+        if (r >= 0 && !(p.ce_copied && r == t)) {
+            eep_epk_solo_row(p, t, r, lane);
         }
     }
 }
@@ -267,6 +316,11 @@ __device__ void eep_epk_solo_totals(const eep_epk_params_t &p, unsigned long lon
         ((int *)p.h_recv_n)[0]     = n;
         ((int *)p.recv_offsets)[0] = 0;
         ((int *)p.recv_offsets)[1] = n;
+        if (Mode == EEP_EPK_NO_CPU_SYNC && p.rows_word != 0) {
+            /* one 8-byte store: the host never sees a tag with another call's count (no fence:
+               nothing waits for it, a cached call that finds it not yet there copies serially) */
+            *(volatile unsigned long long *)p.rows_word = (p.rows_tag << 32) | (unsigned)n;
+        }
     }
 }
 
@@ -294,6 +348,11 @@ __device__ void eep_epk_solo(const eep_epk_params_t &p)
     eep_epk_stamp(p, 0);
     if (Phase == 3) {
         const int gw = b * EEP_EPK_WARPS + (int)warp, gwarps = G * EEP_EPK_WARPS;
+
+        if (Mode != EEP_EPK_CACHED && p.ce_copied && !meta &&
+            __ldcg((const int *)p.h_recv_n) == T) {
+            return; /* the fix-up after the copy engine, every token received: row t is x's */
+        }
 
         if (Mode == EEP_EPK_CACHED && b == 0) {
             for (int e = threadIdx.x; e < El; e += blockDim.x) {

@@ -126,6 +126,9 @@ typedef struct eep_epk_params {
     unsigned long long recv_offsets; /* expert-major: [El + 1] padded prefix; rank-major: [W + 1]
                                         rows before each source */
     unsigned long long host_mirror;  /* CPU_SYNC: device address of pinned u64[El + 2] */
+    unsigned long long rows_word;    /* one rank, NO_CPU_SYNC: a pinned word for the received
+                                        rows, (rows_tag << 32) | rows (0: none) */
+    unsigned long long rows_tag;     /* the call's tag in it (32 bits, not 0) */
 
     /* handle arrays (device) */
     unsigned long long h_counts;    /* [El] */
@@ -218,7 +221,7 @@ typedef struct eep_epk_gin {
 #define EEP_EPK_GIN_COUNTERS       2
 
 EEP_LAYOUT_ASSERT(sizeof(void *) == 8, "64-bit pointers");
-EEP_LAYOUT_ASSERT(sizeof(eep_epk_params_t) == 504, "eep_epk_params_t size");
+EEP_LAYOUT_ASSERT(sizeof(eep_epk_params_t) == 520, "eep_epk_params_t size");
 EEP_LAYOUT_ASSERT(sizeof(eep_epk_gin_t) == EEP_DEVCOMM_BYTES + 16, "eep_epk_gin_t size");
 
 #endif /* EEP_KERNELS_EP_PARAMS_H */

@@ -507,11 +507,15 @@ static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, i
         const size_t      n  = (size_t)in[0].num_tokens;
         const bool        ce = g_copy_engine == 3;
 
-        /* as ep_solo.c: the kernels write the scale rows, the copy engine moves x only */
+        /* as ep_solo.c: beside a routing launch the copy engine moves x and its scales; beside
+           a cached launch x only, that launch writing the scale rows */
         const int sc = wire.scale_bytes != 0 ? EEP_EPK_SOLO_SCALES : 0;
 
-        if (ce) { /* the copy engine, beside the routing: every token's x row, no scales */
+        if (ce) { /* the copy engine: every token's row */
             memcpy((void *)q.recv_x, (const void *)q.x, wire.hidden_bytes * n);
+            if (sc != 0 && dm != EEP_EPK_CACHED) {
+                memcpy((void *)q.recv_x_scales, (const void *)q.x_scales, wire.scale_bytes * n);
+            }
         }
         q.ce_copied = ce;
         if (dm == EEP_EPK_CACHED) {
@@ -521,7 +525,7 @@ static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, i
             q.solo = EEP_EPK_SOLO_META | sc | (ce && all ? 0 : EEP_EPK_SOLO_ROWS);
             return launch(eep_ep_dispatch_body<32, EEP_EPK_CACHED, 3>, p, G, solo_dyn, what);
         }
-        q.solo = g_solo == 2 ? 0 : EEP_EPK_SOLO_META | sc | (ce ? 0 : EEP_EPK_SOLO_ROWS);
+        q.solo = g_solo == 2 ? 0 : EEP_EPK_SOLO_META | (ce ? 0 : EEP_EPK_SOLO_ROWS | sc);
         if (!launch(dm == EEP_EPK_CPU_SYNC ? eep_ep_dispatch_body<32, EEP_EPK_CPU_SYNC, 2>
                                                        : eep_ep_dispatch_body<32, EEP_EPK_NO_CPU_SYNC, 2>,
                     p, G, solo_dyn, what)) {
@@ -538,7 +542,8 @@ static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, i
         }
         /* the alloc hook's outputs, or the rows the copy engine could not place */
         if (g_solo == 2 || ce) {
-            q.solo = g_solo == 2 ? EEP_EPK_SOLO_META | EEP_EPK_SOLO_ROWS | sc : EEP_EPK_SOLO_ROWS;
+            /* after the copy engine: the launch ends at once when every token was received */
+            q.solo      = (g_solo == 2 ? EEP_EPK_SOLO_META : 0) | EEP_EPK_SOLO_ROWS | sc;
             q.ce_copied = ce;
             if (!launch(dm == EEP_EPK_CPU_SYNC ? eep_ep_dispatch_body<32, EEP_EPK_CPU_SYNC, 3>
                                                            : eep_ep_dispatch_body<32, EEP_EPK_NO_CPU_SYNC, 3>,

@@ -200,6 +200,8 @@ static int solo_cases(void)
                       EEP_DTYPE_FP8_E4M3, 0, 3);
     fails += run_case("solo: copy engine beside, cpu-sync fp8", EEP_EPK_CPU_SYNC,
                       EEP_DTYPE_FP8_E4M3, 0, 2);
+    fails += run_case("solo: copy engine, cached fp8, every 5th token dropped", EEP_EPK_CACHED,
+                      EEP_DTYPE_FP8_E4M3, 0, 3, FAULT_NONE, GATING_DROPPED);
     g_copy_engine = 0;
     g_solo        = 0;
     return fails;

@@ -39,6 +39,15 @@ nr=1 run --mode cpu-sync --dtype bf16 --hidden 4096 --topk 1 --tokens 64 --gatin
 # the copy engine beside the kernel (rank-major, 14 MiB of x) with every 5th token dropped: the
 # copy blocks rewrite every row after the first dropped token
 nr=1 run --mode cpu-sync --dtype bf16 --hidden 7168 --topk 8 --tokens 1024 --gating dropped
+# cached on a NO_CPU_SYNC handle, rank-major (its count in the rows ring): every token received,
+# the copy engine beside the launch; tokens dropped, not beside it (session 31 ran it beside, and
+# every row after the first dropped token held x's row of that index)
+for g in random dropped; do
+    nr=1 run1 --mode cached --dtype fp8 --hidden 7168 --topk 8 --tokens 4096 --gating $g \
+        --layout rank --num-sms 24
+done
+nr=1 run1 --mode cached --dtype bf16 --hidden 7168 --topk 8 --tokens 4096 --gating dropped \
+    --layout rank --num-sms 24
 if [ "$n" -lt 2 ]; then
     [ $fails -eq 0 ] || { echo "$fails case(s) failed"; exit 1; }
     echo "PASS test_ep_cases: one-rank cases only (the rest need 2 GPUs, have $n)"; exit 0
