@@ -387,9 +387,10 @@ eep_status_t eep_dispatch(eep_runtime_t *rt, const eep_dispatch_args_t *args,
     eep_ep_sm_plan_t      plan;
     int                   El, NC, sw, sms, copy, idx_bits;
     size_t                dyn, hb, sb;
-    int64_t               rows      = 0;
-    int                   ce_owed   = 0;
-    const double          called_ms = eep_clock_ms(); /* EEP_EP_TRACE's host parts */
+    int64_t               rows    = 0;
+    int                   ce_owed = 0;
+    /* EEP_EP_TRACE's host parts (the state, and so the knob, exist from the first call on) */
+    const double called_ms = rt != NULL && rt->ep != NULL && rt->ep->cfg.trace ? eep_clock_ms() : 0;
 
     if (rt == NULL) {
         eep_error(EEP_SUBSYS_KERNEL, "dispatch: invalid argument rt: NULL runtime");
@@ -407,7 +408,9 @@ eep_status_t eep_dispatch(eep_runtime_t *rt, const eep_dispatch_args_t *args,
     if ((status = eep_ep_prepare(rt, &shape, 0, &cu, &st, &p)) != EEP_OK) {
         return status;
     }
-    st->host_at = called_ms;
+    if (st->cfg.trace) {
+        st->host_at = called_ms > 0 ? called_ms : eep_clock_ms();
+    }
     p.dead_mask = eep_ep_args_dead_mask(args, &world);
     eep_ep_reach_masks_of(rt, st, &p);
     if (args->size >= offsetof(eep_dispatch_args_t, num_dropped) + sizeof(args->num_dropped)) {

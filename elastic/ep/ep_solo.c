@@ -198,9 +198,10 @@ static unsigned eep_ep_solo_grid(const struct eep_ep_state *st, int budget, int 
 /*
  * The copy engine on this path, measured against its own SM copy (bench/RESULTS.md, 2026-12-03
  * session 25, 1 x H200, H 7168 bf16, us SMs / copy engine at budgets 8 / 24 / the device): its
- * fixed cost (an event fork and join; CPU_SYNC ~20 us with the host's wait) loses to the SMs on
- * the whole device at every size measured (T 2048: CPU_SYNC 34.1 / 36.5, NO_CPU_SYNC 30.3 /
- * 30.6, CACHED 16.0 / 20.3; T 4096: 48.6 / 50.9, 39.7 / 44.1, 32.4 / 35.0) and wins within small
+ * fixed cost (an event fork and join; CPU_SYNC ~20 us with the host's wait, when it still forked)
+ * loses to the SMs on the whole device at every size measured (T 2048: CPU_SYNC 34.1 / 36.5,
+ * NO_CPU_SYNC 30.3 / 30.6, CACHED 16.0 / 20.3; T 4096: 48.6 / 50.9, 39.7 / 44.1, 32.4 / 35.0)
+ * and wins within small
  * budgets (T 512: 27.5 / 21.1, 26.4 / 12.0, 21.6 / 9.8 at 8 SMs; at 24 SMs 14.8 / 22.5 CPU_SYNC,
  * 12.9 / 12.1 NO_CPU_SYNC, 12.0 / 9.6 CACHED; T 1024 CPU_SYNC 20.1 / 21.1, T 2048 36.6 / 32.6;
  * T 4096 64.4 / 48.3, 64.1 / 40.5, 60.1 / 38.0).  So: within EEP_EP_SOLO_CE_SMALL_BUDGET SMs for x
@@ -271,8 +272,7 @@ static int eep_ep_solo_rows_known(const struct eep_ep_state *st, const eep_ep_ha
     if (h->rows_tag == 0) {
         return 0;
     }
-    w = __atomic_load_n(&st->mirror[EEP_EP_MAX_LOCAL_EXPERTS + 2 + h->rows_tag % EEP_EP_ROWS_RING],
-                        __ATOMIC_ACQUIRE);
+    w = __atomic_load_n(&st->mirror[EEP_EP_ROWS_SLOT(h->rows_tag)], __ATOMIC_ACQUIRE);
     if ((uint32_t)(w >> 32) != h->rows_tag) {
         return 0;
     }
@@ -359,9 +359,8 @@ eep_status_t eep_ep_solo_dispatch(eep_runtime_t *rt, struct eep_ep_state *st,
         /* the count, for cached calls on this handle (eep_ep_solo_rows_known) */
         st->rows_tag = st->rows_tag + 1 != 0 ? st->rows_tag + 1 : 1;
         p->rows_tag  = st->rows_tag;
-        p->rows_word = st->mirror_dev +
-                       8u * (EEP_EP_MAX_LOCAL_EXPERTS + 2 + st->rows_tag % EEP_EP_ROWS_RING);
-        status = eep_ep_solo_launch(st, route, grid, p, stream);
+        p->rows_word = st->mirror_dev + 8u * EEP_EP_ROWS_SLOT(st->rows_tag);
+        status       = eep_ep_solo_launch(st, route, grid, p, stream);
         eep_ep_host_mark(st, EEP_EP_HOST_LAUNCH);
         if (status != EEP_OK || !ce) {
             return status;

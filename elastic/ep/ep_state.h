@@ -42,8 +42,9 @@ typedef struct {
 /* The pinned mirror: the counts (u64[EEP_EP_MAX_LOCAL_EXPERTS + 2], CPU_SYNC), then a ring of
    EEP_EP_ROWS_RING words where one-rank NO_CPU_SYNC dispatches leave their received rows
    (tag << 32 | rows, eep_ep_solo_rows_known), so that a cached call on their handle knows them. */
-#define EEP_EP_ROWS_RING    64
-#define EEP_EP_MIRROR_WORDS (EEP_EP_MAX_LOCAL_EXPERTS + 2 + EEP_EP_ROWS_RING)
+#define EEP_EP_ROWS_RING      64
+#define EEP_EP_MIRROR_WORDS   (EEP_EP_MAX_LOCAL_EXPERTS + 2 + EEP_EP_ROWS_RING)
+#define EEP_EP_ROWS_SLOT(tag) (EEP_EP_MAX_LOCAL_EXPERTS + 2 + (tag) % EEP_EP_ROWS_RING)
 
 struct eep_ep_state {
     eep_ep_config_t      cfg;

@@ -25,7 +25,8 @@
  *      token, row and weight 1 on its first lane), and with EEP_EPK_SOLO_META its output ids
  *      and weights; with EEP_EPK_SOLO_ROWS a warp a token copies its x row, except a row the
  *      copy engine already holds (p.ce_copied: x row t is recv_x row t), with
- *      EEP_EPK_SOLO_SCALES its scale row (the copy engine moves x only: one copy a call).
+ *      EEP_EPK_SOLO_SCALES the scale rows (eep_epk_solo_scales; the host asks for them where
+ *      the copy engine does not move them: without it, and CACHED's copy of x alone).
  * Phase 3, the rows of a layout the handle holds (h_send_slot): CACHED (the whole call),
  *   CPU_SYNC after the host sized its outputs (the alloc hook), or after the copy engine (the
  *   rows after a token not received, recv_x row t != x row t).  EEP_EPK_SOLO_META and _ROWS as in

@@ -115,8 +115,8 @@ typedef struct eep_epk_params {
     int                skip_pad_x;   /* 1: padding rows get ids -1 and weights 0 only */
     int                lines;        /* EEP_EPK_LINES_*: which transfers are flagged lines */
     int                rank_major;   /* 1: rank-major outputs, each received token once */
-    int                ce_copied;    /* 1: recv_x (and scales; on the one-rank path x only) hold
-                                        x row for row (copy engine) */
+    int                ce_copied;    /* 1: recv_x (and scales, but for a one-rank CACHED call)
+                                        hold x row for row (copy engine) */
 
     /* dispatch inputs */
     unsigned long long x, x_scales, topk_idx, topk_weights;
