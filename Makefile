@@ -130,8 +130,10 @@ deps-test:
 deps-run:
 	@scripts/deps.sh run
 
+# The build of make test runs a job per core unless make was given -j itself (its jobserver then).
+NPROC ?= $(shell nproc 2>/dev/null || echo 2)
 test: deps-test
-	@$(MAKE) --no-print-directory all unit-tests
+	@$(MAKE) --no-print-directory $(if $(findstring -j,$(MAKEFLAGS)),,-j$(NPROC)) all unit-tests
 	@BUILD=$(BUILD) SANITIZER=$(SANITIZER) tests/run.sh $(UNIT_TEST_BINS) $(SCRIPT_TESTS)
 
 asan:

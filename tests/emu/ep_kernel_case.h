@@ -266,7 +266,8 @@ static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, i
     if (g_only != NULL && strstr(name, g_only) == NULL) {
         return 0;
     }
-    g_launch_ns = 0;
+    g_launch_ns                      = 0;
+    const unsigned long long case_t0 = wall_ns();
     if (W == 1 && (fault == FAULT_SILENT_PEER || gating == GATING_SILENT_RANK)) {
         skip_case(name, "needs a second rank (one-rank build)");
         return 0;
@@ -611,7 +612,8 @@ static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, i
                blocks' layout): nothing waits for a record that never comes */
             check(f->nrecords == 1, "one fault record, no timeout", 0, f->nrecords);
         }
-        printf("%s %s\n", g_errors == before ? "PASS" : "FAIL", name);
+        printf("%s %s (%.1f s)\n", g_errors == before ? "PASS" : "FAIL", name,
+               (double)(wall_ns() - case_t0) * 1e-9);
         for (int r = 0; r < W; r++) {
             eep_ref_input_free(&in[r]);
             eep_ref_recv_free(&rr[r]);
@@ -918,8 +920,9 @@ static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, i
         eep_ref_recv_free(&rr[r]);
         free(out_ref[r]);
     }
-    printf("%s %s (%d dispatch+combine pairs, %d ranks x %d blocks x %d threads)\n",
-           g_errors == before ? "PASS" : "FAIL", name, pairs, W, G, EEP_EPK_THREADS);
+    printf("%s %s (%d dispatch+combine pairs, %d ranks x %d blocks x %d threads, %.1f s)\n",
+           g_errors == before ? "PASS" : "FAIL", name, pairs, W, G, EEP_EPK_THREADS,
+           (double)(wall_ns() - case_t0) * 1e-9);
     return g_errors == before ? 0 : 1;
 }
 
