@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # scripts/gpu-elastic.sh [--rounds N] [--steps barrier|moe] [--ranks N] [--budget-s S]
 #                        [--timeout-ms MS] [--mps] [--merge SUMMARY_JSON] [--nccl-debug LVL]
-#                        [--settle-s S] [--gpus G]
+#                        [--settle-s S] [--gpus G] [--layout expert|rank] [--mode MODE]
 #                        - `make gpu-elastic`: the elastic GPU check.
 #
 # N ranks (default 4) of eep-rank on the one GPU (scripts/one-gpu-cluster.sh: own NCCL_HOSTIDs,
@@ -11,7 +11,8 @@
 # build/gpu-elastic-prior.json): its rounds count toward --rounds of each kind, so 20 rounds a
 # kind add up over several device calls of at most 10 minutes.  Rounds of each
 # kind (barrier steps: SIGKILL and SIGSTOP of a rank right after it launched a barrier kernel;
-# --steps moe adds dispatch and combine) measure detection, interruption and grow times and check
+# --steps moe adds dispatch and combine, in eep-rank's --layout and --mode: expert-major and
+# no-cpu-sync unless given) measure detection, interruption and grow times and check
 # that no survivor hangs, gets a wrong step or dies, and that GPU memory and fds stay flat
 # (scripts/gpu_elastic.py has the details).  Output in $OUT (else build/gpu-elastic): summary.txt,
 # summary.json, logs.tar.gz (every rank's JSON lines and stderr, eepd, etcd, MPS), build.log.
@@ -32,7 +33,7 @@ set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root" || exit 1
 rounds=20 steps=barrier ranks=4 budget=300 timeout_ms=500 mps_flag=--no-mps merge="" nccl_debug=WARN
-settle_s=0 gpus=0 ranks_given=0
+settle_s=0 gpus=0 ranks_given=0 layout=expert mode=no-cpu-sync
 while [ $# -gt 0 ]; do
     case $1 in
         --rounds) rounds=$2; shift 2 ;;
@@ -46,6 +47,8 @@ while [ $# -gt 0 ]; do
         --merge) merge=$2; shift 2 ;;
         --nccl-debug) nccl_debug=$2; shift 2 ;;
         --settle-s) settle_s=$2; shift 2 ;;
+        --layout) layout=$2; shift 2 ;;
+        --mode) mode=$2; shift 2 ;;
         -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
         *) echo "gpu-elastic: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
@@ -54,6 +57,11 @@ for v in "$rounds" "$ranks" "$budget" "$timeout_ms" "$settle_s" "$gpus"; do
     case $v in ''|*[!0-9]*) echo "gpu-elastic: '$v' is not a number" >&2; exit 2 ;; esac
 done
 case $steps in barrier|moe) ;; *) echo "gpu-elastic: --steps is barrier or moe" >&2; exit 2 ;; esac
+case $layout in expert|rank) ;; *) echo "gpu-elastic: --layout is expert or rank" >&2; exit 2 ;; esac
+case $mode in no-cpu-sync|cpu-sync|cached) ;;
+    *) echo "gpu-elastic: --mode is no-cpu-sync, cpu-sync or cached" >&2; exit 2 ;; esac
+[ "$steps" = moe ] || [ "$layout$mode" = expertno-cpu-sync ] ||
+    { echo "gpu-elastic: --layout and --mode need --steps moe" >&2; exit 2; }
 [ "$gpus" -eq 1 ] && { echo "gpu-elastic: --gpus wants 2 or more (without it: the one GPU)" >&2; exit 2; }
 [ "$gpus" -ge 2 ] && [ "$ranks_given" -eq 0 ] && ranks=$gpus
 [ "$gpus" -ge 2 ] && [ "$ranks" -gt "$gpus" ] &&
@@ -117,7 +125,7 @@ echo "gpu-elastic: $ranks ranks, --steps $steps, $rounds rounds of each kind, bu
 drv=(python3 "$root/scripts/gpu_elastic.py" --rank-bin "$bin/eep-rank" --eepd-bin "$bin/eepd"
      --etcd-bin "$etcd_bin" --work "$work/logs" --out "$out" --ranks "$ranks" --rounds "$rounds"
      --steps "$steps" --timeout-ms "$timeout_ms" --budget-s "$budget" --settle-s "$settle_s"
-     --gpus "$gpus")
+     --gpus "$gpus" --layout "$layout" --mode "$mode")
 [ -n "$merge" ] && drv+=(--merge "$(cd "$(dirname "$merge")" && pwd)/$(basename "$merge")")
 if [ "$gpus" -ge 2 ]; then
     # one rank per GPU: one NCCL node, NVLink between the ranks (multicast off, as on the lent

@@ -55,6 +55,7 @@ class Rank(JsonProc):
                "--join-timeout-s", "120", "--arm-file", self.arm]
         if args.steps == "moe":
             cmd.append("--moe-barrier")  # a barrier opens each MoE step: kills land there too
+            cmd += ["--layout", args.layout, "--mode", args.mode]
         super().__init__(f"rank-{slot}", cmd, e, work)
 
 
@@ -170,7 +171,8 @@ def run(args):
                  "EEP_EEPD_LEASE_TTL_S": "3"})
     eepd = subprocess.Popen([args.eepd_bin], stdout=open(os.path.join(args.work, "eepd.log"), "w"),
                             stderr=subprocess.STDOUT, env=eenv, start_new_session=True)
-    summary = {"steps": args.steps, "ranks": args.ranks, "timeout_ms": args.timeout_ms,
+    summary = {"steps": args.steps, "layout": args.layout, "mode": args.mode,
+               "ranks": args.ranks, "timeout_ms": args.timeout_ms,
                "rounds": [], "failures": job.failures}
     try:
         t0 = now_ms()
@@ -391,8 +393,10 @@ def report(summary, args):
     summary["failures"] = list(args.prior_failures) + summary["failures"]
     summary["calls"] = args.call
     rounds = summary["rounds"]
-    lines = [f"make gpu-elastic: {summary['ranks']} ranks on one GPU, --steps {summary['steps']}, "
-             f"device-wait deadline {summary['timeout_ms']} ms",
+    moe = (f" (--layout {summary.get('layout', 'expert')} --mode "
+           f"{summary.get('mode', 'no-cpu-sync')})" if summary["steps"] == "moe" else "")
+    lines = [f"make gpu-elastic: {summary['ranks']} ranks on one GPU, --steps {summary['steps']}"
+             f"{moe}, device-wait deadline {summary['timeout_ms']} ms",
              f"{'kind':18} {'rounds ok':>9} {'detect med/max ms':>18} {'interrupt med/max ms':>21} "
              f"{'grow med/max ms':>16}"]
     kinds = []
@@ -478,6 +482,10 @@ def main():
                         "takes its victim's GPU); 0: every rank on the one GPU, each its own node")
     p.add_argument("--rounds", type=int, default=20, help="rounds of each kind")
     p.add_argument("--steps", choices=["barrier", "moe"], default="barrier")
+    p.add_argument("--layout", choices=["expert", "rank"], default="expert",
+                   help="eep-rank --layout of MoE steps")
+    p.add_argument("--mode", choices=["no-cpu-sync", "cpu-sync", "cached"],
+                   default="no-cpu-sync", help="eep-rank --mode of MoE steps")
     p.add_argument("--interval-ms", type=int, default=10)
     p.add_argument("--timeout-ms", type=int, default=500, help="device-wait deadline")
     p.add_argument("--settle-ms", type=int, default=50, help="eepd's settle time")
@@ -508,9 +516,12 @@ def main():
                 prior = json.load(f)
         except (OSError, ValueError) as e:
             p.error(f"--merge {args.merge}: {e}")
-        if prior.get("steps") != args.steps or prior.get("ranks") != args.ranks:
-            p.error(f"--merge {args.merge}: --steps {prior.get('steps')} --ranks "
-                    f"{prior.get('ranks')} there, --steps {args.steps} --ranks {args.ranks} here")
+        was = (prior.get("steps"), prior.get("layout", "expert"), prior.get("mode", "no-cpu-sync"),
+               prior.get("ranks"))
+        if was != (args.steps, args.layout, args.mode, args.ranks):
+            p.error(f"--merge {args.merge}: --steps %s --layout %s --mode %s --ranks %s there, "
+                    f"--steps {args.steps} --layout {args.layout} --mode {args.mode} --ranks "
+                    f"{args.ranks} here" % was)
         args.call = int(prior.get("calls", 1)) + 1
         args.prior_rounds = [dict(rd, call=rd.get("call", 1)) for rd in prior.get("rounds", [])]
         args.prior_failures = [f if f.startswith("call ") else f"call {args.call - 1}: {f}"
@@ -520,7 +531,8 @@ def main():
     try:
         summary = run(args)
     except RuntimeError as e:
-        summary = {"steps": args.steps, "ranks": args.ranks, "timeout_ms": args.timeout_ms,
+        summary = {"steps": args.steps, "layout": args.layout, "mode": args.mode,
+                   "ranks": args.ranks, "timeout_ms": args.timeout_ms,
                    "rounds": [], "failures": [str(e)]}
     sys.exit(report(summary, args))
 

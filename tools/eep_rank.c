@@ -5,7 +5,7 @@
  *   eep-rank [--steps barrier|moe] [--interval-ms N] [--seconds N] [--max-steps N]
  *            [--timeout-ms N] [--view-wait-s N] [--join-timeout-s N] [--tokens N] [--hidden N]
  *            [--topk N] [--experts N] [--seed N] [--arm-file PATH] [--fault SPEC]... [-v]
- *            [--agent-faults]
+ *            [--agent-faults] [--moe-barrier] [--layout expert|rank] [--mode MODE]
  *            [--help] [--version]
  *
  * Options are getopt_long's (--opt=value or --opt value); --help lists them with their defaults.
@@ -14,6 +14,12 @@
  *                     checked bit for bit against tools/eep_step.c (seeded routing)
  *   --moe-barrier     with --steps moe: each step opens with a sequential barrier (a training
  *                     step's other collective), where faults with phase=barrier land
+ *   --layout rank     with --steps moe: rank-major outputs (EEP_EP_LAYOUT_RANK_MAJOR: a row per
+ *                     received token, its local lanes and weights checked too; the stand-in
+ *                     expert sums the token's local experts, as a framework that permutes does)
+ *   --mode M          with --steps moe: no-cpu-sync (default), cpu-sync (eep_dispatch waits for
+ *                     the counts; host counts checked), cached (then a CACHED dispatch of other
+ *                     token data on the handle, whose rows the expert and combine take)
  *   --arm-file PATH   on SIGUSR1, read one fault SPEC from PATH and arm it for the next step
  *                     (make gpu-elastic writes "PHASE KILL|STOP": a death mid-kernel)
  *   --fault SPEC      arm a fault at start (repeatable), e.g. --fault "stall phase=combine ms=800
@@ -187,13 +193,14 @@ static eep_status_t eep_rank_moe_alloc(eep_rank_t *r)
     eep_status_t          status;
     void **dev[] = { &r->d_x,      &r->d_idx,    &r->d_w,       &r->d_recv_x, &r->d_recv_idx,
                      &r->d_recv_w, &r->d_counts, &r->d_offsets, &r->d_y,      &r->d_out };
-    size_t bytes[10];
+    size_t bytes[10], offsets;
     int    i;
 
     if ((status = eep_cuda_sym_driver(&cu)) != EEP_OK) {
         return status;
     }
-    /* every world a view can have, 1..EEP_RANK_MAX_WORLD, under the default placement */
+    /* every world a view can have, 1..EEP_RANK_MAX_WORLD, under the default placement (a
+       rank-major layout needs fewer: one row per received token, world * tokens) */
     r->rows_max = eep_step_rows_max(r->tokens, r->topk, r->experts, EEP_RANK_MAX_WORLD);
     if (r->rows_max < 0) {
         eep_error(EEP_SUBSYS_TOOL,
@@ -202,6 +209,8 @@ static eep_status_t eep_rank_moe_alloc(eep_rank_t *r)
                   r->tokens, r->topk, r->experts);
         return EEP_ERR_INVALID_ARG;
     }
+    /* expert-major offsets [El + 1], rank-major's [world + 1] */
+    offsets  = (size_t)(r->experts > EEP_RANK_MAX_WORLD ? r->experts : EEP_RANK_MAX_WORLD) + 1;
     bytes[0] = T * H * 2;
     bytes[1] = T * K * 8;
     bytes[2] = T * K * 4;
@@ -209,7 +218,7 @@ static eep_status_t eep_rank_moe_alloc(eep_rank_t *r)
     bytes[4] = (size_t)r->rows_max * K * 4;
     bytes[5] = (size_t)r->rows_max * K * 4;
     bytes[6] = (size_t)r->experts * 4;
-    bytes[7] = ((size_t)r->experts + 1) * 4;
+    bytes[7] = offsets * 4;
     bytes[8] = (size_t)r->rows_max * H * 2;
     bytes[9] = T * H * 2;
     for (i = 0; i < 10; i++) {
@@ -221,19 +230,27 @@ static eep_status_t eep_rank_moe_alloc(eep_rank_t *r)
         }
         *dev[i] = (void *)p;
     }
-    r->h_x           = malloc(bytes[0]);
-    r->h_idx         = malloc(bytes[1]);
-    r->h_w           = malloc(bytes[2]);
-    r->h_rows        = malloc(bytes[3]);
-    r->h_want_rows   = malloc(bytes[3]);
-    r->h_y           = malloc(bytes[8]);
-    r->h_out         = malloc(bytes[9]);
-    r->h_want_out    = malloc(bytes[9]);
-    r->h_counts      = malloc(bytes[6]);
-    r->h_want_counts = malloc(bytes[6]);
+    r->h_x            = malloc(bytes[0]);
+    r->h_idx          = malloc(bytes[1]);
+    r->h_w            = malloc(bytes[2]);
+    r->h_rows         = malloc(bytes[3]);
+    r->h_want_rows    = malloc(bytes[3]);
+    r->h_y            = malloc(bytes[8]);
+    r->h_out          = malloc(bytes[9]);
+    r->h_want_out     = malloc(bytes[9]);
+    r->h_counts       = malloc(bytes[6]);
+    r->h_want_counts  = malloc(bytes[6]);
+    r->h_ridx         = malloc(bytes[4]);
+    r->h_want_ridx    = malloc(bytes[4]);
+    r->h_rw           = malloc(bytes[5]);
+    r->h_want_rw      = malloc(bytes[5]);
+    r->h_offsets      = malloc(bytes[7]);
+    r->h_want_offsets = malloc(bytes[7]);
     if (r->h_x == NULL || r->h_idx == NULL || r->h_w == NULL || r->h_rows == NULL ||
         r->h_want_rows == NULL || r->h_y == NULL || r->h_out == NULL || r->h_want_out == NULL ||
-        r->h_counts == NULL || r->h_want_counts == NULL) {
+        r->h_counts == NULL || r->h_want_counts == NULL || r->h_ridx == NULL ||
+        r->h_want_ridx == NULL || r->h_rw == NULL || r->h_want_rw == NULL || r->h_offsets == NULL ||
+        r->h_want_offsets == NULL) {
         return EEP_ERR_NO_MEMORY;
     }
     return EEP_OK;
@@ -242,33 +259,114 @@ static eep_status_t eep_rank_moe_alloc(eep_rank_t *r)
 static void eep_rank_moe_free(eep_rank_t *r)
 {
     const eep_cuda_sym_t *cu;
-    void *dev[] = { r->d_x,      r->d_idx,    r->d_w,       r->d_recv_x, r->d_recv_idx,
-                    r->d_recv_w, r->d_counts, r->d_offsets, r->d_y,      r->d_out };
-    int   i;
+    void  *dev[]  = { r->d_x,      r->d_idx,    r->d_w,       r->d_recv_x, r->d_recv_idx,
+                      r->d_recv_w, r->d_counts, r->d_offsets, r->d_y,      r->d_out };
+    void  *host[] = { r->h_x,         r->h_idx,         r->h_w,       r->h_rows,
+                      r->h_want_rows, r->h_y,           r->h_out,     r->h_want_out,
+                      r->h_counts,    r->h_want_counts, r->h_ridx,    r->h_want_ridx,
+                      r->h_rw,        r->h_want_rw,     r->h_offsets, r->h_want_offsets };
+    size_t i;
 
     if (eep_cuda_sym_driver(&cu) == EEP_OK) {
-        for (i = 0; i < 10; i++) {
+        for (i = 0; i < sizeof(dev) / sizeof(dev[0]); i++) {
             if (dev[i] != NULL) {
                 cu->cuMemFree((CUdeviceptr)dev[i]);
             }
         }
     }
-    free(r->h_x);
-    free(r->h_idx);
-    free(r->h_w);
-    free(r->h_rows);
-    free(r->h_want_rows);
-    free(r->h_y);
-    free(r->h_out);
-    free(r->h_want_out);
-    free(r->h_counts);
-    free(r->h_want_counts);
+    for (i = 0; i < sizeof(host) / sizeof(host[0]); i++) {
+        free(host[i]);
+    }
+}
+
+/* The token data of this step (@p s, its data_salt included) to the device. */
+static eep_status_t eep_rank_upload_x(eep_rank_t *r, const eep_step_shape_t *s,
+                                      const eep_cuda_sym_t *cu)
+{
+    eep_step_tokens(s, s->rank, r->h_x);
+    return eep_rank_cu(
+        cu->cuMemcpyHtoD((CUdeviceptr)r->d_x, r->h_x, (size_t)s->tokens * s->hidden * 2),
+        "HtoD(x)");
+}
+
+/* An array of @p n int32 or float words from the device against what it must be; @p what names
+   it in *bad_p when it differs. */
+static eep_status_t eep_rank_check_words(const eep_cuda_sym_t *cu, void *host, const void *dev,
+                                         const void *want, size_t n, const char *what,
+                                         const char **bad_p)
+{
+    eep_status_t status = eep_rank_cu(cu->cuMemcpyDtoH(host, (CUdeviceptr)dev, n * 4), what);
+
+    if (status == EEP_OK && memcmp(host, want, n * 4) != 0) {
+        *bad_p = what;
+    }
+    return status;
 }
 
 /*
- * dispatch (NO_CPU_SYNC: the call returns once enqueued, so an armed death lands mid-kernel) ->
- * counts and rows to the host, checked -> the stand-in expert -> combine -> output checked.
- * @p bad_p names the first wrong part, or NULL.
+ * What arrived, against what every rank's seeded routing says must arrive, in the layout of the
+ * step: counts, rows, and rank-major's lanes, weights and source offsets; CPU_SYNC's host counts
+ * and row count too (@p host_rows).  *rows_p gets the row count the expert works on.
+ */
+static eep_status_t eep_rank_check_recv(eep_rank_t *r, const eep_step_shape_t *s, int el,
+                                        int64_t host_rows, int64_t *rows_p, const char **bad_p)
+{
+    const eep_cuda_sym_t *cu;
+    eep_status_t          status;
+    int64_t               rows;
+    int32_t               host_counts[EEP_EP_MAX_LOCAL_EXPERTS];
+
+    if ((status = eep_cuda_sym_driver(&cu)) != EEP_OK) {
+        return status;
+    }
+    if (r->ep_mode == EEP_RANK_MODE_CPU_SYNC) {
+        memcpy(host_counts, r->h_counts, (size_t)el * 4); /* eep_dispatch wrote them there */
+    }
+    rows = r->rank_major
+               ? eep_step_expected_recv_ranked(s, r->h_want_counts, r->h_want_offsets,
+                                               r->h_want_rows, r->h_want_ridx, r->h_want_rw)
+               : eep_step_expected_recv(s, r->h_want_counts, r->h_want_rows);
+    if (rows < 0) {
+        return EEP_ERR_NO_MEMORY;
+    }
+    *rows_p = rows;
+    if (r->ep_mode == EEP_RANK_MODE_CPU_SYNC &&
+        (host_rows != rows || memcmp(host_counts, r->h_want_counts, (size_t)el * 4) != 0)) {
+        *bad_p = "host counts";
+        return EEP_OK;
+    }
+    status = eep_rank_check_words(cu, r->h_counts, r->d_counts, r->h_want_counts, (size_t)el,
+                                  "counts", bad_p);
+    if (status == EEP_OK && *bad_p == NULL && r->rank_major) {
+        status = eep_rank_check_words(cu, r->h_offsets, r->d_offsets, r->h_want_offsets,
+                                      (size_t)s->world + 1, "source offsets", bad_p);
+    }
+    if (status == EEP_OK && *bad_p == NULL) {
+        status = eep_rank_cu(
+            cu->cuMemcpyDtoH(r->h_rows, (CUdeviceptr)r->d_recv_x, (size_t)rows * s->hidden * 2),
+            "DtoH(recv_x)");
+        if (status == EEP_OK &&
+            eep_step_compare(r->h_rows, r->h_want_rows, rows * s->hidden) >= 0) {
+            *bad_p = "rows";
+        }
+    }
+    if (status == EEP_OK && *bad_p == NULL && r->rank_major) {
+        status = eep_rank_check_words(cu, r->h_ridx, r->d_recv_idx, r->h_want_ridx,
+                                      (size_t)rows * s->topk, "recv_topk_idx", bad_p);
+    }
+    if (status == EEP_OK && *bad_p == NULL && r->rank_major) {
+        status = eep_rank_check_words(cu, r->h_rw, r->d_recv_w, r->h_want_rw,
+                                      (size_t)rows * s->topk, "recv_topk_weights", bad_p);
+    }
+    return status;
+}
+
+/*
+ * dispatch (NO_CPU_SYNC by default: the call returns once enqueued, so an armed death lands
+ * mid-kernel; --mode cpu-sync waits for the counts in eep_dispatch; --mode cached dispatches
+ * again on the handle with other data) -> counts, rows (rank-major: lanes, weights, sources) to
+ * the host, checked -> the stand-in expert (rank-major: summed over the local experts here) ->
+ * combine -> output checked.  @p bad_p names the first wrong part, or NULL.
  */
 static eep_status_t eep_rank_step_moe(eep_rank_t *r, eep_rank_phase_t *phase_p, const char **bad_p)
 {
@@ -277,7 +375,7 @@ static eep_status_t eep_rank_step_moe(eep_rank_t *r, eep_rank_phase_t *phase_p, 
     eep_dispatch_args_t   a;
     eep_ep_handle_t      *h = NULL;
     eep_status_t          status;
-    int64_t               rows;
+    int64_t               rows, host_rows = -1;
     int                   el;
     double                t0;
 
@@ -308,10 +406,7 @@ static eep_status_t eep_rank_step_moe(eep_rank_t *r, eep_rank_phase_t *phase_p, 
     el = eep_step_local_experts(&s, NULL);
     eep_step_routing(&s, s.rank, r->h_idx, r->h_w);
     eep_rank_fault_corrupt(r, &s);
-    eep_step_tokens(&s, s.rank, r->h_x);
-    if ((status = eep_rank_cu(
-             cu->cuMemcpyHtoD((CUdeviceptr)r->d_x, r->h_x, (size_t)s.tokens * s.hidden * 2),
-             "HtoD(x)")) != EEP_OK ||
+    if ((status = eep_rank_upload_x(r, &s, cu)) != EEP_OK ||
         (status = eep_rank_cu(
              cu->cuMemcpyHtoD((CUdeviceptr)r->d_idx, r->h_idx, (size_t)s.tokens * s.topk * 8),
              "HtoD(topk_idx)")) != EEP_OK ||
@@ -333,13 +428,18 @@ static eep_status_t eep_rank_step_moe(eep_rank_t *r, eep_rank_phase_t *phase_p, 
     a.num_experts         = s.experts;
     a.expert_alignment    = 1;
     a.max_tokens_per_rank = s.tokens;
-    a.mode                = EEP_EP_MODE_NO_CPU_SYNC;
+    a.mode = r->ep_mode == EEP_RANK_MODE_CPU_SYNC ? EEP_EP_MODE_CPU_SYNC : EEP_EP_MODE_NO_CPU_SYNC;
+    a.layout              = r->rank_major ? EEP_EP_LAYOUT_RANK_MAJOR : EEP_EP_LAYOUT_EXPERT_MAJOR;
     a.recv_capacity       = r->rows_max;
     a.recv_x              = r->d_recv_x;
     a.recv_topk_idx       = r->d_recv_idx;
     a.recv_topk_weights   = r->d_recv_w;
     a.recv_expert_counts  = r->d_counts;
     a.recv_expert_offsets = r->d_offsets;
+    if (r->ep_mode == EEP_RANK_MODE_CPU_SYNC) {
+        a.host_expert_counts = r->h_counts;
+        a.num_recv_rows_p    = &host_rows;
+    }
 
     *phase_p = EEP_RANK_PH_DISPATCH;
     eep_rank_obs_slow(&r->obs);
@@ -360,28 +460,19 @@ static eep_status_t eep_rank_step_moe(eep_rank_t *r, eep_rank_phase_t *phase_p, 
             *bad_p = "corrupt-id accepted";
         }
     }
+    if (status == EEP_OK && *bad_p == NULL && r->ep_mode == EEP_RANK_MODE_CACHED) {
+        /* the handle's layout again with other data; what follows checks these rows */
+        s.data_salt = 1;
+        a.mode      = EEP_EP_MODE_CACHED;
+        if ((status = eep_rank_upload_x(r, &s, cu)) == EEP_OK &&
+            (status = eep_dispatch(r->rt, &a, &h, NULL)) == EEP_OK) {
+            status = eep_rank_wait(r, EEP_RANK_PH_DISPATCH, t0);
+        }
+    }
     if (status != EEP_OK || *bad_p != NULL) {
         goto out;
     }
-    /* What arrived, against what every rank's seeded routing says must arrive. */
-    rows = eep_step_expected_recv(&s, r->h_want_counts, r->h_want_rows);
-    if (rows < 0) {
-        status = EEP_ERR_NO_MEMORY;
-        goto out;
-    }
-    status = eep_rank_cu(cu->cuMemcpyDtoH(r->h_counts, (CUdeviceptr)r->d_counts, (size_t)el * 4),
-                         "DtoH(counts)");
-    if (status == EEP_OK && memcmp(r->h_counts, r->h_want_counts, (size_t)el * 4) != 0) {
-        *bad_p = "counts";
-    }
-    if (status == EEP_OK && *bad_p == NULL) {
-        status = eep_rank_cu(
-            cu->cuMemcpyDtoH(r->h_rows, (CUdeviceptr)r->d_recv_x, (size_t)rows * s.hidden * 2),
-            "DtoH(recv_x)");
-        if (status == EEP_OK && eep_step_compare(r->h_rows, r->h_want_rows, rows * s.hidden) >= 0) {
-            *bad_p = "rows";
-        }
-    }
+    status = eep_rank_check_recv(r, &s, el, host_rows, &rows, bad_p);
     if (status != EEP_OK || *bad_p != NULL) {
         goto out;
     }
@@ -391,7 +482,11 @@ static eep_status_t eep_rank_step_moe(eep_rank_t *r, eep_rank_phase_t *phase_p, 
         *bad_p = "placement";
         goto out;
     }
-    eep_step_expert_apply(&s, r->h_counts, r->h_rows, r->h_y);
+    if (r->rank_major) {
+        eep_step_expert_apply_ranked(&s, rows, r->h_ridx, r->h_rw, r->h_rows, r->h_y);
+    } else {
+        eep_step_expert_apply(&s, r->h_counts, r->h_rows, r->h_y);
+    }
     status = eep_rank_cu(cu->cuMemcpyHtoD((CUdeviceptr)r->d_y, r->h_y, (size_t)rows * s.hidden * 2),
                          "HtoD(y)");
     if (status != EEP_OK) {
@@ -521,6 +616,8 @@ enum {
     EEP_RANK_OPT_FAULT,
     EEP_RANK_OPT_AGENT_FAULTS,
     EEP_RANK_OPT_MOE_BARRIER,
+    EEP_RANK_OPT_LAYOUT,
+    EEP_RANK_OPT_MODE,
     EEP_RANK_OPT_VERSION,
     EEP_RANK_OPT_INT /* + index into eep_rank_ints */
 };
@@ -530,10 +627,14 @@ static int eep_rank_usage(FILE *out, const eep_rank_t *defaults)
 {
     int i;
 
-    fprintf(out, "usage: eep-rank [OPTIONS]   one rank of an elastic job (JSON lines on stdout)\n"
-                 "  --steps=barrier|moe   a step is one barrier (default) or dispatch -> "
-                 "stand-in expert -> combine, checked\n"
-                 "  --moe-barrier         with --steps=moe: each step opens with a barrier\n");
+    fprintf(out,
+            "usage: eep-rank [OPTIONS]   one rank of an elastic job (JSON lines on stdout)\n"
+            "  --steps=barrier|moe   a step is one barrier (default) or dispatch -> "
+            "stand-in expert -> combine, checked\n"
+            "  --moe-barrier         with --steps=moe: each step opens with a barrier\n"
+            "  --layout=expert|rank  with --steps=moe: the received layout (default expert)\n"
+            "  --mode=MODE           with --steps=moe: no-cpu-sync (default), cpu-sync, or\n"
+            "                        cached (a second dispatch of other data on the handle)\n");
     for (i = 0; i < EEP_RANK_N_INTS; i++) {
         char flag[40];
 
@@ -562,9 +663,10 @@ static int eep_rank_usage(FILE *out, const eep_rank_t *defaults)
  */
 static int eep_rank_args(eep_rank_t *r, int argc, char **argv, int *verbose_p)
 {
-    struct option longopts[EEP_RANK_N_INTS + 9];
-    eep_rank_t    defaults = *r;
-    int           c, i, n = 0;
+    static const char *const modes[] = { "no-cpu-sync", "cpu-sync", "cached" };
+    struct option            longopts[EEP_RANK_N_INTS + 11];
+    eep_rank_t               defaults = *r;
+    int                      c, i, n = 0, layout_given = 0, mode_given = 0;
 
     for (i = 0; i < EEP_RANK_N_INTS; i++) {
         longopts[n++] = (struct option){ eep_rank_ints[i].name, required_argument, NULL,
@@ -575,6 +677,8 @@ static int eep_rank_args(eep_rank_t *r, int argc, char **argv, int *verbose_p)
     longopts[n++] = (struct option){ "fault", required_argument, NULL, EEP_RANK_OPT_FAULT };
     longopts[n++] = (struct option){ "agent-faults", no_argument, NULL, EEP_RANK_OPT_AGENT_FAULTS };
     longopts[n++] = (struct option){ "moe-barrier", no_argument, NULL, EEP_RANK_OPT_MOE_BARRIER };
+    longopts[n++] = (struct option){ "layout", required_argument, NULL, EEP_RANK_OPT_LAYOUT };
+    longopts[n++] = (struct option){ "mode", required_argument, NULL, EEP_RANK_OPT_MODE };
     longopts[n++] = (struct option){ "verbose", no_argument, NULL, 'v' };
     longopts[n++] = (struct option){ "help", no_argument, NULL, 'h' };
     longopts[n++] = (struct option){ "version", no_argument, NULL, EEP_RANK_OPT_VERSION };
@@ -625,6 +729,28 @@ static int eep_rank_args(eep_rank_t *r, int argc, char **argv, int *verbose_p)
         case EEP_RANK_OPT_MOE_BARRIER:
             r->moe_barrier = 1;
             break;
+        case EEP_RANK_OPT_LAYOUT:
+            if (strcmp(optarg, "expert") != 0 && strcmp(optarg, "rank") != 0) {
+                fprintf(stderr, "eep-rank: bad argument '%s' for --layout: expert or rank\n",
+                        optarg);
+                return 2;
+            }
+            r->rank_major = strcmp(optarg, "rank") == 0;
+            layout_given  = 1;
+            break;
+        case EEP_RANK_OPT_MODE:
+            for (i = 0; i < 3 && strcmp(optarg, modes[i]) != 0; i++) {
+            }
+            if (i == 3) {
+                fprintf(stderr,
+                        "eep-rank: bad argument '%s' for --mode: no-cpu-sync, cpu-sync or "
+                        "cached\n",
+                        optarg);
+                return 2;
+            }
+            r->ep_mode = i;
+            mode_given = 1;
+            break;
         case 'v':
             *verbose_p = 1;
             break;
@@ -647,6 +773,11 @@ static int eep_rank_args(eep_rank_t *r, int argc, char **argv, int *verbose_p)
     }
     if (r->moe_barrier && !r->moe) {
         fprintf(stderr, "eep-rank: bad argument '--moe-barrier': it needs --steps=moe\n");
+        return 2;
+    }
+    if ((layout_given || mode_given) && !r->moe) {
+        fprintf(stderr, "eep-rank: bad argument '--%s': it needs --steps=moe\n",
+                layout_given ? "layout" : "mode");
         return 2;
     }
     /* the faults last: they depend on --steps and --experts wherever those were given */

@@ -35,10 +35,21 @@ typedef enum {
 
 extern const char *const eep_rank_phase_names[]; /* by eep_rank_phase_t */
 
+/* --mode of the MoE steps' dispatch. */
+enum {
+    EEP_RANK_MODE_NO_CPU_SYNC = 0, /* the default: no host wait, worst-case buffers */
+    EEP_RANK_MODE_CPU_SYNC,        /* eep_dispatch waits for the counts (exact rows) */
+    EEP_RANK_MODE_CACHED,          /* a NO_CPU_SYNC dispatch, then a CACHED one of other data
+                                      on its handle (as a backward pass sends its gradients);
+                                      the expert and the combine take the cached one's rows */
+};
+
 typedef struct {
     /* options */
     int         moe, interval_ms, seconds, max_steps, timeout_ms, view_wait_s, join_timeout_s;
     int         moe_barrier; /* --moe-barrier: each MoE step starts with a barrier */
+    int         rank_major;  /* --layout rank: EEP_EP_LAYOUT_RANK_MAJOR (else expert-major) */
+    int         ep_mode;     /* --mode: EEP_RANK_MODE_* */
     int         tokens, hidden, topk, experts, seed;
     const char *arm_file;
     const char *fault_specs[EEP_RANK_MAX_FAULTS];
@@ -65,6 +76,8 @@ typedef struct {
     int64_t  *h_idx;
     float    *h_w;
     int32_t  *h_counts, *h_want_counts;
+    int32_t  *h_ridx, *h_want_ridx, *h_offsets, *h_want_offsets; /* rank-major's lanes, sources */
+    float    *h_rw, *h_want_rw;
     int64_t   rows_max;
 } eep_rank_t;
 

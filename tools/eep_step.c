@@ -189,7 +189,9 @@ void eep_step_tokens(const eep_step_shape_t *s, int src, uint16_t *x)
 
     for (t = 0; t < s->tokens; t++) {
         for (h = 0; h < s->hidden; h++) {
-            int v = (int)((s->step * 5 + (uint64_t)src * 7 + (uint64_t)t * 3 + (uint64_t)h) % 9) -
+            int v = (int)(((s->step + s->data_salt) * 5 + (uint64_t)src * 7 + (uint64_t)t * 3 +
+                           (uint64_t)h) %
+                          9) -
                     4;
 
             x[(size_t)t * s->hidden + h] = eep_step_bf16((float)v / 8.0f);
@@ -248,6 +250,96 @@ int64_t eep_step_expected_recv(const eep_step_shape_t *s, int32_t *counts, uint1
     eep_step_scratch_put(&sc);
     free(local);
     return total;
+}
+
+int64_t eep_step_expected_recv_ranked(const eep_step_shape_t *s, int32_t *counts, int32_t *src_rows,
+                                      uint16_t *rows, int32_t *idx, float *w)
+{
+    eep_step_scratch_t sc;
+    int                el, src, t, k, slot;
+    int64_t            total = 0;
+
+    if (eep_step_scratch_get(s, &sc) != 0) {
+        return -1;
+    }
+    el = eep_step_local_experts(s, NULL);
+    memset(counts, 0, (size_t)el * sizeof(*counts));
+    for (src = 0; src < s->world; src++) {
+        if (src_rows != NULL) {
+            src_rows[src] = (int32_t)total;
+        }
+        eep_step_routing(s, src, sc.idx, sc.w);
+        if (rows != NULL) {
+            eep_step_tokens(s, src, sc.x);
+        }
+        for (t = 0; t < s->tokens; t++) {
+            int mine = 0;
+
+            for (k = 0; k < s->topk; k++) {
+                size_t lane = (size_t)t * s->topk + k;
+                int    here = eep_step_rank_of(s, sc.idx[lane], &slot) == s->rank;
+
+                if (here) {
+                    counts[slot]++;
+                    mine = 1;
+                }
+                if (rows != NULL) {
+                    idx[(size_t)total * s->topk + k] = here ? slot : -1;
+                    w[(size_t)total * s->topk + k]   = here ? sc.w[lane] : 0.0f;
+                }
+            }
+            if (!mine) {
+                continue;
+            }
+            if (rows != NULL) {
+                memcpy(rows + (size_t)total * s->hidden, sc.x + (size_t)t * s->hidden,
+                       (size_t)s->hidden * 2);
+            }
+            total++;
+        }
+    }
+    if (src_rows != NULL) {
+        src_rows[s->world] = (int32_t)total;
+    }
+    eep_step_scratch_put(&sc);
+    return total;
+}
+
+void eep_step_expert_apply_ranked(const eep_step_shape_t *s, int64_t nrows, const int32_t *idx,
+                                  const float *w, const uint16_t *x, uint16_t *y)
+{
+    int32_t *local = malloc(((size_t)s->experts + 1) * sizeof(*local));
+    int      el, k, h;
+    int64_t  row;
+
+    if (local == NULL) {
+        return; /* the caller's comparison of y then fails */
+    }
+    el = eep_step_local_experts(s, local);
+    for (row = 0; row < nrows; row++) {
+        for (h = 0; h < s->hidden; h++) {
+            size_t i = (size_t)row * s->hidden + h;
+            float  p = 0.0f, xv = eep_step_f32(x[i]);
+            int    bad = 0;
+
+            for (k = 0; k < s->topk; k++) {
+                int32_t e = idx[(size_t)row * s->topk + k];
+
+                if (e < 0) {
+                    continue;
+                }
+                if (e >= el) {
+                    bad = 1;
+                    break;
+                }
+                p = w[(size_t)row * s->topk + k] *
+                        eep_step_f32(eep_step_bf16(xv * eep_step_expert_scale(local[e]))) +
+                    p;
+            }
+            y[i] = bad ? 0x7fc0 : eep_step_bf16(p);
+        }
+    }
+    free(local);
 }
 
 void eep_step_expert_apply(const eep_step_shape_t *s, const int32_t *counts, const uint16_t *x,

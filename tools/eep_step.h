@@ -32,6 +32,9 @@ typedef struct {
     uint64_t seed, step;
     /* [experts], or NULL: the default policy for (experts, world); not owned */
     const eep_expert_place_t *placement;
+    /* token data of (step + data_salt): a second dispatch on a step's routing with other data
+       (eep-rank --mode cached: a cached dispatch, as a backward pass sends gradients); 0 */
+    uint64_t data_salt;
 } eep_step_shape_t;
 
 /** @return EEP_OK, or EEP_ERR_INVALID_ARG naming the field (logged; a placement is checked
@@ -73,6 +76,28 @@ float eep_step_expert_scale(int e);
  * @return the total row count; -1 when out of memory.
  */
 int64_t eep_step_expected_recv(const eep_step_shape_t *s, int32_t *counts, uint16_t *rows);
+
+/**
+ * Rank-major (EEP_EP_LAYOUT_RANK_MAJOR, eep/ep.h): what this rank must receive, one row per token
+ * that names at least one of its experts, sources ascending, then tokens.  counts [local experts]
+ * gets the tokens per local slot (as expert-major's with alignment 1) and, when not NULL,
+ * src_rows [world + 1] the rows before each source; when @p rows is not NULL, rows [total *
+ * hidden], idx [total * topk] (the local slot of lane k's expert, or -1) and w [total * topk] (its
+ * weight where idx >= 0, else 0) are filled too (idx and w must then not be NULL).
+ * @return the total row count; -1 when out of memory.
+ */
+int64_t eep_step_expected_recv_ranked(const eep_step_shape_t *s, int32_t *counts, int32_t *src_rows,
+                                      uint16_t *rows, int32_t *idx, float *w);
+
+/**
+ * The caller's side of a rank-major step (it sums its local experts itself): for each of @p nrows
+ * rows, y[row] = bf16(p) with p accumulated from 0 over lanes k ascending whose idx[row][k] >= 0
+ * as p = w[row][k] * bf16(x[row] * scale(global expert of slot idx[row][k])) + p: the partial
+ * that the expert-major combine forms on this rank, so eep_step_expected_out holds for both
+ * layouts.  A slot outside this rank's experts gives y = NaN bits (0x7fc0): the check then fails.
+ */
+void eep_step_expert_apply_ranked(const eep_step_shape_t *s, int64_t nrows, const int32_t *idx,
+                                  const float *w, const uint16_t *x, uint16_t *y);
 
 /**
  * The stand-in expert on the received layout: y[row] = bf16(x[row] * scale(global expert of the

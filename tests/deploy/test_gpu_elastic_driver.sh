@@ -138,6 +138,10 @@ PY
 python3 "$root/scripts/gpu_elastic.py" --rank-bin x --eepd-bin x --work "$tmp/w" --out "$tmp/o" \
     --ranks 4 --merge "$tmp/out-good/summary.json" >/dev/null 2>"$tmp/merge-bad.err"
 [ $? -eq 2 ] && grep -q "ranks 3 there" "$tmp/merge-bad.err" || fail "a mismatched --merge was not refused"
+python3 "$root/scripts/gpu_elastic.py" --rank-bin x --eepd-bin x --work "$tmp/w" --out "$tmp/o" \
+    --ranks 3 --layout rank --merge "$tmp/out-good/summary.json" >/dev/null 2>"$tmp/merge-bad.err"
+[ $? -eq 2 ] && grep -q "layout expert --mode no-cpu-sync --ranks 3 there" "$tmp/merge-bad.err" ||
+    fail "a --merge of another layout was not refused"
 echo "ok: --merge adds a call's missing rounds to an earlier call's"
 
 # --gpus 3: one rank per GPU (EEP_DEVICE, no NCCL_HOSTID), the newcomer on its victim's GPU

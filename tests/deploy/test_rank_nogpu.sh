@@ -40,6 +40,7 @@ rc=$?
 grep -q "bad argument 'gemm'" "$err" || fail "--steps gemm: no clear usage error"
 timeout 20 "$bin" --help >"$out" 2>"$err" || fail "--help did not exit 0"
 grep -q -- "--fault=SPEC" "$out" || fail "--help does not list --fault"
+grep -q -- "--layout=expert|rank" "$out" || fail "--help does not list --layout"
 grep -q -- "--interval-ms=N .*default 10" "$out" || fail "--help does not give --interval-ms's default"
 timeout 20 "$bin" --version >"$out" 2>"$err" || fail "--version did not exit 0"
 grep -q "^eep-rank (ElasticEP) [0-9]" "$out" || fail "--version printed '$(cat "$out")'"
@@ -75,6 +76,15 @@ expect "barrier fault, MoE steps with a barrier" 80 "no usable GPU" --steps moe 
     --fault "stall phase=barrier ms=5"
 expect "corrupt-id in range" 2 "corrupt-id expert=3 is a valid id" --steps moe \
     --fault "corrupt-id expert=3"
+expect "layout and mode" 80 "no usable GPU" --steps moe --layout rank --mode=cached
+expect "layout and mode, the defaults" 80 "no usable GPU" --steps=moe --layout=expert \
+    --mode no-cpu-sync
+expect "layout needs moe" 2 "bad argument '--layout': it needs --steps=moe" --layout rank
+expect "mode needs moe" 2 "bad argument '--mode': it needs --steps=moe" --mode cpu-sync
+expect "bad layout" 2 "bad argument 'diagonal' for --layout: expert or rank" --steps moe \
+    --layout diagonal
+expect "bad mode" 2 "bad argument 'eager' for --mode: no-cpu-sync, cpu-sync or cached" \
+    --steps moe --mode eager
 expect "corrupt-id out of range" 80 "no usable GPU" --steps moe --experts 12 \
     --fault "corrupt-id expert=12"
 echo "ok"

@@ -295,6 +295,154 @@ static void test_step_uneven(void **state)
     assert_false(eep_step_local_match(&s, ids, 37));
 }
 
+/*
+ * Rank-major (eep-rank --layout rank): every rank's expected rows (one per received token, sources
+ * then tokens, local slots and weights beside), the caller's sum over its local experts on them,
+ * and the combine that adds one row a rank (sources' tokens found through src_rows) give
+ * eep_step_expected_out bit for bit, as the expert-major step does; the counts are expert-major's;
+ * data_salt changes the data, not the routing; a slot this rank does not hold poisons y.
+ */
+/* The rank of expert @p e: the placement's, else the default policy's block (eep_step.c). */
+static int owner(int world, int E, const eep_expert_place_t *pl, int64_t e)
+{
+    return pl != NULL ? pl[e].rank : (int)((e * world) / E);
+}
+
+static void simulate_ranked(int world, uint64_t step, int E, const eep_expert_place_t *pl)
+{
+    const int T = 24, H = 16, K    = 3;
+    uint16_t *rows[8], *y[8], *got = malloc(2 * (size_t)T * H), *want = malloc(2 * (size_t)T * H);
+    int32_t  *ridx[8], src_rows[8][9], counts[256], counts_em[256];
+    float    *rw[8];
+    int64_t   total[8], idx[24 * 3];
+    float     w[24 * 3];
+    int       r, src, t, h, k;
+
+    assert_true(world <= 8);
+    for (r = 0; r < world; r++) {
+        eep_step_shape_t s        = shape(world, r, step);
+        int64_t          n_tokens = 0;
+
+        s.experts   = E;
+        s.placement = pl;
+        rows[r]     = malloc(2 * (size_t)world * T * H);
+        y[r]        = malloc(2 * (size_t)world * T * H);
+        ridx[r]     = malloc(4 * (size_t)world * T * K);
+        rw[r]       = malloc(4 * (size_t)world * T * K);
+        total[r] = eep_step_expected_recv_ranked(&s, counts, src_rows[r], rows[r], ridx[r], rw[r]);
+        assert_true(total[r] >= 0);
+        /* without rows: the same count; the counts are expert-major's (alignment 1) */
+        assert_int_equal(eep_step_expected_recv_ranked(&s, counts_em, NULL, NULL, NULL, NULL),
+                         total[r]);
+        assert_true(eep_step_expected_recv(&s, counts_em, NULL) >= total[r]);
+        assert_memory_equal(counts, counts_em, sizeof(int32_t) * eep_step_local_experts(&s, NULL));
+        /* one row per (source, token) with a lane here */
+        for (src = 0; src < world; src++) {
+            eep_step_routing(&s, src, idx, w);
+            assert_int_equal(src_rows[r][src], n_tokens);
+            for (t = 0; t < T; t++) {
+                int here = 0;
+
+                for (k = 0; k < K; k++) {
+                    here |= owner(world, E, pl, idx[t * K + k]) == r;
+                }
+                n_tokens += here;
+            }
+        }
+        assert_int_equal(src_rows[r][world], n_tokens);
+        assert_int_equal(total[r], n_tokens);
+        eep_step_expert_apply_ranked(&s, total[r], ridx[r], rw[r], rows[r], y[r]);
+    }
+    for (src = 0; src < world; src++) {
+        eep_step_shape_t s = shape(world, src, step);
+        int64_t          next[8];
+
+        s.experts   = E;
+        s.placement = pl;
+        eep_step_routing(&s, src, idx, w);
+        for (r = 0; r < world; r++) {
+            next[r] = src_rows[r][src];
+        }
+        for (t = 0; t < T; t++) {
+            int64_t row[8];
+
+            for (r = 0; r < world; r++) { /* rank r received t when one of its lanes is there */
+                int here = 0;
+
+                for (k = 0; k < K; k++) {
+                    here |= owner(world, E, pl, idx[t * K + k]) == r;
+                }
+                row[r] = here ? next[r]++ : -1;
+            }
+            for (h = 0; h < H; h++) {
+                float sum = 0.0f;
+
+                for (r = 0; r < world; r++) {
+                    if (row[r] >= 0) {
+                        sum += eep_step_f32(y[r][(size_t)row[r] * H + h]);
+                    }
+                }
+                got[t * H + h] = eep_step_bf16(sum);
+            }
+        }
+        for (r = 0; r < world; r++) {
+            assert_int_equal(next[r], src_rows[r][src + 1]);
+        }
+        assert_int_equal(eep_step_expected_out(&s, want), EEP_OK);
+        assert_int_equal(eep_step_compare(got, want, (int64_t)T * H), -1);
+    }
+    for (r = 0; r < world; r++) {
+        free(rows[r]);
+        free(y[r]);
+        free(ridx[r]);
+        free(rw[r]);
+    }
+    free(got);
+    free(want);
+}
+
+static void test_step_rank_major(void **state)
+{
+    eep_expert_place_t pl[12];
+    eep_step_shape_t   s = shape(3, 1, 4), o;
+    uint16_t          *a = malloc(2 * 3 * 24 * 16), *b = malloc(2 * 3 * 24 * 16), y[16];
+    int32_t           *ia = malloc(4 * 3 * 24 * 3), *ib = malloc(4 * 3 * 24 * 3), counts[12];
+    float             *wa = malloc(4 * 3 * 24 * 3), *wb = malloc(4 * 3 * 24 * 3);
+    int64_t            n;
+    int                e;
+
+    (void)state;
+    simulate_ranked(4, 1, 12, NULL);
+    simulate_ranked(3, 2, 12, NULL);
+    simulate_ranked(1, 3, 12, NULL); /* a survivor alone: every token, every lane here */
+    simulate_ranked(5, 4, 12, NULL);
+    assert_int_equal(eep_placement_default(12, 4, pl), EEP_OK);
+    for (e = 0; e < 12; e++) { /* experts dealt round-robin: rank e % 4, slot e / 4 */
+        pl[e].rank = e % 4;
+        pl[e].slot = e / 4;
+    }
+    simulate_ranked(4, 5, 12, pl);
+    /* data_salt: the same rows, lanes and weights, other data */
+    n           = eep_step_expected_recv_ranked(&s, counts, NULL, a, ia, wa);
+    o           = s;
+    o.data_salt = 1;
+    assert_int_equal(eep_step_expected_recv_ranked(&o, counts, NULL, b, ib, wb), n);
+    assert_true(n > 0);
+    assert_memory_equal(ia, ib, 4 * (size_t)n * 3);
+    assert_memory_equal(wa, wb, 4 * (size_t)n * 3);
+    assert_true(eep_step_compare(a, b, n * 16) >= 0);
+    /* a slot past this rank's experts: the row is poisoned, not summed */
+    ia[0] = 4;
+    eep_step_expert_apply_ranked(&s, 1, ia, wa, a, y);
+    assert_int_equal(y[0], 0x7fc0);
+    free(a);
+    free(b);
+    free(ia);
+    free(ib);
+    free(wa);
+    free(wb);
+}
+
 static void test_expected_out_nonzero(void **state)
 {
     eep_step_shape_t s = shape(4, 1, 3);
@@ -316,6 +464,7 @@ int main(void)
         cmocka_unit_test(test_rows_max),        cmocka_unit_test(test_routing),
         cmocka_unit_test(test_step_four_ranks), cmocka_unit_test(test_step_three_ranks),
         cmocka_unit_test(test_step_uneven),     cmocka_unit_test(test_expected_out_nonzero),
+        cmocka_unit_test(test_step_rank_major),
     };
 
     eep_log_set_level(EEP_LOG_LEVEL_NONE);
