@@ -88,6 +88,22 @@ def mode(mode, handle):
     return code
 
 
+def layout(layout, handle, mode_code):
+    """The dispatch's layout code: "expert" (default) or "rank"; a cached dispatch takes its
+    handle's (and refuses another)."""
+    call = "dispatch"
+    cached = mode_code == _lib.MODE_CACHED
+    if layout is None:
+        return handle.layout_code if cached else _lib.LAYOUT_EXPERT_MAJOR
+    if layout not in _lib.LAYOUTS:
+        _bad(call, "layout", "%r, expected \"expert\" or \"rank\"" % (layout,))
+    code = _lib.LAYOUTS[layout]
+    if cached and code != handle.layout_code:
+        _bad(call, "layout", "%r, but a cached dispatch reuses its handle's layout (%s-major)"
+             % (layout, "rank" if handle.layout_code == _lib.LAYOUT_RANK_MAJOR else "expert"))
+    return code
+
+
 def dead_mask(dead_ranks, world, rank):
     """The world ranks a dispatch treats as dead (degraded mode, include/eep/ep.h) as the C
     mask: each an int in [0, world), not this rank's own."""

@@ -19,6 +19,9 @@ DTYPE_BF16, DTYPE_FP8_E4M3 = 0, 1
 INDEX_INT32, INDEX_INT64 = 0, 1
 MODE_CPU_SYNC, MODE_NO_CPU_SYNC, MODE_CACHED = 0, 1, 2
 MODES = {"cpu_sync": MODE_CPU_SYNC, "no_cpu_sync": MODE_NO_CPU_SYNC, "cached": MODE_CACHED}
+# eep_ep_layout_t (include/eep/ep.h)
+LAYOUT_EXPERT_MAJOR, LAYOUT_RANK_MAJOR = 0, 1
+LAYOUTS = {"expert": LAYOUT_EXPERT_MAJOR, "rank": LAYOUT_RANK_MAJOR}
 # eep_bootstrap_kind_t (include/eep/eep.h)
 BOOTSTRAP_ENV, BOOTSTRAP_FILE, BOOTSTRAP_TCP = 0, 1, 2
 # statuses the membership calls answer without an error (include/eep/status.h)

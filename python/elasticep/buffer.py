@@ -81,11 +81,23 @@ class Handle:
         self.topk_idx = self.topk_weights = None  # the inputs (cached dispatch of gradients)
         self.hidden = 0
         self.mode = None
+        self.layout_code = _lib.LAYOUT_EXPERT_MAJOR
         self.dropped_topk = self.num_dropped = None  # degraded mode's report (GPU), if asked
 
+    @property
+    def layout(self):
+        """"expert" (a row per token and local expert, grouped by expert) or "rank" (a row per
+        received token; recv_offsets [world + 1]: the rows before each source)."""
+        return "rank" if self.layout_code == _lib.LAYOUT_RANK_MAJOR else "expert"
+
     def row_weights(self):
-        """[rows] fp32: each received row's own top-k weight (0 on padding rows)."""
+        """[rows] fp32: each received row's own top-k weight (0 on padding rows); expert-major
+        handles only (a rank-major row holds a token's every local lane: recv_topk_weights)."""
         t = torch()
+        if self.layout_code == _lib.LAYOUT_RANK_MAJOR:
+            raise InvalidArgument("row_weights: a rank-major handle has a row per token, not per "
+                                  "expert: its weights are recv_topk_weights", -1,
+                                  "EEP_ERR_INVALID_ARG")
         e = t.searchsorted(self.recv_offsets[1:].contiguous(),
                            t.arange(self.num_rows, device=self.recv_offsets.device,
                                     dtype=t.int32), right=True)
@@ -237,7 +249,7 @@ class Buffer:
 
     # ---- dispatch ----------------------------------------------------------------------------
     def dispatch(self, x, topk_idx, topk_weights, handle=None, mode=None, num_sms=None,
-                 dead_ranks=None, report_dropped=False):
+                 dead_ranks=None, report_dropped=False, layout=None):
         """x: bf16 [T, hidden] or (fp8 e4m3 [T, hidden], float32 scales [T, hidden / 128]);
         topk_idx int64/int32 [T, K] (-1: none); topk_weights float32 [T, K].  mode: "cpu_sync"
         (exact-size outputs, host counts in handle.host_counts), "no_cpu_sync" (worst-case rows,
@@ -246,8 +258,14 @@ class Buffer:
         experts' lanes dropped; every live rank passes the same set), beyond those the runtime
         marks dead itself.  With dead_ranks or report_dropped, handle.dropped_topk (uint8
         [T, K], 1 where the lane's expert is on a dead rank) and handle.num_dropped (int32 [1])
-        are filled on the GPU.  Returns (recv_x, recv_topk_idx, recv_topk_weights, recv_counts,
-        handle, event); recv_x is (recv_q, recv_scales) for fp8 input."""
+        are filled on the GPU.  layout: "expert" (the default: a row per token and local expert,
+        grouped by expert, padded to expert_alignment) or "rank" (DeepEP's normal layout, for
+        callers that permute themselves: a row per received token, sources ascending, then
+        tokens; recv_topk_idx holds the token's local expert ids, -1 elsewhere; recv_counts
+        the tokens per local expert; handle.recv_offsets [world + 1] the rows before each
+        source); a cached dispatch takes its handle's.  Returns (recv_x, recv_topk_idx,
+        recv_topk_weights, recv_counts, handle, event); recv_x is (recv_q, recv_scales) for fp8
+        input."""
         t = torch()
         self._check_open("dispatch")
         hidden = _checks.hidden_of(x, self.hiddens)
@@ -260,6 +278,7 @@ class Buffer:
         if handle is not None and (not isinstance(handle, Handle) or handle.buf is not self):
             raise InvalidArgument("dispatch: invalid argument handle: not a handle of this buffer",
                                   -1, "EEP_ERR_INVALID_ARG")
+        lay = _checks.layout(layout, handle, m)
         if m == _lib.MODE_CACHED and handle.num_tokens != n:
             raise InvalidArgument("dispatch: invalid argument x: %d tokens, the handle's dispatch "
                                   "had %d" % (n, handle.num_tokens), -1, "EEP_ERR_INVALID_ARG")
@@ -290,7 +309,9 @@ class Buffer:
             a.dropped_topk = dropped.data_ptr() or None
             a.num_dropped = ndropped.data_ptr()
         counts = t.empty(El, dtype=t.int32, device=dev)
-        offsets = t.empty(El + 1, dtype=t.int32, device=dev)
+        ranked = lay == _lib.LAYOUT_RANK_MAJOR
+        offsets = t.empty((self.world if ranked else El) + 1, dtype=t.int32, device=dev)
+        a.layout = lay
         a.recv_expert_counts, a.recv_expert_offsets = counts.data_ptr(), offsets.data_ptr()
         xdt = t.bfloat16 if code == _lib.DTYPE_BF16 else t.float8_e4m3fn
         allocs = {}
@@ -308,8 +329,8 @@ class Buffer:
             cb = _lib.ALLOC_FUNC(alloc)
             a.alloc = cb
             a.host_expert_counts = ctypes.addressof(host)
-        else:
-            R = self.rows_max
+        else:  # rank-major: at most a row per token of every rank (eep/ep.h)
+            R = self.world * self.max_tokens if ranked else self.rows_max
             allocs["recv_x"] = t.empty((R, hidden), dtype=xdt, device=dev)
             allocs["recv_topk_idx"] = t.empty((R, K), dtype=t.int32, device=dev)
             allocs["recv_topk_weights"] = t.empty((R, K), dtype=t.float32, device=dev)
@@ -339,7 +360,7 @@ class Buffer:
         if code == _lib.DTYPE_FP8_E4M3:
             recv_x = (recv_x, view("recv_x_scales", t.float32, hidden // _lib.FP8_BLOCK))
         if m != _lib.MODE_CACHED:
-            h.num_tokens, h.num_rows, h.mode, h.hidden = n, R, m, hidden
+            h.num_tokens, h.num_rows, h.mode, h.hidden, h.layout_code = n, R, m, hidden, lay
             h.recv_counts, h.recv_offsets = counts, offsets
             h.recv_topk_idx, h.recv_topk_weights = recv_idx, recv_w
             h.topk_idx, h.topk_weights = topk_idx, topk_weights
@@ -383,13 +404,21 @@ class Buffer:
 
     def combine(self, y, handle, weighted=True):
         """y: bf16 [handle.num_rows, H] in the received layout.  weighted=False sums the rows as
-        they are (the backward of dispatch).  Returns (out [T, H] bf16, event)."""
+        they are (the backward of dispatch).  A rank-major handle's rows are summed as they are
+        either way (each is the caller's own weighted sum over its local experts).  Returns
+        (out [T, H] bf16, event)."""
         out, _, ev = self._combine(y, handle, weighted, None, True)
         return out, ev
 
     def combine_topk_grad(self, y, y_grad, handle):
         """Top-k weight gradients: [T, K] fp32, dot(y[row], y_grad[row]) of each (token, lane)'s
-        row (0 for lanes of id -1).  Returns (topk_grad, event)."""
+        row (0 for lanes of id -1).  Returns (topk_grad, event).  Expert-major handles (a
+        rank-major row is no single lane's: the caller has the weights' gradients itself, and
+        elasticep.autograd brings them back)."""
+        if isinstance(handle, Handle) and handle.layout_code == _lib.LAYOUT_RANK_MAJOR:
+            raise InvalidArgument("combine_topk_grad: invalid argument handle: rank-major (a row "
+                                  "per token, not per lane): use an expert-major dispatch", -1,
+                                  "EEP_ERR_INVALID_ARG")
         _, tg, ev = self._combine(y, handle, True, y_grad, False)
         return tg, ev
 

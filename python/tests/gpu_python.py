@@ -214,6 +214,34 @@ def main():
            bool(torch.isfinite(xq.grad.float()).all()))
     watch.cancel()
 
+    # 10: rank-major (layout="rank"): rows, local lanes, weights, counts and source offsets in
+    # both modes, then the combine of one row a token, against the C reference (bitwise)
+    wr = World(WORLD, T, H, K, E, ALIGN, False, 15, T - 2)
+    xr, idxr, wtr = inputs_of(wr, RANK, False, H)
+    rm = wr.rank_major()[RANK]
+    R = rm.num_rows
+    for mode in ("cpu_sync", "no_cpu_sync"):
+        rx, ridx, rw, counts, hr, _ = buf.dispatch(xr, idxr, wtr, mode=mode, layout="rank")
+        sync()
+        offs = host_bytes(rm.expert_offsets, (WORLD + 1) * 8).view(torch.int64)
+        ok = bool(torch.equal(rx[:R].contiguous().view(torch.uint8).cpu().flatten(),
+                              host_bytes(rm.x, R * H * 2)))
+        ok = ok and bool(torch.equal(ridx[:R].cpu(), host_bytes(rm.topk_idx, R * K * 4)
+                                     .view(torch.int32).view(R, K)))
+        ok = ok and bool(torch.equal(rw[:R].cpu(), host_bytes(rm.topk_weights, R * K * 4)
+                                     .view(torch.float32).view(R, K)))
+        ok = ok and bool(torch.equal(counts.cpu(), host_bytes(rm.expert_counts, rm.num_local * 4)
+                                     .view(torch.int32)))
+        ok = ok and hr.recv_offsets.cpu().long().tolist() == offs.tolist()
+        report("rank-major %s dispatch = C reference" % mode, ok, "%d rows" % R)
+    yr = [rows_y(wr, r, 4, H)[: wr.rank_major()[r].num_rows].contiguous() for r in range(WORLD)]
+    yfull = torch.zeros((hr.num_rows, H), dtype=torch.bfloat16, device=DEVICE)
+    yfull[:R] = yr[RANK].to(DEVICE)
+    out, _ = buf.combine(yfull, hr)
+    sync()
+    report("rank-major combine = C reference (bitwise)",
+           bool(torch.equal(out.cpu(), wr.combine_rank_major(yr, RANK))))
+
     # 9: errors become exceptions with the message
     try:
         buf.dispatch(x.float(), idx, wt)

@@ -45,6 +45,12 @@ def ref():
                                                 ctypes.POINTER(Input)]
         _ref.eep_ref_dispatch.argtypes = [ctypes.POINTER(Shape), ctypes.POINTER(Input),
                                           ctypes.POINTER(Recv), c_void_p, c_void_p]
+        _ref.eep_ref_rank_major.argtypes = [ctypes.POINTER(Shape), ctypes.POINTER(Input), c_int,
+                                            ctypes.POINTER(Recv)]
+        _ref.eep_ref_combine_rank_major.argtypes = [ctypes.POINTER(Shape), ctypes.POINTER(Input),
+                                                    ctypes.POINTER(Recv),
+                                                    ctypes.POINTER(c_void_p),
+                                                    ctypes.POINTER(c_void_p)]
         _ref.eep_ref_combine_src_ex.argtypes = [ctypes.POINTER(Shape), ctypes.POINTER(Input),
                                                 ctypes.POINTER(Recv), ctypes.POINTER(c_void_p),
                                                 c_int, c_int, c_void_p]
@@ -87,6 +93,27 @@ class World:
         assert ref().eep_ref_combine_src_ex(ctypes.byref(self.shape), self.inputs, self.recv, arr,
                                             src, 1 if weighted else 0, out.data_ptr()) == 0
         return out[: self.inputs[src].num_tokens]
+
+    def rank_major(self):
+        """Every rank's rank-major outputs (eep_ref_rank_major), a Recv each."""
+        if getattr(self, "_rm", None) is None:
+            self._rm = (Recv * self.world)()
+            for r in range(self.world):
+                assert ref().eep_ref_rank_major(ctypes.byref(self.shape), self.inputs, r,
+                                                ctypes.byref(self._rm[r])) == 0
+        return self._rm
+
+    def combine_rank_major(self, ys, src):
+        """Expected out of rank @src from rank-major rows ys[r] (CPU bf16 [rows of r, H])."""
+        import torch
+        rm = self.rank_major()
+        outs = [torch.zeros((max(self.inputs[r].num_tokens, 1), self.shape.hidden),
+                            dtype=torch.bfloat16) for r in range(self.world)]
+        ya = (c_void_p * self.world)(*[y.data_ptr() for y in ys])
+        oa = (c_void_p * self.world)(*[o.data_ptr() for o in outs])
+        assert ref().eep_ref_combine_rank_major(ctypes.byref(self.shape), self.inputs, rm, ya,
+                                                oa) == 0
+        return outs[src][: self.inputs[src].num_tokens]
 
     def topk_grad(self, ys, gs, src):
         import torch

@@ -31,8 +31,10 @@ class FakeBuffer:
         self.num_experts, self.num_local, self.num_topk = num_experts, num_experts, num_topk
         self.alignment = alignment
 
-    def dispatch(self, x, topk_idx, topk_weights, handle=None, mode=None, num_sms=None):
+    def dispatch(self, x, topk_idx, topk_weights, handle=None, mode=None, num_sms=None,
+                 layout=None):
         from elasticep.buffer import Handle
+        assert layout in (None, "expert"), "the stand-in lays rows out expert-major only"
         fp8 = isinstance(x, (tuple, list))
         xs = list(x) if fp8 else [x]
         if handle is None or mode not in (None, "cached"):

@@ -69,7 +69,7 @@ class MockLib:
     def eep_dispatch(self, rt, args_ref, handle_pp, stream):
         a = args_ref._obj
         rb = self.rb
-        self.calls.append(("dispatch", a.mode, a.dtype))
+        self.calls.append(("dispatch", a.mode, a.dtype, a.layout))
         self.dead_masks.append(a.dead_mask)
         if a.num_dropped:  # one rank: nothing is dead, the report is all zeros
             if a.dropped_topk:
@@ -90,6 +90,12 @@ class MockLib:
         recv = (rb.Recv * 1)()
         if rb.ref().eep_ref_dispatch(ctypes.byref(shape), inp, recv, None, None) != 0:
             return -83
+        ranked = a.layout == 1
+        if ranked:  # rank-major: the reference's rows of this (only) rank
+            rm = (rb.Recv * 1)()
+            if rb.ref().eep_ref_rank_major(ctypes.byref(shape), inp, 0, rm) != 0:
+                return -83
+            recv = rm
         rv = recv[0]
         R, El = rv.num_rows, rv.num_local
         hb, sb = H * (1 if fp8 else 2), (H // 128 * 4 if fp8 else 0)
@@ -107,8 +113,9 @@ class MockLib:
                     ctypes.c_int32.from_address(rv.expert_counts + 4 * e).value
             rows_out = R
         else:
-            rows_max = self.real.eep_ep_recv_rows_max(1, a.max_tokens_per_rank, K, a.num_experts,
-                                                      a.expert_alignment)
+            rows_max = (a.max_tokens_per_rank if ranked else
+                        self.real.eep_ep_recv_rows_max(1, a.max_tokens_per_rank, K,
+                                                       a.num_experts, a.expert_alignment))
             if a.recv_capacity < rows_max:
                 return -1
             rows_out = rows_max
@@ -118,28 +125,35 @@ class MockLib:
         ctypes.memmove(a.recv_topk_idx, rv.topk_idx, R * K * 4)
         ctypes.memmove(a.recv_topk_weights, rv.topk_weights, R * K * 4)
         ctypes.memmove(a.recv_expert_counts, rv.expert_counts, El * 4)
-        for e in range(El + 1):
+        for e in range((1 if ranked else El) + 1):  # rank-major: [world + 1]
             ctypes.c_int32.from_address(a.recv_expert_offsets + 4 * e).value = \
                 ctypes.c_int64.from_address(rv.expert_offsets + 8 * e).value
         ctypes.c_int64.from_address(a.num_recv_rows_p).value = rows_out
         hp = handle_pp._obj
-        if a.mode == 2 and hp.value not in self.handles:
+        if a.mode == 2 and (hp.value not in self.handles or
+                            self.handles[hp.value][4] != ranked):
             return -1
         if not hp.value:
             self.next += 0x10
             hp.value = self.next
         if a.mode != 2:
-            self.handles[hp.value] = (shape, inp, recv, idx64)
+            self.handles[hp.value] = (shape, inp, recv, idx64, ranked)
         return 0
 
     def eep_combine_ex(self, rt, args_ref, handle, stream):
         a = args_ref._obj
         rb = self.rb
-        shape, inp, recv, _ = self.handles[handle.value]
+        shape, inp, recv, _, ranked = self.handles[handle.value]
         self.calls.append(("combine", a.weighted, bool(a.topk_grad)))
         s = rb.Shape(shape.world, shape.max_tokens, a.hidden, shape.num_topk, shape.num_experts,
                      shape.alignment, 0)
         ys = (ctypes.c_void_p * 1)(a.y)
+        if ranked:  # the rows as they are, weighted or not (the caller weighted them)
+            if a.topk_grad:
+                return -1  # EEP_ERR_INVALID_ARG: no top-k gradients of rank-major rows
+            outs = (ctypes.c_void_p * 1)(a.out)
+            return -20 if rb.ref().eep_ref_combine_rank_major(ctypes.byref(s), inp, recv, ys,
+                                                               outs) != 0 else 0
         if a.out:
             if rb.ref().eep_ref_combine_src_ex(ctypes.byref(s), inp, recv, ys, 0, a.weighted,
                                                a.out) != 0:
@@ -249,7 +263,7 @@ class TestBufferMock(unittest.TestCase):
         self.assertEqual(rq[0].dtype, torch.float8_e4m3fn)
         gx, _, _, _, hc, _ = buf.dispatch(x, idx, w, handle=hq)
         self.assertIs(hc, hq)
-        self.assertEqual(self.mock.calls[-1], ("dispatch", 2, 0))
+        self.assertEqual(self.mock.calls[-1], ("dispatch", 2, 0, 0))
         R = hq.recv_offsets[-1].item()
         self.assertTrue(torch.equal(hq.recv_counts, counts))  # the same routing as the bf16 one
         self.assertEqual(gx.dtype, torch.bfloat16)
@@ -275,6 +289,86 @@ class TestBufferMock(unittest.TestCase):
         with self.assertRaises(elasticep.InvalidArgument):
             buf.combine(y[:-1], h)
         self.assertEqual(len(self.mock.calls), n)
+        buf.destroy()
+
+    def test_rank_major(self):
+        """layout="rank" through the real Buffer: the struct's layout, one row per token (one
+        rank: every token, in order) with its local lanes and weights, the source offsets, the
+        worst case of world * max_tokens rows without a host wait, a cached dispatch of other
+        data on the handle, the combine summing rows as they are, and the errors."""
+        import elasticep
+        from elasticep import _lib
+        T, H, K, E = 12, 128, 2, 8
+        buf = elasticep.Buffer("env", 16, H, K, E)
+        x, idx, w = self.inputs(T, H, K, E, 3)
+        for mode in ("cpu_sync", "no_cpu_sync"):
+            rx, ridx, rw, counts, h, _ = buf.dispatch(x, idx, w, mode=mode, layout="rank")
+            self.assertEqual(self.mock.calls[-1][3], _lib.LAYOUT_RANK_MAJOR)
+            self.assertEqual(h.layout, "rank")
+            self.assertEqual(h.num_rows, T if mode == "cpu_sync" else 16)
+            self.assertEqual(h.recv_offsets.tolist(), [0, T])
+            self.assertTrue(torch.equal(rx[:T], x))
+            self.assertTrue(torch.equal(ridx[:T].long(), idx))  # one rank: local ids are global
+            self.assertTrue(torch.equal(rw[:T], w))
+            self.assertEqual(counts.tolist(), torch.bincount(idx.flatten(), minlength=E).tolist())
+            y = (rx.float() * 3).to(torch.bfloat16)
+            for weighted in (True, False):  # the caller weighed its rows: summed as they are
+                out, _ = buf.combine(y, h, weighted=weighted)
+                self.assertTrue(torch.equal(out, y[:T]))
+        # lanes_back: fp32 lane gradients back to their tokens to 1 ulp (one rank: row t is t)
+        gl = torch.randn(h.num_rows, K, generator=torch.Generator().manual_seed(2)) * 1e-3
+        back = elasticep.autograd.lanes_back(buf, h, gl)
+        self.assertEqual(tuple(back.shape), (T, K))
+        self.assertLessEqual(((back - gl[:T]).abs() / gl[:T].abs()).max().item(), 2.0 ** -22)
+        x2 = (x.float() + 1).to(torch.bfloat16)
+        g, _, _, _, hc, _ = buf.dispatch(x2, idx, w, handle=h)
+        self.assertIs(hc, h)
+        self.assertEqual(self.mock.calls[-1][1:], (_lib.MODE_CACHED, 0, _lib.LAYOUT_RANK_MAJOR))
+        self.assertTrue(torch.equal(g[:T], x2))
+        n = len(self.mock.calls)
+        for call, needle in ((lambda: buf.dispatch(x, idx, w, layout="token"), "layout"),
+                             (lambda: buf.dispatch(x, idx, w, handle=h, layout="expert"),
+                              "handle's layout"),
+                             (lambda: buf.combine_topk_grad(y, y, h), "rank-major"),
+                             (lambda: h.row_weights(), "rank-major")):
+            with self.assertRaises(elasticep.InvalidArgument) as cm:
+                call()
+            self.assertIn(needle, str(cm.exception))
+        self.assertEqual(len(self.mock.calls), n)
+        buf.destroy()
+
+    def test_rank_major_autograd(self):
+        """A small MoE layer both ways through elasticep.autograd: expert-major (grouped rows,
+        the weights applied by the combine) and rank-major (the caller weighs each row's local
+        experts itself): the same output and the same gradients of x, the weights (through
+        lanes_back's three-part combine) and the experts."""
+        import elasticep
+        T, H, K, E = 16, 128, 2, 4
+        buf = elasticep.Buffer("env", T, H, K, E)
+        x0, idx, w0 = self.inputs(T, H, K, E, 4)
+        W0 = torch.randn(E, H, H, generator=torch.Generator().manual_seed(9)) / H ** 0.5
+        res = {}
+        for layout in ("expert", "rank"):
+            x = x0.clone().requires_grad_()
+            w = w0.clone().requires_grad_()
+            W = W0.clone().requires_grad_()
+            rx, ridx, rw, counts, h = elasticep.autograd.dispatch(buf, x, idx, w, layout=layout)
+            if layout == "expert":
+                off = h.recv_offsets.tolist()
+                y = torch.cat([rx[off[e]:off[e + 1]].float() @ W[e] for e in range(E)])
+                out = elasticep.autograd.combine(buf, y.to(torch.bfloat16), w, h)
+            else:
+                y = torch.zeros(rx.shape[0], H)
+                for k in range(K):
+                    e = ridx[:, k].long().clamp(min=0)
+                    part = torch.bmm(rx.float()[:, None, :], W[e])[:, 0, :]
+                    y = y + rw[:, k:k + 1] * (ridx[:, k:k + 1] >= 0) * part
+                out = elasticep.autograd.combine(buf, y.to(torch.bfloat16), w, h)
+            (out.float() ** 2).sum().backward()
+            res[layout] = (out.detach().float(), x.grad.float(), w.grad.float(), W.grad.float())
+        for a, b, what in zip(res["expert"], res["rank"], ("out", "grad x", "grad w", "grad W")):
+            self.assertLess((a - b).abs().max().item(), 0.02 * b.abs().max().item() + 1e-6, what)
+        self.assertGreater(res["rank"][2].abs().max().item(), 0)  # the weights' path ran
         buf.destroy()
 
     def test_autograd_and_example(self):
@@ -304,7 +398,7 @@ class TestBufferMock(unittest.TestCase):
         self.assertIn("dispatch", kinds)
         self.assertIn(("combine", 0, False), self.mock.calls)  # dispatch's backward
         self.assertIn(("combine", 1, True), self.mock.calls)  # the top-k gradients
-        self.assertIn(("dispatch", 2, 0), self.mock.calls)  # combine's backward: cached bf16
+        self.assertIn(("dispatch", 2, 0, 0), self.mock.calls)  # combine's backward: cached bf16
         for other in (1, 2):
             err = (results[0][0].float() - results[other][0].float()).abs().max().item()
             self.assertLess(err, 0.03 * results[other][0].float().abs().max().item() + 1e-6)

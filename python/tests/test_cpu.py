@@ -90,6 +90,14 @@ class TestStructLayout(unittest.TestCase):
             lines.append('printf("%s sizeof %%zu\\n", sizeof(%s));' % (cname, cname))
             for f, _ in py._fields_:
                 lines.append('printf("%s %s %%zu\\n", offsetof(%s, %s));' % (cname, f, cname, f))
+        consts = {"EEP_EP_MODE_CPU_SYNC": _lib.MODE_CPU_SYNC,
+                  "EEP_EP_MODE_NO_CPU_SYNC": _lib.MODE_NO_CPU_SYNC,
+                  "EEP_EP_MODE_CACHED": _lib.MODE_CACHED,
+                  "EEP_EP_LAYOUT_EXPERT_MAJOR": _lib.LAYOUT_EXPERT_MAJOR,
+                  "EEP_EP_LAYOUT_RANK_MAJOR": _lib.LAYOUT_RANK_MAJOR,
+                  "EEP_DTYPE_FP8_E4M3": _lib.DTYPE_FP8_E4M3}
+        for name in consts:
+            lines.append('printf("const %s %%d\\n", (int)%s);' % (name, name))
         lines.append("return 0; }")
         with tempfile.TemporaryDirectory() as d:
             src, exe = os.path.join(d, "l.c"), os.path.join(d, "l")
@@ -105,6 +113,8 @@ class TestStructLayout(unittest.TestCase):
             if line:
                 parts = line.split()
                 c[tuple(parts[:-1])] = int(parts[-1])
+        for name, value in consts.items():
+            self.assertEqual(c[("const", name)], value, name)
         for cname, py in self.STRUCTS.items():
             self.assertEqual(c[(cname, "sizeof")], ctypes.sizeof(py), cname)
             for f, _ in py._fields_:
@@ -205,6 +215,19 @@ class TestChecks(unittest.TestCase):
         self.assertEqual(_checks.mode(None, object()), _lib.MODE_CACHED)
         with self.assertRaises(errors.InvalidArgument):
             _checks.num_sms(-1)
+        # layouts: expert by default; a cached dispatch takes its handle's and refuses another
+        ranked = type("H", (), {"layout_code": _lib.LAYOUT_RANK_MAJOR})()
+        self.assertEqual(_checks.layout(None, None, _lib.MODE_NO_CPU_SYNC),
+                         _lib.LAYOUT_EXPERT_MAJOR)
+        self.assertEqual(_checks.layout("rank", None, _lib.MODE_CPU_SYNC), _lib.LAYOUT_RANK_MAJOR)
+        self.assertEqual(_checks.layout(None, ranked, _lib.MODE_CACHED), _lib.LAYOUT_RANK_MAJOR)
+        self.assertEqual(_checks.layout("expert", ranked, _lib.MODE_NO_CPU_SYNC),
+                         _lib.LAYOUT_EXPERT_MAJOR)  # a refill may change it
+        for bad, needle in ((("token", None, _lib.MODE_CPU_SYNC), "layout"),
+                            (("expert", ranked, _lib.MODE_CACHED), "handle's layout")):
+            with self.assertRaises(errors.InvalidArgument) as cm:
+                _checks.layout(*bad)
+            self.assertIn(needle, str(cm.exception))
         for args, needle in (((0, 1024, 8, 64, 1), "num_max_tokens_per_rank"),
                              ((128, 1020, 8, 64, 1), "hidden"),
                              ((128, 1024, 33, 64, 1), "num_topk"),
