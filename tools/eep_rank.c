@@ -314,13 +314,9 @@ static eep_status_t eep_rank_check_recv(eep_rank_t *r, const eep_step_shape_t *s
     const eep_cuda_sym_t *cu;
     eep_status_t          status;
     int64_t               rows;
-    int32_t               host_counts[EEP_EP_MAX_LOCAL_EXPERTS];
 
     if ((status = eep_cuda_sym_driver(&cu)) != EEP_OK) {
         return status;
-    }
-    if (r->ep_mode == EEP_RANK_MODE_CPU_SYNC) {
-        memcpy(host_counts, r->h_counts, (size_t)el * 4); /* eep_dispatch wrote them there */
     }
     rows = r->rank_major
                ? eep_step_expected_recv_ranked(s, r->h_want_counts, r->h_want_offsets,
@@ -330,8 +326,9 @@ static eep_status_t eep_rank_check_recv(eep_rank_t *r, const eep_step_shape_t *s
         return EEP_ERR_NO_MEMORY;
     }
     *rows_p = rows;
+    /* CPU_SYNC: eep_dispatch wrote the host counts into h_counts (the device's come next) */
     if (r->ep_mode == EEP_RANK_MODE_CPU_SYNC &&
-        (host_rows != rows || memcmp(host_counts, r->h_want_counts, (size_t)el * 4) != 0)) {
+        (host_rows != rows || memcmp(r->h_counts, r->h_want_counts, (size_t)el * 4) != 0)) {
         *bad_p = "host counts";
         return EEP_OK;
     }
