@@ -15,7 +15,7 @@
 #   bench   the same pair from C (eep-bench ep, T 32 H 1024 K 4 E 8, no-cpu-sync), to set
 #           against the OVERHEAD lines of `one`
 #   train   python/examples/train_moe.py at one rank (ElasticEP and the torch reference, 300
-#           steps) and --fp8
+#           steps), --fp8, and --layout rank
 #   train2  the example at 2 ranks (150 steps)
 #   members python/tests/gpu_membership.py: etcd + eepd, 3 Python ranks with elasticep.Membership,
 #           a SIGKILL (shrink) and a newcomer (grow); needs build/device-bundle.tar.xz carried
@@ -126,8 +126,9 @@ for part in "${parts[@]}"; do
     four) py_path; run_part four 300 cluster 4 python3 "$root/python/tests/gpu_python.py" ;;
     bench) run_part bench 120 build/bin/eep-bench ep --nranks 1 --tokens 32 --hidden 1024 \
                --topk 4 --experts 8 --align 4 --mode no-cpu-sync --iters 200 ;;
-    train) py_path; run_part train 280 sh -c 'python3 python/examples/train_moe.py --steps 300 &&
-               python3 python/examples/train_moe.py --steps 300 --fp8' ;;
+    train) py_path; run_part train 400 sh -c 'python3 python/examples/train_moe.py --steps 300 &&
+               python3 python/examples/train_moe.py --steps 300 --fp8 &&
+               python3 python/examples/train_moe.py --steps 300 --layout rank' ;;
     train2) py_path; run_part train2 300 cluster 2 python3 "$root/python/examples/train_moe.py" \
                 --steps 150 ;;
     members) py_path; run_part members 300 members ;;

@@ -10,7 +10,9 @@ torch all-to-all reference; the losses and the first step's gradients are compar
 
 ElasticEP run: elasticep.autograd.dispatch (cpu_sync, exact rows; fp8 on the wire with --fp8)
 and elasticep.autograd.combine (weighted): backward = an unweighted combine and a bf16 cached
-dispatch with the top-k weight gradients.  Reference run: one row per (token, k) sent with
+dispatch with the top-k weight gradients.  With --layout rank the dispatch is rank-major (a row
+per received token): each row's local experts run here and are weighed with recv_topk_weights
+and summed before the combine, whose backward brings the weights' gradients back.  Reference run: one row per (token, k) sent with
 all_to_all_single (an autograd Function whose backward is the reverse all-to-all), the weighted
 sum done in torch.  One rank: no process group (the all-to-all is the identity).  Several ranks
 (scripts/one-gpu-cluster.sh sets EEP_RANK, EEP_WORLD_SIZE, ONE_GPU_CLUSTER_DIR): a gloo group
@@ -51,6 +53,8 @@ def parse():
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--fp8", action="store_true", help="fp8 dispatch in the forward pass")
+    p.add_argument("--layout", choices=["expert", "rank"], default="expert",
+                   help="the ElasticEP run's received layout")
     return p.parse_args()
 
 
@@ -107,6 +111,22 @@ def moe_eep(m, buf, u, idx, w, a):
         off += padded
     y = torch.cat(pieces) if pieces else rows.new_zeros(0, a.dim)
     return elasticep.autograd.combine(buf, y.contiguous(), w, h)
+
+
+def moe_eep_ranked(m, buf, u, idx, w, a):
+    """The rank-major layout: a row per received token; the experts of its local lanes run on
+    it here, weighed by recv_topk_weights (differentiable: the weights' gradients go back through
+    the dispatch) and summed in fp32; the combine adds the ranks' rows."""
+    rows, ridx, rw, _, h = elasticep.autograd.dispatch(buf, u.contiguous(), idx, w, fp8=a.fp8,
+                                                       mode="cpu_sync", layout="rank")
+    y = torch.zeros(rows.shape[0], a.dim, dtype=torch.float32, device=rows.device)
+    for e in range(a.experts_per_rank):
+        hit = ridx == e                            # [rows, K]: lane k of the row is expert e
+        sel = hit.any(dim=1).nonzero().view(-1)
+        if sel.numel():
+            we = (rw * hit).sum(dim=1)[sel]
+            y = y.index_add(0, sel, we[:, None] * m.expert(e, rows[sel]).float())
+    return elasticep.autograd.combine(buf, y.to(torch.bfloat16).contiguous(), w, h)
 
 
 # ---- reference run: torch all-to-all ------------------------------------------------------------
@@ -166,7 +186,12 @@ def train(a, use_eep, buf):
     for step in range(a.steps):
         x, target = batch(a, step)
         u, idx, w = m.route(x, a.topk)
-        moe = moe_eep(m, buf, u, idx, w, a) if use_eep else moe_ref(m, u, idx, w, a)
+        if not use_eep:
+            moe = moe_ref(m, u, idx, w, a)
+        elif getattr(a, "layout", "expert") == "rank":
+            moe = moe_eep_ranked(m, buf, u, idx, w, a)
+        else:
+            moe = moe_eep(m, buf, u, idx, w, a)
         out = x.float() + moe.float()
         loss = F.mse_loss(out, target)
         opt.zero_grad(set_to_none=True)

@@ -382,13 +382,15 @@ class TestBufferMock(unittest.TestCase):
         buf = elasticep.Buffer("env", a.tokens, a.dim, a.topk, a.experts_per_rank,
                                expert_alignment=8)
         results = []
-        for which in ("buffer", "fake", "ref"):
+        for which in ("buffer", "fake", "ref", "rank"):
             torch.manual_seed(0)
             m = train_moe.Block(a, 1)
             x = torch.randn(a.tokens, a.dim, generator=torch.Generator().manual_seed(5))
             u, idx, w = m.route(x.to(torch.bfloat16), a.topk)
             if which == "ref":
                 moe = train_moe.moe_ref(m, u, idx, w, a)
+            elif which == "rank":  # rank-major: the example's --layout rank path
+                moe = train_moe.moe_eep_ranked(m, buf, u, idx, w, a)
             else:
                 b = buf if which == "buffer" else FakeBuffer(a.experts_per_rank, a.topk, 8)
                 moe = train_moe.moe_eep(m, b, u, idx, w, a)
@@ -399,7 +401,8 @@ class TestBufferMock(unittest.TestCase):
         self.assertIn(("combine", 0, False), self.mock.calls)  # dispatch's backward
         self.assertIn(("combine", 1, True), self.mock.calls)  # the top-k gradients
         self.assertIn(("dispatch", 2, 0, 0), self.mock.calls)  # combine's backward: cached bf16
-        for other in (1, 2):
+        self.assertIn(("dispatch", 0, 0, 1), self.mock.calls)  # the rank-major run's
+        for other in (1, 2, 3):
             err = (results[0][0].float() - results[other][0].float()).abs().max().item()
             self.assertLess(err, 0.03 * results[other][0].float().abs().max().item() + 1e-6)
             for n in results[other][1]:
@@ -418,8 +421,9 @@ class TestBufferMock(unittest.TestCase):
         self.assertGreaterEqual(len(gpu_python.results), 12)
 
     def test_example_trains(self):
-        """The example's two runs, on the CPU, the ElasticEP one through the real Buffer: the
-        losses and first-step gradients agree as main() requires, and the loss falls."""
+        """The example's runs, on the CPU, the ElasticEP ones (expert- and rank-major) through
+        the real Buffer: the losses and first-step gradients agree with the reference's as
+        main() requires, and the loss falls."""
         import argparse
 
         import elasticep
@@ -431,10 +435,12 @@ class TestBufferMock(unittest.TestCase):
         buf = elasticep.Buffer("env", a.tokens, a.dim, a.topk, a.experts_per_rank,
                                expert_alignment=8)
         torch.cuda.is_available = self.saved[2]["is_available"]  # the optimizer asks too
-        le, ge = train_moe.train(a, True, buf)
         lr_, gr = train_moe.train(a, False, None)
+        for layout in ("expert", "rank"):  # the example's --layout
+            a.layout = layout
+            le, ge = train_moe.train(a, True, buf)
+            self.assertTrue(train_moe.compare(le, lr_, ge, gr), layout)
         buf.destroy()
-        self.assertTrue(train_moe.compare(le, lr_, ge, gr))
 
 
 if __name__ == "__main__":
