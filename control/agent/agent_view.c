@@ -257,10 +257,17 @@ static eep_status_t eep_agent_poll_held(eep_agent_t *agent, eep_agent_view_t **v
     /* Never hand out a view the lease no longer backs (issue 25 #4): after a pause (SIGSTOP, a
      * stalled host) past the TTL, a view that still gives us a rank may be in the queue while
      * the lease is already gone.  Hold it until a keepalive answer renews the lease, or the
-     * loss is reported (EEP_ERR_LEASE_LOST first, then views for the new member). */
-    if (lease != 0 && eep_etcd_lease_deadline(agent->etcd, lease, &deadline) == EEP_OK &&
-        (int64_t)eep_clock_ms() >= deadline) {
-        eep_debug(EEP_SUBSYS_AGENT, "lease %llx unconfirmed past its ttl: view held back",
+     * loss is reported (EEP_ERR_LEASE_LOST first, then views for the new member).  A lease
+     * whose keepalive has ended (EEP_ERR_NOT_FOUND) backs nothing either: etcd's client ends it
+     * when it finds the lease lost and only then calls our lost callback, so for a moment the
+     * lease is gone while lost_pending is not yet set (CI, 2026-12-05: agent_pause_view got a
+     * view with a rank after SIGCONT, before lease_lost).  It also covers the few ms of
+     * eep_agent_register between the put and the keepalive's start. */
+    if (lease != 0 && (eep_etcd_lease_deadline(agent->etcd, lease, &deadline) != EEP_OK ||
+                       (int64_t)eep_clock_ms() >= deadline)) {
+        eep_debug(EEP_SUBSYS_AGENT,
+                  "lease %llx unconfirmed (past its ttl or its keepalive "
+                  "ended): view held back",
                   (unsigned long long)lease);
         *held_p = 1;
         return EEP_INPROGRESS;

@@ -21,6 +21,7 @@
 #include <cmocka.h>
 
 #include "control/agent/agent.h"
+#include "control/agent/agent_int.h" /* the agent's own etcd client: its keepalive */
 #include "control/eepd/eepd.h"
 #include "control/etcd/etcd.h"
 #include "util/log.h"
@@ -284,6 +285,96 @@ static void test_lost_lease_rejoins_after_owner_saw_it(void **state)
     eep_agent_destroy(a);
 }
 
+struct revoke_arg {
+    eep_etcd_t  *etcd;
+    int64_t      lease;
+    eep_status_t status;
+};
+
+static void *revoke_thread(void *p)
+{
+    struct revoke_arg *r = p;
+
+    r->status = eep_etcd_lease_revoke(r->etcd, r->lease);
+    return NULL;
+}
+
+/* A lease whose keepalive has ended backs no view, even before the lost callback has run: etcd's
+ * client ends the keepalive first and calls back after, and a poll in between handed out a
+ * queued view that still gave the member a rank (CI, agent_pause_view).  Here the keepalive is
+ * ended by a revoke on the agent's own client while etcd is stopped (the key stays, no watch
+ * event, no callback), with a newer view holding this member already queued: no poll may hand
+ * it out, and the loss comes once etcd is back. */
+static void test_no_view_after_keepalive_ended(void **state)
+{
+    eep_agent_t      *a, *b, *c;
+    eep_agent_view_t *w = NULL;
+    uint64_t          epoch;
+    int64_t           end, deadline;
+    struct revoke_arg r;
+    pthread_t         th;
+    eep_status_t      status = EEP_INPROGRESS;
+
+    (void)state;
+    NEED_ETCD(g_up);
+    a     = join(NULL);
+    b     = join(NULL);
+    w     = wait_view(a, 2, 10000);
+    epoch = w->epoch;
+    eep_agent_view_free(w);
+    eep_agent_view_free(wait_view(b, 2, 10000));
+    c = join(NULL);
+    /* the 3-rank view reaches a's queue; a does not poll */
+    end = test_now_ms() + 10000;
+    while (test_now_ms() < end && eep_agent_newest_epoch(a) <= epoch) {
+        usleep(20 * 1000);
+    }
+    assert_true(eep_agent_newest_epoch(a) > epoch && eep_agent_newest_epoch(a) != UINT64_MAX);
+    pthread_mutex_lock(&a->lock);
+    r.lease = a->lease;
+    pthread_mutex_unlock(&a->lock);
+    r.etcd   = a->etcd;
+    r.status = EEP_INPROGRESS;
+    assert_int_equal(eep_test_etcd_pause(&g_etcd, 0, 1), 0);
+    assert_int_equal(pthread_create(&th, NULL, revoke_thread, &r), 0);
+    end = test_now_ms() + 5000;
+    while (test_now_ms() < end && eep_etcd_lease_deadline(a->etcd, r.lease, &deadline) == EEP_OK) {
+        usleep(1000);
+    }
+    assert_int_equal(eep_etcd_lease_deadline(a->etcd, r.lease, &deadline), EEP_ERR_NOT_FOUND);
+    /* the keepalive has ended, the lease is unconfirmed: nothing handed out */
+    status = eep_agent_poll(a, &w);
+    if (status == EEP_OK) {
+        int rank = w->my_rank;
+
+        eep_agent_view_free(w);
+        eep_test_etcd_pause(&g_etcd, 0, 0);
+        pthread_join(th, NULL);
+        fail_msg("a view (rank %d) was handed out after the lease's keepalive ended", rank);
+    }
+    assert_int_equal(status, EEP_INPROGRESS);
+    assert_int_equal(eep_test_etcd_pause(&g_etcd, 0, 0), 0);
+    pthread_join(th, NULL);
+    /* etcd back: the revoke (or the expiry) deletes the key, and the loss is reported first */
+    end = test_now_ms() + 10000;
+    while (test_now_ms() < end) {
+        status = eep_agent_wait(a, 100, &w);
+        if (status == EEP_ERR_LEASE_LOST) {
+            break;
+        }
+        if (status == EEP_OK) {
+            int rank = w->my_rank;
+
+            eep_agent_view_free(w);
+            assert_true(rank < 0); /* never a rank under the ended lease */
+        }
+    }
+    assert_int_equal(status, EEP_ERR_LEASE_LOST);
+    eep_agent_destroy(c);
+    eep_agent_destroy(b);
+    eep_agent_destroy(a);
+}
+
 static void test_fault_report_evicts_suspect(void **state)
 {
     eep_agent_t      *a, *b;
@@ -382,6 +473,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_lease_lost_rejoins_as_new_member, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lost_lease_rejoins_after_owner_saw_it, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_no_view_after_keepalive_ended, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fault_report_evicts_suspect, setup, teardown),
         cmocka_unit_test_setup_teardown(test_leave_is_immediate, setup, teardown),
         cmocka_unit_test(test_nics_and_bad_args),
