@@ -257,41 +257,6 @@ static eep_status_t eep_ep_solo_place(const eep_cuda_sym_t *cu, const struct eep
     return eep_ep_solo_launch(st, place, grid, p, stream);
 }
 
-/*
- * After eep_ep_ce_fork's copy, on the copy's stream: the call's value into the control word
- * EEP_EPK_CTL_CE, which the routing launch waits for (kernels/ep/dispatch_solo.cuh) before it
- * rewrites the rows that are not their token's, block 0 always, so that the launch ends after
- * the copy.  That saves the launch after the join which did those rows (NO_CPU_SYNC, T 4096, 24
- * SMs: bench/RESULTS.md, 2026-12-06).  @return the value, or 0 when the write could not be
- * enqueued (then never again for this state: the launch after the join does the rows).
- */
-static unsigned eep_ep_ce_word(const eep_cuda_sym_t *cu, struct eep_ep_state *st,
-                               const eep_epk_params_t *p, void *stream)
-{
-    const unsigned        seq     = st->ce_seq + 1 != 0 ? st->ce_seq + 1 : 1;
-    CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
-    CUresult              rc;
-
-    if (st->ce_word_off || cu->cuStreamWriteValue32 == NULL || cu->cuStreamIsCapturing == NULL ||
-        cu->cuStreamIsCapturing((CUstream)stream, &capture) != CUDA_SUCCESS ||
-        capture != CU_STREAM_CAPTURE_STATUS_NONE) {
-        /* captured, not: a replay would write the same value again, which the word already
-           holds from the last replay, and the launch would not wait for its copy */
-        return 0;
-    }
-    rc = cu->cuStreamWriteValue32(st->ce_stream, (CUdeviceptr)(p->ctl + EEP_EPK_CTL_CE), seq, 0);
-    if (rc != CUDA_SUCCESS) {
-        eep_warn(EEP_SUBSYS_KERNEL,
-                 "cuStreamWriteValue32 on the copy engine's stream failed (%d): the rows after "
-                 "a token not received take a launch of their own from now on",
-                 (int)rc);
-        st->ce_word_off = 1;
-        return 0;
-    }
-    st->ce_seq = seq;
-    return seq;
-}
-
 /* The received rows of @p h's dispatch into *@p n_p when they are known: the count of a CPU_SYNC
    dispatch, or the word a one-rank NO_CPU_SYNC dispatch left in the rows ring (its kernel done;
    not yet, or overwritten by a later call's: unknown). */
@@ -319,10 +284,9 @@ static int eep_ep_solo_rows_known(const struct eep_ep_state *st, const eep_ep_ha
  * The copy engine on this path, by mode (bench/RESULTS.md, session 31: T 4096, H 7168, 24 SMs,
  * us bf16 / fp8, against session 30's tree):
  * - NO_CPU_SYNC: the copy (x and scales) forked beside the routing launch, which is about as
- *   long (~12 us): 36.2 / 25.0 against 40.5 / 27.0 serial, when a launch after the join did the
- *   rows after the first token not received (it ended at once when every token was).  Now the
- *   routing launch does them once a word on the copy's stream says the copy is done
- *   (eep_ep_ce_word).  The routing writing the scale rows itself instead made fp8 slower (30.0).
+ *   long (~12 us); after the join, a launch for the rows after the first token not received,
+ *   which ends at once when every token was (the count in h_recv_n): 36.2 / 25.0 against 40.5
+ *   / 27.0.  The routing writing the scale rows itself instead made fp8 slower (30.0).
  * - CPU_SYNC: the copy after the routing launch in the same stream, no fork and join: the host
  *   waits for the counts anyway, and each event hop cost more than the overlap saved (43.9 /
  *   32.6 against 48.5 / 34.3 forked).
@@ -382,15 +346,12 @@ eep_status_t eep_ep_solo_dispatch(eep_runtime_t *rt, struct eep_ep_state *st,
         return eep_ep_ce_join(cu, st, stream, owed);
     }
     if (mode == EEP_EP_MODE_NO_CPU_SYNC) {
-        /* the copy beside the routing, then a word on the copy's stream that the routing launch
-           waits for before it rewrites the rows that are not their token's (eep_ep_ce_word);
-           without the word, a launch after the join for those rows (it reads the count and
-           ends when every token was received) */
+        /* the copy beside the routing; after it, the rows that are not their token's (none when
+           every token was received: that launch reads the count and ends) */
         ce = ce_x;
         if (ce && (status = eep_ep_ce_fork(cu, st, p, T, hb, sb, stream, owed)) != EEP_OK) {
             return status;
         }
-        p->ce_seq = ce ? eep_ep_ce_word(cu, st, p, stream) : 0;
         eep_ep_host_mark(st, EEP_EP_HOST_FORK);
         p->ce_copied = ce;
         p->solo      = EEP_EPK_SOLO_META | (ce ? 0 : EEP_EPK_SOLO_ROWS | sc);
@@ -404,7 +365,7 @@ eep_status_t eep_ep_solo_dispatch(eep_runtime_t *rt, struct eep_ep_state *st,
         if (status != EEP_OK || !ce) {
             return status;
         }
-        if ((status = eep_ep_ce_join(cu, st, stream, owed)) != EEP_OK || p->ce_seq != 0) {
+        if ((status = eep_ep_ce_join(cu, st, stream, owed)) != EEP_OK) {
             return status;
         }
         p->solo = EEP_EPK_SOLO_ROWS | sc;

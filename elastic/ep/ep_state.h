@@ -73,9 +73,7 @@ struct eep_ep_state {
     double   host_ms[EEP_EP_HOST_PARTS];
     double   host_at;
     uint64_t host_calls;
-    uint32_t rows_tag;    /* the last NO_CPU_SYNC one-rank call's tag in the rows ring */
-    uint32_t ce_seq;      /* the last value the copy engine's stream wrote to EEP_EPK_CTL_CE */
-    int      ce_word_off; /* 1: cuStreamWriteValue32 failed once: rows after the join again */
+    uint32_t rows_tag; /* the last NO_CPU_SYNC one-rank call's tag in the rows ring */
 };
 
 /* EEP_EP_TRACE: the host's time in this dispatch call since the last mark goes to @p part. */

@@ -24,9 +24,7 @@
  *   3. a group of lanes a token writes the handle's words of each received token (slot, source
  *      token, row and weight 1 on its first lane), and with EEP_EPK_SOLO_META its output ids
  *      and weights; with EEP_EPK_SOLO_ROWS a warp a token copies its x row, except a row the
- *      copy engine already holds (p.ce_copied: x row t is recv_x row t; with p.ce_seq, the copy
-      runs beside this launch: a chunk with rows not their token's rewrites them once the copy
-      engine's word says it is done, and block 0 waits for the word too), with
+ *      copy engine already holds (p.ce_copied: x row t is recv_x row t), with
  *      EEP_EPK_SOLO_SCALES the scale rows (eep_epk_solo_scales; the host asks for them where
  *      the copy engine does not move them: without it, and CACHED's copy of x alone).
  * Phase 3, the rows of a layout the handle holds (h_send_slot): CACHED (the whole call),
@@ -200,32 +198,6 @@ __device__ __forceinline__ void eep_epk_solo_words(const eep_epk_params_t &p, in
     }
 }
 
-/* Every thread of the block: until the copy engine's stream has written the call's ce_seq to
-   the control word EEP_EPK_CTL_CE (bounded and abortable as every wait; a wait that gives up sets
-   *@p failed), then its writes are seen before the block's. */
-__device__ __forceinline__ void eep_epk_solo_ce_wait(const eep_epk_params_t &p, int *failed)
-{
-    if (threadIdx.x == 0) {
-        const volatile unsigned *word  = (const volatile unsigned *)(p.ctl + EEP_EPK_CTL_CE);
-        const unsigned           seq   = p.ce_seq;
-        const eep_wait_ctx       w     = eep_epk_wait_ctx(p, failed);
-        unsigned                 polls = 0;
-
-        /* done once the word is at or past seq, modulo 2^32: (word - seq) as signed >= 0 */
-        (void)eep_wait_geq(
-            w,
-            [word, seq, &polls] {
-                if (polls++ > 16) {
-                    __nanosleep(64);
-                }
-                return (unsigned long long)(unsigned)(*word - seq + 0x80000000u);
-            },
-            0x80000000ull, EEP_PHASE_EP_DISPATCH, p.rank);
-        __threadfence();
-    }
-    __syncthreads();
-}
-
 /*
  * Phase 2, step 1: route and count tokens [@p t0, @p t1) (ids staged @p R tokens a round in
  * @p stage, their received flags in @p rflag), the local expert counts into @p cnt[0, El) and
@@ -362,7 +334,6 @@ __device__ void eep_epk_solo(const eep_epk_params_t &p)
     __shared__ int                block_failed;
     __shared__ unsigned long long sh_seq;
     __shared__ int                sh_base;
-    __shared__ int                sh_moved;
     __shared__ eep_epk_copy_smem  csm;
 
     const int      T = p.num_tokens, El = p.num_local, K = EEP_EPK_K(p);
@@ -415,7 +386,6 @@ __device__ void eep_epk_solo(const eep_epk_params_t &p)
 
     if (threadIdx.x == 0) {
         block_failed = 0;
-        sh_moved     = 0;
         sh_seq       = eep_epk_begin(p, EEP_EPK_CTL_DSEQ, EEP_EPK_CTL_DWORK);
     }
     for (int e = threadIdx.x; e <= El; e += blockDim.x) {
@@ -460,29 +430,13 @@ __device__ void eep_epk_solo(const eep_epk_params_t &p)
 
         if (*slot >= 0) {
             *slot += base;
-            if (*slot != t) {
-                sh_moved = 1;
-            }
         }
     }
     __syncthreads();
-    const int moved = sh_moved; /* a received token of the chunk whose row is not its index */
     eep_epk_solo_words<IdxBits>(p, t0, t1, (int)warp, EEP_EPK_WARPS, true, meta);
     eep_epk_stamp(p, 6);
     if (rows || scales) {
         eep_epk_solo_rows(p, t0, t1, (int)warp, EEP_EPK_WARPS, rows, scales);
-    }
-    if (p.ce_seq != 0 && (moved || b == 0)) {
-        /* the copy engine's x (and scales) beside this launch: a chunk with rows that are not
-           their token's rewrites them once the copy is done; block 0 waits for it too, so that
-           the launch ends after the copy (what the rows after it were a launch of their own for) */
-        eep_epk_solo_ce_wait(p, &block_failed);
-        if (*(volatile int *)&block_failed) {
-            return;
-        }
-        if (moved) {
-            eep_epk_solo_rows(p, t0, t1, (int)warp, EEP_EPK_WARPS, true, p.scale_bytes != 0);
-        }
     }
     if (b == 0 && (p.dropped_topk != 0 || p.num_dropped != 0)) {
         eep_epk_report_dropped<IdxBits>(p);

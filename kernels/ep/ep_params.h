@@ -67,11 +67,9 @@
 /* Local control words (in this rank's allocator region, >= 256 bytes, zeroed with the window):
    the device-side call counters, each with the count of the current launch's blocks started in
    its low half (eep_epk_begin; a replayed CUDA graph still advances the sequence), and
-   per-parity work counters (bytes 0-7 and 28-31 unused). */
+   per-parity work counters (bytes 0-7 and 24-31 unused). */
 #define EEP_EPK_CTL_DSEQ  8  /* u64: (dispatch sequence << 32) | dispatch blocks started */
 #define EEP_EPK_CTL_CSEQ  16 /* u64: (combine sequence << 32) | combine blocks started */
-/* one rank: u32, the copy engine's stream writes the call's ce_seq here after its copy */
-#define EEP_EPK_CTL_CE    24
 #define EEP_EPK_CTL_DWORK 32 /* u32[2], by parity: next received record a dispatch copier takes */
 #define EEP_EPK_CTL_CWORK 40 /* u32[2], by parity: next record the combine's expert side takes */
 /* hybrid (kernels/ep/ep_gin.cuh): per-parity tickets of the blocks done before the GIN puts (the
@@ -119,10 +117,6 @@ typedef struct eep_epk_params {
     int                rank_major;   /* 1: rank-major outputs, each received token once */
     int                ce_copied;    /* 1: recv_x (and scales, but for a one-rank CACHED call)
                                         hold x row for row (copy engine) */
-    unsigned int       ce_seq;       /* one rank, NO_CPU_SYNC with the copy engine beside the
-                                        routing: the value its stream writes to the control
-                                        word EEP_EPK_CTL_CE once x is in recv_x (0: no word;
-                                        the rows not their token's are then another launch's) */
 
     /* dispatch inputs */
     unsigned long long x, x_scales, topk_idx, topk_weights;
@@ -227,7 +221,7 @@ typedef struct eep_epk_gin {
 #define EEP_EPK_GIN_COUNTERS       2
 
 EEP_LAYOUT_ASSERT(sizeof(void *) == 8, "64-bit pointers");
-EEP_LAYOUT_ASSERT(sizeof(eep_epk_params_t) == 528, "eep_epk_params_t size");
+EEP_LAYOUT_ASSERT(sizeof(eep_epk_params_t) == 520, "eep_epk_params_t size");
 EEP_LAYOUT_ASSERT(sizeof(eep_epk_gin_t) == EEP_DEVCOMM_BYTES + 16, "eep_epk_gin_t size");
 
 #endif /* EEP_KERNELS_EP_PARAMS_H */

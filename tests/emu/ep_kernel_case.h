@@ -36,7 +36,6 @@ static int g_rank_major; /* 1: the cases run with rank-major outputs (EEP_EP_LAY
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <thread>
 #include <vector>
 
 /* Ranks and top-k as compiled in (tests/module.mk: 2/2, 3/8, 8/8, 1/8); 4 experts per rank
@@ -513,33 +512,11 @@ static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, i
            a cached launch x only, that launch writing the scale rows */
         const int sc = wire.scale_bytes != 0 ? EEP_EPK_SOLO_SCALES : 0;
 
-        /* NO_CPU_SYNC: the copy runs beside the routing launch (a thread of this process here,
-           20 ms late, then the word EEP_EPK_CTL_CE; the blocks are processes that share the
-           memory), which rewrites the rows not their token's once the word says the copy is
-           done: a launch that did not wait would have them overwritten */
-        const bool word = ce && dm == EEP_EPK_NO_CPU_SYNC && g_solo != 2;
-        auto       copy = [&]() {
+        if (ce) { /* the copy engine: every token's row */
             memcpy((void *)q.recv_x, (const void *)q.x, wire.hidden_bytes * n);
             if (sc != 0 && dm != EEP_EPK_CACHED) {
                 memcpy((void *)q.recv_x_scales, (const void *)q.x_scales, wire.scale_bytes * n);
             }
-        };
-        std::thread ce_thread;
-
-        if (ce && !word) { /* the copy engine: every token's row */
-            copy();
-        }
-        if (word) {
-            static unsigned seq;
-
-            seq       = seq + 1 != 0 ? seq + 1 : 1;
-            q.ce_seq  = seq;
-            ce_thread = std::thread([&copy, &q]() {
-                usleep(20 * 1000);
-                copy();
-                __atomic_store_n((unsigned *)(uintptr_t)(q.ctl + EEP_EPK_CTL_CE), q.ce_seq,
-                                             __ATOMIC_RELEASE);
-            });
         }
         q.ce_copied = ce;
         if (dm == EEP_EPK_CACHED) {
@@ -550,15 +527,9 @@ static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, i
             return launch(eep_ep_dispatch_body<32, EEP_EPK_CACHED, 3>, p, G, solo_dyn, what);
         }
         q.solo = g_solo == 2 ? 0 : EEP_EPK_SOLO_META | (ce ? 0 : EEP_EPK_SOLO_ROWS | sc);
-        const bool routed = launch(dm == EEP_EPK_CPU_SYNC
-                                                   ? eep_ep_dispatch_body<32, EEP_EPK_CPU_SYNC, 2>
-                                                   : eep_ep_dispatch_body<32, EEP_EPK_NO_CPU_SYNC, 2>,
-                                   p, G, solo_dyn, what);
-        if (ce_thread.joinable()) {
-            ce_thread.join();
-        }
-        q.ce_seq = 0;
-        if (!routed) {
+        if (!launch(dm == EEP_EPK_CPU_SYNC ? eep_ep_dispatch_body<32, EEP_EPK_CPU_SYNC, 2>
+                                                       : eep_ep_dispatch_body<32, EEP_EPK_NO_CPU_SYNC, 2>,
+                    p, G, solo_dyn, what)) {
             return false;
         }
         if (dm == EEP_EPK_CPU_SYNC) {
@@ -571,7 +542,7 @@ static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, i
             }
         }
         /* the alloc hook's outputs, or the rows the copy engine could not place */
-        if (g_solo == 2 || (ce && !word)) {
+        if (g_solo == 2 || ce) {
             /* after the copy engine: the launch ends at once when every token was received */
             q.solo      = (g_solo == 2 ? EEP_EPK_SOLO_META : 0) | EEP_EPK_SOLO_ROWS | sc;
             q.ce_copied = ce;
