@@ -48,8 +48,8 @@ for g in random dropped; do
 done
 nr=1 run1 --mode cached --dtype bf16 --hidden 7168 --topk 8 --tokens 4096 --gating dropped \
     --layout rank --num-sms 24
-# NO_CPU_SYNC, rank-major, the copy engine beside the routing launch, which waits for the copy's
-# word before it rewrites the rows after the first dropped token (issue 27, 2026-12-06)
+# NO_CPU_SYNC, rank-major, the copy engine beside the routing launch: after the join, the launch
+# that rewrites the rows after the first dropped token (issue 27, 2026-12-06)
 for d in bf16 fp8; do
     nr=1 run1 --mode no-cpu-sync --dtype $d --hidden 7168 --topk 8 --tokens 4096 --gating dropped \
         --layout rank --num-sms 24
