@@ -286,16 +286,17 @@ static void test_lost_lease_rejoins_after_owner_saw_it(void **state)
 }
 
 struct revoke_arg {
-    eep_etcd_t  *etcd;
-    int64_t      lease;
-    eep_status_t status;
+    eep_etcd_t *etcd;
+    int64_t     lease;
 };
 
+/* The revoke blocks while etcd is stopped; what it returns then (OK or a timeout) is not the
+   test's concern: the lease ends either way. */
 static void *revoke_thread(void *p)
 {
     struct revoke_arg *r = p;
 
-    r->status = eep_etcd_lease_revoke(r->etcd, r->lease);
+    (void)eep_etcd_lease_revoke(r->etcd, r->lease);
     return NULL;
 }
 
@@ -333,8 +334,7 @@ static void test_no_view_after_keepalive_ended(void **state)
     pthread_mutex_lock(&a->lock);
     r.lease = a->lease;
     pthread_mutex_unlock(&a->lock);
-    r.etcd   = a->etcd;
-    r.status = EEP_INPROGRESS;
+    r.etcd = a->etcd;
     assert_int_equal(eep_test_etcd_pause(&g_etcd, 0, 1), 0);
     assert_int_equal(pthread_create(&th, NULL, revoke_thread, &r), 0);
     end = test_now_ms() + 5000;
