@@ -67,11 +67,37 @@ int eep_ep_ce_wanted(const struct eep_ep_state *st, const eep_ep_shape_t *shape,
     return eep_ep_ce_size_ok(st, (size_t)a->num_tokens * hb, budget, overlapped);
 }
 
+/* x and its scales (@p sb bytes a row) to recv_x and recv_x_scales as one batch of the copy
+   engine's on @p stream: one copy enqueued, not two (the second's fixed cost behind the first).
+   @return 0 where that is not to be had (an older driver, the legacy stream, a stream being
+   captured, or the driver refused the batch: nothing was enqueued), and the caller copies twice. */
+static int eep_ep_ce_batch(const eep_cuda_sym_t *cu, const eep_epk_params_t *p, size_t T, size_t hb,
+                           size_t sb, CUstream stream)
+{
+    CUdeviceptr           dst[2]  = { (CUdeviceptr)p->recv_x, (CUdeviceptr)p->recv_x_scales };
+    CUdeviceptr           src[2]  = { (CUdeviceptr)p->x, (CUdeviceptr)p->x_scales };
+    size_t                size[2] = { T * hb, T * sb }, first = 0;
+    CUmemcpyAttributes    attr = { 0 };
+    CUstreamCaptureStatus cap  = CU_STREAM_CAPTURE_STATUS_NONE;
+
+    if (cu->cuMemcpyBatchAsync == NULL || cu->cuStreamIsCapturing == NULL || stream == NULL ||
+        stream == CU_STREAM_LEGACY || cu->cuStreamIsCapturing(stream, &cap) != CUDA_SUCCESS ||
+        cap != CU_STREAM_CAPTURE_STATUS_NONE) {
+        return 0;
+    }
+    attr.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
+    return cu->cuMemcpyBatchAsync(dst, src, size, 2, &attr, &first, 1, stream) == CUDA_SUCCESS;
+}
+
 /* x (and its scales, @p sb bytes a row; 0: x only) to recv_x on @p stream; @p status_p: EEP_OK,
    or the first failure. */
 static void eep_ep_ce_copy(const eep_cuda_sym_t *cu, const eep_epk_params_t *p, size_t T, size_t hb,
                            size_t sb, CUstream stream, eep_status_t *status_p)
 {
+    if (sb != 0 && T != 0 && eep_ep_ce_batch(cu, p, T, hb, sb, stream)) {
+        *status_p = EEP_OK;
+        return;
+    }
     *status_p = eep_status_from_cu(
         cu->cuMemcpyDtoDAsync((CUdeviceptr)p->recv_x, (CUdeviceptr)p->x, T * hb, stream),
         "cuMemcpyDtoDAsync(recv_x)");
