@@ -109,6 +109,52 @@ static void eep_ep_ce_copy(const eep_cuda_sym_t *cu, const eep_epk_params_t *p, 
     }
 }
 
+/* The state's side stream made to wait for the caller's work so far (@p stream), so that what
+   is enqueued there next runs beside what the caller's stream runs next; the stream and its
+   events are made at their first use and stay for the next call (freed with the state).  On
+   failure nothing is enqueued there that touches a buffer. */
+static eep_status_t eep_ep_side_open(const eep_cuda_sym_t *cu, struct eep_ep_state *st,
+                                     void *stream)
+{
+    eep_status_t status = EEP_OK;
+
+    if (st->ce_stream == NULL) {
+        status = eep_status_from_cu(cu->cuStreamCreate(&st->ce_stream, CU_STREAM_NON_BLOCKING),
+                                    "cuStreamCreate(side stream)");
+    }
+    if (status == EEP_OK && st->ce_fork == NULL) {
+        status = eep_status_from_cu(cu->cuEventCreate(&st->ce_fork, CU_EVENT_DISABLE_TIMING),
+                                    "cuEventCreate(side stream fork)");
+    }
+    if (status == EEP_OK && st->ce_join == NULL) {
+        status = eep_status_from_cu(cu->cuEventCreate(&st->ce_join, CU_EVENT_DISABLE_TIMING),
+                                    "cuEventCreate(side stream join)");
+    }
+    if (status == EEP_OK) {
+        status = eep_status_from_cu(cu->cuEventRecord(st->ce_fork, (CUstream)stream),
+                                    "cuEventRecord(side stream fork)");
+    }
+    if (status == EEP_OK) {
+        status = eep_status_from_cu(cu->cuStreamWaitEvent(st->ce_stream, st->ce_fork, 0),
+                                    "cuStreamWaitEvent(side stream fork)");
+    }
+    return status;
+}
+
+/* After work was enqueued on the side stream (@p status: how that went): its end recorded for
+   eep_ep_ce_join, @p [out] owed 1; or, failing that, the host waits for it here (owed 0). */
+static eep_status_t eep_ep_side_close(const eep_cuda_sym_t *cu, struct eep_ep_state *st,
+                                      eep_status_t status, int *owed)
+{
+    if (status == EEP_OK) {
+        status = eep_status_from_cu(cu->cuEventRecord(st->ce_join, st->ce_stream),
+                                    "cuEventRecord(side stream join)");
+    }
+    /* without a join event to wait on, the side stream is waited for here */
+    *owed = status == EEP_OK || cu->cuStreamSynchronize(st->ce_stream) != CUDA_SUCCESS;
+    return status;
+}
+
 /*
  * The overlapped way's start, before the dispatch kernel: the state's stream waits for the
  * caller's work so far, then copies.  @p [out] owed: 1 when something was enqueued there, so the
@@ -119,42 +165,14 @@ eep_status_t eep_ep_ce_fork(const eep_cuda_sym_t *cu, struct eep_ep_state *st,
                             const eep_epk_params_t *p, size_t T, size_t hb, size_t sb, void *stream,
                             int *owed)
 {
-    eep_status_t status = EEP_OK;
+    eep_status_t status;
 
     *owed = 0;
-    if (st->ce_stream == NULL) { /* what was made stays for the next call, freed with the state */
-        status = eep_status_from_cu(cu->cuStreamCreate(&st->ce_stream, CU_STREAM_NON_BLOCKING),
-                                    "cuStreamCreate(copy engine)");
+    if ((status = eep_ep_side_open(cu, st, stream)) != EEP_OK) {
+        return status;
     }
-    if (status == EEP_OK && st->ce_fork == NULL) {
-        status = eep_status_from_cu(cu->cuEventCreate(&st->ce_fork, CU_EVENT_DISABLE_TIMING),
-                                    "cuEventCreate(copy engine fork)");
-    }
-    if (status == EEP_OK && st->ce_join == NULL) {
-        status = eep_status_from_cu(cu->cuEventCreate(&st->ce_join, CU_EVENT_DISABLE_TIMING),
-                                    "cuEventCreate(copy engine join)");
-    }
-    if (status == EEP_OK) {
-        status = eep_status_from_cu(cu->cuEventRecord(st->ce_fork, (CUstream)stream),
-                                    "cuEventRecord(copy engine fork)");
-    }
-    if (status == EEP_OK) {
-        status = eep_status_from_cu(cu->cuStreamWaitEvent(st->ce_stream, st->ce_fork, 0),
-                                    "cuStreamWaitEvent(copy engine fork)");
-    }
-    if (status != EEP_OK) {
-        return status; /* nothing enqueued on the state's stream yet that touches x or recv_x */
-    }
-    *owed = 1;
     eep_ep_ce_copy(cu, p, T, hb, sb, st->ce_stream, &status);
-    if (status == EEP_OK) {
-        status = eep_status_from_cu(cu->cuEventRecord(st->ce_join, st->ce_stream),
-                                    "cuEventRecord(copy engine join)");
-    }
-    if (status != EEP_OK && cu->cuStreamSynchronize(st->ce_stream) == CUDA_SUCCESS) {
-        *owed = 0; /* without a join event to wait on, the copy is waited for here */
-    }
-    return status;
+    return eep_ep_side_close(cu, st, status, owed);
 }
 
 /* The caller's stream waits for the overlapped copy (or, failing that, the host does). */
@@ -307,19 +325,45 @@ static int eep_ep_solo_rows_known(const struct eep_ep_state *st, const eep_ep_ha
 }
 
 /*
- * The copy engine on this path, by mode (bench/RESULTS.md, session 31: T 4096, H 7168, 24 SMs,
- * us bf16 / fp8, against session 30's tree):
- * - NO_CPU_SYNC: the copy (x and scales) forked beside the routing launch, which is about as
- *   long (~12 us); after the join, a launch for the rows after the first token not received,
- *   which ends at once when every token was (the count in h_recv_n): 36.2 / 25.0 against 40.5
- *   / 27.0.  The routing writing the scale rows itself instead made fp8 slower (30.0).
- * - CPU_SYNC: the copy after the routing launch in the same stream, no fork and join: the host
- *   waits for the counts anyway, and each event hop cost more than the overlap saved (43.9 /
- *   32.6 against 48.5 / 34.3 forked).
+ * The copy engine beside a launch of @p k: the launch on the side stream, the copy of x (and its
+ * scales, @p sb) on the caller's, so the longer branch (the copy: ~29 us bf16, ~15 us fp8 at T
+ * 4096, against a routing launch of ~12 us) starts at once and only the launch pays the fork's
+ * event hop.  @p owed as eep_ep_ce_fork's (1 once the launch was enqueued: the caller joins).
+ */
+static eep_status_t eep_ep_solo_beside(const eep_cuda_sym_t *cu, struct eep_ep_state *st,
+                                       eep_jit_kernel_t *k, unsigned grid,
+                                       const eep_epk_params_t *p, size_t T, size_t hb, size_t sb,
+                                       void *stream, int *owed)
+{
+    eep_status_t status;
+
+    *owed = 0;
+    if ((status = eep_ep_side_open(cu, st, stream)) != EEP_OK) {
+        return status;
+    }
+    eep_ep_host_mark(st, EEP_EP_HOST_FORK);
+    status = eep_ep_solo_launch(st, k, grid, p, st->ce_stream);
+    if ((status = eep_ep_side_close(cu, st, status, owed)) != EEP_OK) {
+        return status;
+    }
+    eep_ep_host_mark(st, EEP_EP_HOST_LAUNCH);
+    eep_ep_ce_copy(cu, p, T, hb, sb, (CUstream)stream, &status);
+    return status;
+}
+
+/*
+ * The copy engine on this path, by mode (bench/RESULTS.md; T 4096, H 7168, 24 SMs):
+ * - NO_CPU_SYNC: the copy (x and scales) beside the routing launch (eep_ep_solo_beside); after
+ *   the join, a launch for the rows after the first token not received, which ends at once when
+ *   every token was (the count in h_recv_n).  The routing writing the scale rows itself instead
+ *   made fp8 slower (session 31: 30.0 us against 27.0).
+ * - CPU_SYNC: the same (the host's wait for the counts beside the copy), and with a token not
+ *   received the same launch after the join.
  * - CACHED: the count known (the handle's CPU_SYNC count, or the rows ring a NO_CPU_SYNC
- *   dispatch left it) and every token received: the copy of x forked beside the launch that
- *   writes the ids, weights and scale rows (34.6 / 23.0 against 38.2 / 26.9 serial); not known:
- *   the copy, then that launch rewriting the rows after a token not received, in stream order.
+ *   dispatch left it) and every token received: the copy of x beside the launch that writes the
+ *   ids, weights and scale rows (session 31: 34.6 / 23.0 us bf16 / fp8 against 38.2 / 26.9
+ *   serial); not known: the copy, then that launch rewriting the rows after a token not
+ *   received, in stream order.
  */
 eep_status_t eep_ep_solo_dispatch(eep_runtime_t *rt, struct eep_ep_state *st,
                                   const eep_cuda_sym_t *cu, const eep_ep_shape_t *shape,
@@ -359,26 +403,18 @@ eep_status_t eep_ep_solo_dispatch(eep_runtime_t *rt, struct eep_ep_state *st,
         if (!known) {
             return eep_ep_solo_place(cu, st, place, grid, p, T, hb, sc, 1, stream);
         }
-        if ((status = eep_ep_ce_fork(cu, st, p, T, hb, 0, stream, owed)) != EEP_OK) {
-            return status;
-        }
-        eep_ep_host_mark(st, EEP_EP_HOST_FORK);
         p->ce_copied = 1;
         p->solo      = EEP_EPK_SOLO_META | sc;
-        if ((status = eep_ep_solo_launch(st, place, grid, p, stream)) != EEP_OK) {
+        if ((status = eep_ep_solo_beside(cu, st, place, grid, p, T, hb, 0, stream, owed)) !=
+            EEP_OK) {
             return status;
         }
-        eep_ep_host_mark(st, EEP_EP_HOST_LAUNCH);
         return eep_ep_ce_join(cu, st, stream, owed);
     }
     if (mode == EEP_EP_MODE_NO_CPU_SYNC) {
         /* the copy beside the routing; after it, the rows that are not their token's (none when
            every token was received: that launch reads the count and ends) */
-        ce = ce_x;
-        if (ce && (status = eep_ep_ce_fork(cu, st, p, T, hb, sb, stream, owed)) != EEP_OK) {
-            return status;
-        }
-        eep_ep_host_mark(st, EEP_EP_HOST_FORK);
+        ce           = ce_x;
         p->ce_copied = ce;
         p->solo      = EEP_EPK_SOLO_META | (ce ? 0 : EEP_EPK_SOLO_ROWS | sc);
         *rows_p      = eep_ep_layout_rows_max(shape, EEP_EP_LAYOUT_RANK_MAJOR);
@@ -386,12 +422,14 @@ eep_status_t eep_ep_solo_dispatch(eep_runtime_t *rt, struct eep_ep_state *st,
         st->rows_tag = st->rows_tag + 1 != 0 ? st->rows_tag + 1 : 1;
         p->rows_tag  = st->rows_tag;
         p->rows_word = st->mirror_dev + 8u * EEP_EP_ROWS_SLOT(st->rows_tag);
-        status       = eep_ep_solo_launch(st, route, grid, p, stream);
-        eep_ep_host_mark(st, EEP_EP_HOST_LAUNCH);
-        if (status != EEP_OK || !ce) {
+        if (!ce) {
+            status = eep_ep_solo_launch(st, route, grid, p, stream);
+            eep_ep_host_mark(st, EEP_EP_HOST_LAUNCH);
             return status;
         }
-        if ((status = eep_ep_ce_join(cu, st, stream, owed)) != EEP_OK) {
+        if ((status = eep_ep_solo_beside(cu, st, route, grid, p, T, hb, sb, stream, owed)) !=
+                EEP_OK ||
+            (status = eep_ep_ce_join(cu, st, stream, owed)) != EEP_OK) {
             return status;
         }
         p->solo = EEP_EPK_SOLO_ROWS | sc;
@@ -406,14 +444,10 @@ eep_status_t eep_ep_solo_dispatch(eep_runtime_t *rt, struct eep_ep_state *st,
     ce           = outputs && ce_x;
     p->ce_copied = ce;
     p->solo      = outputs ? EEP_EPK_SOLO_META | (ce ? 0 : EEP_EPK_SOLO_ROWS | sc) : 0;
-    if ((status = eep_ep_solo_launch(st, route, grid, p, stream)) != EEP_OK) {
+    status       = ce ? eep_ep_solo_beside(cu, st, route, grid, p, T, hb, sb, stream, owed)
+                      : eep_ep_solo_launch(st, route, grid, p, stream);
+    if (status != EEP_OK) {
         return status;
-    }
-    if (ce) { /* after the routing in stream order: no fork and join (see above) */
-        eep_ep_ce_copy(cu, p, T, hb, sb, (CUstream)stream, &status);
-        if (status != EEP_OK) {
-            return status;
-        }
     }
     eep_ep_host_mark(st, EEP_EP_HOST_LAUNCH);
     if ((status = eep_ep_take_counts(rt, st, a, El, hb, sb, p, rows_p)) != EEP_OK) {
@@ -422,10 +456,11 @@ eep_status_t eep_ep_solo_dispatch(eep_runtime_t *rt, struct eep_ep_state *st,
     eep_ep_host_mark(st, EEP_EP_HOST_COUNTS);
     rows = *rows_p;
     if (outputs) {
-        /* every token received: done; else the rows after the first token not received, after
-           the copy in stream order */
-        if (!ce || rows == (int64_t)T) {
-            return EEP_OK;
+        /* every token received: done once the routing is (its words); else the rows after the
+           first token not received, after the copy in stream order */
+        if (!ce || (status = eep_ep_ce_join(cu, st, stream, owed)) != EEP_OK ||
+            rows == (int64_t)T) {
+            return status;
         }
         p->solo = EEP_EPK_SOLO_ROWS | sc;
         return eep_ep_solo_launch(st, place, grid, p, stream);
