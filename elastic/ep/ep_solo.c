@@ -67,37 +67,11 @@ int eep_ep_ce_wanted(const struct eep_ep_state *st, const eep_ep_shape_t *shape,
     return eep_ep_ce_size_ok(st, (size_t)a->num_tokens * hb, budget, overlapped);
 }
 
-/* x and its scales (@p sb bytes a row) to recv_x and recv_x_scales as one batch of the copy
-   engine's on @p stream: one copy enqueued, not two (the second's fixed cost behind the first).
-   @return 0 where that is not to be had (an older driver, the legacy stream, a stream being
-   captured, or the driver refused the batch: nothing was enqueued), and the caller copies twice. */
-static int eep_ep_ce_batch(const eep_cuda_sym_t *cu, const eep_epk_params_t *p, size_t T, size_t hb,
-                           size_t sb, CUstream stream)
-{
-    CUdeviceptr           dst[2]  = { (CUdeviceptr)p->recv_x, (CUdeviceptr)p->recv_x_scales };
-    CUdeviceptr           src[2]  = { (CUdeviceptr)p->x, (CUdeviceptr)p->x_scales };
-    size_t                size[2] = { T * hb, T * sb }, first = 0;
-    CUmemcpyAttributes    attr = { 0 };
-    CUstreamCaptureStatus cap  = CU_STREAM_CAPTURE_STATUS_NONE;
-
-    if (cu->cuMemcpyBatchAsync == NULL || cu->cuStreamIsCapturing == NULL || stream == NULL ||
-        stream == CU_STREAM_LEGACY || cu->cuStreamIsCapturing(stream, &cap) != CUDA_SUCCESS ||
-        cap != CU_STREAM_CAPTURE_STATUS_NONE) {
-        return 0;
-    }
-    attr.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
-    return cu->cuMemcpyBatchAsync(dst, src, size, 2, &attr, &first, 1, stream) == CUDA_SUCCESS;
-}
-
 /* x (and its scales, @p sb bytes a row; 0: x only) to recv_x on @p stream; @p status_p: EEP_OK,
    or the first failure. */
 static void eep_ep_ce_copy(const eep_cuda_sym_t *cu, const eep_epk_params_t *p, size_t T, size_t hb,
                            size_t sb, CUstream stream, eep_status_t *status_p)
 {
-    if (sb != 0 && T != 0 && eep_ep_ce_batch(cu, p, T, hb, sb, stream)) {
-        *status_p = EEP_OK;
-        return;
-    }
     *status_p = eep_status_from_cu(
         cu->cuMemcpyDtoDAsync((CUdeviceptr)p->recv_x, (CUdeviceptr)p->x, T * hb, stream),
         "cuMemcpyDtoDAsync(recv_x)");
@@ -352,18 +326,24 @@ static eep_status_t eep_ep_solo_beside(const eep_cuda_sym_t *cu, struct eep_ep_s
 }
 
 /*
- * The copy engine on this path, by mode (bench/RESULTS.md; T 4096, H 7168, 24 SMs):
- * - NO_CPU_SYNC: the copy (x and scales) beside the routing launch (eep_ep_solo_beside); after
+ * The copy engine on this path, by mode (bench/RESULTS.md; T 4096, H 7168, 24 SMs, us bf16 /
+ * fp8; 2026-12-06: the A/B of the side stream's two ways, 1 x H200):
+ * - NO_CPU_SYNC: the copy (x and scales) forked beside the routing launch (eep_ep_ce_fork); after
  *   the join, a launch for the rows after the first token not received, which ends at once when
- *   every token was (the count in h_recv_n).  The routing writing the scale rows itself instead
- *   made fp8 slower (session 31: 30.0 us against 27.0).
- * - CPU_SYNC: the same (the host's wait for the counts beside the copy), and with a token not
- *   received the same launch after the join.
+ *   every token was (the count in h_recv_n).  The other way round (the routing beside, the copy
+ *   in the caller's stream) measured 45.3 / 31.2 against 35.8 / 24.6.  The routing writing the
+ *   scale rows itself made fp8 slower (session 31: 30.0 against 27.0).
+ * - CPU_SYNC: the routing beside the copy (eep_ep_solo_beside; the host waits for the counts
+ *   while the copy runs): 39.9 / 29.8 against 43.9 / 32.8 for the copy after the routing in the
+ *   caller's stream, which beat the copy beside (session 31: 43.9 / 32.6 against 48.5 / 34.3).
+ *   With a token not received, the launch for the rows after it follows the join.
  * - CACHED: the count known (the handle's CPU_SYNC count, or the rows ring a NO_CPU_SYNC
- *   dispatch left it) and every token received: the copy of x beside the launch that writes the
- *   ids, weights and scale rows (session 31: 34.6 / 23.0 us bf16 / fp8 against 38.2 / 26.9
- *   serial); not known: the copy, then that launch rewriting the rows after a token not
- *   received, in stream order.
+ *   dispatch left it) and every token received: the launch that writes the ids, weights and
+ *   scale rows beside the copy of x (34.0 / 21.9 against 34.3 / 22.6 the other way round;
+ *   session 31: 34.6 / 23.0 against 38.2 / 26.9 serial); not known: the copy, then that launch
+ *   rewriting the rows after a token not received, in stream order.
+ * Both copies of fp8 as one cuMemcpyBatchAsync measured no faster (32.9 / 24.7 / 23.0 against
+ * 32.8 / 24.6 / 22.6 us by mode, fp8) and were dropped.
  */
 eep_status_t eep_ep_solo_dispatch(eep_runtime_t *rt, struct eep_ep_state *st,
                                   const eep_cuda_sym_t *cu, const eep_ep_shape_t *shape,
@@ -427,9 +407,15 @@ eep_status_t eep_ep_solo_dispatch(eep_runtime_t *rt, struct eep_ep_state *st,
             eep_ep_host_mark(st, EEP_EP_HOST_LAUNCH);
             return status;
         }
-        if ((status = eep_ep_solo_beside(cu, st, route, grid, p, T, hb, sb, stream, owed)) !=
-                EEP_OK ||
-            (status = eep_ep_ce_join(cu, st, stream, owed)) != EEP_OK) {
+        /* here the copy goes beside and the routing stays: the other way round measured 45.3 /
+           31.2 us bf16 / fp8 against 35.8 / 24.6 (bench/RESULTS.md, 2026-12-06) */
+        if ((status = eep_ep_ce_fork(cu, st, p, T, hb, sb, stream, owed)) != EEP_OK) {
+            return status;
+        }
+        eep_ep_host_mark(st, EEP_EP_HOST_FORK);
+        status = eep_ep_solo_launch(st, route, grid, p, stream);
+        eep_ep_host_mark(st, EEP_EP_HOST_LAUNCH);
+        if (status != EEP_OK || (status = eep_ep_ce_join(cu, st, stream, owed)) != EEP_OK) {
             return status;
         }
         p->solo = EEP_EPK_SOLO_ROWS | sc;

@@ -82,7 +82,6 @@ extern "C" {
     _X(cuMemcpyHtoDAsync, 1)                                                                       \
     _X(cuMemcpyDtoHAsync, 1)                                                                       \
     _X(cuMemcpyDtoDAsync, 1)                                                                       \
-    _X(cuMemcpyBatchAsync, 0)                                                                      \
     _X(cuMemcpyPeerAsync, 1)                                                                       \
     _X(cuMemsetD8, 1)                                                                              \
     _X(cuMemsetD32, 1)                                                                             \
