@@ -407,8 +407,8 @@ eep_status_t eep_ep_solo_dispatch(eep_runtime_t *rt, struct eep_ep_state *st,
             eep_ep_host_mark(st, EEP_EP_HOST_LAUNCH);
             return status;
         }
-        /* here the copy goes beside and the routing stays: the other way round measured 45.3 /
-           31.2 us bf16 / fp8 against 35.8 / 24.6 (bench/RESULTS.md, 2026-12-06) */
+        /* here the copy goes beside and the routing stays (the other way round measured
+           slower: see above) */
         if ((status = eep_ep_ce_fork(cu, st, p, T, hb, sb, stream, owed)) != EEP_OK) {
             return status;
         }

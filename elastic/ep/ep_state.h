@@ -64,8 +64,9 @@ struct eep_ep_state {
     uint64_t             gin_dev;  /* hybrid: device copy of the eep_epk_gin_t */
     int topo_stale; /* a view changed the teams and the dev comm: choose the mode again */
     eep_ep_place_slot_t places[EEP_EP_PLACE_SLOTS];
-    /* one rank's copy-engine copy beside the dispatch kernel (ep.c, eep_ep_ce_fork): a stream of
-       its own and the fork and join events, made at its first use */
+    /* one rank's side stream (ep_solo.c): the copy engine's copy beside the dispatch kernel
+       (eep_ep_ce_fork), or a launch beside the copy (eep_ep_solo_beside), and the fork and join
+       events, made at their first use */
     CUstream ce_stream;
     CUevent  ce_fork, ce_join;
     /* EEP_EP_TRACE: the host's milliseconds in dispatch calls by part (EEP_EP_HOST_*, summed
