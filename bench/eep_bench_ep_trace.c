@@ -35,7 +35,8 @@ static void print_span(const uint64_t *st, int stride, int lo, int hi, uint64_t 
  * --trace: for the last dispatch and combine, per phase stamp k (kernels/ep/dispatch.cuh,
  * eep_epk_stamp) and block group, the earliest / latest block in us after the first block's
  * phase 0; first, when the blocks began and left griddepcontrol.wait (negative: before that).
- * Dispatch groups: senders [0, S), the counter S, copy blocks (S, G); combine: all blocks.
+ * Dispatch groups: senders [0, S), the counter S, copy blocks (S, G), then each block alone;
+ * combine: all blocks.
  */
 void eep_bench_ep_print_trace(eep_runtime_t *rt, int rank, int S, int G)
 {
@@ -72,6 +73,17 @@ void eep_bench_ep_print_trace(eep_runtime_t *rt, int rank, int S, int G)
             }
             for (k = 0; k < 8; k++) {
                 print_span(st + k, 8, lo, hi, t0, which == 0 ? dnames[k] : cnames[k]);
+            }
+            printf("\n");
+        }
+        /* dispatch, block by block too (the one-rank path's blocks are not in those groups:
+           its last block sums the counts, dispatch_solo.cuh) */
+        for (b = 0; which == 0 && b < G; b++) {
+            printf("trace rank %d dispatch block %3d", rank, b);
+            for (k = 0; k < 8; k++) {
+                if (st[b * 8 + k] != 0) {
+                    printf(" | %s %.1f", dnames[k], (double)(int64_t)(st[b * 8 + k] - t0) / 1e3);
+                }
             }
             printf("\n");
         }

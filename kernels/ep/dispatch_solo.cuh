@@ -369,11 +369,20 @@ __device__ void eep_epk_solo_totals(const eep_epk_params_t &p, unsigned long lon
     for (int j = threadIdx.x; j < NC; j += blockDim.x) {
         int sum = 0;
 
-        /* every load in flight at once: a wait each 8 blocks cost ~1 us each under the copy
-           engine's traffic */
-#pragma unroll 32
-        for (int b = 0; b < G - 1; b++) {
-            sum += __ldcg(tot + (long long)b * NC + j);
+        /* 32 blocks' loads in flight at once (a fixed count, predicated): each round trip costs
+           ~1 us under the copy engine's traffic, and "#pragma unroll 32" over G - 1 < 32 blocks
+           left them all to the remainder loop, one round trip each (2026-12-06 trace, H100: the
+           last block 20-38 us behind the others at T 4096) */
+        for (int b0 = 0; b0 < G - 1; b0 += 32) {
+            int v[32];
+#pragma unroll
+            for (int u = 0; u < 32; u++) {
+                v[u] = b0 + u < G - 1 ? __ldcg(tot + (long long)(b0 + u) * NC + j) : 0;
+            }
+#pragma unroll
+            for (int u = 0; u < 32; u++) {
+                sum += v[u];
+            }
         }
         if (j < El) {
             csm.counts[j] = sum + cnt[j];
@@ -385,6 +394,7 @@ __device__ void eep_epk_solo_totals(const eep_epk_params_t &p, unsigned long lon
     __syncthreads();
     const int n = cnt[El];
 
+    eep_epk_stamp(p, 4);
     eep_epk_layout_scan(csm, El, p.alignment);
     __syncthreads();
     if (Mode == EEP_EPK_CPU_SYNC) {
@@ -399,6 +409,7 @@ __device__ void eep_epk_solo_totals(const eep_epk_params_t &p, unsigned long lon
             mirror[El + 1] = seq; /* the host waits for this word last */
             __threadfence_system();
         }
+        eep_epk_stamp(p, 5);
     }
     for (int e = threadIdx.x; e <= El; e += blockDim.x) {
         if (e < El) {
@@ -536,6 +547,7 @@ __device__ void eep_epk_solo(const eep_epk_params_t &p)
         }
     } else {
         eep_epk_chunk_wait(p, G - 1, seq, &block_failed);
+        eep_epk_stamp(p, 3);
         if (!*(volatile int *)&block_failed) {
             eep_epk_solo_totals<Mode>(p, seq, cnt, csm, &sh_base); /* cnt[El] := every chunk's */
         }
