@@ -9,6 +9,12 @@
 #include "elastic/ep/ep_handle.h"
 #include "kernels/ep/ep_params.h"
 
+/* A stamp in us after @p t0 (ns). */
+static double us_after(uint64_t stamp, uint64_t t0)
+{
+    return (double)(int64_t)(stamp - t0) / 1e3;
+}
+
 /* " | name min-max": the earliest and latest stamp of blocks [lo, hi), st[b * stride] (0: none),
    in us after @p t0; nothing when no block has one. */
 static void print_span(const uint64_t *st, int stride, int lo, int hi, uint64_t t0,
@@ -19,7 +25,7 @@ static void print_span(const uint64_t *st, int stride, int lo, int hi, uint64_t 
 
     for (b = lo; b < hi; b++) {
         if (st[(size_t)b * stride] != 0) {
-            double us = (double)(int64_t)(st[(size_t)b * stride] - t0) / 1e3;
+            double us = us_after(st[(size_t)b * stride], t0);
 
             mn    = us < mn ? us : mn;
             mx    = us > mx ? us : mx;
@@ -76,13 +82,16 @@ void eep_bench_ep_print_trace(eep_runtime_t *rt, int rank, int S, int G)
             }
             printf("\n");
         }
-        /* dispatch, block by block too (the one-rank path's blocks are not in those groups:
-           its last block sums the counts, dispatch_solo.cuh) */
+        /* dispatch, block by block too, those that ran (the one-rank path's blocks are not in
+           those groups and fewer than G: its last block sums the counts, dispatch_solo.cuh) */
         for (b = 0; which == 0 && b < G; b++) {
+            if (st[b * 8] == 0) {
+                continue;
+            }
             printf("trace rank %d dispatch block %3d", rank, b);
             for (k = 0; k < 8; k++) {
                 if (st[b * 8 + k] != 0) {
-                    printf(" | %s %.1f", dnames[k], (double)(int64_t)(st[b * 8 + k] - t0) / 1e3);
+                    printf(" | %s %.1f", dnames[k], us_after(st[b * 8 + k], t0));
                 }
             }
             printf("\n");
