@@ -164,10 +164,8 @@ static void eep_ep_state_view_reset(eep_runtime_t *rt, void *arg)
     eep_ep_places_free(cu, st); /* the view's placement may differ */
     memset((void *)st->mirror, 0, 8 * EEP_EP_MIRROR_WORDS);
     if (st->chunk != 0) {
-        eep_status_from_cu(
-            cu->cuMemsetD8((CUdeviceptr)st->chunk, 0,
-                           EEP_EP_CHUNK_TOTALS_BYTES + (size_t)EEP_EPK_MAX_SEND_BLOCKS * 8),
-            "cuMemsetD8(dispatch scratch, new view)");
+        eep_status_from_cu(cu->cuMemsetD8((CUdeviceptr)st->chunk, 0, EEP_EP_CHUNK_SCRATCH_BYTES),
+                           "cuMemsetD8(dispatch scratch, new view)");
         eep_status_from_cu(cu->cuCtxSynchronize(), "cuCtxSynchronize(new view)");
     }
 }
@@ -309,7 +307,7 @@ eep_status_t eep_ep_state_get(eep_runtime_t *rt, const eep_cuda_sym_t *cu,
     st->mirror_dev = (uint64_t)dev;
     {
         /* zeroed once: the flags hold call sequences, never reset */
-        const size_t bytes = EEP_EP_CHUNK_TOTALS_BYTES + (size_t)EEP_EPK_MAX_SEND_BLOCKS * 8;
+        const size_t bytes = EEP_EP_CHUNK_SCRATCH_BYTES;
         CUdeviceptr  d     = 0;
 
         status = eep_status_from_cu(cu->cuMemAlloc(&d, bytes), "cuMemAlloc(dispatch scratch)");

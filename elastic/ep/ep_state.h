@@ -24,7 +24,10 @@ extern "C" {
 #define EEP_EP_KERNEL_SLOTS       64
 #define EEP_EP_KERNEL_KEY         64
 #define EEP_EP_CHUNK_TOTALS_BYTES ((size_t)EEP_EPK_MAX_SEND_BLOCKS * EEP_EPK_MAX_COUNTERS * 4)
-#define EEP_EP_PLACE_SLOTS        8 /* expert counts with a placement table at once */
+/* the dispatch scratch: the chunk totals, then two words a block (eep_epk_params_t chunk_flags) */
+#define EEP_EP_CHUNK_SCRATCH_BYTES                                                                 \
+    (EEP_EP_CHUNK_TOTALS_BYTES + (size_t)EEP_EPK_MAX_SEND_BLOCKS * 16)
+#define EEP_EP_PLACE_SLOTS 8 /* expert counts with a placement table at once */
 
 typedef struct {
     char              key[EEP_EP_KERNEL_KEY];

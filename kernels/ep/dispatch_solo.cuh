@@ -14,13 +14,20 @@
  *
  * Phase 2, a dispatch that routes (CPU_SYNC and NO_CPU_SYNC), blocks own chunks of tokens:
  *   1. each block routes its tokens from staged ids (a bad id is reported and its token
- *      dropped, as the general kernel does), counts them per local expert, numbers its
- *      received tokens in order (a block scan), and publishes its counts to the chunk scratch
- *      (flag = the call's sequence, taken by eep_epk_begin, so that the general kernel's
- *      sequences and parities stay in step);
- *   2. its first row = the received tokens of the earlier blocks (their flags waited for,
- *      bounded); the last block also sums every block's counts: the layout words of the handle,
- *      recv_counts and recv_offsets, and (CPU_SYNC) the host mirror, before its own rows;
+ *      dropped, as the general kernel does), counts them per local expert and numbers its
+ *      received tokens in order (a block scan); the call's sequence (eep_epk_begin, so that the
+ *      general kernel's sequences and parities stay in step) is taken in two halves, its atomic
+ *      in flight beside the staging loads.  A chunk within one round of staging (T up to 512 a
+ *      block at K 8) stays resident: its weights are staged beside its ids and its numbers kept
+ *      in shared memory, so that steps 2 and 3 read no global word of it again;
+ *   2. every block but the last publishes its received tokens as one word tagged with the
+ *      call's sequence (chunk_flags[1][b]: a later block reads the count in the word it waits
+ *      for, one round trip, bounded), then its counts to the chunk scratch (flag = the sequence);
+ *      its first row = the earlier blocks' received tokens.  The last block publishes nothing
+ *      (nobody waits for it): it waits for the others' flags and sums their counts and its own:
+ *      the layout words of the handle, recv_counts and recv_offsets, and (CPU_SYNC) the host
+ *      mirror, before its own rows.  Each dependent global round trip costs ~1-2 us while the
+ *      copy engine fills HBM (2026-12-05 trace), so the chain is kept short;
  *   3. a group of lanes a token writes the handle's words of each received token (slot, source
  *      token, row and weight 1 on its first lane), and with EEP_EPK_SOLO_META its output ids
  *      and weights; with EEP_EPK_SOLO_ROWS a warp a token copies its x row, except a row the
@@ -150,16 +157,56 @@ __device__ __forceinline__ void eep_epk_solo_rows(const eep_epk_params_t &p, int
     }
 }
 
+/* Where eep_epk_solo_words reads a token's row, ids and weights: the handle and the caller's
+   arrays (global), or a resident chunk's staging (eep_epk_solo_staged). */
+template <int IdxBits>
+struct eep_epk_solo_global {
+    const eep_epk_params_t &p;
+    __device__ int          row(int t) const
+    {
+        return ((const int *)p.h_send_slot)[t];
+    }
+    __device__ long long id(int t, int k) const
+    {
+        return eep_epk_id<IdxBits>(p, (long long)t * EEP_EPK_K(p) + k);
+    }
+    __device__ float w(int t, int k) const
+    {
+        return ((const float *)p.topk_weights)[(long long)t * EEP_EPK_K(p) + k];
+    }
+};
+
+/* Tokens [t0, t0 + n) of a chunk staged whole: rows[j] token t0 + j's row (-1: not received),
+   ids and weights [j * K + k] (a received token's ids are all in range). */
+struct eep_epk_solo_staged {
+    int            t0, K;
+    const int     *rows, *ids;
+    const float   *ws;
+    __device__ int row(int t) const
+    {
+        return rows[t - t0];
+    }
+    __device__ long long id(int t, int k) const
+    {
+        return ids[(t - t0) * K + k];
+    }
+    __device__ float w(int t, int k) const
+    {
+        return ws[(t - t0) * K + k];
+    }
+};
+
 /*
- * The words of received tokens [@p t0, @p t1) whose rows are final in h_send_slot, a group of
- * G lanes (K rounded up to a power of two) a token: with @p handle the handle's (source token,
- * ordinal 0, row and weight 1 on the first lane with a live expert, -1 and 0 on the others),
- * with @p meta the outputs' ids (local slots; -1) and weights (0 where the id is -1).  Tokens
+ * The words of received tokens [@p t0, @p t1) whose rows are final in @p src, a group of G lanes
+ * (K rounded up to a power of two) a token: with @p handle the handle's (source token, ordinal
+ * 0, row and weight 1 on the first lane with a live expert, -1 and 0 on the others), with
+ * @p meta the outputs' ids (local slots; -1) and weights (0 where the id is -1).  Tokens
  * @p first, @p first + @p step, ... of the range, in passes of a warp's tokens.
  */
-template <int IdxBits>
-__device__ __forceinline__ void eep_epk_solo_words(const eep_epk_params_t &p, int t0, int t1,
-                                                   int first, int step, bool handle, bool meta)
+template <int IdxBits, typename Src>
+__device__ __forceinline__ void eep_epk_solo_words(const eep_epk_params_t &p, const Src &src,
+                                                   int t0, int t1, int first, int step, bool handle,
+                                                   bool meta)
 {
     const int      K = EEP_EPK_K(p), G = eep_epk_group_lanes(K), TPW = 32 / G;
     const unsigned lane = threadIdx.x & 31u, k = lane % (unsigned)G;
@@ -167,14 +214,14 @@ __device__ __forceinline__ void eep_epk_solo_words(const eep_epk_params_t &p, in
 
     for (int q0 = t0 + first * TPW; q0 < t1; q0 += step * TPW) {
         const int  t  = q0 + (int)(lane / (unsigned)G);
-        const int  r  = t < t1 ? ((const int *)p.h_send_slot)[t] : -1;
+        const int  r  = t < t1 ? src.row(t) : -1;
         const bool on = r >= 0 && (int)k < K;
         int        id = -1;
         float      w  = 0.0f;
 
         if (on) {
-            id = (int)eep_epk_live_id(p, eep_epk_id<IdxBits>(p, (long long)t * K + k));
-            w  = ((const float *)p.topk_weights)[(long long)t * K + k];
+            id = (int)eep_epk_live_id(p, src.id(t, (int)k));
+            w  = src.w(t, (int)k);
         }
         /* the token's first lane with a live expert holds its row (a received token has one) */
         const unsigned live       = __ballot_sync(0xffffffffu, on && id >= 0) & gmask;
@@ -198,15 +245,53 @@ __device__ __forceinline__ void eep_epk_solo_words(const eep_epk_params_t &p, in
     }
 }
 
+/* Stage the ids of tokens [@p c0, @p c0 + @p n) as eep_epk_stage_ids does, and with @p ws
+   their weights too, the loads of both in flight at once.  Every thread calls this; the caller
+   syncs after. */
+template <int IdxBits>
+__device__ __forceinline__ void eep_epk_solo_stage(const eep_epk_params_t &p, int c0, int n,
+                                                   int *stage, float *ws)
+{
+    const int    K = EEP_EPK_K(p), E = p.num_experts, nk = n * K;
+    const float *wg = (const float *)p.topk_weights + (long long)c0 * K;
+
+    if (ws == nullptr) {
+        eep_epk_stage_ids<IdxBits>(p, c0, n, stage);
+        return;
+    }
+    for (int i0 = threadIdx.x; i0 < nk; i0 += blockDim.x * 4) {
+        long long v[4];
+        float     w[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const int i = i0 + u * (int)blockDim.x;
+
+            v[u] = i < nk ? eep_epk_id<IdxBits>(p, (long long)c0 * K + i) : 0;
+            w[u] = i < nk ? wg[i] : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const int i = i0 + u * (int)blockDim.x;
+
+            if (i < nk) {
+                stage[i] = (v[u] < -1 || v[u] >= E) ? -2 : (int)v[u];
+                ws[i]    = w[u];
+            }
+        }
+    }
+}
+
 /*
  * Phase 2, step 1: route and count tokens [@p t0, @p t1) (ids staged @p R tokens a round in
  * @p stage, their received flags in @p rflag), the local expert counts into @p cnt[0, El) and
  * the received tokens into @p cnt[El] (shared, zeroed by the caller), each received token's
- * number among the chunk's into h_send_slot (-1: not received).  Every thread calls this.
+ * number among the chunk's into h_send_slot (-1: not received).  With @p ws (the chunk within
+ * one round: resident) its weights are staged too, and the numbers stay in @p rflag instead:
+ * the chunk's words are then written from shared memory alone.  Every thread calls this.
  */
 template <int IdxBits>
 __device__ void eep_epk_solo_count(const eep_epk_params_t &p, int t0, int t1, int R, int *stage,
-                                   int *rflag, int *cnt)
+                                   float *ws, int *rflag, int *cnt)
 {
     __shared__ int warp_tot[EEP_EPK_WARPS];
     const int      K = EEP_EPK_K(p), El = p.num_local, G = eep_epk_group_lanes(K);
@@ -216,7 +301,7 @@ __device__ void eep_epk_solo_count(const eep_epk_params_t &p, int t0, int t1, in
     for (int r0 = t0; r0 < t1; r0 += R) {
         const int n = min(R, t1 - r0);
 
-        eep_epk_stage_ids<IdxBits>(p, r0, n, stage);
+        eep_epk_solo_stage<IdxBits>(p, r0, n, stage, ws);
         __syncthreads();
         for (int j0 = 0; j0 < n; j0 += (int)(blockDim.x / 32u) * TPW) {
             const int  j  = j0 + (int)warp * TPW + (int)(lane / (unsigned)G);
@@ -252,7 +337,13 @@ __device__ void eep_epk_solo_count(const eep_epk_params_t &p, int t0, int t1, in
             total += warp_tot[w];
         }
         if (i < n) {
-            ((int *)p.h_send_slot)[r0 + i] = f ? before + __popc(bal & ((1u << lane) - 1u)) : -1;
+            const int slot = f ? before + __popc(bal & ((1u << lane) - 1u)) : -1;
+
+            if (ws != nullptr) {
+                rflag[i] = slot; /* thread i alone read rflag[i] (above the last sync) */
+            } else {
+                ((int *)p.h_send_slot)[r0 + i] = slot;
+            }
         }
         __syncthreads();
         if (threadIdx.x == 0) {
@@ -263,13 +354,14 @@ __device__ void eep_epk_solo_count(const eep_epk_params_t &p, int t0, int t1, in
 }
 
 /*
- * The last block of phase 2, once every block published: the totals of every chunk (@p cnt,
- * El + 1 words), then the layout words: the host mirror first (CPU_SYNC: the host waits for its
- * last word), the handle's counts, offsets and records per source, recv_counts and recv_offsets.
+ * The last block of phase 2, once every other block published: the totals of every chunk (the
+ * others' from the scratch, its own @p cnt; El + 1 words; *@p base := the received tokens of the
+ * others), then the layout words: the host mirror first (CPU_SYNC: the host waits for its last
+ * word), the handle's counts, offsets and records per source, recv_counts and recv_offsets.
  */
 template <int Mode>
 __device__ void eep_epk_solo_totals(const eep_epk_params_t &p, unsigned long long seq, int *cnt,
-                                    eep_epk_copy_smem &csm)
+                                    eep_epk_copy_smem &csm, int *base)
 {
     const int  El = p.num_local, NC = El + 1, G = (int)gridDim.x;
     const int *tot = (const int *)p.chunk_totals;
@@ -277,19 +369,32 @@ __device__ void eep_epk_solo_totals(const eep_epk_params_t &p, unsigned long lon
     for (int j = threadIdx.x; j < NC; j += blockDim.x) {
         int sum = 0;
 
-#pragma unroll 8
-        for (int b = 0; b < G; b++) {
-            sum += __ldcg(tot + (long long)b * NC + j);
+        /* 32 blocks' loads in flight at once (a fixed count, predicated): each round trip costs
+           ~1 us under the copy engine's traffic, and "#pragma unroll 32" over G - 1 < 32 blocks
+           left them all to the remainder loop, one round trip each (2026-12-06 trace, H100: the
+           last block 20-38 us behind the others at T 4096) */
+        for (int b0 = 0; b0 < G - 1; b0 += 32) {
+            int v[32];
+#pragma unroll
+            for (int u = 0; u < 32; u++) {
+                v[u] = b0 + u < G - 1 ? __ldcg(tot + (long long)(b0 + u) * NC + j) : 0;
+            }
+#pragma unroll
+            for (int u = 0; u < 32; u++) {
+                sum += v[u];
+            }
         }
         if (j < El) {
-            csm.counts[j] = sum;
+            csm.counts[j] = sum + cnt[j];
         } else {
-            cnt[El] = sum;
+            *base   = sum;
+            cnt[El] = sum + cnt[El];
         }
     }
     __syncthreads();
     const int n = cnt[El];
 
+    eep_epk_stamp(p, 4);
     eep_epk_layout_scan(csm, El, p.alignment);
     __syncthreads();
     if (Mode == EEP_EPK_CPU_SYNC) {
@@ -304,6 +409,7 @@ __device__ void eep_epk_solo_totals(const eep_epk_params_t &p, unsigned long lon
             mirror[El + 1] = seq; /* the host waits for this word last */
             __threadfence_system();
         }
+        eep_epk_stamp(p, 5);
     }
     for (int e = threadIdx.x; e <= El; e += blockDim.x) {
         if (e < El) {
@@ -368,7 +474,9 @@ __device__ void eep_epk_solo(const eep_epk_params_t &p)
             }
         }
         if (meta) {
-            eep_epk_solo_words<IdxBits>(p, 0, T, gw, gwarps, false, true);
+            const eep_epk_solo_global<IdxBits> src = { p };
+
+            eep_epk_solo_words<IdxBits>(p, src, 0, T, gw, gwarps, false, true);
         }
         eep_epk_stamp(p, 6);
         if (rows || scales) {
@@ -378,62 +486,106 @@ __device__ void eep_epk_solo(const eep_epk_params_t &p)
         return;
     }
 
-    const int R     = EEP_EPK_SOLO_ROUND(K);
-    int      *stage = dyn;           /* [R * K] the round's ids */
-    int      *rflag = stage + R * K; /* [R] received */
-    int      *cnt   = rflag + R;     /* [El + 1] counts per local expert, then received */
+    const int R      = EEP_EPK_SOLO_ROUND(K);
+    int      *stage  = dyn;                      /* [R * K] the round's ids */
+    float    *wstage = (float *)(stage + R * K); /* [R * K] their weights (resident) */
+    int      *rflag  = (int *)(wstage + R * K);  /* [R] received; resident: the rows */
+    int      *cnt    = rflag + R;                /* [El + 1] counts per local expert, received */
     int       t0, t1;
+
+    eep_epk_solo_chunk(T, b, G, &t0, &t1);
+    const bool resident = t1 - t0 <= R;
+    /* 1: the ticket's atomic in flight beside the staging loads (waited for after the count) */
+    unsigned long long ticket = 0;
 
     if (threadIdx.x == 0) {
         block_failed = 0;
-        sh_seq       = eep_epk_begin(p, EEP_EPK_CTL_DSEQ, EEP_EPK_CTL_DWORK);
+        sh_base      = 0;
+        ticket       = eep_epk_begin_ticket(p, EEP_EPK_CTL_DSEQ);
     }
     for (int e = threadIdx.x; e <= El; e += blockDim.x) {
         cnt[e] = 0;
     }
+    eep_epk_solo_count<IdxBits>(p, t0, t1, R, stage, resident ? wstage : nullptr, rflag, cnt);
+    if (threadIdx.x == 0) {
+        sh_seq = eep_epk_begin_seq(p, EEP_EPK_CTL_DSEQ, EEP_EPK_CTL_DWORK, ticket);
+    }
     __syncthreads();
     const unsigned long long seq = sh_seq;
 
-    eep_epk_solo_chunk(T, b, G, &t0, &t1);
-    eep_epk_solo_count<IdxBits>(p, t0, t1, R, stage, rflag, cnt);
     eep_epk_stamp(p, 1);
-    eep_epk_chunk_publish(p, cnt, El + 1, seq);
-    /* 2: the earlier chunks' received tokens (the last block: every chunk's counts) */
-    eep_epk_chunk_wait(p, b == G - 1 ? G : b, seq, &block_failed);
-    if (*(volatile int *)&block_failed) {
-        return; /* a wait gave up: the fault is recorded */
-    }
-    if (b == G - 1) {
-        eep_epk_solo_totals<Mode>(p, seq, cnt, csm); /* cnt[El] := every chunk's */
+    /* 2: its received tokens, tagged with the call, in one word (what a later block waits for),
+       then its counts for the last block (which publishes none: nobody waits for it) */
+    unsigned long long *rows_words = (unsigned long long *)p.chunk_flags + EEP_EPK_MAX_SEND_BLOCKS;
+
+    if (b != G - 1) {
         if (threadIdx.x == 0) {
-            sh_base = cnt[El] - __ldcg((const int *)p.chunk_totals + (long long)b * (El + 1) + El);
+            *(volatile unsigned long long *)(rows_words + b) = (seq << 32) | (unsigned)cnt[El];
+        }
+        eep_epk_chunk_publish(p, cnt, El + 1, seq);
+        /* the earlier chunks' received tokens, a word each (bounded waits) */
+        if ((int)threadIdx.x < b) {
+            const unsigned long long *word  = rows_words + threadIdx.x;
+            const eep_wait_ctx        w     = eep_epk_wait_ctx(p, &block_failed);
+            const unsigned            tag   = (unsigned)seq;
+            unsigned long long        v     = 0;
+            unsigned                  polls = 0;
+
+            if (eep_wait_geq(
+                    w,
+                    [word, tag, &v, &polls] {
+                        if (polls++ > 16) {
+                            __nanosleep(32);
+                        }
+                        v = eep_ld_acquire_gpu(word);
+                        return (unsigned)(v >> 32) == tag ? 1ull : 0ull;
+                    },
+                    1ull, EEP_PHASE_EP_DISPATCH, p.rank) &&
+                (unsigned)v != 0u) {
+                atomicAdd(&sh_base, (int)(unsigned)v);
+            }
         }
     } else {
-        if (threadIdx.x == 0) {
-            sh_base = 0;
-        }
-        __syncthreads();
-        const int mine = (int)threadIdx.x < b ? __ldcg((const int *)p.chunk_totals +
-                                                       (long long)threadIdx.x * (El + 1) + El)
-                                              : 0;
-        if (mine != 0) {
-            atomicAdd(&sh_base, mine);
+        eep_epk_chunk_wait(p, G - 1, seq, &block_failed);
+        eep_epk_stamp(p, 3);
+        if (!*(volatile int *)&block_failed) {
+            eep_epk_solo_totals<Mode>(p, seq, cnt, csm, &sh_base); /* cnt[El] := every chunk's */
         }
     }
     __syncthreads();
+    if (*(volatile int *)&block_failed) {
+        return; /* a wait gave up: the fault is recorded */
+    }
     eep_epk_stamp(p, 2);
     /* 3: the chunk's rows made final, then their words and bytes */
     const int base = sh_base;
 
-    for (int t = t0 + (int)threadIdx.x; t < t1; t += blockDim.x) {
-        int *slot = (int *)p.h_send_slot + t;
+    if (resident) {
+        for (int j = threadIdx.x; j < t1 - t0; j += blockDim.x) {
+            const int r = rflag[j] >= 0 ? rflag[j] + base : -1;
 
-        if (*slot >= 0) {
-            *slot += base;
+            rflag[j]                       = r;
+            ((int *)p.h_send_slot)[t0 + j] = r;
+        }
+    } else {
+        for (int t = t0 + (int)threadIdx.x; t < t1; t += blockDim.x) {
+            int *slot = (int *)p.h_send_slot + t;
+
+            if (*slot >= 0) {
+                *slot += base;
+            }
         }
     }
     __syncthreads();
-    eep_epk_solo_words<IdxBits>(p, t0, t1, (int)warp, EEP_EPK_WARPS, true, meta);
+    if (resident) {
+        const eep_epk_solo_staged src = { t0, K, rflag, stage, wstage };
+
+        eep_epk_solo_words<IdxBits>(p, src, t0, t1, (int)warp, EEP_EPK_WARPS, true, meta);
+    } else {
+        const eep_epk_solo_global<IdxBits> src = { p };
+
+        eep_epk_solo_words<IdxBits>(p, src, t0, t1, (int)warp, EEP_EPK_WARPS, true, meta);
+    }
     eep_epk_stamp(p, 6);
     if (rows || scales) {
         eep_epk_solo_rows(p, t0, t1, (int)warp, EEP_EPK_WARPS, rows, scales);

@@ -345,12 +345,21 @@ __device__ __forceinline__ int eep_epk_warp_incl_scan(int v, unsigned lane)
    other parity's work counter at @p work_off (the next call's: this call's was zeroed by the
    previous one), then advances the word to (sequence << 32) | 0 for the next launch, which the
    stream starts only after this one ends.  A read of the sequence, a fence and a ticket atomic
-   cost the block's first barrier about a microsecond more (2026-11-30 trace). */
-__device__ __forceinline__ unsigned long long eep_epk_begin(const eep_epk_params_t &p,
-                                                            unsigned word_off, unsigned work_off)
+   cost the block's first barrier about a microsecond more (2026-11-30 trace).  In two halves
+   where the block has loads to issue meanwhile: eep_epk_begin_ticket takes the ticket (the old
+   word, not yet waited for) and eep_epk_begin_seq, given it, does the rest. */
+__device__ __forceinline__ unsigned long long eep_epk_begin_ticket(const eep_epk_params_t &p,
+                                                                   unsigned                word_off)
+{
+    return atomicAdd((unsigned long long *)(p.ctl + word_off), 1ull);
+}
+
+__device__ __forceinline__ unsigned long long eep_epk_begin_seq(const eep_epk_params_t &p,
+                                                                unsigned                word_off,
+                                                                unsigned                work_off,
+                                                                unsigned long long      old)
 {
     unsigned long long      *word = (unsigned long long *)(p.ctl + word_off);
-    const unsigned long long old  = atomicAdd(word, 1ull);
     const unsigned long long seq  = (old >> 32) + 1ull;
 
     if ((unsigned)(old & 0xffffffffull) == gridDim.x - 1u) {
@@ -362,6 +371,12 @@ __device__ __forceinline__ unsigned long long eep_epk_begin(const eep_epk_params
         atomicAdd(word, (1ull << 32) - (unsigned long long)gridDim.x);
     }
     return seq;
+}
+
+__device__ __forceinline__ unsigned long long eep_epk_begin(const eep_epk_params_t &p,
+                                                            unsigned word_off, unsigned work_off)
+{
+    return eep_epk_begin_seq(p, word_off, work_off, eep_epk_begin_ticket(p, word_off));
 }
 
 #endif /* __CUDACC__ */

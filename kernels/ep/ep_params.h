@@ -111,7 +111,9 @@ typedef struct eep_epk_params {
     unsigned long long crecv_row; /* combine row: 128-byte lines, or hidden * 2 + a 16-byte tag */
     unsigned long long trace;     /* 0, or u64 [EEP_EPK_TRACE_WORDS]: time stamps */
     unsigned long long chunk_totals; /* int [EEP_EPK_MAX_SEND_BLOCKS][NC]: each sender's counts */
-    unsigned long long chunk_flags;  /* u64 [EEP_EPK_MAX_SEND_BLOCKS]: = sequence once written */
+    unsigned long long chunk_flags;  /* u64 [2][EEP_EPK_MAX_SEND_BLOCKS]: [0] = sequence once
+                                        written; [1] the one-rank path's received counts, each
+                                        tagged with its call (dispatch_solo.cuh) */
     int                skip_pad_x;   /* 1: padding rows get ids -1 and weights 0 only */
     int                lines;        /* EEP_EPK_LINES_*: which transfers are flagged lines */
     int                rank_major;   /* 1: rank-major outputs, each received token once */
@@ -193,16 +195,17 @@ typedef struct eep_epk_params {
 #define EEP_EPK_SOLO_META   1 /* the outputs' ids and weights */
 #define EEP_EPK_SOLO_ROWS   2 /* x rows to recv_x, but those the copy engine holds */
 #define EEP_EPK_SOLO_SCALES 4 /* the scale rows of every received token (fp8) */
-/* its tokens a round of ids staged in shared memory: at most this many ids (4096: 16 KB; a
-   define, so that a test can make a chunk take several rounds) */
+/* its tokens a round of ids (and weights) staged in shared memory: at most this many ids (4096:
+   16 KB of each; a define, so that a test can make a chunk take several rounds) */
 #ifndef EEP_EPK_SOLO_ROUND_IDS
 #define EEP_EPK_SOLO_ROUND_IDS 4096
 #endif
 #define EEP_EPK_SOLO_ROUND(K)                                                                      \
     (EEP_EPK_THREADS < EEP_EPK_SOLO_ROUND_IDS / (K) ? EEP_EPK_THREADS                              \
                                                     : EEP_EPK_SOLO_ROUND_IDS / (K))
-/* its dynamic shared memory, bytes: the round's ids and flags, counts of El experts and one */
-#define EEP_EPK_SOLO_SMEM(K, El) ((unsigned)(EEP_EPK_SOLO_ROUND(K) * ((K) + 1) + (El) + 1) * 4u)
+/* its dynamic shared memory, bytes: the round's ids, weights and flags, counts of El experts and
+   one (at most 16 + 16 + 2 + 1 KB) */
+#define EEP_EPK_SOLO_SMEM(K, El) ((unsigned)(EEP_EPK_SOLO_ROUND(K) * (2 * (K) + 1) + (El) + 1) * 4u)
 
 /* combine_flags */
 #define EEP_EPK_COMBINE_UNWEIGHTED 1 /* every weight 1: the rows summed as they are */

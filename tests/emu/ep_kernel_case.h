@@ -467,7 +467,7 @@ static int run_case(const char *name, int mode, eep_dtype_t dtype, int tokens, i
         q.h_fwd_tok         = U(shm_alloc((size_t)W * T * 4));
         q.h_fwd_dm          = U(shm_alloc((size_t)W * T * 4));
         q.chunk_totals      = U(shm_alloc((size_t)EEP_EPK_MAX_SEND_BLOCKS * NC * 4));
-        q.chunk_flags       = U(shm_alloc((size_t)EEP_EPK_MAX_SEND_BLOCKS * 8));
+        q.chunk_flags       = U(shm_alloc((size_t)EEP_EPK_MAX_SEND_BLOCKS * 16));
         y[r]                = (uint16_t *)shm_alloc((size_t)rows * H * 2);
         q.y                 = U(y[r]);
         out[r]              = (uint16_t *)shm_alloc((size_t)T * H * 2);

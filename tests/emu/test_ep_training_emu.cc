@@ -417,7 +417,7 @@ static int run(const char *name, int max_tokens, int steps)
         rt[r].fault        = shm_alloc(sizeof(eep_fault_page_t));
         rt[r].claim        = shm_alloc(4);
         rt[r].chunk_totals = shm_alloc((size_t)EEP_EPK_MAX_SEND_BLOCKS * EEP_EPK_MAX_COUNTERS * 4);
-        rt[r].chunk_flags  = shm_alloc((size_t)EEP_EPK_MAX_SEND_BLOCKS * 8);
+        rt[r].chunk_flags  = shm_alloc((size_t)EEP_EPK_MAX_SEND_BLOCKS * 16);
         rt[r].mirror       = shm_alloc((size_t)(EEP_EP_MAX_LOCAL_EXPERTS + 2) * 8);
     }
     if (!layer_params(*A, env, rt, win, NULL) || !layer_params(*G, env, rt, win, A) ||
