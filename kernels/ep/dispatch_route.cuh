@@ -121,6 +121,13 @@ __device__ __noinline__ void eep_epk_fault_bad_token(const eep_epk_params_t &p, 
     eep_epk_fault_bad(p, t, bad_id);
 }
 
+/* A top-k id as staged in shared memory: itself, or -2 when out of range (not -1 and not in
+   [0, @p E)); eep_epk_route reports a -2. */
+__device__ __forceinline__ int eep_epk_staged_id(long long v, int E)
+{
+    return (v < -1 || v >= E) ? -2 : (int)v;
+}
+
 /* Stage the ids of tokens [c0, c0 + n) into shared memory as int32 (-2: out of range), 8 loads in
    flight per thread (a load-then-store loop waits for every load: ~1 us each).  Every thread of
    the block calls this; the caller syncs after. */
@@ -143,7 +150,7 @@ __device__ __forceinline__ void eep_epk_stage_ids(const eep_epk_params_t &p, int
             const int i = i0 + u * (int)blockDim.x;
 
             if (i < nk) {
-                stage[i] = (v[u] < -1 || v[u] >= E) ? -2 : (int)v[u];
+                stage[i] = eep_epk_staged_id(v[u], E);
             }
         }
     }

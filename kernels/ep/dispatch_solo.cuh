@@ -274,7 +274,7 @@ __device__ __forceinline__ void eep_epk_solo_stage(const eep_epk_params_t &p, in
             const int i = i0 + u * (int)blockDim.x;
 
             if (i < nk) {
-                stage[i] = (v[u] < -1 || v[u] >= E) ? -2 : (int)v[u];
+                stage[i] = eep_epk_staged_id(v[u], E);
                 ws[i]    = w[u];
             }
         }
