@@ -223,14 +223,16 @@ static void eep_ep_params_handle(eep_epk_params_t *p, const eep_ep_handle_t *h)
     p->h_fwd_dm    = (uintptr_t)h->d_fwd_dm;
 }
 
-/* CPU_SYNC: wait (bounded, abortable) until the dispatch kernel has published the counts. */
+/* CPU_SYNC: wait (bounded, abortable) until the dispatch kernel has published the counts (the
+   call's sequence, then every count and the rows with its tag: eep_ep_mirror_ready). */
 static eep_status_t eep_ep_wait_counts(eep_runtime_t *rt, struct eep_ep_state *st, int El)
 {
     const double deadline = eep_clock_ms() + (double)rt->timeout_ms;
     unsigned     spins;
+    int          ready = 0; /* words [0, ready) carry the call's tag */
 
     for (spins = 0;; spins++) {
-        if (__atomic_load_n(&st->mirror[El + 1], __ATOMIC_ACQUIRE) != 0) {
+        if ((ready = eep_ep_mirror_ready(st->mirror, El, ready)) > El) {
             return EEP_OK;
         }
         if ((spins & 1023u) == 1023u) {

@@ -592,3 +592,17 @@ eep_status_t eep_ep_params_layout_env(const eep_ep_shape_t *shape, const eep_ep_
     p->lines         = eep_ep_lines(shape);
     return EEP_OK;
 }
+
+int eep_ep_mirror_ready(const volatile uint64_t *mirror, int num_local, int ready)
+{
+    const uint64_t seq = __atomic_load_n(&mirror[num_local + 1], __ATOMIC_ACQUIRE);
+
+    if (seq == 0) {
+        return 0;
+    }
+    while (ready <= num_local &&
+           (uint32_t)(__atomic_load_n(&mirror[ready], __ATOMIC_ACQUIRE) >> 32) == (uint32_t)seq) {
+        ready++;
+    }
+    return ready;
+}

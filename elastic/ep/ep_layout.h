@@ -275,6 +275,17 @@ eep_status_t eep_ep_params_layout_env(const eep_ep_shape_t *shape, const eep_ep_
 int64_t eep_ep_expert_offsets(const int32_t *counts, int num_local, int alignment,
                               int64_t *offsets);
 
+/**
+ * CPU_SYNC's host mirror, u64[num_local + 2]: the dispatch kernel writes words [0, num_local]
+ * (each expert's count, then the rows) as (low half of the call's sequence) << 32 | value and
+ * the sequence in word num_local + 1, without a fence (eep_epk_mirror_put), so they land in any
+ * order; the host zeroes the sequence word before the launch.
+ * @param [in] ready  words [0, ready) already seen with the call's tag (0 at first).
+ * @return the words [0, r) now known to carry the tag (r >= @p ready; 0 while the sequence word
+ *         reads 0); num_local + 1 once every count and the rows are there.
+ */
+int eep_ep_mirror_ready(const volatile uint64_t *mirror, int num_local, int ready);
+
 #ifdef __cplusplus
 }
 #endif

@@ -436,7 +436,7 @@ __device__ void eep_epk_report_dropped(const eep_epk_params_t &p)
 }
 
 /* CPU_SYNC, Phase 0, the counter block: wait for every peer's counts, publish counts and
-   offsets on the device and in the host-mapped mirror (its last word last). */
+   offsets on the device and in the host-mapped mirror (tagged words, eep_epk_mirror_put). */
 __device__ void eep_epk_publish(const eep_epk_params_t &p, unsigned long long seq,
                                 const unsigned char *my_counts, eep_epk_copy_smem &csm,
                                 int *block_failed)
@@ -477,21 +477,7 @@ __device__ void eep_epk_publish(const eep_epk_params_t &p, unsigned long long se
     __syncthreads();
     eep_epk_layout_scan(csm, El, p.alignment);
     __syncthreads();
-    {
-        volatile unsigned long long *mirror = (volatile unsigned long long *)p.host_mirror;
-
-        for (int e = threadIdx.x; e <= El; e += blockDim.x) {
-            mirror[e] = (unsigned long long)(unsigned)(e < El         ? csm.counts[e]
-                                                       : p.rank_major ? csm.nbase[W]
-                                                                      : csm.offsets[El]);
-        }
-        __threadfence_system();
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            mirror[El + 1] = seq; /* the host waits for this word last */
-            __threadfence_system();
-        }
-    }
+    eep_epk_mirror_put(p, csm.counts, El, p.rank_major ? csm.nbase[W] : csm.offsets[El], seq);
     __syncthreads();
     for (int e = threadIdx.x; e <= El; e += blockDim.x) {
         if (e < El) {

@@ -355,24 +355,33 @@ __device__ void eep_epk_solo_count(const eep_epk_params_t &p, int t0, int t1, in
 
 /*
  * The last block of phase 2, once every other block published: the totals of every chunk (the
- * others' from the scratch, its own @p cnt; El + 1 words; *@p base := the received tokens of the
- * others), then the layout words: the host mirror first (CPU_SYNC: the host waits for its last
- * word), the handle's counts, offsets and records per source, recv_counts and recv_offsets.
+ * others' from the scratch, its own @p cnt; *@p base := the received tokens of the others, from
+ * their rows words), in one round trip; CPU_SYNC: the host mirror at once (eep_epk_mirror_put),
+ * before the layout scan; then the layout words: the handle's counts, offsets and records per
+ * source, recv_counts and recv_offsets.
  */
 template <int Mode>
 __device__ void eep_epk_solo_totals(const eep_epk_params_t &p, unsigned long long seq, int *cnt,
                                     eep_epk_copy_smem &csm, int *base)
 {
-    const int  El = p.num_local, NC = El + 1, G = (int)gridDim.x;
-    const int *tot = (const int *)p.chunk_totals;
+    const int                 El = p.num_local, NC = El + 1, G = (int)gridDim.x;
+    const int                *tot  = (const int *)p.chunk_totals;
+    const unsigned            lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+    const unsigned long long *rows_words = (const unsigned long long *)p.chunk_flags +
+                                           EEP_EPK_MAX_SEND_BLOCKS;
+    /* the others' received tokens: the low halves of their rows words (written before their
+       flags, which the wait read), loaded by the last warp beside the columns' loads */
+    const bool         rw_warp = warp == blockDim.x / 32u - 1u;
+    unsigned long long rw      = rw_warp && (int)lane < G - 1 ? __ldcg(rows_words + lane) : 0ull;
 
-    for (int j = threadIdx.x; j < NC; j += blockDim.x) {
+    /* a column (expert) a thread, 32 blocks' loads in flight at once (a fixed count, predicated):
+       each round trip costs ~1-2 us under the copy engine's traffic; "#pragma unroll 32" over
+       G - 1 < 32 blocks left them all to the remainder loop (2026-12-06 trace, H100: the last
+       block 20-38 us behind the others at T 4096), and the received column as a 257th word
+       cost a second pass (2026-12-06: totals 5.4 us after the wait) */
+    for (int j = threadIdx.x; j < El; j += blockDim.x) {
         int sum = 0;
 
-        /* 32 blocks' loads in flight at once (a fixed count, predicated): each round trip costs
-           ~1 us under the copy engine's traffic, and "#pragma unroll 32" over G - 1 < 32 blocks
-           left them all to the remainder loop, one round trip each (2026-12-06 trace, H100: the
-           last block 20-38 us behind the others at T 4096) */
         for (int b0 = 0; b0 < G - 1; b0 += 32) {
             int v[32];
 #pragma unroll
@@ -384,33 +393,32 @@ __device__ void eep_epk_solo_totals(const eep_epk_params_t &p, unsigned long lon
                 sum += v[u];
             }
         }
-        if (j < El) {
-            csm.counts[j] = sum + cnt[j];
-        } else {
-            *base   = sum;
-            cnt[El] = sum + cnt[El];
+        csm.counts[j] = sum + cnt[j];
+    }
+    if (rw_warp) {
+        int r = (int)(unsigned)rw;
+
+        for (int b = (int)lane + 32; b < G - 1; b += 32) {
+            r += (int)(unsigned)__ldcg(rows_words + b);
+        }
+        for (int o = 16; o > 0; o >>= 1) {
+            r += __shfl_xor_sync(0xffffffffu, r, o);
+        }
+        if (lane == 0) {
+            *base   = r;
+            cnt[El] = r + cnt[El];
         }
     }
     __syncthreads();
     const int n = cnt[El];
 
     eep_epk_stamp(p, 4);
-    eep_epk_layout_scan(csm, El, p.alignment);
-    __syncthreads();
     if (Mode == EEP_EPK_CPU_SYNC) {
-        volatile unsigned long long *mirror = (volatile unsigned long long *)p.host_mirror;
-
-        for (int e = threadIdx.x; e <= El; e += blockDim.x) {
-            mirror[e] = (unsigned long long)(unsigned)(e < El ? csm.counts[e] : n);
-        }
-        __threadfence_system();
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            mirror[El + 1] = seq; /* the host waits for this word last */
-            __threadfence_system();
-        }
+        eep_epk_mirror_put(p, csm.counts, El, n, seq);
         eep_epk_stamp(p, 5);
     }
+    eep_epk_layout_scan(csm, El, p.alignment);
+    __syncthreads();
     for (int e = threadIdx.x; e <= El; e += blockDim.x) {
         if (e < El) {
             ((int *)p.h_counts)[e]    = csm.counts[e];

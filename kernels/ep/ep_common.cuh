@@ -373,6 +373,29 @@ __device__ __forceinline__ unsigned long long eep_epk_begin_seq(const eep_epk_pa
     return seq;
 }
 
+/*
+ * CPU_SYNC, one block (every thread of it): the counts of @p El local experts (@p counts) and the
+ * rows @p n to the host mirror, each word tagged with the call ((low half of @p seq) << 32 |
+ * value), then the call's sequence in word El + 1, which the host polls first.  No fence: the
+ * host reads on until every word carries the sequence's tag (eep_ep_wait_counts), so the order
+ * in which the posted writes land does not matter and the block waits for no PCIe round trip
+ * (a fence before the sequence word and one after it held the one-rank kernel's last block ~6 us
+ * under the copy engine's traffic: 2026-12-06 trace, 1 x H100).
+ */
+__device__ __forceinline__ void eep_epk_mirror_put(const eep_epk_params_t &p, const int *counts,
+                                                   int El, int n, unsigned long long seq)
+{
+    volatile unsigned long long *mirror = (volatile unsigned long long *)p.host_mirror;
+    const unsigned long long     tag    = (seq & 0xffffffffull) << 32;
+
+    for (int e = threadIdx.x; e <= El; e += blockDim.x) {
+        mirror[e] = tag | (unsigned)(e < El ? counts[e] : n);
+    }
+    if (threadIdx.x == 0) {
+        mirror[El + 1] = seq;
+    }
+}
+
 __device__ __forceinline__ unsigned long long eep_epk_begin(const eep_epk_params_t &p,
                                                             unsigned word_off, unsigned work_off)
 {

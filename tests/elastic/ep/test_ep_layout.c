@@ -586,6 +586,45 @@ static void test_plan_sms(void **state)
     assert_int_equal(pl.send, 77);
 }
 
+/* CPU_SYNC's host mirror (eep_ep_mirror_ready): the kernel writes it without a fence, so the
+   host takes the counts only once every word carries the call's tag, in whatever order they
+   landed; a word left by the previous call (its tag) is waited on, whatever its value. */
+static void test_mirror_ready(void **state)
+{
+    enum { EL = 4 };
+    uint64_t       m[EL + 2];
+    const uint64_t seq = 0x500000007ull, tag = (uint64_t)(uint32_t)seq << 32;
+    const uint64_t old = (uint64_t)(uint32_t)(seq - 1) << 32;
+    int            e;
+
+    (void)state;
+    for (e = 0; e <= EL; e++) {
+        m[e] = old | 3u; /* the previous call's words */
+    }
+    m[EL + 1] = 0;
+    assert_int_equal(eep_ep_mirror_ready(m, EL, 0), 0);
+    m[0] = tag | 3u; /* this call's first count, before its sequence word */
+    assert_int_equal(eep_ep_mirror_ready(m, EL, 0), 0);
+    m[EL + 1] = seq;
+    assert_int_equal(eep_ep_mirror_ready(m, EL, 0), 1);
+    m[2] = tag | 9u; /* out of order: word 1 not there yet */
+    assert_int_equal(eep_ep_mirror_ready(m, EL, 1), 1);
+    m[1] = tag | 0u;
+    m[3] = tag | 5u;
+    assert_int_equal(eep_ep_mirror_ready(m, EL, 1), 4); /* the rows (word EL) still old */
+    m[EL] = tag | 17u;
+    assert_int_equal(eep_ep_mirror_ready(m, EL, 4), EL + 1);
+    assert_int_equal(eep_ep_mirror_ready(m, EL, 0), EL + 1);
+    /* a rank without local experts: the rows word alone */
+    {
+        uint64_t z[2] = { old | 1u, seq };
+
+        assert_int_equal(eep_ep_mirror_ready(z, 0, 0), 0);
+        z[0] = tag | 0u;
+        assert_int_equal(eep_ep_mirror_ready(z, 0, 0), 1);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -596,6 +635,7 @@ int main(void)
         cmocka_unit_test(test_expected_groups),   cmocka_unit_test(test_sm_model),
         cmocka_unit_test(test_knobs_table),       cmocka_unit_test(test_pick_sms),
         cmocka_unit_test(test_plan_sms),          cmocka_unit_test(test_placement),
+        cmocka_unit_test(test_mirror_ready),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
