@@ -83,7 +83,7 @@ void eep_bench_ep_print_trace(eep_runtime_t *rt, int rank, int S, int G)
             printf("\n");
         }
         /* dispatch, block by block too, those that ran (the one-rank path's blocks are not in
-           those groups and fewer than G: its last block counts every token, dispatch_solo.cuh) */
+           those groups and fewer than G: its last block sums the counts, dispatch_solo.cuh) */
         for (b = 0; which == 0 && b < G; b++) {
             if (st[b * 8] == 0) {
                 continue;

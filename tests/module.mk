@@ -105,10 +105,9 @@ $(EP_KERNELS_EMU_TEST): EMU_SHAPE := -DEEP_EPK_FIXED_K=2 -DEEP_EPK_FIXED_W=2
 $(BUILD)/tests/emu/test_ep_kernels_emu_w3k8: EMU_SHAPE := -DEEP_EPK_FIXED_K=8 -DEEP_EPK_FIXED_W=3
 $(BUILD)/tests/emu/test_ep_kernels_emu_w1k8: EMU_SHAPE := -DEEP_EPK_FIXED_K=8 -DEEP_EPK_FIXED_W=1
 # _w1k8_rounds: one rank with 8 tokens a round of the one-rank kernel's staging (64 ids), so that
-# its chunks take several rounds (the real kernel's at T > 512 a block) and not only one, and one
-# id a lane a pass of its prefix count (64 tokens a pass: the decode case's 128 take two)
+# its chunks take several rounds (the real kernel's at T > 512 a block) and not only one
 $(BUILD)/tests/emu/test_ep_kernels_emu_w1k8_rounds: EMU_SHAPE := -DEEP_EPK_FIXED_K=8 \
-    -DEEP_EPK_FIXED_W=1 -DEEP_EPK_SOLO_ROUND_IDS=64 -DEEP_EPK_SOLO_PASS=1
+    -DEEP_EPK_FIXED_W=1 -DEEP_EPK_SOLO_ROUND_IDS=64
 $(BUILD)/tests/emu/test_ep_kernels_emu_w2k6: EMU_SHAPE := -DEEP_EPK_FIXED_K=6 -DEEP_EPK_FIXED_W=2
 $(BUILD)/tests/emu/test_ep_kernels_emu_w3k1: EMU_SHAPE := -DEEP_EPK_FIXED_K=1 -DEEP_EPK_FIXED_W=3
 $(BUILD)/tests/emu/test_ep_kernels_emu_w8k8: EMU_SHAPE := -DEEP_EPK_FIXED_K=8 -DEEP_EPK_FIXED_W=8 \

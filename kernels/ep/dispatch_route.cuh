@@ -197,37 +197,6 @@ __device__ __forceinline__ bool eep_epk_group_route(const eep_epk_params_t &p, c
 }
 
 /*
- * eep_epk_group_route's verdict for a token whose ids are in registers, not staged: lane @p k of
- * its group of @p G lanes holds id k in staged form (@p e0, eep_epk_staged_id; @p on: this
- * (token, k) exists).  @return whether the token goes anywhere (no id out of range or repeated,
- * and a live one: at one rank, whether it is received), alike on every lane of the group; *@p e_p the lane's live id (-1:
- * none).  The repeats are found by shuffles from the group's earlier lanes.  Every lane of the
- * warp calls this.
- */
-__device__ __forceinline__ bool eep_epk_group_received(const eep_epk_params_t &p, int e0, bool on,
-                                                       unsigned k, int G, int *e_p)
-{
-    const int      K     = EEP_EPK_K(p);
-    const unsigned lane  = threadIdx.x & 31u;
-    const unsigned gmask = (G == 32 ? 0xffffffffu : ((1u << G) - 1u)) << (lane - k);
-    bool           bad   = on && e0 < -1;
-
-    for (int i = 0; i < K - 1; i++) {
-        const int o = __shfl_sync(0xffffffffu, e0, (int)(lane - k) + i);
-
-        bad |= on && e0 >= 0 && i < (int)k && o == e0;
-    }
-    const int e = on && e0 >= 0 ? (int)eep_epk_live_id(p, e0) : -1;
-
-    /* both ballots on every lane (not one behind the other's &&) */
-    const unsigned bad_lanes  = __ballot_sync(0xffffffffu, bad) & gmask;
-    const unsigned live_lanes = __ballot_sync(0xffffffffu, e >= 0) & gmask;
-
-    *e_p = e;
-    return bad_lanes == 0 && live_lanes != 0;
-}
-
-/*
  * The senders' routing of one warp's @p nt (1..32) tokens from their staged ids (@p ids: token
  * 0's K ids, then token 1's, ...; out-of-range ids staged as -2), token j being @p t0 + j: a
  * group of lanes a token (eep_epk_group_route, as eep_epk_count has it; 32 / G tokens a pass);

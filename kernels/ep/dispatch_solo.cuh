@@ -19,15 +19,15 @@
  *      general kernel's sequences and parities stay in step) is taken in two halves, its atomic
  *      in flight beside the staging loads.  A chunk within one round of staging (T up to 512 a
  *      block at K 8) stays resident: its weights are staged beside its ids and its numbers kept
- *      in shared memory, so that step 3 reads no global word of it again;
- *   2. no block waits for another: each counts the received tokens before its chunk from their
- *      ids itself (eep_epk_solo_prefix: its first row), and the last block, which reads nearly
- *      every id of the call for that anyway, counts their experts too, so that it holds every
- *      token's counts: (CPU_SYNC) the host mirror, the layout words of the handle, recv_counts
- *      and recv_offsets, before its own rows.  The exchange of counts between blocks that this
- *      replaced (flags, a scratch of chunk totals) was a chain of dependent global round trips,
- *      ~1-2 us each while the copy engine fills HBM, that held the last block and so the kernel
- *      (2026-12-06 traces, 1 x H100);
+ *      in shared memory, so that steps 2 and 3 read no global word of it again;
+ *   2. every block but the last publishes its received tokens as one word tagged with the
+ *      call's sequence (chunk_flags[1][b]: a later block reads the count in the word it waits
+ *      for, one round trip, bounded), then its counts to the chunk scratch (flag = the sequence);
+ *      its first row = the earlier blocks' received tokens.  The last block publishes nothing
+ *      (nobody waits for it): it waits for the others' flags and sums their counts and its own:
+ *      the layout words of the handle, recv_counts and recv_offsets, and (CPU_SYNC) the host
+ *      mirror, before its own rows.  Each dependent global round trip costs ~1-2 us while the
+ *      copy engine fills HBM (2026-12-05 trace), so the chain is kept short;
  *   3. a group of lanes a token writes the handle's words of each received token (slot, source
  *      token, row and weight 1 on its first lane), and with EEP_EPK_SOLO_META its output ids
  *      and weights; with EEP_EPK_SOLO_ROWS a warp a token copies its x row, except a row the
@@ -354,79 +354,69 @@ __device__ void eep_epk_solo_count(const eep_epk_params_t &p, int t0, int t1, in
 }
 
 /*
- * Phase 2, step 2: the received tokens among [0, @p n) (the tokens before the block's chunk)
- * added to *@p base (shared, zeroed by the caller), and with @p cnt (the last block) each
- * received token's live experts counted there too, as eep_epk_solo_count decides both.  No block
- * waits for another: each reads the ids before its chunk itself, straight to registers, a group
- * of G lanes a token (coalesced), EEP_EPK_SOLO_PASS ids a lane in flight before the first is
- * routed.  The last block reads nearly every id of the call (256 KB at T 4096, K 8, int64) in a
- * few such passes; the exchange of counts it replaces was a chain of dependent round trips
- * through the other blocks' flags, ~1-2 us each under the copy engine's traffic, and held the
- * last block until 12-14 us into the kernel (2026-12-06 traces, 1 x H100).  Every thread calls
- * this.
- */
-template <int IdxBits>
-__device__ void eep_epk_solo_prefix(const eep_epk_params_t &p, int n, int *cnt, int *base)
-{
-    const int      K = EEP_EPK_K(p), E = p.num_experts, G = eep_epk_group_lanes(K), TPW = 32 / G;
-    const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5, k = lane % (unsigned)G;
-    const int      step = (int)(blockDim.x / 32u) * TPW; /* tokens a block routes at once */
-    const int      t_of = (int)warp * TPW + (int)(lane / (unsigned)G);
-    int            mine = 0; /* tokens received, counted on each group's lane 0 */
-
-    for (int q0 = 0; q0 < n; q0 += step * EEP_EPK_SOLO_PASS) {
-        long long v[EEP_EPK_SOLO_PASS];
-#pragma unroll
-        for (int u = 0; u < EEP_EPK_SOLO_PASS; u++) {
-            const int t = q0 + u * step + t_of;
-
-            v[u] = t < n && (int)k < K ? eep_epk_id<IdxBits>(p, (long long)t * K + k) : -1;
-        }
-#pragma unroll
-        for (int u = 0; u < EEP_EPK_SOLO_PASS; u++) {
-            const int  t  = q0 + u * step + t_of;
-            const bool on = t < n && (int)k < K;
-            int        e;
-
-            if (q0 + u * step >= n) {
-                break; /* alike on every lane */
-            }
-            const bool rcv = eep_epk_group_received(p, on ? eep_epk_staged_id(v[u], E) : -1, on, k,
-                                                    G, &e);
-            mine += rcv && k == 0u ? 1 : 0;
-            if (cnt != nullptr && rcv && e >= 0) {
-                atomicAdd(&cnt[eep_epk_place_of(p, e) & 0xffffu], 1);
-            }
-        }
-    }
-    for (int o = 16; o > 0; o >>= 1) {
-        mine += __shfl_xor_sync(0xffffffffu, mine, o);
-    }
-    if (lane == 0 && mine != 0) {
-        atomicAdd(base, mine);
-    }
-}
-
-/*
- * The last block of phase 2, its counts those of every token (@p cnt: per local expert; @p n
- * received): CPU_SYNC's host mirror first (eep_epk_mirror_put), then the layout scan and the
- * layout words: the handle's counts, offsets and records per source, recv_counts and
- * recv_offsets (NO_CPU_SYNC: the rows word too).  Every thread calls this.
+ * The last block of phase 2, once every other block published: the totals of every chunk (the
+ * others' from the scratch, its own @p cnt; *@p base := the received tokens of the others, from
+ * their rows words), in one round trip; CPU_SYNC: the host mirror at once (eep_epk_mirror_put),
+ * before the layout scan; then the layout words: the handle's counts, offsets and records per
+ * source, recv_counts and recv_offsets.
  */
 template <int Mode>
-__device__ void eep_epk_solo_totals(const eep_epk_params_t &p, unsigned long long seq,
-                                    const int *cnt, int n, eep_epk_copy_smem &csm)
+__device__ void eep_epk_solo_totals(const eep_epk_params_t &p, unsigned long long seq, int *cnt,
+                                    eep_epk_copy_smem &csm, int *base)
 {
-    const int El = p.num_local;
+    const int                 El = p.num_local, NC = El + 1, G = (int)gridDim.x;
+    const int                *tot  = (const int *)p.chunk_totals;
+    const unsigned            lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+    const unsigned long long *rows_words = (const unsigned long long *)p.chunk_flags +
+                                           EEP_EPK_MAX_SEND_BLOCKS;
+    /* the others' received tokens: the low halves of their rows words (written before their
+       flags, which the wait read), loaded by the last warp beside the columns' loads */
+    const bool         rw_warp = warp == blockDim.x / 32u - 1u;
+    unsigned long long rw      = rw_warp && (int)lane < G - 1 ? __ldcg(rows_words + lane) : 0ull;
 
-    if (Mode == EEP_EPK_CPU_SYNC) {
-        eep_epk_mirror_put(p, cnt, El, n, seq);
-        eep_epk_stamp(p, 5);
+    /* a column (expert) a thread, 32 blocks' loads in flight at once (a fixed count, predicated):
+       each round trip costs ~1-2 us under the copy engine's traffic; "#pragma unroll 32" over
+       G - 1 < 32 blocks left them all to the remainder loop (2026-12-06 trace, H100: the last
+       block 20-38 us behind the others at T 4096), and the received column as a 257th word
+       cost a second pass (2026-12-06: totals 5.4 us after the wait) */
+    for (int j = threadIdx.x; j < El; j += blockDim.x) {
+        int sum = 0;
+
+        for (int b0 = 0; b0 < G - 1; b0 += 32) {
+            int v[32];
+#pragma unroll
+            for (int u = 0; u < 32; u++) {
+                v[u] = b0 + u < G - 1 ? __ldcg(tot + (long long)(b0 + u) * NC + j) : 0;
+            }
+#pragma unroll
+            for (int u = 0; u < 32; u++) {
+                sum += v[u];
+            }
+        }
+        csm.counts[j] = sum + cnt[j];
     }
-    for (int e = threadIdx.x; e < El; e += blockDim.x) {
-        csm.counts[e] = cnt[e];
+    if (rw_warp) {
+        int r = (int)(unsigned)rw;
+
+        for (int b = (int)lane + 32; b < G - 1; b += 32) {
+            r += (int)(unsigned)__ldcg(rows_words + b);
+        }
+        for (int o = 16; o > 0; o >>= 1) {
+            r += __shfl_xor_sync(0xffffffffu, r, o);
+        }
+        if (lane == 0) {
+            *base   = r;
+            cnt[El] = r + cnt[El];
+        }
     }
     __syncthreads();
+    const int n = cnt[El];
+
+    eep_epk_stamp(p, 4);
+    if (Mode == EEP_EPK_CPU_SYNC) {
+        eep_epk_mirror_put(p, csm.counts, El, n, seq);
+        eep_epk_stamp(p, 5);
+    }
     eep_epk_layout_scan(csm, El, p.alignment);
     __syncthreads();
     for (int e = threadIdx.x; e <= El; e += blockDim.x) {
@@ -455,6 +445,7 @@ __device__ void eep_epk_solo(const eep_epk_params_t &p)
     static_assert(Phase == 2 || Phase == 3, "the one-rank path: Phase 2 routes, 3 places rows");
     static_assert(Phase == 3 || Mode != EEP_EPK_CACHED, "CACHED: phase 3 only");
     EEP_EPK_DYN_SMEM(dyn);
+    __shared__ int                block_failed;
     __shared__ unsigned long long sh_seq;
     __shared__ int                sh_base;
     __shared__ eep_epk_copy_smem  csm;
@@ -516,8 +507,9 @@ __device__ void eep_epk_solo(const eep_epk_params_t &p)
     unsigned long long ticket = 0;
 
     if (threadIdx.x == 0) {
-        sh_base = 0;
-        ticket  = eep_epk_begin_ticket(p, EEP_EPK_CTL_DSEQ);
+        block_failed = 0;
+        sh_base      = 0;
+        ticket       = eep_epk_begin_ticket(p, EEP_EPK_CTL_DSEQ);
     }
     for (int e = threadIdx.x; e <= El; e += blockDim.x) {
         cnt[e] = 0;
@@ -526,15 +518,51 @@ __device__ void eep_epk_solo(const eep_epk_params_t &p)
     if (threadIdx.x == 0) {
         sh_seq = eep_epk_begin_seq(p, EEP_EPK_CTL_DSEQ, EEP_EPK_CTL_DWORK, ticket);
     }
-    eep_epk_stamp(p, 1);
-    /* 2: the received tokens before the chunk, from their ids (its first row); the last block
-       counts their experts too, so that it holds every token's counts (it has nearly all ids to
-       read anyway), and lays them out */
-    eep_epk_solo_prefix<IdxBits>(p, t0, b == G - 1 ? cnt : nullptr, &sh_base);
     __syncthreads();
-    eep_epk_stamp(p, 3);
-    if (b == G - 1) {
-        eep_epk_solo_totals<Mode>(p, sh_seq, cnt, sh_base + cnt[El], csm);
+    const unsigned long long seq = sh_seq;
+
+    eep_epk_stamp(p, 1);
+    /* 2: its received tokens, tagged with the call, in one word (what a later block waits for),
+       then its counts for the last block (which publishes none: nobody waits for it) */
+    unsigned long long *rows_words = (unsigned long long *)p.chunk_flags + EEP_EPK_MAX_SEND_BLOCKS;
+
+    if (b != G - 1) {
+        if (threadIdx.x == 0) {
+            *(volatile unsigned long long *)(rows_words + b) = (seq << 32) | (unsigned)cnt[El];
+        }
+        eep_epk_chunk_publish(p, cnt, El + 1, seq);
+        /* the earlier chunks' received tokens, a word each (bounded waits) */
+        if ((int)threadIdx.x < b) {
+            const unsigned long long *word  = rows_words + threadIdx.x;
+            const eep_wait_ctx        w     = eep_epk_wait_ctx(p, &block_failed);
+            const unsigned            tag   = (unsigned)seq;
+            unsigned long long        v     = 0;
+            unsigned                  polls = 0;
+
+            if (eep_wait_geq(
+                    w,
+                    [word, tag, &v, &polls] {
+                        if (polls++ > 16) {
+                            __nanosleep(32);
+                        }
+                        v = eep_ld_acquire_gpu(word);
+                        return (unsigned)(v >> 32) == tag ? 1ull : 0ull;
+                    },
+                    1ull, EEP_PHASE_EP_DISPATCH, p.rank) &&
+                (unsigned)v != 0u) {
+                atomicAdd(&sh_base, (int)(unsigned)v);
+            }
+        }
+    } else {
+        eep_epk_chunk_wait(p, G - 1, seq, &block_failed);
+        eep_epk_stamp(p, 3);
+        if (!*(volatile int *)&block_failed) {
+            eep_epk_solo_totals<Mode>(p, seq, cnt, csm, &sh_base); /* cnt[El] := every chunk's */
+        }
+    }
+    __syncthreads();
+    if (*(volatile int *)&block_failed) {
+        return; /* a wait gave up: the fault is recorded */
     }
     eep_epk_stamp(p, 2);
     /* 3: the chunk's rows made final, then their words and bytes */

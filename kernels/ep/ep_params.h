@@ -203,12 +203,6 @@ typedef struct eep_epk_params {
 #define EEP_EPK_SOLO_ROUND(K)                                                                      \
     (EEP_EPK_THREADS < EEP_EPK_SOLO_ROUND_IDS / (K) ? EEP_EPK_THREADS                              \
                                                     : EEP_EPK_SOLO_ROUND_IDS / (K))
-/* the prefix pass (eep_epk_solo_prefix): top-k ids a lane loads before it routes any, one token a
-   group of lanes (16: 64 KB of int64 ids in flight a block, the last block's 256 KB at T 4096, K 8
-   in 4 passes; a define, so that a test can make a pass of a few tokens) */
-#ifndef EEP_EPK_SOLO_PASS
-#define EEP_EPK_SOLO_PASS 16
-#endif
 /* its dynamic shared memory, bytes: the round's ids, weights and flags, counts of El experts and
    one (at most 16 + 16 + 2 + 1 KB) */
 #define EEP_EPK_SOLO_SMEM(K, El) ((unsigned)(EEP_EPK_SOLO_ROUND(K) * (2 * (K) + 1) + (El) + 1) * 4u)
