@@ -148,9 +148,10 @@ static int degraded_cases(void)
 
 /* One rank, rank-major: the path without records (kernels/ep/dispatch_solo.cuh, g_solo) through
    the modes, the gatings that shift rows (every 5th token dropped, masked lanes, nothing
-   received), bad ids, fp8 scales, the decode shape, the alloc hook's late outputs, the copy
-   engine's overlapped way with its fix-up launch, the handle arrays of the general kernel given
-   again, and a placement table.  Cached pairs take the handle the path made. */
+   received), bad ids, fp8 scales, the decode shape, prefill sizes, the alloc hook's late
+   outputs, the copy engine's overlapped way with its fix-up launch, the handle arrays of the
+   general kernel given again, and a placement table.  Cached pairs take the handle the path
+   made. */
 static int solo_cases(void)
 {
     int fails = 0;
@@ -177,6 +178,12 @@ static int solo_cases(void)
                           EEP_EPK_CPU_SYNC, EEP_DTYPE_BF16, 0, 2, FAULT_NONE, GATING_DROPPED, 128,
                           256, 7168, 128);
     }
+    /* prefill sizes (small rows): chunks of several staging rounds, counts over thousands of
+       tokens before a chunk */
+    fails += run_case("solo: cpu-sync bf16, 4096 tokens, every 5th dropped", EEP_EPK_CPU_SYNC,
+                      EEP_DTYPE_BF16, 0, 2, FAULT_NONE, GATING_DROPPED, 4096, 256, 64, 1);
+    fails += run_case("solo: no-cpu-sync fp8, 3000 tokens, masked lanes", EEP_EPK_NO_CPU_SYNC,
+                      EEP_DTYPE_FP8_E4M3, 0, 2, FAULT_NONE, GATING_MASKED, 3000, 256, 128, 1);
     g_place = PLACE_PERMUTED;
     fails += run_case("solo: placement permuted, cpu-sync bf16", EEP_EPK_CPU_SYNC, EEP_DTYPE_BF16,
                       0, 2, FAULT_NONE, GATING_DROPPED);
