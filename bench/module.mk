@@ -93,3 +93,16 @@ $(EEP_MEMBW): bench/membw/membw.cu
 bench: bench-membw
 bench-membw: check-cuda $(EEP_MEMBW)
 	$(EEP_MEMBW) 14336 8192
+
+# eep-copy-sm: whether a same-device copy (cuMemcpyDtoDAsync, the batch API's overlap hint, a
+# graph's memcpy node) needs SMs, beside a kernel that fills every SM (bench/copysm/copy_sm.cu,
+# a standalone nvcc program).  `make bench-copy-sm` builds and runs it on this machine.
+EEP_COPY_SM := $(BUILD)/bin/eep-copy-sm
+$(EEP_COPY_SM): bench/copysm/copy_sm.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) -O2 -std=c++17 -arch=sm_90 -o $@ $<
+
+.PHONY: bench-copy-sm
+bench: bench-copy-sm
+bench-copy-sm: check-cuda $(EEP_COPY_SM)
+	$(EEP_COPY_SM)
