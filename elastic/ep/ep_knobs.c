@@ -35,11 +35,11 @@ static const eep_knob_t eep_ep_knobs[] = {
                  "a budget at most its size - 1 (0: the model's split of it)."),
     EEP_KNOB_ROW(eep_ep_config_t, "EEP_EP_COPY_ENGINE", "1", EEP_KNOB_INT, copy_engine,
                  EEP_KNOB_RUNTIME, 0, 2,
-                 "1: at one rank a rank-major dispatch moves x to recv_x by the copy engine "
-                 "where that measured faster than its SMs (bench/RESULTS.md; elastic/ep/"
-                 "ep_solo.c has the sizes and budgets), beside the routing kernel when the "
-                 "caller gave buffers for every token, and the kernels write the rest; 2: "
-                 "always (for measurement); 0: the SMs copy everything."),
+                 "1: at one rank a rank-major dispatch without an SM budget (or with the "
+                 "whole device) moves x to recv_x with cuMemcpyDtoDAsync where that measured "
+                 "faster (elastic/ep/ep_solo.c has the sizes), and the kernels write the rest; "
+                 "never within a smaller budget, since the driver runs that copy as a kernel "
+                 "on every free SM; 2: always, past the budget (for measurement); 0: never."),
     EEP_KNOB_ROW(eep_ep_config_t, "EEP_EP_SOLO", "1", EEP_KNOB_INT, solo, EEP_KNOB_RUNTIME, 0, 1,
                  "1: at one rank (direct mode), a rank-major dispatch takes the path without "
                  "records (kernels/ep/dispatch_solo.cuh: each block routes and numbers its "

@@ -216,3 +216,11 @@ int eep_ep_plan_sms(const eep_ep_config_t *cfg, const eep_ep_shape_t *shape, int
     *plan      = pl;
     return 0;
 }
+
+int eep_ep_copy_engine_allowed(int knob, int budget, int device_sms)
+{
+    if (knob == 0) {
+        return 0;
+    }
+    return knob == 2 || budget <= 0 || budget >= device_sms;
+}

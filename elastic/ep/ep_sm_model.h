@@ -140,6 +140,16 @@ int eep_ep_plan_sms(const struct eep_ep_config *cfg, const eep_ep_shape_t *shape
                     double link_gbps, int requested, unsigned flags, int max_send,
                     eep_ep_sm_plan_t *plan);
 
+/*
+ * May a call within @p budget SMs (0: none given) on a device of @p device_sms move bytes with a
+ * same-device copy (cuMemcpyDtoDAsync, "the copy engine" of elastic/ep/ep_solo.c)?  The driver
+ * runs such a copy as a kernel on every SM it can get, whatever the API or hint (bench/
+ * RESULTS.md, 2026-12-08, `make bench-copy-sm`: it waited for a kernel that filled every SM), so
+ * only a call that may occupy the whole device may take it.  @p knob: EEP_EP_COPY_ENGINE (0:
+ * never; 1: this rule; 2: always, for measurement, past the budget).
+ */
+int eep_ep_copy_engine_allowed(int knob, int budget, int device_sms);
+
 /* The SMs a call may occupy on a device of @p device_sms (less the transport's in hybrid). */
 int eep_ep_usable_sms(int device_sms, int hybrid);
 

@@ -12,13 +12,13 @@ unset EEP_BOOTSTRAP EEP_RANK EEP_WORLD_SIZE
 fails=0
 # run1 ARGS...: one case at $nr ranks (default: every GPU)
 run1() {
-    local out rc ranks=${nr:-$n}
+    local out rc ranks=${nr:-$n} env=${EEP_EP_COPY_ENGINE:+EEP_EP_COPY_ENGINE=$EEP_EP_COPY_ENGINE }
     out=$(timeout 120 "$bench" ep --nranks "$ranks" --experts 256 --iters 2 --warmup 1 "$@" 2>&1)
     rc=$?
     if [ $rc -eq 0 ]; then
-        echo "PASS [$ranks rank(s)] $*"; echo "$out" | grep '^| ours'
+        echo "PASS [$ranks rank(s)] $env$*"; echo "$out" | grep '^| ours'
     else
-        echo "FAIL (exit $rc) [$ranks rank(s)] $*"; echo "$out" | tail -30; fails=$((fails + 1))
+        echo "FAIL (exit $rc) [$ranks rank(s)] $env$*"; echo "$out" | tail -30; fails=$((fails + 1))
     fi
 }
 # run ARGS...: the case in both output layouts, the rank-major one within a 24-SM budget (issue
@@ -26,6 +26,13 @@ run1() {
 run() {
     run1 "$@"
     run1 "$@" --layout rank --num-sms 24
+}
+# run_ce ARGS...: a one-rank rank-major case as it runs by default (within its budget the SMs move
+# every byte) and again through the same-device copy (EEP_EP_COPY_ENGINE=2: cuMemcpyDtoDAsync,
+# which the driver runs on every free SM, so since 2026-12-08 it is taken only without a budget)
+run_ce() {
+    run1 "$@"
+    EEP_EP_COPY_ENGINE=2 run1 "$@"
 }
 # One rank (a survivor after a shrink): every token local, the senders store metadata only and
 # the copy blocks move every byte (the SM model once gave all SMs to the senders and one block
@@ -38,20 +45,22 @@ nr=1 run --mode cached --dtype bf16 --hidden 2048 --topk 6 --tokens 128 --align 
 nr=1 run --mode cpu-sync --dtype bf16 --hidden 4096 --topk 1 --tokens 64 --gating t1
 # the copy engine beside the kernel (rank-major, 14 MiB of x) with every 5th token dropped: the
 # copy blocks rewrite every row after the first dropped token
-nr=1 run --mode cpu-sync --dtype bf16 --hidden 7168 --topk 8 --tokens 1024 --gating dropped
+nr=1 run1 --mode cpu-sync --dtype bf16 --hidden 7168 --topk 8 --tokens 1024 --gating dropped
+nr=1 run_ce --mode cpu-sync --dtype bf16 --hidden 7168 --topk 8 --tokens 1024 --gating dropped \
+    --layout rank --num-sms 24
 # cached on a NO_CPU_SYNC handle, rank-major (its count in the rows ring): every token received,
 # the copy engine beside the launch; tokens dropped, not beside it (session 31 ran it beside, and
 # every row after the first dropped token held x's row of that index)
 for g in random dropped; do
-    nr=1 run1 --mode cached --dtype fp8 --hidden 7168 --topk 8 --tokens 4096 --gating $g \
+    nr=1 run_ce --mode cached --dtype fp8 --hidden 7168 --topk 8 --tokens 4096 --gating $g \
         --layout rank --num-sms 24
 done
-nr=1 run1 --mode cached --dtype bf16 --hidden 7168 --topk 8 --tokens 4096 --gating dropped \
+nr=1 run_ce --mode cached --dtype bf16 --hidden 7168 --topk 8 --tokens 4096 --gating dropped \
     --layout rank --num-sms 24
 # NO_CPU_SYNC, rank-major, the copy engine beside the routing launch: after the join, the launch
 # that rewrites the rows after the first dropped token (issue 27, 2026-12-06)
 for d in bf16 fp8; do
-    nr=1 run1 --mode no-cpu-sync --dtype $d --hidden 7168 --topk 8 --tokens 4096 --gating dropped \
+    nr=1 run_ce --mode no-cpu-sync --dtype $d --hidden 7168 --topk 8 --tokens 4096 --gating dropped \
         --layout rank --num-sms 24
 done
 # CPU_SYNC, rank-major, 20 MiB of x or more: the routing launch on the side stream beside the copy
@@ -59,7 +68,7 @@ done
 # after the first one (issue 27, 2026-12-06)
 for d in bf16 fp8; do
     for g in random dropped; do
-        nr=1 run1 --mode cpu-sync --dtype $d --hidden 7168 --topk 8 --tokens 4096 --gating $g \
+        nr=1 run_ce --mode cpu-sync --dtype $d --hidden 7168 --topk 8 --tokens 4096 --gating $g \
             --layout rank --num-sms 24
     done
 done

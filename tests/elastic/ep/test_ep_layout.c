@@ -625,6 +625,21 @@ static void test_mirror_ready(void **state)
     }
 }
 
+/* The one-rank "copy engine" is a driver kernel on every free SM (bench/RESULTS.md, 2026-12-08):
+   within a budget smaller than the device it must not be taken unless forced. */
+static void test_copy_engine_budget(void **state)
+{
+    (void)state;
+    assert_false(eep_ep_copy_engine_allowed(1, 24, 132));
+    assert_false(eep_ep_copy_engine_allowed(1, 8, 132));
+    assert_false(eep_ep_copy_engine_allowed(1, 131, 132));
+    assert_true(eep_ep_copy_engine_allowed(1, 0, 132));   /* no budget: the whole device */
+    assert_true(eep_ep_copy_engine_allowed(1, 132, 132)); /* a budget of the whole device */
+    assert_true(eep_ep_copy_engine_allowed(1, 66, 66));   /* a shared GPU's whole share */
+    assert_false(eep_ep_copy_engine_allowed(0, 0, 132));  /* the knob's "never" */
+    assert_true(eep_ep_copy_engine_allowed(2, 24, 132));  /* forced, for measurement */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -635,7 +650,7 @@ int main(void)
         cmocka_unit_test(test_expected_groups),   cmocka_unit_test(test_sm_model),
         cmocka_unit_test(test_knobs_table),       cmocka_unit_test(test_pick_sms),
         cmocka_unit_test(test_plan_sms),          cmocka_unit_test(test_placement),
-        cmocka_unit_test(test_mirror_ready),
+        cmocka_unit_test(test_mirror_ready),      cmocka_unit_test(test_copy_engine_budget),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
