@@ -14,7 +14,8 @@ UNIT_TEST_PLAIN := $(patsubst %.c,$(BUILD)/%,$(UNIT_TEST_SRCS))
 UNIT_TEST_BINS += $(UNIT_TEST_PLAIN)
 SCRIPT_TESTS   += tests/repo/test_layering.sh tests/repo/test_layering_plants.sh \
                   tests/repo/test_bench_args.sh tests/repo/test_knob_names.sh \
-                  tests/repo/test_format.sh tests/python/test_python_pkg.sh
+                  tests/repo/test_format.sh tests/repo/test_bench_programs.sh \
+                  tests/python/test_python_pkg.sh
 
 .PHONY: unit-tests
 unit-tests: $(UNIT_TEST_BINS)
