@@ -85,7 +85,7 @@ bench-barrier: check-cuda $(EEP_BENCH)
 # eep-membw: per-SM copy rates behind the SM model (bench/membw/membw.cu, a standalone nvcc
 # program: it is not part of libeep).  `make bench-membw` builds and runs it on this machine.
 EEP_MEMBW := $(BUILD)/bin/eep-membw
-$(EEP_MEMBW): bench/membw/membw.cu
+$(EEP_MEMBW): bench/membw/membw.cu bench/cuda_check.h
 	@mkdir -p $(dir $@)
 	$(NVCC) -O3 -arch=sm_90 -o $@ $<
 
@@ -98,7 +98,7 @@ bench-membw: check-cuda $(EEP_MEMBW)
 # graph's memcpy node) needs SMs, beside a kernel that fills every SM (bench/copysm/copy_sm.cu,
 # a standalone nvcc program).  `make bench-copy-sm` builds and runs it on this machine.
 EEP_COPY_SM := $(BUILD)/bin/eep-copy-sm
-$(EEP_COPY_SM): bench/copysm/copy_sm.cu
+$(EEP_COPY_SM): bench/copysm/copy_sm.cu bench/cuda_check.h
 	@mkdir -p $(dir $@)
 	$(NVCC) -O2 -std=c++17 -arch=sm_90 -o $@ $<
 

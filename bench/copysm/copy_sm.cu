@@ -17,19 +17,12 @@
  *   nvcc -O2 -std=c++17 -arch=sm_90 -o build/bin/eep-copy-sm bench/copysm/copy_sm.cu
  *   build/bin/eep-copy-sm
  */
+#include "../cuda_check.h"
+
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define CHECK(x)                                                                                   \
-    do {                                                                                           \
-        cudaError_t err_ = (x);                                                                    \
-        if (err_ != cudaSuccess) {                                                                 \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(err_));  \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
 
 #define SPIN_NS    2000000ull
 #define SPIN_SMEM  (100 * 1024)

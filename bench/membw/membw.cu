@@ -17,18 +17,11 @@
  *   nvcc -O3 -arch=sm_90 -o build/bin/eep-membw bench/membw/membw.cu
  *   build/bin/eep-membw [row_bytes] [rows]
  */
+#include "../cuda_check.h"
+
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
-
-#define CHECK(x)                                                                                   \
-    do {                                                                                           \
-        cudaError_t err_ = (x);                                                                    \
-        if (err_ != cudaSuccess) {                                                                 \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(err_));  \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
 
 struct Dsts {
     uint4 *d[8];
